@@ -1,0 +1,44 @@
+# framezip: a thin layer over CMake presets. Every target installs the Debian packages it needs
+# first (scripts/install-deps.sh: a no-op when they are all there).
+#
+#   make demo        build, then run the main job on the embedded default (CPU)
+#   make test        build, then run every test (GPU tests only where a GPU is present)
+#   make test-asan   the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make build       just build
+#   FRAMEZIP_CUDA=OFF make test    build and test without the CUDA backend (build-cpu/)
+
+FRAMEZIP_CUDA ?= AUTO
+PRESET := $(if $(filter OFF,$(FRAMEZIP_CUDA)),cpu,default)
+BUILD_DIR := $(if $(filter OFF,$(FRAMEZIP_CUDA)),build-cpu,build)
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build test demo test-asan fuzz clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake --preset $(PRESET) -DFRAMEZIP_CUDA=$(FRAMEZIP_CUDA) > $(BUILD_DIR).configure.log 2>&1 \
+	  || { cat $(BUILD_DIR).configure.log; exit 1; }
+	@grep -E '^-- framezip:' $(BUILD_DIR).configure.log || true
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@scripts/run-tests.sh $(BUILD_DIR)
+
+demo: build
+	@scripts/demo.sh $(BUILD_DIR)
+
+test-asan: deps
+	@cmake --preset asan > build-asan.configure.log 2>&1 || { cat build-asan.configure.log; exit 1; }
+	@cmake --build build-asan -j $(JOBS)
+	@scripts/run-tests.sh build-asan
+
+fuzz: deps
+	@cmake --preset fuzz > build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
+	@cmake --build build-fuzz -j $(JOBS)
+
+clean:
+	rm -rf build build-cpu build-asan build-fuzz build*.configure.log

@@ -1,0 +1,20 @@
+#include <cstring>
+
+#include "engine/core/device_memory.h"
+
+namespace framezip::engine {
+
+StatusOr<std::shared_ptr<void>> AllocateDeviceMemory(Device device, size_t) {
+  return absl::UnimplementedError(
+      fmt::format("cannot allocate on {}: built without CUDA", DeviceName(device)));
+}
+
+Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (!dst_device.is_cpu() || !src_device.is_cpu()) {
+    return absl::UnimplementedError("device copies need CUDA: built without CUDA");
+  }
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine

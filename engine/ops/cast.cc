@@ -1,0 +1,33 @@
+#include "engine/ops/cast.h"
+
+#include "engine/ops/cast_backends.h"
+
+namespace framezip::engine::ops {
+namespace {
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+}  // namespace
+
+Status Cast(const Tensor& in, Tensor& out) {
+  if (in.shape() != out.shape()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "Cast: shapes differ, {} vs {}", ShapeString(in.shape()), ShapeString(out.shape())));
+  }
+  if (in.device() != out.device()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "Cast: devices differ, {} vs {}", DeviceName(in.device()), DeviceName(out.device())));
+  }
+  if (!IsFloat(in.dtype()) || !IsFloat(out.dtype())) {
+    return absl::InvalidArgumentError(fmt::format("Cast: only f32/f16/bf16, not {} -> {}",
+                                                  DTypeName(in.dtype()), DTypeName(out.dtype())));
+  }
+  switch (in.device().kind) {
+    case DeviceKind::kCpu:
+      return CastCpu(in, out);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(in.device()));
+      return CastCuda(in, out);
+  }
+  return absl::InternalError("Cast: unknown device kind");
+}
+
+}  // namespace framezip::engine::ops

@@ -1,0 +1,39 @@
+#include <cstdio>
+
+#include "engine/core/device.h"
+#include "tools/framezip/cli_util.h"
+#include "tools/framezip/subcommands.h"
+
+namespace framezip::cli {
+
+int RunVersion(const std::vector<std::string>& args) {
+  FlagSet flags("framezip version", "Prints the version and the build's backends.");
+  if (auto code = ParseOrExit(flags, args)) return *code;
+  std::printf("framezip %s (CUDA backend: %s)\n", FRAMEZIP_VERSION,
+              engine::BuiltWithCuda() ? "compiled" : "not compiled");
+  return 0;
+}
+
+int RunDevices(const std::vector<std::string>& args) {
+  bool json = false;
+  FlagSet flags("framezip devices", "Lists the devices the engine can run on.");
+  flags.Bool("json", &json, "print one JSON object");
+  if (auto code = ParseOrExit(flags, args)) return *code;
+  const auto devices = engine::AvailableDevices();
+  if (json) {
+    std::printf("{\"cuda_built\": %s, \"cuda_devices\": %d, \"devices\": [",
+                engine::BuiltWithCuda() ? "true" : "false", engine::CudaDeviceCount());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      std::printf("%s\"%s\"", i ? ", " : "", engine::DeviceName(devices[i]).c_str());
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  for (const auto& d : devices) std::printf("%s\n", engine::DeviceName(d).c_str());
+  if (engine::CudaDeviceCount() == 0) {
+    std::printf("(no GPU: %s)\n", engine::CudaUnavailableReason().c_str());
+  }
+  return 0;
+}
+
+}  // namespace framezip::cli
