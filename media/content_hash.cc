@@ -1,12 +1,38 @@
 #include "media/content_hash.h"
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
+
+#include "common/status.h"
 
 namespace framezip::media {
 
 ContentHash HashBytes(std::span<const uint8_t> bytes) {
   ContentHash out;
   SHA256(bytes.data(), bytes.size(), out.data());
+  return out;
+}
+
+// EVP rather than SHA256_Init: the low-level calls are deprecated in OpenSSL 3.
+struct ContentHasher::State {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  ~State() { EVP_MD_CTX_free(ctx); }
+};
+
+ContentHasher::ContentHasher() : state_(std::make_unique<State>()) {
+  FZ_CHECK(state_->ctx != nullptr);
+  FZ_CHECK(EVP_DigestInit_ex(state_->ctx, EVP_sha256(), nullptr) == 1);
+}
+ContentHasher::~ContentHasher() = default;
+
+void ContentHasher::Update(std::span<const uint8_t> bytes) {
+  FZ_CHECK(EVP_DigestUpdate(state_->ctx, bytes.data(), bytes.size()) == 1);
+}
+
+ContentHash ContentHasher::Finish() {
+  ContentHash out;
+  unsigned int len = 0;
+  FZ_CHECK(EVP_DigestFinal_ex(state_->ctx, out.data(), &len) == 1 && len == out.size());
   return out;
 }
 

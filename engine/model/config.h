@@ -47,9 +47,9 @@ enum class LlavaArch { kLlavaOnevision, kLlava, kLlavaNextVideo };
 struct RopeScaling {
   enum class Type { kDefault, kLinear, kLlama3 };
   Type type = Type::kDefault;
-  double factor = 1.0;                             // linear, llama3
-  double low_freq_factor = 1.0;                    // llama3
-  double high_freq_factor = 4.0;                   // llama3
+  double factor = 1.0;                              // linear, llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -69,9 +69,9 @@ struct TextConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   Activation hidden_act = Activation::kSilu;  // MLP: down(act(gate(x)) * up(x))
-  bool qkv_bias = false;   // q/k/v_proj have a bias (Qwen2 always; Llama iff attention_bias)
-  bool o_bias = false;     // o_proj has a bias (Llama iff attention_bias; never Qwen2)
-  bool mlp_bias = false;   // gate/up/down have a bias (Llama mlp_bias)
+  bool qkv_bias = false;  // q/k/v_proj have a bias (Qwen2 always; Llama iff attention_bias)
+  bool o_bias = false;    // o_proj has a bias (Llama iff attention_bias; never Qwen2)
+  bool mlp_bias = false;  // gate/up/down have a bias (Llama mlp_bias)
   bool tie_word_embeddings = false;  // as written in text_config (see LlavaConfig for the rule)
   // Sliding-window attention is used only when use_sliding_window is true (Qwen2); OV: false.
   bool use_sliding_window = false;
@@ -192,7 +192,9 @@ StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text,
 // (else from config.json / text_config ids).
 StatusOr<LlavaConfig> LoadLlavaConfig(const std::filesystem::path& dir);
 
-// Parses preprocessor_config.json text; LoadPreprocessorConfig reads `dir`/preprocessor_config.json.
+// Parses preprocessor_config.json text. LoadPreprocessorConfig reads
+// `dir`/preprocessor_config.json, or the "image_processor" object of `dir`/processor_config.json
+// (transformers 5) when the former is absent.
 StatusOr<PreprocessorConfig> ParsePreprocessorConfig(
     std::string_view json_text, std::string_view file_name = "preprocessor_config.json");
 StatusOr<PreprocessorConfig> LoadPreprocessorConfig(const std::filesystem::path& dir);

@@ -1,5 +1,7 @@
 #include "engine/ops/bilinear_resize.h"
 
+#include <initializer_list>
+
 #include "engine/ops/bilinear_resize_backends.h"
 
 namespace framezip::engine::ops {
@@ -19,7 +21,7 @@ Status BilinearResize(const Tensor& in, Tensor& out, ImageLayout layout) {
         ShapeString(in.shape()), ShapeString(out.shape()),
         layout == ImageLayout::kChannelsFirst ? "NCHW" : "NHWC");
   }
-  for (const Tensor* t : {&in, &out}) {
+  for (const Tensor* t : {&in, static_cast<const Tensor*>(&out)}) {
     for (int64_t d : t->shape()) {
       if (d <= 0) {
         return InvalidArgumentError("BilinearResize: empty dimension in {}",
@@ -40,7 +42,8 @@ Status BilinearResize(const Tensor& in, Tensor& out, ImageLayout layout) {
       return BilinearResizeCpu(in, out, layout);
     case DeviceKind::kCuda:
       FZ_RETURN_IF_ERROR(CheckDeviceUsable(in.device()));
-      return UnimplementedError("BilinearResize: no CUDA kernel yet; run the vision path on the CPU");
+      return UnimplementedError(
+          "BilinearResize: no CUDA kernel yet; run the vision path on the CPU");
   }
   return InternalError("BilinearResize: unknown device kind");
 }

@@ -31,7 +31,8 @@ TEST_CASE("framezip-server serves health and drains on SIGTERM", "[integration][
   const auto port_file = dir / "port";
   auto server = testing::ChildProcess::Start(
       {(testing::BinaryDir() / "bin" / "framezip-server").string(), "--listen", "127.0.0.1:0",
-       "--port-file", port_file.string(), "--grace-seconds", "5"},
+       "--port-file", port_file.string(), "--grace-seconds", "5", "--metrics-listen",
+       "127.0.0.1:0"},
       dir / "server.log");
   REQUIRE(server);
   const auto port = testing::WaitForFile(port_file, 20s);

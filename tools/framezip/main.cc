@@ -19,6 +19,9 @@ constexpr Subcommand kSubcommands[] = {
     {"version", "print the version and how this binary was built", framezip::cli::RunVersion},
     {"devices", "list the devices the engine can run on", framezip::cli::RunDevices},
     {"health", "ask a running server for its gRPC health", framezip::cli::RunHealth},
+    {"run", "run one chat turn in-process on a video or image", framezip::cli::RunRun},
+    {"bench", "run a benchmark suite (engine, ...)", framezip::cli::RunBench},
+    {"chat", "chat with a running server about a video (interactive)", framezip::cli::RunChat},
 };
 
 void PrintUsage(FILE* out) {

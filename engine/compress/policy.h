@@ -1,0 +1,67 @@
+// CompressionPolicy: the hook through which KV-compression methods (ZipVL, AttentionPack,
+// Dynamic-LLaVA, FastV, KIVI — later issues) steer what the decoder keeps in the KV cache.
+//
+// One policy object per sequence (it may keep per-sequence state: accumulated attention scores,
+// kept index sets). The decoder calls it:
+//   - OnPrefillLayer, once per layer and prefill chunk, after q/k/v are projected and rotated and
+//     before attention and the KV write. The policy sees the chunk's attention inputs and may
+//     decide which of the chunk's tokens this layer stores (keep mask; ragged layers).
+//   - OnDecodeWrite, once per layer and decode step, before the new token's K/V is stored; false
+//     means "attend to it this step but do not store it" (Dynamic-LLaVA write gating).
+// Later hooks (quantised page formats, sparse prefill attention) extend this interface.
+//
+// Thread-safety: a policy is used by one sequence, from one engine step at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::compress {
+
+// The attention inputs of one layer for one prefill chunk (views valid during the call).
+struct PrefillLayerInputs {
+  int layer = 0;
+  const Tensor* q = nullptr;           // [T, H, d] f32, post-RoPE
+  const Tensor* k = nullptr;           // [T, G, d] f32, post-RoPE
+  const Tensor* v = nullptr;           // [T, G, d] f32
+  const int32_t* positions = nullptr;  // [T] positions of the chunk's tokens
+  int64_t past_tokens = 0;             // tokens this layer already stores for the sequence
+};
+
+class CompressionPolicy {
+ public:
+  virtual ~CompressionPolicy() = default;
+
+  // The name reported in turn stats ("none", "zipvl", ...).
+  virtual std::string_view name() const = 0;
+
+  // Fills keep[0..T) (1 = store the token's K/V in this layer). `keep` arrives sized T and all 1.
+  virtual Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) = 0;
+
+  // Whether the decode token at `position` is stored in `layer`.
+  virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
+};
+
+// "none": keeps everything.
+class NonePolicy final : public CompressionPolicy {
+ public:
+  std::string_view name() const override { return "none"; }
+  Status OnPrefillLayer(const PrefillLayerInputs&, std::vector<uint8_t>&) override {
+    return absl::OkStatus();
+  }
+  bool OnDecodeWrite(int, int32_t) override { return true; }
+};
+
+// Names accepted by CreatePolicy (only "none" so far).
+std::vector<std::string> PolicyNames();
+
+// A fresh policy for one sequence; INVALID_ARGUMENT listing the known names for an unknown one.
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view name);
+
+}  // namespace framezip::engine::compress

@@ -1,0 +1,124 @@
+#include "engine/core/thread_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+namespace framezip::engine {
+namespace {
+
+// True on a thread that is running a loop body: nested ParallelFor calls run inline there.
+thread_local bool t_in_loop = false;
+
+int DefaultThreadCount() {
+  if (const char* env = std::getenv("FRAMEZIP_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::mutex g_pool_mu;
+std::unique_ptr<ThreadPool> g_pool;
+int g_threads = 0;  // 0 = not chosen yet
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  workers_.reserve(num_threads_ - 1);
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::RunChunks() {
+  const bool was_in_loop = t_in_loop;
+  t_in_loop = true;
+  for (;;) {
+    const int64_t c = next_chunk_->fetch_add(1, std::memory_order_relaxed);
+    if (c >= num_chunks_) break;
+    const int64_t begin = c * chunk_;
+    (*fn_)(begin, std::min(n_, begin + chunk_));
+  }
+  t_in_loop = was_in_loop;
+}
+
+void ThreadPool::WorkerLoop(int /*index*/) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    RunChunks();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --active_workers_;
+    }
+    done_cv_.notify_one();
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (num_threads_ == 1 || t_in_loop || n <= grain) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(call_mu_);
+  // Several chunks per thread so uneven work (causal attention rows) still balances.
+  const int64_t target_chunks = static_cast<int64_t>(num_threads_) * 8;
+  const int64_t chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  std::atomic<int64_t> next{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = chunk;
+    num_chunks_ = (n + chunk - 1) / chunk;
+    next_chunk_ = &next;
+    active_workers_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  RunChunks();
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return active_workers_ == 0; });
+  fn_ = nullptr;
+  next_chunk_ = nullptr;
+}
+
+ThreadPool& ComputePool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) {
+    if (g_threads == 0) g_threads = DefaultThreadCount();
+    g_pool = std::make_unique<ThreadPool>(g_threads);
+  }
+  return *g_pool;
+}
+
+void SetComputeThreads(int num_threads) {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_threads = std::max(1, num_threads);
+  if (!g_pool || g_pool->num_threads() != g_threads)
+    g_pool = std::make_unique<ThreadPool>(g_threads);
+}
+
+int ComputeThreads() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  return g_threads == 0 ? DefaultThreadCount() : g_threads;
+}
+
+}  // namespace framezip::engine

@@ -1,0 +1,80 @@
+#include "engine/kv/page_pool.h"
+
+#include <algorithm>
+
+namespace framezip::engine::kv {
+
+size_t PageLayout::HalfBytes() const {
+  const auto dtype = KvFormatDType(format);
+  const size_t elem = dtype.ok() ? DTypeSize(*dtype) : 0;
+  return static_cast<size_t>(page_tokens) * num_kv_heads * head_dim * elem;
+}
+
+StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PageLayout layout, int64_t max_pages) {
+  if (layout.page_tokens <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
+      max_pages <= 0) {
+    return InvalidArgumentError(
+        "KV page pool: page_tokens {}, kv heads {}, head_dim {}, max_pages {} must be positive",
+        layout.page_tokens, layout.num_kv_heads, layout.head_dim, max_pages);
+  }
+  FZ_ASSIGN_OR_RETURN(const DType dtype, KvFormatDType(layout.format));
+  return std::unique_ptr<PagePool>(new PagePool(layout, dtype, max_pages));
+}
+
+PagePool::PagePool(PageLayout layout, DType dtype, int64_t max_pages)
+    : layout_(layout), dtype_(dtype), max_pages_(max_pages) {}
+
+StatusOr<PageId> PagePool::Allocate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) {
+    const int64_t have = static_cast<int64_t>(page_ptr_.size());
+    if (have >= max_pages_) {
+      return ResourceExhaustedError("KV cache full: all {} pages ({} MiB) are in use", max_pages_,
+                                    max_pages_ * layout_.PageBytes() >> 20);
+    }
+    const int64_t add = std::min(kPagesPerChunk, max_pages_ - have);
+    FZ_ASSIGN_OR_RETURN(Buffer chunk, Buffer::Allocate(Device::Cpu(), static_cast<size_t>(add) *
+                                                                          layout_.PageBytes()));
+    char* base = static_cast<char*>(chunk.data());
+    chunks_.push_back(std::move(chunk));
+    // Push in reverse so pages are handed out in address order.
+    for (int64_t i = add - 1; i >= 0; --i) {
+      page_ptr_.push_back(nullptr);
+      free_.push_back(static_cast<PageId>(have + i));
+    }
+    for (int64_t i = 0; i < add; ++i) page_ptr_[have + i] = base + i * layout_.PageBytes();
+  }
+  const PageId id = free_.back();
+  free_.pop_back();
+  ++in_use_;
+  return id;
+}
+
+void PagePool::Free(PageId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FZ_CHECK(id >= 0 && id < static_cast<PageId>(page_ptr_.size()));
+  free_.push_back(id);
+  --in_use_;
+}
+
+void* PagePool::Keys(PageId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return page_ptr_[id];
+}
+
+void* PagePool::Values(PageId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return page_ptr_[id] + layout_.HalfBytes();
+}
+
+int64_t PagePool::pages_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+size_t PagePool::bytes_reserved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return page_ptr_.size() * layout_.PageBytes();
+}
+
+}  // namespace framezip::engine::kv

@@ -1,0 +1,362 @@
+#include "engine/llm/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/half.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/embedding.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/paged_attention.h"
+#include "engine/ops/rms_norm.h"
+#include "engine/ops/rope.h"
+
+namespace framezip::engine::llm {
+namespace {
+
+Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, bool optional) {
+  if (!t.defined()) {
+    if (optional) return absl::OkStatus();
+    return InvalidArgumentError("decoder weights: missing tensor {}", name);
+  }
+  if (t.shape() != want) {
+    return InvalidArgumentError("decoder weights: {} has shape {}, expected {}", name,
+                                ShapeString(t.shape()), ShapeString(want));
+  }
+  return absl::OkStatus();
+}
+
+ops::RopeParams RopeFor(const model::TextConfig& c) {
+  ops::RopeParams p;
+  p.head_dim = static_cast<int>(c.head_dim);
+  p.theta = c.rope_theta;
+  if (c.rope_scaling.type == model::RopeScaling::Type::kLlama3) {
+    p.llama3_factor = c.rope_scaling.factor;
+    p.llama3_low_freq_factor = c.rope_scaling.low_freq_factor;
+    p.llama3_high_freq_factor = c.rope_scaling.high_freq_factor;
+    p.llama3_original_max_positions =
+        static_cast<double>(c.rope_scaling.original_max_position_embeddings);
+  }
+  return p;
+}
+
+StatusOr<Tensor> Alloc(Shape shape, DType dtype = DType::kF32) {
+  return Tensor::Empty(std::move(shape), dtype);
+}
+
+Tensor Positions(int64_t start, int64_t count) {
+  Tensor t = *Tensor::Empty({count}, DType::kI32);
+  for (int64_t i = 0; i < count; ++i) t.data<int32_t>()[i] = static_cast<int32_t>(start + i);
+  return t;
+}
+
+// x += y (same shape).
+Status AddInPlace(Tensor& x, const Tensor& y) { return ops::Add(x, y, x); }
+
+// SwiGLU MLP on h [T, H] -> out [T, H].
+Status Mlp(const model::TextLayerWeights& w, int64_t inter, const Tensor& h, Tensor& out) {
+  const int64_t t = h.dim(0);
+  FZ_ASSIGN_OR_RETURN(Tensor gate, Alloc({t, inter}));
+  FZ_ASSIGN_OR_RETURN(Tensor up, Alloc({t, inter}));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_proj, w.gate_bias, gate));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.up_proj, w.up_bias, up));
+  FZ_RETURN_IF_ERROR(ops::SiluMul(gate, up, gate));
+  return ops::Linear(gate, w.down_proj, w.down_bias, out);
+}
+
+}  // namespace
+
+StatusOr<DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights& weights,
+                                                 const model::TextConfig& config) {
+  DecoderWeights d;
+  d.embed_tokens = weights.Get(model::TextName("embed_tokens.weight"));
+  d.norm = weights.Get(model::TextName("norm.weight"));
+  const Tensor* head = weights.Find(model::kLmHead);
+  d.lm_head = head != nullptr ? *head : d.embed_tokens;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) d.layers.push_back(weights.TextLayer(l));
+  return d;
+}
+
+Decoder::Decoder(model::TextConfig config, DecoderWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {}
+
+StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const model::TextConfig& c, DecoderWeights w) {
+  if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 ||
+      c.head_dim <= 0 || c.num_attention_heads % c.num_key_value_heads != 0 ||
+      c.head_dim % 2 != 0) {
+    return InvalidArgumentError(
+        "decoder: bad config (hidden {}, heads {}, kv heads {}, head_dim {})", c.hidden_size,
+        c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+  }
+  if (static_cast<int64_t>(w.layers.size()) != c.num_hidden_layers) {
+    return InvalidArgumentError("decoder: {} layers of weights for num_hidden_layers {}",
+                                w.layers.size(), c.num_hidden_layers);
+  }
+  const int64_t h = c.hidden_size, q = c.q_dim(), kvd = c.kv_dim(), im = c.intermediate_size;
+  FZ_RETURN_IF_ERROR(CheckShape(w.embed_tokens, {c.vocab_size, h}, "embed_tokens", false));
+  FZ_RETURN_IF_ERROR(CheckShape(w.norm, {h}, "norm", false));
+  FZ_RETURN_IF_ERROR(CheckShape(w.lm_head, {c.vocab_size, h}, "lm_head", false));
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const auto& L = w.layers[l];
+    const std::string p = fmt::format("layers.{}.", l);
+    FZ_RETURN_IF_ERROR(CheckShape(L.input_layernorm, {h}, p + "input_layernorm", false));
+    FZ_RETURN_IF_ERROR(
+        CheckShape(L.post_attention_layernorm, {h}, p + "post_attention_layernorm", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.q_proj, {q, h}, p + "q_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.k_proj, {kvd, h}, p + "k_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.v_proj, {kvd, h}, p + "v_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.o_proj, {h, q}, p + "o_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.gate_proj, {im, h}, p + "gate_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.up_proj, {im, h}, p + "up_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.down_proj, {h, im}, p + "down_proj", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.q_bias, {q}, p + "q_proj.bias", !c.qkv_bias));
+    FZ_RETURN_IF_ERROR(CheckShape(L.k_bias, {kvd}, p + "k_proj.bias", !c.qkv_bias));
+    FZ_RETURN_IF_ERROR(CheckShape(L.v_bias, {kvd}, p + "v_proj.bias", !c.qkv_bias));
+    FZ_RETURN_IF_ERROR(CheckShape(L.o_bias, {h}, p + "o_proj.bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.gate_bias, {im}, p + "gate_proj.bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.up_bias, {im}, p + "up_proj.bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.down_bias, {h}, p + "down_proj.bias", true));
+  }
+  if (c.hidden_act != model::Activation::kSilu) {
+    return UnimplementedError("decoder: hidden_act {} (only silu)",
+                              model::ActivationName(c.hidden_act));
+  }
+  if (c.use_sliding_window) {
+    return UnimplementedError("decoder: sliding-window attention is not implemented");
+  }
+  return std::unique_ptr<Decoder>(new Decoder(c, std::move(w)));
+}
+
+kv::PageLayout Decoder::KvLayout(kv::KvFormat format, int page_tokens) const {
+  return kv::PageLayout{page_tokens, static_cast<int>(config_.num_key_value_heads),
+                        static_cast<int>(config_.head_dim), format};
+}
+
+StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
+                                                         std::string_view policy) const {
+  const kv::PageLayout& pl = pool->layout();
+  if (pl.num_kv_heads != config_.num_key_value_heads || pl.head_dim != config_.head_dim) {
+    return InvalidArgumentError("KV pool has {} heads × {} dims, model needs {} × {}",
+                                pl.num_kv_heads, pl.head_dim, config_.num_key_value_heads,
+                                config_.head_dim);
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->kv = kv::SequenceKv(pool, static_cast<int>(config_.num_hidden_layers));
+  FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
+  return seq;
+}
+
+Status Decoder::Embed(const Tensor& ids, Tensor& out) const {
+  return ops::Embedding(weights_.embed_tokens, ids, out);
+}
+
+StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  FZ_ASSIGN_OR_RETURN(Tensor idt, Alloc({n}, DType::kI32));
+  std::copy(ids.begin(), ids.end(), idt.data<int32_t>());
+  FZ_ASSIGN_OR_RETURN(Tensor out, Alloc({n, config_.hidden_size}));
+  FZ_RETURN_IF_ERROR(Embed(idt, out));
+  return out;
+}
+
+Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions, Tensor& x) const {
+  const auto& w = weights_.layers[l];
+  const int64_t t = x.dim(0), hid = config_.hidden_size, nh = config_.num_attention_heads,
+                g = config_.num_key_value_heads, d = config_.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  FZ_ASSIGN_OR_RETURN(Tensor h, Alloc({t, hid}));
+  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.input_layernorm, eps, h));
+  FZ_ASSIGN_OR_RETURN(Tensor q, Alloc({t, nh, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor k, Alloc({t, g, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor v, Alloc({t, g, d}));
+  {
+    FZ_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({t, nh * d}));
+    FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({t, g * d}));
+    FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({t, g * d}));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.q_proj, w.q_bias, q2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.k_proj, w.k_bias, k2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_bias, v2));
+  }
+  const ops::RopeParams rope = RopeFor(config_);
+  FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, rope));
+  FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
+
+  const int64_t past = seq.kv.num_tokens(l);
+  std::vector<uint8_t> keep(static_cast<size_t>(t), 1);
+  FZ_RETURN_IF_ERROR(seq.policy->OnPrefillLayer(
+      compress::PrefillLayerInputs{l, &q, &k, &v, positions.data<int32_t>(), past}, keep));
+
+  FZ_ASSIGN_OR_RETURN(Tensor attn, Alloc({1, t, nh, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
+  if (past == 0) {
+    FZ_ASSIGN_OR_RETURN(Tensor k4, k.Reshape({1, t, g, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor v4, v.Reshape({1, t, g, d}));
+    FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn));
+  } else {
+    // Earlier chunks' keys (all at earlier positions) first, then this chunk's.
+    FZ_ASSIGN_OR_RETURN(Tensor kall, Alloc({1, past + t, g, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor vall, Alloc({1, past + t, g, d}));
+    seq.kv.Gather(l, kall.data<float>(), vall.data<float>());
+    std::memcpy(kall.data<float>() + past * g * d, k.raw_data(), k.nbytes());
+    std::memcpy(vall.data<float>() + past * g * d, v.raw_data(), v.nbytes());
+    FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, kall, vall, attn));
+  }
+  FZ_RETURN_IF_ERROR(seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data<int32_t>(),
+                                   t, keep.data()));
+
+  FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({t, nh * d}));
+  FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
+  FZ_RETURN_IF_ERROR(AddInPlace(x, h));
+  FZ_ASSIGN_OR_RETURN(Tensor h2, Alloc({t, hid}));
+  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_attention_layernorm, eps, h2));
+  FZ_RETURN_IF_ERROR(Mlp(w, config_.intermediate_size, h2, h));
+  return AddInPlace(x, h);
+}
+
+StatusOr<Tensor> Decoder::Logits(const Tensor& x) const {
+  FZ_ASSIGN_OR_RETURN(Tensor normed, Alloc(x.shape()));
+  FZ_RETURN_IF_ERROR(
+      ops::RmsNorm(x, weights_.norm, static_cast<float>(config_.rms_norm_eps), normed));
+  FZ_ASSIGN_OR_RETURN(Tensor logits, Alloc({x.dim(0), config_.vocab_size}));
+  FZ_RETURN_IF_ERROR(ops::Linear(normed, weights_.lm_head, Tensor(), logits));
+  return logits;
+}
+
+StatusOr<Tensor> Decoder::Prefill(Sequence& seq, const Tensor& embeds,
+                                  const PrefillOptions& options) const {
+  const int64_t hid = config_.hidden_size;
+  if (embeds.rank() != 2 || embeds.dim(1) != hid || embeds.dtype() != DType::kF32 ||
+      embeds.dim(0) == 0) {
+    return InvalidArgumentError("Prefill: embeds has shape {} ({}), want [T > 0, {}] f32",
+                                ShapeString(embeds.shape()), DTypeName(embeds.dtype()), hid);
+  }
+  const int64_t total = embeds.dim(0);
+  const int64_t chunk = options.chunk_tokens > 0 ? options.chunk_tokens : total;
+  const int64_t layers = config_.num_hidden_layers;
+  if (options.hidden_states != nullptr) {
+    options.hidden_states->clear();
+    for (int64_t i = 0; i <= layers; ++i) {
+      FZ_ASSIGN_OR_RETURN(Tensor hs, Alloc({total, hid}));
+      options.hidden_states->push_back(hs);
+    }
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor logits, Alloc({options.all_logits ? total : 1, config_.vocab_size}));
+  for (int64_t c0 = 0; c0 < total; c0 += chunk) {
+    const int64_t t = std::min(chunk, total - c0);
+    FZ_ASSIGN_OR_RETURN(Tensor x, Alloc({t, hid}));
+    std::memcpy(x.raw_data(), static_cast<const float*>(embeds.raw_data()) + c0 * hid, x.nbytes());
+    const Tensor positions = Positions(seq.length, t);
+    auto record = [&](int64_t index, const Tensor& value) {
+      if (options.hidden_states == nullptr) return;
+      std::memcpy((*options.hidden_states)[index].data<float>() + c0 * hid, value.raw_data(),
+                  value.nbytes());
+    };
+    record(0, x);
+    for (int64_t l = 0; l < layers; ++l) {
+      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), seq, positions, x));
+      if (l + 1 < layers) record(l + 1, x);
+    }
+    seq.length += t;
+    if (options.hidden_states != nullptr) {
+      FZ_ASSIGN_OR_RETURN(Tensor normed, Alloc({t, hid}));
+      FZ_RETURN_IF_ERROR(
+          ops::RmsNorm(x, weights_.norm, static_cast<float>(config_.rms_norm_eps), normed));
+      record(layers, normed);
+    }
+    if (options.all_logits) {
+      FZ_ASSIGN_OR_RETURN(Tensor part, Logits(x));
+      std::memcpy(logits.data<float>() + c0 * config_.vocab_size, part.raw_data(), part.nbytes());
+    } else if (c0 + t == total) {
+      FZ_ASSIGN_OR_RETURN(Tensor last, x.Slice(t - 1, t));
+      FZ_ASSIGN_OR_RETURN(logits, Logits(last));
+    }
+  }
+  return logits;
+}
+
+StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
+                                     std::span<const int32_t> tokens) const {
+  const int64_t b = static_cast<int64_t>(seqs.size());
+  if (b == 0 || tokens.size() != seqs.size()) {
+    return InvalidArgumentError("DecodeStep: {} sequences and {} tokens", seqs.size(),
+                                tokens.size());
+  }
+  const int64_t hid = config_.hidden_size, nh = config_.num_attention_heads,
+                g = config_.num_key_value_heads, d = config_.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const DType kv_dtype = seqs[0]->kv.pool()->dtype();
+  for (Sequence* s : seqs) {
+    if (s->kv.pool()->dtype() != kv_dtype) {
+      return InvalidArgumentError("DecodeStep: sequences use KV pools of different formats");
+    }
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor x, Embed(tokens));
+  FZ_ASSIGN_OR_RETURN(Tensor positions, Alloc({b}, DType::kI32));
+  for (int64_t i = 0; i < b; ++i)
+    positions.data<int32_t>()[i] = static_cast<int32_t>(seqs[i]->length);
+  const ops::RopeParams rope = RopeFor(config_);
+  FZ_ASSIGN_OR_RETURN(Tensor h, Alloc({b, hid}));
+  FZ_ASSIGN_OR_RETURN(Tensor q, Alloc({b, nh, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor k, Alloc({b, g, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor v, Alloc({b, g, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor attn, Alloc({b, nh, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({b, nh * d}));
+  FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({b, g * d}));
+  FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({b, g * d}));
+  FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({b, nh * d}));
+  // K/V of tokens the policy does not store, converted to the pool's element type so they can be
+  // attended to this step as one extra span.
+  const size_t row = static_cast<size_t>(g * d);
+  std::vector<char> unstored_k(row * DTypeSize(kv_dtype) * b), unstored_v(unstored_k.size());
+  std::vector<ops::KvSpan> spans;
+  std::vector<int32_t> offsets;
+
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const auto& w = weights_.layers[l];
+    FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.input_layernorm, eps, h));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.q_proj, w.q_bias, q2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.k_proj, w.k_bias, k2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_bias, v2));
+    FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, rope));
+    FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
+    spans.clear();
+    offsets.assign(1, 0);
+    for (int64_t i = 0; i < b; ++i) {
+      Sequence& s = *seqs[i];
+      const float* ki = k.data<float>() + i * row;
+      const float* vi = v.data<float>() + i * row;
+      const int32_t pos = positions.data<int32_t>()[i];
+      const bool store = s.policy->OnDecodeWrite(static_cast<int>(l), pos);
+      if (store) FZ_RETURN_IF_ERROR(s.kv.Append(static_cast<int>(l), ki, vi, &pos, 1));
+      s.kv.AppendSpans(static_cast<int>(l), spans);
+      if (!store) {
+        char* kd = unstored_k.data() + i * row * DTypeSize(kv_dtype);
+        char* vd = unstored_v.data() + i * row * DTypeSize(kv_dtype);
+        for (size_t e = 0; e < row; ++e) {
+          if (kv_dtype == DType::kF32) {
+            reinterpret_cast<float*>(kd)[e] = ki[e];
+            reinterpret_cast<float*>(vd)[e] = vi[e];
+          } else {
+            reinterpret_cast<Float16*>(kd)[e] = F32ToF16(ki[e]);
+            reinterpret_cast<Float16*>(vd)[e] = F32ToF16(vi[e]);
+          }
+        }
+        spans.push_back(ops::KvSpan{kd, vd, 1});
+      }
+      offsets.push_back(static_cast<int32_t>(spans.size()));
+    }
+    FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(
+        q, spans, offsets, ops::PagedDecodeParams{kv_dtype, static_cast<int>(g), 0}, attn));
+    FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
+    FZ_RETURN_IF_ERROR(AddInPlace(x, h));
+    FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_attention_layernorm, eps, h));
+    FZ_ASSIGN_OR_RETURN(Tensor mlp, Alloc({b, hid}));
+    FZ_RETURN_IF_ERROR(Mlp(w, config_.intermediate_size, h, mlp));
+    FZ_RETURN_IF_ERROR(AddInPlace(x, mlp));
+  }
+  for (Sequence* s : seqs) ++s->length;
+  return Logits(x);
+}
+
+}  // namespace framezip::engine::llm

@@ -1,0 +1,112 @@
+// Decoder: the Qwen2 / Llama language model (MODELS.md §4) on top of the CPU ops and a paged KV
+// cache.
+//
+//   h = x + o_proj(Attn(RMSNorm_in(x)))            GQA, half-split RoPE, q/k/v bias (Qwen2)
+//   y = h + down(silu(gate(RMSNorm_post(h))) ⊙ up(RMSNorm_post(h)))
+//   logits = lm_head(RMSNorm(y_L))                  lm_head may be the (tied) embedding
+//
+// Activations are f32; weights stay in their stored dtype (f32/bf16/f16, see ops::Linear).
+// The decoder is stateless and const after creation: all per-sequence state (KV pages, position,
+// compression policy) lives in a Sequence, so one Decoder serves many sequences and one
+// DecodeStep advances a batch of them together (continuous batching).
+//
+// Thread-safety: const methods may run concurrently on DIFFERENT sequences, but the ops share
+// ComputePool(), whose loops are serialised — concurrency gains nothing; batch instead.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/compress/policy.h"
+#include "engine/core/tensor.h"
+#include "engine/kv/page_pool.h"
+#include "engine/kv/sequence_kv.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+
+namespace framezip::engine::llm {
+
+// The decoder's tensors (views; whoever made them keeps the storage alive — ModelWeights' mmaps
+// or the caller's buffers). Optional biases are undefined tensors.
+struct DecoderWeights {
+  Tensor embed_tokens;                          // [V, H]
+  std::vector<model::TextLayerWeights> layers;  // L entries
+  Tensor norm;                                  // [H]
+  Tensor lm_head;                               // [V, H]; the embedding itself when tied
+};
+
+// Picks the text-model tensors out of a bound LLaVA checkpoint (lm_head already tied by Bind).
+StatusOr<DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights& weights,
+                                                 const model::TextConfig& config);
+
+// One sequence's state: its KV cache, its position and its compression policy.
+struct Sequence {
+  kv::SequenceKv kv;
+  std::unique_ptr<compress::CompressionPolicy> policy;
+  int64_t length = 0;  // positions consumed so far = the position of the next token
+};
+
+struct PrefillOptions {
+  // Tokens per chunk (0 = all at once). Chunks attend to earlier chunks through the KV cache;
+  // results equal one-shot prefill up to f32 rounding.
+  int64_t chunk_tokens = 0;
+  // Logits for every input position ([T, V]) instead of the last one only ([1, V]).
+  bool all_logits = false;
+  // When set, receives L + 1 tensors [T, H] exactly like HF's output_hidden_states: the input
+  // embeddings, the output of layers 0..L-2, and the FINAL-NORMED output of the last layer.
+  std::vector<Tensor>* hidden_states = nullptr;
+};
+
+class Decoder {
+ public:
+  // Checks every tensor's shape against `config` (INVALID_ARGUMENT naming the first bad one).
+  static StatusOr<std::unique_ptr<Decoder>> Create(const model::TextConfig& config,
+                                                   DecoderWeights weights);
+
+  const model::TextConfig& config() const { return config_; }
+  const DecoderWeights& weights() const { return weights_; }
+
+  // The KV page layout of this model for `format` and `page_tokens` slots per page.
+  kv::PageLayout KvLayout(kv::KvFormat format, int page_tokens = 32) const;
+
+  // A fresh, empty sequence whose pages come from `pool` (which must outlive it) and whose
+  // compression policy is `policy` (compress::CreatePolicy names). INVALID_ARGUMENT when the
+  // pool's layout does not fit this model or the policy is unknown.
+  StatusOr<std::unique_ptr<Sequence>> NewSequence(kv::PagePool* pool,
+                                                  std::string_view policy = "none") const;
+
+  // Token embeddings: ids [T] i32 -> out [T, H] f32. OUT_OF_RANGE for an id outside the vocab.
+  Status Embed(const Tensor& ids, Tensor& out) const;
+  StatusOr<Tensor> Embed(std::span<const int32_t> ids) const;
+
+  // Runs `embeds` [T, H] f32 (token embeddings, with visual features already merged in at their
+  // placeholder positions) through the model at positions seq.length .. seq.length+T-1, appends
+  // their K/V to seq.kv (as the policy allows) and advances seq.length by T.
+  // Returns logits [1, V] of the last position, or [T, V] with options.all_logits.
+  // RESOURCE_EXHAUSTED when the KV pool is full; the sequence is then unusable (Clear it).
+  StatusOr<Tensor> Prefill(Sequence& seq, const Tensor& embeds,
+                           const PrefillOptions& options = {}) const;
+
+  // One decode step for a batch: token b is fed to seqs[b] at position seqs[b]->length; every
+  // sequence advances by one. Returns logits [B, V]. Sequences must be distinct.
+  // RESOURCE_EXHAUSTED when the KV pool is full (the batch's sequences are then unusable).
+  StatusOr<Tensor> DecodeStep(std::span<Sequence* const> seqs,
+                              std::span<const int32_t> tokens) const;
+
+ private:
+  Decoder(model::TextConfig config, DecoderWeights weights);
+
+  // x [T, H] in place through layer `l` for a prefill chunk of `seq`.
+  Status PrefillLayer(int l, Sequence& seq, const Tensor& positions, Tensor& x) const;
+  // Final norm + lm_head on rows of x [T, H] -> [T, V].
+  StatusOr<Tensor> Logits(const Tensor& x) const;
+
+  model::TextConfig config_;
+  DecoderWeights weights_;
+};
+
+}  // namespace framezip::engine::llm

@@ -1,0 +1,114 @@
+#include "engine/llm/random_weights.h"
+
+#include <cmath>
+
+#include "engine/core/half.h"
+#include "engine/core/thread_pool.h"
+
+namespace framezip::engine::llm {
+namespace {
+
+// splitmix64: a fast counter-based generator, so chunks can be filled in parallel yet the values
+// depend only on (seed, index).
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+model::TextConfig Qwen2_0_5BConfig() {
+  model::TextConfig c;
+  c.arch = model::TextArch::kQwen2;
+  c.model_type = "qwen2";
+  c.vocab_size = 151936;
+  c.hidden_size = 896;
+  c.intermediate_size = 4864;
+  c.num_hidden_layers = 24;
+  c.num_attention_heads = 14;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 32768;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+StatusOr<Tensor> RandomTensor(Shape shape, DType dtype, uint64_t seed, float stddev, float mean) {
+  FZ_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(std::move(shape), dtype));
+  const float half_width = stddev * std::sqrt(3.0f);  // uniform [-a, a] has std a/√3
+  const uint64_t base = Mix(seed);
+  void* p = t.raw_data();
+  ComputePool().ParallelFor(t.numel(), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const uint64_t r = Mix(base ^ static_cast<uint64_t>(i));
+      const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+      const float v = mean + (2 * u - 1) * half_width;
+      switch (dtype) {
+        case DType::kBF16:
+          static_cast<BFloat16*>(p)[i] = F32ToBF16(v);
+          break;
+        case DType::kF16:
+          static_cast<Float16*>(p)[i] = F32ToF16(v);
+          break;
+        default:
+          static_cast<float*>(p)[i] = v;
+          break;
+      }
+    }
+  });
+  return t;
+}
+
+StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const model::TextConfig& c, DType dtype,
+                                                        uint64_t seed, float stddev) {
+  RandomDecoderWeights r;
+  uint64_t next = seed * 1000003;
+  auto make = [&](Shape shape, float sd, float mean = 0.f) -> StatusOr<Tensor> {
+    FZ_ASSIGN_OR_RETURN(Tensor t, RandomTensor(std::move(shape), dtype, ++next, sd, mean));
+    r.storage.push_back(t);
+    return t;
+  };
+  const int64_t h = c.hidden_size, q = c.q_dim(), kvd = c.kv_dim(), im = c.intermediate_size;
+  DecoderWeights& w = r.weights;
+  FZ_ASSIGN_OR_RETURN(w.embed_tokens, make({c.vocab_size, h}, stddev));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    model::TextLayerWeights L;
+    FZ_ASSIGN_OR_RETURN(L.input_layernorm, make({h}, 0.1f, 1.f));
+    FZ_ASSIGN_OR_RETURN(L.q_proj, make({q, h}, stddev));
+    FZ_ASSIGN_OR_RETURN(L.k_proj, make({kvd, h}, stddev));
+    FZ_ASSIGN_OR_RETURN(L.v_proj, make({kvd, h}, stddev));
+    if (c.qkv_bias) {
+      FZ_ASSIGN_OR_RETURN(L.q_bias, make({q}, stddev));
+      FZ_ASSIGN_OR_RETURN(L.k_bias, make({kvd}, stddev));
+      FZ_ASSIGN_OR_RETURN(L.v_bias, make({kvd}, stddev));
+    }
+    FZ_ASSIGN_OR_RETURN(L.o_proj, make({h, q}, stddev));
+    if (c.o_bias) {
+      FZ_ASSIGN_OR_RETURN(L.o_bias, make({h}, stddev));
+    }
+    FZ_ASSIGN_OR_RETURN(L.post_attention_layernorm, make({h}, 0.1f, 1.f));
+    FZ_ASSIGN_OR_RETURN(L.gate_proj, make({im, h}, stddev));
+    FZ_ASSIGN_OR_RETURN(L.up_proj, make({im, h}, stddev));
+    FZ_ASSIGN_OR_RETURN(L.down_proj, make({h, im}, stddev));
+    if (c.mlp_bias) {
+      FZ_ASSIGN_OR_RETURN(L.gate_bias, make({im}, stddev));
+      FZ_ASSIGN_OR_RETURN(L.up_bias, make({im}, stddev));
+      FZ_ASSIGN_OR_RETURN(L.down_bias, make({h}, stddev));
+    }
+    w.layers.push_back(std::move(L));
+  }
+  FZ_ASSIGN_OR_RETURN(w.norm, make({h}, 0.1f, 1.f));
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed_tokens;
+  } else {
+    FZ_ASSIGN_OR_RETURN(w.lm_head, make({c.vocab_size, h}, stddev));
+  }
+  return r;
+}
+
+}  // namespace framezip::engine::llm

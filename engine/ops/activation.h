@@ -1,0 +1,27 @@
+// Element-wise activations, f32 in and out, any shape.
+//
+//   Gelu(kErf):  y = x/2 · (1 + erf(x/√2))                         (nn.GELU(), projector)
+//   Gelu(kTanh): y = x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))   (gelu_pytorch_tanh, SigLIP MLP)
+//   SiluMul:     y = silu(gate) · up = gate / (1 + e^-gate) · up    (SwiGLU of Qwen2/Llama MLPs)
+//   Add:         y = a + b                                          (residual adds)
+//
+// Outputs may alias an input (in place). Errors: INVALID_ARGUMENT when shapes differ or a tensor
+// is not f32; UNIMPLEMENTED on CUDA tensors.
+#pragma once
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+enum class GeluApproximation { kErf, kTanh };
+
+Status Gelu(const Tensor& x, GeluApproximation approximation, Tensor& y);
+
+// gate, up, y: same shape.
+Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& y);
+
+// a, b, y: same shape.
+Status Add(const Tensor& a, const Tensor& b, Tensor& y);
+
+}  // namespace framezip::engine::ops

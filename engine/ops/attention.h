@@ -1,0 +1,47 @@
+// Multi-head attention for prefill (causal) and for vision towers (bidirectional), f32.
+//
+//   out[b, i, h, :] = Σ_j softmax_j(scale · q[b, i, h, :] · k[b, j, g, :] + mask[i, j]) · v[b, j,
+//   g, :]
+//
+// with grouped-query attention: query head h reads KV head g = h / (H / G) (consecutive blocks of
+// query heads share a KV head, HF repeat_kv). Causal mask: key j is visible to query i iff
+// j <= i + q_offset (query i sits at position q_offset + i of the key sequence; q_offset > 0 when a
+// prefill chunk attends to earlier chunks' keys placed first in k/v).
+//
+// CPU kernel: FlashAttention-style. Work is split over (batch, head, block of queries) on
+// ComputePool(); each task walks key blocks with an online softmax (running max and sum), so no
+// [Tq, Tk] matrix is materialised and memory stays O(block²) per thread for any length. Blocks
+// fully above the causal diagonal are skipped.
+//
+// Shapes (row-major, contiguous, all f32):
+//   q   [B, Tq, H, d]
+//   k,v [B, Tk, G, d]      H % G == 0
+//   out [B, Tq, H, d]      must not alias q, k or v
+// Errors: INVALID_ARGUMENT naming the mismatch; UNIMPLEMENTED on CUDA tensors.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+struct AttentionParams {
+  float scale = 0;  // softmax scale; 0 means 1/sqrt(d)
+  bool causal = false;
+  int64_t q_offset = 0;  // causal only: position of query 0 within the key sequence
+};
+
+Status Attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
+                 Tensor& out);
+
+// Every query sees every key (ViT encoders). Same shapes as Attention; scale 0 = 1/sqrt(d).
+Status BidirectionalAttention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                              float scale = 0);
+
+// Causal self-attention of a prefill chunk whose queries are the last Tq of the Tk keys
+// (q_offset = Tk - Tq). Same shapes as Attention.
+Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out);
+
+}  // namespace framezip::engine::ops

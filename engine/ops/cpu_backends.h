@@ -1,0 +1,34 @@
+// CPU entry points of the ops in this folder (x_cpu.cc files); the dispatchers in x.cc call them
+// after checking every argument, so they assume valid shapes and dtypes. The CUDA entry points
+// (x_cuda.cc) join when their kernels are written; until then the dispatchers answer UNIMPLEMENTED
+// for CUDA tensors.
+#pragma once
+
+#include <span>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/paged_attention.h"
+#include "engine/ops/rope.h"
+
+namespace framezip::engine::ops {
+
+Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
+Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);
+Status LayerNormCpu(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y);
+Status RmsNormCpu(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+Status GeluCpu(const Tensor& x, GeluApproximation approximation, Tensor& y);
+Status SiluMulCpu(const Tensor& gate, const Tensor& up, Tensor& y);
+Status AddCpu(const Tensor& a, const Tensor& b, Tensor& y);
+Status EmbeddingCpu(const Tensor& table, const Tensor& ids, Tensor& out);
+Status SoftmaxCpu(const Tensor& x, Tensor& y);
+Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params);
+Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                    const AttentionParams& params, Tensor& out);
+Status PagedDecodeAttentionCpu(const Tensor& q, std::span<const KvSpan> spans,
+                               std::span<const int32_t> span_offsets,
+                               const PagedDecodeParams& params, Tensor& out);
+
+}  // namespace framezip::engine::ops

@@ -1,0 +1,45 @@
+// Vectorised inner loops shared by the CPU ops (internal to the engine — engine/kv uses ToF32 —
+// not an op API).
+//
+// Each function picks an implementation once per process: AVX2+FMA+F16C when the CPU has them
+// (function-level target attributes, so the library is still built for baseline x86-64 and
+// -march=native is never needed), else a portable scalar loop. Results of the two paths differ
+// only by f32 summation order.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/core/dtype.h"
+
+namespace framezip::engine::ops::cpu {
+
+// Sets OpenBLAS to one thread, once per process: ops call sgemm from inside ComputePool() tasks,
+// so the pool is the only source of parallelism.
+void EnsureBlasSingleThreaded();
+
+// True when the AVX2/FMA/F16C paths are in use (FRAMEZIP_NO_SIMD=1 forces the portable ones).
+bool UseAvx2();
+
+// dst[i] = float(src[i]), i in [0, n); src of dtype f32, bf16 or f16.
+void ToF32(const void* src, DType dtype, int64_t n, float* dst);
+
+// Σ a[i]·b[i] in f32.
+float Dot(const float* a, const float* b, int64_t n);
+
+// y[i] += alpha · x[i]
+void Axpy(float alpha, const float* x, int64_t n, float* y);
+
+// y[i] *= alpha
+void Scale(float alpha, int64_t n, float* y);
+
+// For every row m in [0, M) and weight row j in [j0, j1):
+//   y[m·ldy + j] = Σ_k x[m·ldx + k] · float(w[j·K + k])
+// w is [N, K] in `wdtype` (f32, bf16 or f16). Reads each weight row once for all M rows of x:
+// the bandwidth-bound GEMV of decode steps.
+void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K,
+              int64_t j0, int64_t j1, float* y, int64_t ldy);
+
+// s[i] = exp(s[i] - max) for i in [0, n) (entries that are -inf become 0); returns Σ s[i].
+float ExpShiftSum(float* s, int64_t n, float max);
+
+}  // namespace framezip::engine::ops::cpu

@@ -1,0 +1,16 @@
+// Embedding: a row gather, out[i, :] = table[ids[i], :] converted to f32 (nn.Embedding;
+// padding_idx has no effect at inference).
+//
+// table [V, H] f32/bf16/f16; ids [N] i32; out [N, H] f32.
+// Errors: OUT_OF_RANGE naming the first id outside [0, V); INVALID_ARGUMENT on shape/dtype
+// mismatch; UNIMPLEMENTED on CUDA tensors.
+#pragma once
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out);
+
+}  // namespace framezip::engine::ops

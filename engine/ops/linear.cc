@@ -1,0 +1,64 @@
+#include "engine/ops/linear.h"
+
+#include "engine/ops/cpu_backends.h"
+#include "engine/ops/op_checks.h"
+
+namespace framezip::engine::ops {
+
+Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
+  constexpr std::string_view kOp = "Linear";
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "x", x));
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight", weight));
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "y", y));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "x", x, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "y", y, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckFloat(kOp, "weight", weight));
+  FZ_RETURN_IF_ERROR(CheckRank(kOp, "weight", weight, 2));
+  if (x.rank() < 1) return InvalidArgumentError("Linear: x must have rank >= 1");
+  const int64_t n = weight.dim(0), k = weight.dim(1);
+  if (x.dim(-1) != k) {
+    return InvalidArgumentError("Linear: x has shape {} but weight has shape {} (in = {})",
+                                ShapeString(x.shape()), ShapeString(weight.shape()), k);
+  }
+  Shape want = x.shape();
+  want.back() = n;
+  if (y.shape() != want) {
+    return InvalidArgumentError("Linear: y has shape {}, want {}", ShapeString(y.shape()),
+                                ShapeString(want));
+  }
+  if (bias.defined()) {
+    FZ_RETURN_IF_ERROR(CheckFloat(kOp, "bias", bias));
+    if (bias.shape() != Shape{n}) {
+      return InvalidArgumentError("Linear: bias has shape {}, want [{}]", ShapeString(bias.shape()),
+                                  n);
+    }
+    FZ_RETURN_IF_ERROR(CheckCpu(kOp, bias));
+  }
+  if (x.raw_data() == y.raw_data()) return InvalidArgumentError("Linear: y must not alias x");
+  FZ_RETURN_IF_ERROR(CheckCpu(kOp, x));
+  FZ_RETURN_IF_ERROR(CheckCpu(kOp, weight));
+  FZ_RETURN_IF_ERROR(CheckCpu(kOp, y));
+  return LinearCpu(x, weight, bias, y);
+}
+
+Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
+  constexpr std::string_view kOp = "MatMul";
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}, {"c", &c}}) {
+    FZ_RETURN_IF_ERROR(CheckDefined(kOp, name, *t));
+    FZ_RETURN_IF_ERROR(CheckDType(kOp, name, *t, DType::kF32));
+    FZ_RETURN_IF_ERROR(CheckRank(kOp, name, *t, 2));
+    FZ_RETURN_IF_ERROR(CheckCpu(kOp, *t));
+  }
+  const int64_t m = a.dim(0), k = a.dim(1);
+  const int64_t kb = transpose_b ? b.dim(1) : b.dim(0);
+  const int64_t n = transpose_b ? b.dim(0) : b.dim(1);
+  if (kb != k || c.dim(0) != m || c.dim(1) != n) {
+    return InvalidArgumentError("MatMul: shapes a {} b {}{} c {} do not chain",
+                                ShapeString(a.shape()), ShapeString(b.shape()),
+                                transpose_b ? "ᵀ" : "", ShapeString(c.shape()));
+  }
+  return MatMulCpu(a, b, transpose_b, c);
+}
+
+}  // namespace framezip::engine::ops

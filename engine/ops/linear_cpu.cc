@@ -1,0 +1,113 @@
+// Linear on the CPU: tiles of the weight converted to f32 + OpenBLAS sgemm for many rows, the
+// GEMV kernel of cpu_kernels.cc for few rows. Parallel over output tiles on ComputePool();
+// OpenBLAS itself runs single-threaded inside each task.
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/ops/cpu_backends.h"
+#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/linear.h"
+
+namespace framezip::engine::ops {
+namespace {
+
+// Tile sizes of the sgemm path: a [kTileN, K] f32 weight tile (<= 1 MB for K <= 1024) is
+// converted once per task and reused for kTileM rows of x; conversion and A-packing overheads
+// are then ~1/(2·256) of the multiply-adds.
+constexpr int64_t kTileM = 256;
+constexpr int64_t kTileN = 256;
+
+void AddBias(const Tensor& bias, int64_t m0, int64_t m1, int64_t j0, int64_t j1, float* y,
+             int64_t n) {
+  if (!bias.defined()) return;
+  std::vector<float> b(static_cast<size_t>(j1 - j0));
+  const size_t elem = DTypeSize(bias.dtype());
+  cpu::ToF32(static_cast<const char*>(bias.raw_data()) + j0 * elem, bias.dtype(), j1 - j0,
+             b.data());
+  for (int64_t m = m0; m < m1; ++m) {
+    float* row = y + m * n + j0;
+    for (int64_t j = 0; j < j1 - j0; ++j) row[j] += b[static_cast<size_t>(j)];
+  }
+}
+
+}  // namespace
+
+Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
+  const int64_t n = weight.dim(0), k = weight.dim(1);
+  const int64_t m = x.numel() / k;
+  const float* xp = static_cast<const float*>(x.raw_data());
+  float* yp = static_cast<float*>(y.raw_data());
+  const DType wdt = weight.dtype();
+  const char* wp = static_cast<const char*>(weight.raw_data());
+  const size_t welem = DTypeSize(wdt);
+  ThreadPool& pool = ComputePool();
+
+  if (m <= kLinearGemvMaxRows) {
+    // Bandwidth-bound: split the weight rows over threads, each reads its rows once.
+    const int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max<int64_t>(k, 1));
+    pool.ParallelFor(n, grain, [&](int64_t j0, int64_t j1) {
+      cpu::GemvRows(xp, m, k, wp, wdt, k, j0, j1, yp, n);
+      AddBias(bias, 0, m, j0, j1, yp, n);
+    });
+    return absl::OkStatus();
+  }
+
+  cpu::EnsureBlasSingleThreaded();
+  const int64_t tiles_m = (m + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (n + kTileN - 1) / kTileN;
+  pool.ParallelFor(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> wtile;
+    int64_t converted_tile = -1;
+    for (int64_t t = t0; t < t1; ++t) {
+      // Consecutive tasks share an N tile, so a thread converts each tile once per chunk.
+      const int64_t tn = t / tiles_m, tm = t % tiles_m;
+      const int64_t j0 = tn * kTileN, j1 = std::min(n, j0 + kTileN);
+      const int64_t m0 = tm * kTileM, m1 = std::min(m, m0 + kTileM);
+      const float* wf;
+      if (wdt == DType::kF32) {
+        wf = reinterpret_cast<const float*>(wp) + j0 * k;
+      } else {
+        if (converted_tile != tn) {
+          wtile.resize(static_cast<size_t>(kTileN * k));
+          cpu::ToF32(wp + j0 * k * welem, wdt, (j1 - j0) * k, wtile.data());
+          converted_tile = tn;
+        }
+        wf = wtile.data();
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m1 - m0),
+                  static_cast<int>(j1 - j0), static_cast<int>(k), 1.0f, xp + m0 * k,
+                  static_cast<int>(k), wf, static_cast<int>(k), 0.0f, yp + m0 * n + j0,
+                  static_cast<int>(n));
+      AddBias(bias, m0, m1, j0, j1, yp, n);
+    }
+  });
+  return absl::OkStatus();
+}
+
+Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
+  cpu::EnsureBlasSingleThreaded();
+  const int64_t m = a.dim(0), k = a.dim(1), n = c.dim(1);
+  const float* ap = a.data<float>();
+  const float* bp = b.data<float>();
+  float* cp = c.data<float>();
+  const int64_t tiles_m = (m + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (n + kTileN - 1) / kTileN;
+  ComputePool().ParallelFor(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t tn = t / tiles_m, tm = t % tiles_m;
+      const int64_t j0 = tn * kTileN, j1 = std::min(n, j0 + kTileN);
+      const int64_t m0 = tm * kTileM, m1 = std::min(m, m0 + kTileM);
+      const float* bt = transpose_b ? bp + j0 * k : bp + j0;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(m1 - m0), static_cast<int>(j1 - j0), static_cast<int>(k), 1.0f,
+                  ap + m0 * k, static_cast<int>(k), bt, static_cast<int>(transpose_b ? k : n), 0.0f,
+                  cp + m0 * n + j0, static_cast<int>(n));
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::ops

@@ -1,0 +1,67 @@
+// Argument checks shared by the ops' dispatchers (x.cc files). Each returns INVALID_ARGUMENT with
+// a message naming the op and the tensor, so a caller's bug reads as "Linear: weight has shape
+// [4, 3], want [N, 8]" rather than a crash.
+#pragma once
+
+#include <string_view>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+inline bool IsFloatDType(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+inline Status CheckDefined(std::string_view op, std::string_view name, const Tensor& t) {
+  if (!t.defined() && t.numel() != 0) return InvalidArgumentError("{}: {} is empty", op, name);
+  return absl::OkStatus();
+}
+
+inline Status CheckDType(std::string_view op, std::string_view name, const Tensor& t, DType want) {
+  if (t.dtype() != want) {
+    return InvalidArgumentError("{}: {} has dtype {}, want {}", op, name, DTypeName(t.dtype()),
+                                DTypeName(want));
+  }
+  return absl::OkStatus();
+}
+
+inline Status CheckFloat(std::string_view op, std::string_view name, const Tensor& t) {
+  if (!IsFloatDType(t.dtype())) {
+    return InvalidArgumentError("{}: {} has dtype {}, want f32, bf16 or f16", op, name,
+                                DTypeName(t.dtype()));
+  }
+  return absl::OkStatus();
+}
+
+inline Status CheckRank(std::string_view op, std::string_view name, const Tensor& t, int rank) {
+  if (t.rank() != rank) {
+    return InvalidArgumentError("{}: {} has shape {}, want rank {}", op, name,
+                                ShapeString(t.shape()), rank);
+  }
+  return absl::OkStatus();
+}
+
+inline Status CheckSameShape(std::string_view op, std::string_view a_name, const Tensor& a,
+                             std::string_view b_name, const Tensor& b) {
+  if (a.shape() != b.shape()) {
+    return InvalidArgumentError("{}: {} has shape {} but {} has shape {}", op, a_name,
+                                ShapeString(a.shape()), b_name, ShapeString(b.shape()));
+  }
+  return absl::OkStatus();
+}
+
+// OK when `t` is a CPU tensor; UNIMPLEMENTED for CUDA (kernels for this op are not written yet).
+inline Status CheckCpu(std::string_view op, const Tensor& t) {
+  if (t.defined() && !t.device().is_cpu()) {
+    return UnimplementedError("{}: no CUDA kernel yet (tensor on {})", op, DeviceName(t.device()));
+  }
+  return absl::OkStatus();
+}
+
+// x [..., D] f32, y like x, `param` [D] f32/bf16/f16 (LayerNorm's gamma, RmsNorm's weight).
+Status CheckNormArgs(std::string_view op, const Tensor& x, const Tensor& param,
+                     std::string_view param_name, const Tensor& y);
+
+}  // namespace framezip::engine::ops

@@ -1,0 +1,15 @@
+// QuickGelu: CLIP's "quick_gelu" activation, y = x · sigmoid(1.702 · x), element-wise, f32
+// (transformers QuickGELUActivation; CLIP ViT-L/14 MLP, MODELS.md §3.2).
+//
+// x, y: f32, same shape; y may be x (in place).
+// Errors: INVALID_ARGUMENT when shapes differ or a tensor is not f32; UNIMPLEMENTED on CUDA.
+#pragma once
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+Status QuickGelu(const Tensor& x, Tensor& y);
+
+}  // namespace framezip::engine::ops

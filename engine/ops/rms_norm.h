@@ -1,0 +1,17 @@
+// RMSNorm over the last dimension (Qwen2RMSNorm / LlamaRMSNorm):
+//   y = x · rsqrt(mean(x²) + eps) · weight
+// computed in f32. (HF casts the normalised value to the model dtype before the weight multiply;
+// our activations are f32, so with f32 weights this is bit-for-bit the f32 reference.)
+//
+// x [..., D] f32; weight [D] f32/bf16/f16; y [..., D] f32, may be x (in place).
+// Errors: INVALID_ARGUMENT on shape/dtype mismatch; UNIMPLEMENTED on CUDA tensors.
+#pragma once
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+
+}  // namespace framezip::engine::ops

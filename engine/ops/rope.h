@@ -1,0 +1,38 @@
+// Rotary position embedding, HF "default" and "llama3" rope types, half-split (NeoX/rotate_half)
+// layout — not interleaved pairs:
+//   inv_freq[i] = 1 / theta^(2i/d)            i in [0, d/2), computed in f32 as HF does
+//   f = float(pos) · inv_freq[i] (f32),  c = cos(f), s = sin(f)
+//   x'[i]       = x[i] · c − x[i + d/2] · s
+//   x'[i + d/2] = x[i + d/2] · c + x[i] · s
+// Applied in place to q or k laid out [T, num_heads, head_dim] (token-major, as Linear produces
+// them), token t at position positions[t]. Keys are rotated before they are written to the KV
+// cache, so cached keys are post-RoPE and decode attention needs no positions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+struct RopeParams {
+  int head_dim = 0;      // d, even
+  double theta = 10000;  // rope_theta
+  // rope_type "llama3" (Llama-3.1+): rescales inv_freq by wavelength band. Off when factor == 0.
+  double llama3_factor = 0;
+  double llama3_low_freq_factor = 1;
+  double llama3_high_freq_factor = 4;
+  double llama3_original_max_positions = 8192;
+};
+
+// The d/2 inverse frequencies of `params`, in f32 exactly as HF computes them.
+std::vector<float> RopeInverseFrequencies(const RopeParams& params);
+
+// x [T, H, d] f32, rotated in place; positions [T] i32 (>= 0).
+// Errors: INVALID_ARGUMENT when d is odd or differs from params.head_dim, on shape/dtype
+// mismatch or a negative position; UNIMPLEMENTED on CUDA tensors.
+Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params);
+
+}  // namespace framezip::engine::ops

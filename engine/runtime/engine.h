@@ -1,0 +1,221 @@
+// Engine: the runtime facade the server and the CLI use. It owns a loaded model (config, weights,
+// tokenizer, chat template, vision tower, decoder) and a KV page pool, and runs chat turns:
+//
+//   messages (text + preprocessed frames) → chat template → placeholder expansion → tokens
+//   → vision tower/projector/pooling → visual rows merged into the token embeddings
+//   → prefill (chunked, only what is new) → decode with streaming text deltas.
+//
+// Two levels of API:
+//   1. RunTurn(): one whole turn of one Conversation, blocking, with streaming callbacks and a
+//      cancellation flag checked before every step. This is what `framezip run` uses, and what a
+//      server can call from a worker thread per session.
+//   2. StartTurn() + Step(): the building blocks of continuous batching. StartTurn() tokenizes,
+//      encodes the visuals and prefills a conversation (returning it in the "decoding" state with
+//      its first token sampled); Step() advances ANY number of decoding conversations by one token
+//      in one batched decoder call (one GEMV pass over the weights for the whole batch) and
+//      reports each one's text delta and whether it finished. RunTurn() is StartTurn + Step loop.
+//
+// Conversations keep their KV cache between turns: turn N+1 prefills only the tokens of its new
+// messages (plus the template's closing of the previous assistant reply), never the history.
+// A Conversation is owned by the caller; it must not outlive its Engine.
+//
+// Thread-safety: Engine's methods are thread-compatible per Conversation — a Conversation must
+// be used by one thread at a time, and calls that compute (StartTurn, Step, RunTurn) should be
+// issued from ONE scheduler thread: the CPU ops share one thread pool whose loops are serialised,
+// so concurrent calls are correct but gain nothing. Load() and the const accessors are
+// thread-safe.
+//
+// Errors: INVALID_ARGUMENT for bad requests (unknown policy, frames of the wrong shape, more
+// visual inputs than placeholders, sampling parameters out of range), RESOURCE_EXHAUSTED when the
+// KV pool is full, CANCELLED when the cancel flag was raised, NOT_FOUND / INVALID_ARGUMENT /
+// UNIMPLEMENTED from loading a model directory (naming the file or tensor).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+#include "engine/kv/page_pool.h"
+#include "engine/llm/decoder.h"
+#include "engine/llm/sampler.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/config.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/weights.h"
+#include "engine/vision/vision_weights.h"
+
+namespace framezip::engine::runtime {
+
+struct EngineOptions {
+  int threads = 0;  // compute threads; 0 keeps the current ComputePool size
+  kv::KvFormat kv_format = kv::KvFormat::kF16;
+  int kv_page_tokens = 32;
+  int64_t kv_max_bytes = int64_t{4} << 30;  // the KV pool never grows past this
+  int64_t prefill_chunk_tokens = 1024;      // 0 = whole prompt in one chunk
+  std::string default_policy = "none";      // compression policy for new conversations
+};
+
+// One visual input of a message, already decoded and preprocessed (media/) to the vision
+// tower's spec: f32, normalised, [N, 3, S, S] with S = vision image_size.
+struct VisualInput {
+  enum class Kind { kImage, kVideo };
+  Kind kind = Kind::kVideo;
+  Tensor pixels;
+  // kVideo: pixels are the F sampled frames.
+  // kImage: original_height/width > 0 → anyres: pixels are 1 + tiles (base tile first, row-major);
+  //         0 → base resolution: pixels [1, 3, S, S] (730 tokens for OV).
+  int64_t original_height = 0;
+  int64_t original_width = 0;
+};
+
+// A chat message. Its visuals are placed before its text, as the OV template does.
+struct Message {
+  std::string role = "user";  // "system", "user", "assistant"
+  std::string text;
+  std::vector<VisualInput> visuals;
+};
+
+struct TurnOptions {
+  // Generation settings. Leave stop_token_ids empty to use the model's eos ids
+  // (generation_config.json); they are added to any ids given.
+  llm::SamplingParams sampling;
+};
+
+// Per-turn figures (also the server's per-turn stats).
+struct TurnStats {
+  std::string policy;
+  int64_t prompt_tokens = 0;     // tokens of this turn's new input (text + visual placeholders)
+  int64_t prefilled_tokens = 0;  // tokens run through prefill this turn (= prompt_tokens + close)
+  int64_t cached_tokens = 0;     // tokens already in the KV cache before this turn
+  int64_t visual_tokens = 0;     // placeholder rows filled with visual features
+  int64_t generated_tokens = 0;
+  double vision_ms = 0;  // vision tower + projector + pooling
+  double prefill_ms = 0;
+  double ttft_ms = 0;    // turn start → first token sampled
+  double decode_ms = 0;  // all decode steps of this turn
+  double decode_tokens_per_s = 0;
+  size_t kv_bytes = 0;  // KV pages held by the conversation at the end of the turn
+  llm::StopReason stop_reason = llm::StopReason::kNone;
+};
+
+struct TurnResult {
+  std::string text;                // the full reply (stop string excluded)
+  std::vector<int32_t> token_ids;  // generated ids (the stop token included when it ended the turn)
+  TurnStats stats;
+};
+
+// One conversation: its KV cache, position and token history. Create with
+// Engine::NewConversation. Movable only through the unique_ptr.
+class Conversation {
+ public:
+  Conversation(const Conversation&) = delete;
+  Conversation& operator=(const Conversation&) = delete;
+
+  // Tokens in the KV cache (prompt and replies of finished turns, minus the pending tail).
+  int64_t cached_tokens() const { return sequence_->length; }
+  size_t kv_bytes() const { return sequence_->kv.bytes(); }
+  bool decoding() const { return decoding_; }
+  const std::string& policy() const { return policy_; }
+  // The turn in progress (or the last one): text so far and stats.
+  const TurnResult& current() const { return current_; }
+
+ private:
+  friend class Engine;
+  Conversation() = default;
+
+  std::unique_ptr<llm::Sequence> sequence_;
+  std::string policy_;
+  std::vector<int32_t> history_;  // every token id fed to or sampled by the model
+  std::vector<int32_t> pending_;  // sampled but not yet fed (the last token of a turn)
+  bool first_turn_ = true;
+  bool decoding_ = false;
+  // State of the turn in progress.
+  TurnResult current_;
+  std::unique_ptr<llm::Sampler> sampler_;
+  std::unique_ptr<llm::StopCondition> stop_;
+  std::unique_ptr<model::StreamingDecoder> detok_;
+  std::string raw_text_;      // decoded text including a possible stop string
+  size_t emitted_bytes_ = 0;  // bytes of raw_text_ already returned as deltas
+  int32_t next_token_ = -1;   // sampled, to be fed by the next Step
+  double turn_start_ms_ = 0;
+};
+
+// What Step() reports for one conversation.
+struct StepOutput {
+  std::string delta;  // new text (may be empty: a partial UTF-8 character or a held-back prefix)
+  bool finished = false;
+};
+
+class Engine {
+ public:
+  // Loads a Hugging Face LLaVA-OneVision directory: config.json (+ generation_config.json,
+  // preprocessor_config.json), *.safetensors, tokenizer.json, and the chat template.
+  static StatusOr<std::unique_ptr<Engine>> Load(const std::filesystem::path& model_dir,
+                                                const EngineOptions& options = {});
+
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const model::LlavaConfig& config() const { return config_; }
+  const model::PreprocessorConfig& preprocessor() const { return preprocessor_; }
+  const model::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const llm::Decoder& decoder() const { return *decoder_; }
+  const kv::PagePool& kv_pool() const { return *pool_; }
+  // Side S of the frames VisualInput expects ([N, 3, S, S]).
+  int64_t image_size() const { return config_.vision.image_size; }
+
+  // A new, empty conversation using `policy` ("" = the engine default).
+  StatusOr<std::unique_ptr<Conversation>> NewConversation(std::string_view policy = "");
+
+  // One whole turn: StartTurn, then Step until finished. `on_text` (optional) receives each text
+  // delta as it is produced; `cancel` (optional) is checked before every step — when set, the
+  // turn stops with CANCELLED and the conversation keeps what was generated so far.
+  StatusOr<TurnResult> RunTurn(Conversation& conversation, std::span<const Message> messages,
+                               const TurnOptions& options,
+                               const std::function<void(std::string_view)>& on_text = nullptr,
+                               const std::atomic<bool>* cancel = nullptr);
+
+  // Renders, tokenizes, encodes visuals and prefills this turn's `messages`, then samples the
+  // first token. The conversation is then decoding() until a Step reports it finished. The
+  // returned output holds the first token's text delta (it may already be finished: a stop token
+  // first, or max_new_tokens 1).
+  StatusOr<StepOutput> StartTurn(Conversation& conversation, std::span<const Message> messages,
+                                 const TurnOptions& options);
+
+  // Feeds each conversation's last sampled token through the decoder in ONE batch and samples
+  // the next token of each. All must be decoding() and distinct. Outputs are in input order.
+  // On an error (KV pool full) the conversations are left unusable for further turns.
+  StatusOr<std::vector<StepOutput>> Step(std::span<Conversation* const> conversations);
+
+  // Ends a decoding conversation's turn early (client cancel): stop_reason kCancelled.
+  void Cancel(Conversation& conversation);
+
+ private:
+  Engine() = default;
+  struct PreparedTurn;
+  StatusOr<PreparedTurn> Prepare(Conversation& c, std::span<const Message> messages);
+  StatusOr<Tensor> EncodeVisual(const VisualInput& v, int64_t expected_rows) const;
+  StepOutput Accept(Conversation& c, int32_t token);
+
+  EngineOptions options_;
+  model::LlavaConfig config_;
+  model::PreprocessorConfig preprocessor_;
+  model::ModelWeights weights_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<model::ChatTemplate> template_;
+  vision::LlavaVisionWeights vision_weights_;
+  std::unique_ptr<llm::Decoder> decoder_;
+  std::unique_ptr<kv::PagePool> pool_;
+  std::string assistant_close_;  // the template's text after an assistant reply ("<|im_end|>\n")
+};
+
+}  // namespace framezip::engine::runtime

@@ -1,0 +1,25 @@
+// Small host-side helpers shared by the vision files (internal to engine/vision).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::vision {
+
+// Element i of a f32/f16/bf16 tensor as f32.
+float LoadAsF32(const Tensor& t, int64_t i);
+
+// All elements of a f32/f16/bf16 tensor as f32 (copies; for small tables like biases, position
+// embeddings and image_newline).
+std::vector<float> ToF32(const Tensor& t);
+
+// x rounded to `dtype`'s precision and back (f32: unchanged).
+float RoundTo(DType dtype, float x);
+
+// A new uninitialised f32 CPU tensor, with the allocation error annotated by `what`.
+StatusOr<Tensor> NewF32(Shape shape, const char* what);
+
+}  // namespace framezip::engine::vision

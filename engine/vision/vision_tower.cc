@@ -1,0 +1,215 @@
+#include "engine/vision/vision_tower.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/layer_norm.h"
+#include "engine/ops/linear.h"
+#include "engine/vision/activation.h"
+#include "engine/vision/tensor_util.h"
+
+namespace framezip::engine::vision {
+namespace {
+
+// Activation buffers of one batch of B images with T positions, reused by every layer.
+struct Scratch {
+  Tensor x;              // [B·T, D] residual stream
+  Tensor h;              // [B·T, D] normed input / projection output
+  Tensor q, k, v, attn;  // [B·T, D] (viewed [B, T, heads, head_dim] for attention)
+  Tensor mlp;            // [B·T, I]
+};
+
+StatusOr<Scratch> NewScratch(int64_t rows, int64_t D, int64_t I) {
+  Scratch s;
+  FZ_ASSIGN_OR_RETURN(s.x, NewF32({rows, D}, "tower hidden states"));
+  FZ_ASSIGN_OR_RETURN(s.h, NewF32({rows, D}, "tower hidden states"));
+  FZ_ASSIGN_OR_RETURN(s.q, NewF32({rows, D}, "attention q"));
+  FZ_ASSIGN_OR_RETURN(s.k, NewF32({rows, D}, "attention k"));
+  FZ_ASSIGN_OR_RETURN(s.v, NewF32({rows, D}, "attention v"));
+  FZ_ASSIGN_OR_RETURN(s.attn, NewF32({rows, D}, "attention output"));
+  FZ_ASSIGN_OR_RETURN(s.mlp, NewF32({rows, I}, "mlp activations"));
+  return s;
+}
+
+// Patch embedding + class token + position embedding (+ CLIP's pre_layrnorm) into s.x.
+Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Tensor& pixels,
+             int64_t first, int64_t B, Scratch& s) {
+  const int64_t C = c.num_channels, S = c.image_size, P = c.patch_size, G = S / P;
+  const int64_t D = c.hidden_size, T = c.num_positions(), K = C * P * P;
+  const float* px = pixels.data<float>() + first * C * S * S;
+  // Unfold: row (b, gy, gx), column (ch, ky, kx), matching the conv weight [D, C, P, P].
+  FZ_ASSIGN_OR_RETURN(Tensor cols, NewF32({B * G * G, K}, "unfolded patches"));
+  const DType wdtype = w.patch_weight.dtype();
+  float* col = cols.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t gy = 0; gy < G; ++gy) {
+      for (int64_t gx = 0; gx < G; ++gx) {
+        float* row = col + ((b * G + gy) * G + gx) * K;
+        for (int64_t ch = 0; ch < C; ++ch) {
+          for (int64_t ky = 0; ky < P; ++ky) {
+            const float* src = px + ((b * C + ch) * S + gy * P + ky) * S + gx * P;
+            for (int64_t kx = 0; kx < P; ++kx)
+              row[(ch * P + ky) * P + kx] = RoundTo(wdtype, src[kx]);
+          }
+        }
+      }
+    }
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor patches, NewF32({B * G * G, D}, "patch embeddings"));
+  FZ_RETURN_IF_ERROR(ops::Linear(cols, w.patch_weight, w.patch_bias, patches));
+
+  const std::vector<float> pos = ToF32(w.position_embedding);  // [T, D]
+  const bool cls = c.has_class_embedding();
+  const std::vector<float> cls_emb = cls ? ToF32(w.class_embedding) : std::vector<float>();
+  const float* pe = patches.data<float>();
+  float* x = s.x.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* dst = x + (b * T + t) * D;
+      const float* p = pos.data() + t * D;
+      const float* src =
+          cls ? (t == 0 ? cls_emb.data() : pe + (b * G * G + t - 1) * D) : pe + (b * G * G + t) * D;
+      for (int64_t d = 0; d < D; ++d) dst[d] = src[d] + p[d];
+    }
+  }
+  if (c.has_pre_layernorm()) {
+    FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.pre_ln_weight, w.pre_ln_bias,
+                                      static_cast<float>(c.layer_norm_eps), s.x));
+  }
+  return absl::OkStatus();
+}
+
+Status EncoderLayer(const model::VisionConfig& c, const EncoderLayerWeights& w, int64_t B,
+                    Scratch& s) {
+  const int64_t T = c.num_positions(), D = c.hidden_size;
+  const int64_t heads = c.num_attention_heads, hd = D / heads;
+  const float eps = static_cast<float>(c.layer_norm_eps);
+  // Attention block.
+  FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.ln1_weight, w.ln1_bias, eps, s.h));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.q_weight, w.q_bias, s.q));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.k_weight, w.k_bias, s.k));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.v_weight, w.v_bias, s.v));
+  FZ_ASSIGN_OR_RETURN(Tensor q4, s.q.Reshape({B, T, heads, hd}));
+  FZ_ASSIGN_OR_RETURN(Tensor k4, s.k.Reshape({B, T, heads, hd}));
+  FZ_ASSIGN_OR_RETURN(Tensor v4, s.v.Reshape({B, T, heads, hd}));
+  FZ_ASSIGN_OR_RETURN(Tensor a4, s.attn.Reshape({B, T, heads, hd}));
+  FZ_RETURN_IF_ERROR(
+      ops::BidirectionalAttention(q4, k4, v4, a4, static_cast<float>(1.0 / std::sqrt(hd))));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.attn, w.out_weight, w.out_bias, s.h));
+  FZ_RETURN_IF_ERROR(ops::Add(s.x, s.h, s.x));
+  // MLP block.
+  FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.ln2_weight, w.ln2_bias, eps, s.h));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.fc1_weight, w.fc1_bias, s.mlp));
+  FZ_RETURN_IF_ERROR(ApplyActivation(c.hidden_act, s.mlp));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.mlp, w.fc2_weight, w.fc2_bias, s.h));
+  return ops::Add(s.x, s.h, s.x);
+}
+
+Status CheckPixels(const model::VisionConfig& c, const Tensor& pixels) {
+  const Shape want = {pixels.rank() == 4 ? pixels.dim(0) : -1, c.num_channels, c.image_size,
+                      c.image_size};
+  if (pixels.rank() != 4 || pixels.shape() != want || pixels.dim(0) < 1) {
+    return InvalidArgumentError(
+        "vision tower: pixel_values has shape {}, expected [N >= 1, {}, {}, {}]",
+        ShapeString(pixels.shape()), c.num_channels, c.image_size, c.image_size);
+  }
+  if (pixels.dtype() != DType::kF32 || !pixels.device().is_cpu()) {
+    return InvalidArgumentError("vision tower: pixel_values must be f32 on the CPU, not {} on {}",
+                                DTypeName(pixels.dtype()), DeviceName(pixels.device()));
+  }
+  if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0) {
+    return InvalidArgumentError("vision_config: hidden_size {} is not a multiple of {} heads",
+                                c.hidden_size, c.num_attention_heads);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::vector<Tensor>> VisionTowerHiddenStates(const model::VisionConfig& config,
+                                                      const VisionTowerWeights& weights,
+                                                      const Tensor& pixels,
+                                                      const std::vector<int64_t>& layers,
+                                                      const VisionRunOptions& options) {
+  FZ_RETURN_IF_ERROR(CheckPixels(config, pixels));
+  const int64_t bound = static_cast<int64_t>(weights.layers.size());
+  int64_t deepest = 0;
+  for (int64_t l : layers) {
+    if (l < 0 || l > bound) {
+      return InvalidArgumentError(
+          "vision tower: hidden_states[{}] requested, but {} layers are bound (valid 0..{})", l,
+          bound, bound);
+    }
+    deepest = std::max(deepest, l);
+  }
+  const int64_t N = pixels.dim(0), T = config.num_positions(), D = config.hidden_size;
+  std::vector<Tensor> out(layers.size());
+  for (Tensor& t : out) {
+    FZ_ASSIGN_OR_RETURN(t, NewF32({N, T, D}, "hidden states"));
+  }
+
+  const int64_t chunk = std::max<int64_t>(1, options.max_images_per_batch);
+  FZ_ASSIGN_OR_RETURN(Scratch s, NewScratch(std::min(chunk, N) * T, D, config.intermediate_size));
+  for (int64_t first = 0; first < N; first += chunk) {
+    const int64_t B = std::min(chunk, N - first);
+    Scratch view = s;  // same buffers, shapes cut to this batch
+    for (Tensor* t : {&view.x, &view.h, &view.q, &view.k, &view.v, &view.attn, &view.mlp}) {
+      FZ_ASSIGN_OR_RETURN(*t, t->Slice(0, B * T));
+    }
+    auto keep = [&](int64_t index) {
+      for (size_t i = 0; i < layers.size(); ++i) {
+        if (layers[i] != index) continue;
+        std::memcpy(out[i].data<float>() + first * T * D, view.x.data<float>(),
+                    static_cast<size_t>(B * T * D) * sizeof(float));
+      }
+    };
+    FZ_RETURN_IF_ERROR(Embed(config, weights, pixels, first, B, view));
+    keep(0);
+    for (int64_t l = 0; l < deepest; ++l) {
+      FZ_RETURN_IF_ERROR(EncoderLayer(config, weights.layers[l], B, view));
+      keep(l + 1);
+    }
+  }
+  return out;
+}
+
+int64_t SelectedTokensPerImage(const model::LlavaConfig& config) {
+  return config.vision.num_positions() -
+         (config.vision_feature_select_strategy == model::FeatureSelect::kDefault ? 1 : 0);
+}
+
+StatusOr<Tensor> VisionTowerFeatures(const model::LlavaConfig& config,
+                                     const VisionTowerWeights& weights, const Tensor& pixels,
+                                     const VisionRunOptions& options) {
+  const int64_t L = config.vision.num_hidden_layers;
+  std::vector<int64_t> layers;
+  for (int64_t l : config.vision_feature_layers) {
+    if (l < -(L + 1) || l > L) {
+      return InvalidArgumentError(
+          "config.json: vision_feature_layer {} is out of range for {} layers", l, L);
+    }
+    layers.push_back(l < 0 ? l + L + 1 : l);
+  }
+  FZ_ASSIGN_OR_RETURN(std::vector<Tensor> hs,
+                      VisionTowerHiddenStates(config.vision, weights, pixels, layers, options));
+  const int64_t N = pixels.dim(0), T = config.vision.num_positions(), D = config.vision.hidden_size;
+  const int64_t skip = T - SelectedTokensPerImage(config);  // 1 drops CLS ("default")
+  const int64_t Ts = T - skip, nL = static_cast<int64_t>(hs.size());
+  if (nL == 1 && skip == 0) return hs[0];
+  FZ_ASSIGN_OR_RETURN(Tensor out, NewF32({N, Ts, D * nL}, "vision features"));
+  float* dst = out.data<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t t = 0; t < Ts; ++t) {
+      for (int64_t l = 0; l < nL; ++l) {
+        std::memcpy(dst + ((n * Ts + t) * nL + l) * D, hs[l].data<float>() + (n * T + t + skip) * D,
+                    static_cast<size_t>(D) * sizeof(float));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace framezip::engine::vision

@@ -1,0 +1,223 @@
+#include "media/media.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "media/av_input.h"
+#include "media/deadline.h"
+#include "media/file_access.h"
+#include "media/frame_sampling.h"
+#include "media/image_decoder.h"
+#include "media/preprocess.h"
+#include "media/video_decoder.h"
+
+namespace framezip::media {
+namespace {
+
+using internal::ByteSource;
+using internal::Deadline;
+
+// The media's bytes, in memory or behind a verified file descriptor.
+struct OpenedSource {
+  ByteSource bytes;
+  std::optional<OpenedFile> file;
+  int64_t size = 0;
+};
+
+StatusOr<OpenedSource> OpenSource(const MediaSource& source, const MediaLimits& limits) {
+  OpenedSource out;
+  if (source.kind == MediaSource::Kind::kFile) {
+    FZ_ASSIGN_OR_RETURN(OpenedFile file, OpenUnderRoot(source.root, source.path));
+    out.size = file.size_bytes;
+    out.bytes.fd = file.fd.get();
+    out.bytes.size = file.size_bytes;
+    out.file = std::move(file);
+  } else {
+    out.bytes.bytes = source.bytes;
+    out.size = static_cast<int64_t>(source.bytes.size());
+  }
+  if (out.size > limits.max_bytes) {
+    return ResourceExhaustedError("media is {} bytes; the limit is {} bytes (max_bytes)", out.size,
+                                  limits.max_bytes);
+  }
+  if (out.size == 0) return InvalidArgumentError("not a media file: it is empty (0 bytes)");
+  return out;
+}
+
+// Reads [offset, offset + length) of the source.
+StatusOr<std::vector<uint8_t>> ReadRange(const OpenedSource& src, int64_t offset, int64_t length) {
+  length = std::max<int64_t>(0, std::min(length, src.size - offset));
+  std::vector<uint8_t> buf(static_cast<size_t>(length));
+  if (src.bytes.fd < 0) {
+    std::copy_n(src.bytes.bytes.data() + offset, length, buf.data());
+    return buf;
+  }
+  int64_t done = 0;
+  while (done < length) {
+    const ssize_t got =
+        ::pread(src.bytes.fd, buf.data() + done, static_cast<size_t>(length - done), offset + done);
+    if (got < 0) return UnavailableError("reading the media file failed");
+    if (got == 0) break;
+    done += got;
+  }
+  buf.resize(static_cast<size_t>(done));
+  return buf;
+}
+
+StatusOr<ContentHash> Hash(const OpenedSource& src, const DecodeOptions& options,
+                           const Deadline& deadline) {
+  if (options.known_content_hash) return *options.known_content_hash;
+  if (src.bytes.fd < 0) return HashBytes(src.bytes.bytes);
+  ContentHasher hasher;
+  constexpr int64_t kChunk = 4 << 20;
+  for (int64_t offset = 0; offset < src.size; offset += kChunk) {
+    if (deadline.Expired()) return internal::DeadlineStatus(deadline);
+    FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> chunk, ReadRange(src, offset, kChunk));
+    if (chunk.empty()) break;
+    hasher.Update(chunk);
+  }
+  return hasher.Finish();
+}
+
+// The whole source in memory for OpenCV: a borrowed span for bytes, a read for files.
+struct ImageBytes {
+  std::vector<uint8_t> owned;
+  std::span<const uint8_t> view;
+};
+StatusOr<ImageBytes> LoadImageBytes(const OpenedSource& src) {
+  ImageBytes out;
+  if (src.bytes.fd < 0) {
+    out.view = src.bytes.bytes;
+    return out;
+  }
+  FZ_ASSIGN_OR_RETURN(out.owned, ReadRange(src, 0, src.size));
+  out.view = out.owned;
+  return out;
+}
+
+MediaInfo ImageInfo(const SniffResult& sniff, int width, int height) {
+  MediaInfo info;
+  info.kind = MediaKind::kImage;
+  info.mime_type = sniff.mime_type;
+  info.container = internal::ImageFormatName(sniff.type);
+  info.codec = info.container;
+  for (char& c : info.codec) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  info.pixel_format = "rgb24";
+  info.width = info.coded_width = width;
+  info.height = info.coded_height = height;
+  info.frame_count = 1;
+  return info;
+}
+
+Status CheckOutputSize(int64_t frames, int height, int width, const MediaLimits& limits) {
+  const int64_t bytes = frames * 3 * int64_t{height} * width * static_cast<int64_t>(sizeof(float));
+  if (bytes > limits.max_output_bytes) {
+    return ResourceExhaustedError(
+        "{} preprocessed frames of 3x{}x{} would take {} bytes; the limit is {} bytes "
+        "(max_output_bytes)",
+        frames, height, width, bytes, limits.max_output_bytes);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<MediaInfo> ProbeMedia(const MediaSource& source, const MediaLimits& limits,
+                               const DecodeOptions& options) {
+  const Deadline deadline(limits.max_decode_s, options.cancel);
+  FZ_ASSIGN_OR_RETURN(const OpenedSource src, OpenSource(source, limits));
+  FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> head, ReadRange(src, 0, 64 * 1024));
+  const SniffResult sniff = SniffMedia(head);
+  MediaInfo info;
+  if (sniff.is_still_image) {
+    if (sniff.animated) {
+      return InvalidArgumentError(
+          "animated WebP is not supported: send it as a video (mp4, webm, gif) or a still image");
+    }
+    if (sniff.width <= 0 || sniff.height <= 0) {
+      return InvalidArgumentError("corrupt or truncated {} image: its header has no valid size",
+                                  internal::ImageFormatName(sniff.type));
+    }
+    if (sniff.width > limits.max_width || sniff.height > limits.max_height) {
+      return ResourceExhaustedError("image is {}x{}; the limit is {}x{} (max_width x max_height)",
+                                    sniff.width, sniff.height, limits.max_width, limits.max_height);
+    }
+    info = ImageInfo(sniff, sniff.width, sniff.height);
+  } else {
+    FZ_ASSIGN_OR_RETURN(auto decoder, internal::VideoDecoder::Open(src.bytes, limits, &deadline));
+    info = decoder->info();
+    if (!sniff.mime_type.empty()) info.mime_type = sniff.mime_type;
+  }
+  info.size_bytes = src.size;
+  FZ_ASSIGN_OR_RETURN(info.content_hash, Hash(src, options, deadline));
+  return info;
+}
+
+StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplingSpec& sampling,
+                                   const PreprocessSpec& preprocess, const MediaLimits& limits,
+                                   const DecodeOptions& options) {
+  FZ_RETURN_IF_ERROR(ValidateSamplingSpec(sampling, limits));
+  FZ_RETURN_IF_ERROR(ValidatePreprocessSpec(preprocess));
+  const Deadline deadline(limits.max_decode_s, options.cancel);
+  FZ_ASSIGN_OR_RETURN(const OpenedSource src, OpenSource(source, limits));
+  FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> head, ReadRange(src, 0, 64 * 1024));
+  const SniffResult sniff = SniffMedia(head);
+
+  DecodedMedia out;
+  if (sniff.is_still_image) {
+    FZ_ASSIGN_OR_RETURN(const ImageBytes bytes, LoadImageBytes(src));
+    FZ_ASSIGN_OR_RETURN(const RgbImage image,
+                        internal::DecodeStillImage(bytes.view, sniff, limits));
+    out.info = ImageInfo(sniff, image.width, image.height);
+    const auto [h, w] = PreprocessedSize(preprocess, image.width, image.height);
+    FZ_RETURN_IF_ERROR(CheckOutputSize(1, h, w, limits));
+    out.frames.num_frames = 1;
+    out.frames.height = h;
+    out.frames.width = w;
+    out.frames.data.resize(out.frames.FrameSize());
+    PreprocessImage(image.View(), preprocess, h, w, out.frames.data.data());
+    out.timestamps_s = {0.0};
+    out.targets_s = {0.0};
+  } else {
+    FZ_ASSIGN_OR_RETURN(auto decoder, internal::VideoDecoder::Open(src.bytes, limits, &deadline));
+    out.info = decoder->info();
+    if (!sniff.mime_type.empty()) out.info.mime_type = sniff.mime_type;
+    out.targets_s =
+        PlanSampleTimes(sampling, out.info.duration_s, out.info.fps, out.info.frame_count);
+    const size_t n = out.targets_s.size();
+    out.timestamps_s.assign(n, 0.0);
+    FrameBatch& frames = out.frames;
+    // The batch shape comes from the first frame (headers can omit or misstate the size).
+    FZ_RETURN_IF_ERROR(decoder->Sample(
+        out.targets_s, [&](size_t i, const ImageView& rgb, double time_s) -> Status {
+          if (frames.data.empty()) {
+            const auto [h, w] = PreprocessedSize(preprocess, rgb.width, rgb.height);
+            FZ_RETURN_IF_ERROR(CheckOutputSize(static_cast<int64_t>(n), h, w, limits));
+            frames.num_frames = static_cast<int>(n);
+            frames.height = h;
+            frames.width = w;
+            frames.data.resize(frames.FrameSize() * n);
+          }
+          PreprocessImage(rgb, preprocess, frames.height, frames.width,
+                          frames.data.data() + frames.FrameSize() * i);
+          out.timestamps_s[i] = time_s;
+          return absl::OkStatus();
+        }));
+    out.stats = decoder->stats();
+  }
+  out.info.size_bytes = src.size;
+  FZ_ASSIGN_OR_RETURN(out.info.content_hash, Hash(src, options, deadline));
+  return out;
+}
+
+StatusOr<int64_t> DecodeAllFrames(const MediaSource& source, const MediaLimits& limits) {
+  const Deadline deadline(limits.max_decode_s, nullptr);
+  FZ_ASSIGN_OR_RETURN(const OpenedSource src, OpenSource(source, limits));
+  FZ_ASSIGN_OR_RETURN(auto decoder, internal::VideoDecoder::Open(src.bytes, limits, &deadline));
+  return decoder->DecodeAll();
+}
+
+}  // namespace framezip::media

@@ -1,0 +1,201 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <exception>
+
+#include "common/flags.h"
+
+namespace framezip::server {
+namespace {
+
+void Register(FlagSet& f, ServerConfig& c) {
+  f.String("config", &c.config_file, "YAML file with any of these settings (keys as flag names)",
+           "FILE");
+  f.String("listen", &c.listen, "gRPC address; port 0 picks a free one", "ADDR");
+  f.String("port-file", &c.port_file, "write the bound gRPC port here once serving", "FILE");
+  f.String("metrics-listen", &c.metrics_listen,
+           "Prometheus /metrics address (its own port); empty = off", "ADDR");
+  f.String("metrics-port-file", &c.metrics_port_file, "write the bound metrics port here", "FILE");
+  f.Int("grace-seconds", &c.grace_seconds,
+        "on SIGTERM, time in-flight turns get to finish before they are cancelled");
+  f.String("log-level", &c.log_level, "trace|debug|info|warn|error", "LEVEL");
+  f.String("log-format", &c.log_format, "text|json (JSON lines)", "FORMAT");
+  f.String("model", &c.model_dir, "Hugging Face model directory to serve", "DIR");
+  f.String("device", &c.device, "cpu or cuda:N", "DEVICE");
+  f.String("default-policy", &c.default_policy,
+           "compression policy of sessions that ask for none: "
+           "none|zipvl|attentionpack|dynamic_llava|fastv|kivi",
+           "POLICY");
+  f.Int("kv-budget-bytes", &c.kv_budget_bytes, "engine KV memory budget; 0 = the engine's default");
+  f.String("kvstore", &c.kvstore, "'embedded' or the address of a framezip-kvstore", "ADDR");
+  f.Int("max-running", &c.max_running, "turns decoded together in one batch at most");
+  f.Int("max-waiting", &c.max_waiting,
+        "turns queued for admission at most; more get RESOURCE_EXHAUSTED");
+  f.Int("step-token-budget", &c.step_token_budget,
+        "tokens per engine step (decode tokens of running turns + prefill chunks)");
+  f.Int("prefill-chunk-tokens", &c.prefill_chunk_tokens, "largest prefill chunk of one turn");
+  f.Int("prepare-threads", &c.prepare_threads, "threads that tokenize and encode media for turns");
+  f.Int("default-max-tokens", &c.default_max_tokens, "max_tokens of turns that set none");
+  f.Int("max-sessions", &c.max_sessions, "sessions held at most");
+  f.Int("max-media-per-session", &c.max_media_per_session, "media items per session at most");
+  f.Int("session-ttl-seconds", &c.session_ttl_seconds,
+        "idle time after which a session and its KV are freed (sessions that set no TTL)");
+  f.Int("max-session-ttl-seconds", &c.max_session_ttl_seconds, "largest TTL a session may ask");
+  f.Int("max-upload-bytes", &c.max_upload_bytes, "largest media upload");
+  f.Int("max-frames", &c.max_frames, "frames one media item may give the model at most");
+  f.Double("max-video-seconds", &c.max_video_seconds, "longest video accepted");
+  f.String("media-dir", &c.media_dir,
+           "where uploaded media are kept; empty = a temporary directory removed at exit", "DIR");
+  f.Int("media-threads", &c.media_threads, "threads that probe uploads");
+  f.Int("max-message-bytes", &c.max_message_bytes,
+        "largest gRPC message received (Generate's inline media; uploads come in chunks)");
+  f.Int("keepalive-time-seconds", &c.keepalive_time_seconds,
+        "server keepalive ping interval on idle connections");
+  f.Int("keepalive-timeout-seconds", &c.keepalive_timeout_seconds,
+        "time to wait for a keepalive ping's ack");
+  f.Int("min-client-ping-interval-seconds", &c.min_client_ping_interval_seconds,
+        "client pings closer than this are strikes (clients pinging every 30 s are fine)");
+  f.String("auth-token-file", &c.auth_token_file,
+           "require 'authorization: Bearer <token>' with a token from this file", "FILE");
+  f.String("tls-cert-file", &c.tls_cert_file, "serve TLS with this PEM certificate chain",
+           "FILE");
+  f.String("tls-key-file", &c.tls_key_file, "PEM private key of --tls-cert-file", "FILE");
+  f.Int("housekeeping-ms", &c.housekeeping_ms, "how often sessions expire and gauges refresh");
+}
+
+// The --config value from the command line or FRAMEZIP_CONFIG, before full parsing.
+std::string FindConfigFile(const std::vector<std::string>& args) {
+  std::string file;
+  if (const char* env = std::getenv("FRAMEZIP_CONFIG")) file = env;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config" && i + 1 < args.size()) file = args[i + 1];
+    if (args[i].rfind("--config=", 0) == 0) file = args[i].substr(9);
+  }
+  return file;
+}
+
+// The YAML file as "--key value" arguments, so it goes through the same parsers as flags.
+StatusOr<std::vector<std::string>> YamlArgs(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError("config file '{}': {}", path, e.what());
+  }
+  std::vector<std::string> args;
+  if (root.IsNull()) return args;
+  if (!root.IsMap()) {
+    return InvalidArgumentError("config file '{}': the top level must be a mapping of settings",
+                                path);
+  }
+  for (const auto& entry : root) {
+    std::string key;
+    try {
+      key = entry.first.as<std::string>();
+    } catch (const std::exception&) {
+      return InvalidArgumentError("config file '{}': a key is not a string", path);
+    }
+    for (char& ch : key) {
+      if (ch == '_') ch = '-';
+    }
+    if (key == "config") {
+      return InvalidArgumentError("config file '{}': 'config' cannot be set inside a config file",
+                                  path);
+    }
+    if (!entry.second.IsScalar()) {
+      return InvalidArgumentError("config file '{}': '{}' must be a single value", path, key);
+    }
+    args.push_back("--" + key + "=" + entry.second.Scalar());
+  }
+  return args;
+}
+
+}  // namespace
+
+StatusOr<ConfigLoad> LoadServerConfig(const std::vector<std::string>& args,
+                                      const std::string& program) {
+  ConfigLoad load;
+  FlagSet flags(program,
+                "Serves framezip's gRPC API (framezip.v1.VideoChat, grpc.health.v1, reflection) "
+                "and Prometheus metrics.\nSettings come from defaults < --config YAML < "
+                "FRAMEZIP_<NAME> environment variables < flags.");
+  Register(flags, load.config);
+  load.help_text = flags.Help();
+  const std::string config_file = FindConfigFile(args);
+  if (!config_file.empty()) {
+    FZ_ASSIGN_OR_RETURN(std::vector<std::string> yaml_args, YamlArgs(config_file));
+    Status s = flags.Parse(yaml_args);
+    if (!s.ok()) return Annotate(s, fmt::format("config file '{}'", config_file));
+  }
+  FZ_RETURN_IF_ERROR(flags.ApplyEnvironment());
+  Status s = flags.Parse(args);
+  if (FlagSet::IsHelp(s)) {
+    load.help = true;
+    return load;
+  }
+  FZ_RETURN_IF_ERROR(s);
+  if (!flags.positional().empty()) {
+    return InvalidArgumentError("unexpected argument '{}' (settings are --flags)",
+                                flags.positional().front());
+  }
+  FZ_RETURN_IF_ERROR(ValidateServerConfig(load.config));
+  return load;
+}
+
+Status ValidateServerConfig(const ServerConfig& c) {
+  auto positive = [](int64_t v, const char* name) -> Status {
+    if (v <= 0) return InvalidArgumentError("--{}: {} must be > 0", name, v);
+    return absl::OkStatus();
+  };
+  FZ_RETURN_IF_ERROR(positive(c.max_running, "max-running"));
+  FZ_RETURN_IF_ERROR(positive(c.max_waiting, "max-waiting"));
+  FZ_RETURN_IF_ERROR(positive(c.step_token_budget, "step-token-budget"));
+  FZ_RETURN_IF_ERROR(positive(c.prefill_chunk_tokens, "prefill-chunk-tokens"));
+  FZ_RETURN_IF_ERROR(positive(c.prepare_threads, "prepare-threads"));
+  FZ_RETURN_IF_ERROR(positive(c.default_max_tokens, "default-max-tokens"));
+  FZ_RETURN_IF_ERROR(positive(c.max_sessions, "max-sessions"));
+  FZ_RETURN_IF_ERROR(positive(c.max_media_per_session, "max-media-per-session"));
+  FZ_RETURN_IF_ERROR(positive(c.session_ttl_seconds, "session-ttl-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.max_session_ttl_seconds, "max-session-ttl-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.max_upload_bytes, "max-upload-bytes"));
+  FZ_RETURN_IF_ERROR(positive(c.max_frames, "max-frames"));
+  FZ_RETURN_IF_ERROR(positive(c.media_threads, "media-threads"));
+  FZ_RETURN_IF_ERROR(positive(c.max_message_bytes, "max-message-bytes"));
+  FZ_RETURN_IF_ERROR(positive(c.keepalive_time_seconds, "keepalive-time-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.keepalive_timeout_seconds, "keepalive-timeout-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.housekeeping_ms, "housekeeping-ms"));
+  if (c.grace_seconds < 0) return InvalidArgumentError("--grace-seconds: must be >= 0");
+  if (c.kv_budget_bytes < 0) return InvalidArgumentError("--kv-budget-bytes: must be >= 0");
+  if (c.max_video_seconds <= 0) return InvalidArgumentError("--max-video-seconds: must be > 0");
+  if (c.min_client_ping_interval_seconds < 0 || c.min_client_ping_interval_seconds > 30) {
+    return InvalidArgumentError(
+        "--min-client-ping-interval-seconds: {} must be in [0, 30] so clients pinging every "
+        "30 s are accepted",
+        c.min_client_ping_interval_seconds);
+  }
+  if (c.session_ttl_seconds > c.max_session_ttl_seconds) {
+    return InvalidArgumentError("--session-ttl-seconds: {} is over --max-session-ttl-seconds {}",
+                                c.session_ttl_seconds, c.max_session_ttl_seconds);
+  }
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return InvalidArgumentError("--tls-cert-file and --tls-key-file must be given together");
+  }
+  if (c.log_format != "text" && c.log_format != "json") {
+    return InvalidArgumentError("--log-format: '{}' is not text or json", c.log_format);
+  }
+  static const char* kPolicies[] = {"none",          "zipvl", "attentionpack",
+                                    "dynamic_llava", "fastv", "kivi"};
+  bool known = false;
+  for (const char* p : kPolicies) known = known || c.default_policy == p;
+  if (!known) {
+    return InvalidArgumentError(
+        "--default-policy: '{}' is not one of none, zipvl, attentionpack, dynamic_llava, fastv, "
+        "kivi",
+        c.default_policy);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::server

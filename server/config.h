@@ -1,0 +1,77 @@
+// framezip-server's configuration: defaults, then a YAML file (--config F or FRAMEZIP_CONFIG),
+// then FRAMEZIP_* environment variables, then command-line flags — each overriding the one
+// before. Every setting has one name: the flag --max-upload-bytes, the environment variable
+// FRAMEZIP_MAX_UPLOAD_BYTES and the YAML key max_upload_bytes (or max-upload-bytes).
+// docs/configuration.md lists them all; `framezip-server --help` prints them with defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace framezip::server {
+
+struct ServerConfig {
+  // Process
+  std::string config_file;
+  std::string listen = "0.0.0.0:50051";
+  std::string port_file;
+  std::string metrics_listen = "0.0.0.0:9464";  // empty = no metrics endpoint
+  std::string metrics_port_file;
+  int grace_seconds = 30;
+  std::string log_level = "info";
+  std::string log_format = "text";
+  // Model and engine
+  std::string model_dir;
+  std::string device = "cpu";
+  std::string default_policy = "none";
+  int64_t kv_budget_bytes = 0;  // 0 = the engine's default
+  std::string kvstore = "embedded";
+  // Scheduler
+  int max_running = 16;
+  int max_waiting = 64;
+  int step_token_budget = 512;
+  int prefill_chunk_tokens = 256;
+  int prepare_threads = 2;
+  int default_max_tokens = 256;
+  // Sessions and media
+  int max_sessions = 1024;
+  int max_media_per_session = 8;
+  int session_ttl_seconds = 1800;
+  int max_session_ttl_seconds = 86400;
+  int64_t max_upload_bytes = int64_t{512} << 20;
+  int max_frames = 64;
+  double max_video_seconds = 4 * 3600.0;
+  std::string media_dir;  // empty = a temporary directory removed at exit
+  int media_threads = 2;
+  // gRPC transport
+  int64_t max_message_bytes = int64_t{16} << 20;
+  int keepalive_time_seconds = 60;
+  int keepalive_timeout_seconds = 20;
+  int min_client_ping_interval_seconds = 10;
+  // Security
+  std::string auth_token_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Internal cadence of session expiry and gauge refresh.
+  int housekeeping_ms = 1000;
+};
+
+// The result of parsing a command line.
+struct ConfigLoad {
+  ServerConfig config;
+  bool help = false;      // --help was given: print `help_text` and exit 0
+  std::string help_text;  // the flag reference
+};
+
+// Parses `args` (without argv[0]) over the YAML file and the environment. INVALID_ARGUMENT names
+// the flag, variable or YAML key at fault; unknown keys and flags are errors.
+StatusOr<ConfigLoad> LoadServerConfig(const std::vector<std::string>& args,
+                                      const std::string& program = "framezip-server");
+
+// Cross-field checks (ranges, TLS cert and key together).
+Status ValidateServerConfig(const ServerConfig& config);
+
+}  // namespace framezip::server

@@ -1,0 +1,344 @@
+#include "server/engine_backend.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/logging.h"
+#include "engine/runtime/engine.h"
+#include "media/media.h"
+
+namespace framezip::server {
+
+namespace rt = engine::runtime;
+
+namespace {
+
+media::PreprocessSpec SpecFor(const engine::model::PreprocessorConfig& pre, int64_t image_size) {
+  media::PreprocessSpec spec;
+  spec.resize = media::ResizeMode::kExact;
+  spec.height = static_cast<int>(pre.size_height > 0 ? pre.size_height : image_size);
+  spec.width = static_cast<int>(pre.size_width > 0 ? pre.size_width : image_size);
+  spec.rescale_factor = pre.do_rescale ? pre.rescale_factor : 1.0;
+  for (int c = 0; c < 3; ++c) {
+    spec.mean[c] = pre.do_normalize && pre.image_mean.size() == 3 ? float(pre.image_mean[c]) : 0.f;
+    spec.std[c] = pre.do_normalize && pre.image_std.size() == 3 ? float(pre.image_std[c]) : 1.f;
+  }
+  spec.interpolation =
+      pre.resample == 2 ? media::Interpolation::kBilinear : media::Interpolation::kBicubic;
+  return spec;
+}
+
+const char* RoleString(Role role) {
+  switch (role) {
+    case Role::kSystem:
+      return "system";
+    case Role::kUser:
+      return "user";
+    case Role::kAssistant:
+      return "assistant";
+  }
+  return "user";
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+// One turn: the messages it feeds, and the conversation it runs on (the session's, or its own
+// for a stateless Generate).
+class EngineBackend::Sequence final : public BackendSequence {
+ public:
+  ~Sequence() override {
+    // Only a turn that ran leaves a partial reply behind; one that failed in Prepare did not
+    // touch its conversation.
+    if (committed_ || !started_) return;
+    if (conversation_->decoding()) owner_->engine_->Cancel(*conversation_);
+    if (!session_id_.empty()) owner_->DropConversation(session_id_, conversation_);
+  }
+  uint64_t allocated_bytes() const override {
+    const uint64_t now = conversation_ != nullptr ? conversation_->kv_bytes() : 0;
+    return now > kv_at_start_ ? now - kv_at_start_ : 0;
+  }
+  void ReportStats(TurnStats& stats) const override {
+    if (conversation_ == nullptr || !started_) return;
+    const rt::TurnStats& s = conversation_->current().stats;
+    stats.cached_tokens = static_cast<uint32_t>(s.cached_tokens);
+    stats.prefilled_tokens = static_cast<uint32_t>(s.prefilled_tokens);
+    stats.prompt_tokens = static_cast<uint32_t>(s.cached_tokens + s.prefilled_tokens);
+    stats.visual_tokens_before_pruning = static_cast<uint32_t>(s.visual_tokens);
+    stats.visual_tokens_after_pruning = static_cast<uint32_t>(s.visual_tokens);
+    stats.generated_tokens = static_cast<uint32_t>(s.generated_tokens);
+    stats.vision_encode_seconds = s.vision_ms / 1000.0;
+    if (s.prefill_ms > 0) stats.prefill_seconds = s.prefill_ms / 1000.0;
+  }
+
+  EngineBackend* owner_ = nullptr;
+  std::string session_id_;
+  rt::Conversation* conversation_ = nullptr;
+  std::unique_ptr<rt::Conversation> owned_;  // stateless turns
+  std::vector<rt::Message> messages_;        // this turn's new messages
+  size_t messages_total_ = 0;                // conversation length after this turn's user message
+  rt::TurnOptions options_;
+  uint64_t kv_at_start_ = 0;
+  bool started_ = false;
+  bool finish_pending_ = false;  // the engine finished with text: end the turn on the next step
+  bool committed_ = false;
+};
+
+StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(const ServerConfig& config) {
+  rt::EngineOptions options;
+  options.kv_max_bytes = config.kv_budget_bytes > 0 ? config.kv_budget_bytes : int64_t{1} << 30;
+  options.prefill_chunk_tokens = config.prefill_chunk_tokens;
+  options.default_policy = config.default_policy;
+  std::unique_ptr<EngineBackend> b(new EngineBackend());
+  FZ_ASSIGN_OR_RETURN(b->engine_, rt::Engine::Load(config.model_dir, options));
+  const auto& c = b->engine_->config();
+  b->kv_capacity_bytes_ = static_cast<uint64_t>(options.kv_max_bytes);
+  // K and V, every layer, f16 (the default page format).
+  b->kv_bytes_per_token_ =
+      static_cast<uint64_t>(2 * c.text.num_hidden_layers * c.text.kv_dim() * 2);
+  ModelDescription& m = b->model_;
+  m.name = std::filesystem::path(config.model_dir).lexically_normal().filename().string();
+  if (m.name.empty()) m.name = std::filesystem::path(config.model_dir).parent_path().filename();
+  m.architecture = c.model_type;
+  m.text_architecture = c.text.model_type;
+  m.vision_architecture = c.vision.model_type;
+  m.context_tokens = static_cast<uint32_t>(c.text.max_position_embeddings);
+  m.vocab_size = static_cast<uint32_t>(c.text.vocab_size);
+  m.weight_dtype = c.torch_dtype;
+  m.device = config.device;
+  m.policies = {PolicyKind::kNone};
+  PolicyKind kind;
+  if (PolicyFromName(config.default_policy, &kind) && kind != PolicyKind::kNone) {
+    m.policies.push_back(kind);
+  }
+  m.vision.image_size = static_cast<uint32_t>(c.vision.image_size);
+  m.vision.patch_size = static_cast<uint32_t>(c.vision.patch_size);
+  for (double v : b->engine_->preprocessor().image_mean) m.vision.image_mean.push_back(float(v));
+  for (double v : b->engine_->preprocessor().image_std) m.vision.image_std.push_back(float(v));
+  // LLaVA-OneVision video: the patch grid pooled 2x2 per frame.
+  const int64_t side = c.vision.patch_size > 0 ? c.vision.patches_per_side() : 0;
+  m.vision.tokens_per_video_frame = static_cast<uint32_t>(((side + 1) / 2) * ((side + 1) / 2));
+  m.vision.tokens_per_image = static_cast<uint32_t>(side * side);
+  m.vision.default_num_frames = 8;
+  FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {})", m.name, m.architecture,
+              c.text.num_hidden_layers, m.context_tokens);
+  return b;
+}
+
+EngineBackend::~EngineBackend() {
+  std::lock_guard lock(mu_);
+  sessions_.clear();  // conversations before the engine
+}
+
+KvPrecision EngineBackend::Precision() const { return KvPrecision::kF16; }
+
+StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
+  auto seq = std::make_unique<Sequence>();
+  seq->owner_ = this;
+  seq->session_id_ = request.session_id;
+  size_t first_new = 0;
+  if (!request.session_id.empty()) {
+    std::lock_guard lock(mu_);
+    SessionState& state = sessions_[request.session_id];
+    if (state.conversation == nullptr) {
+      FZ_ASSIGN_OR_RETURN(state.conversation,
+                          engine_->NewConversation(PolicyName(request.policy.kind)));
+      state.messages_fed = 0;
+    }
+    seq->conversation_ = state.conversation.get();
+    first_new = std::min(state.messages_fed, request.messages.size() - 1);
+    seq->kv_at_start_ = state.kv_bytes;
+  } else {
+    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(PolicyName(request.policy.kind)));
+    seq->conversation_ = seq->owned_.get();
+  }
+  seq->messages_total_ = request.messages.size();
+
+  // Decode the new messages' media (the older ones are in the KV already).
+  const auto t0 = Clock::now();
+  const media::PreprocessSpec spec = SpecFor(engine_->preprocessor(), engine_->image_size());
+  uint32_t visual_estimate = 0;
+  uint64_t text_bytes = 0;
+  for (size_t i = first_new; i < request.messages.size(); ++i) {
+    const ChatMessage& m = request.messages[i];
+    rt::Message out;
+    out.role = RoleString(m.role);
+    for (const ContentPart& part : m.content) {
+      if (part.media_id.empty()) {
+        out.text += part.text;
+        text_bytes += part.text.size();
+        continue;
+      }
+      auto it = std::find_if(request.media.begin(), request.media.end(),
+                             [&](const MediaInfo& mi) { return mi.media_id == part.media_id; });
+      if (it == request.media.end()) {
+        return InvalidArgumentError("media_id '{}' is not in the request", part.media_id);
+      }
+      const std::filesystem::path path(it->path);
+      media::FrameSamplingSpec sampling;
+      sampling.num_frames = std::max<int>(1, static_cast<int>(it->frame_timestamps.size()));
+      media::MediaLimits limits;
+      limits.max_frames = std::max(limits.max_frames, sampling.num_frames);
+      StatusOr<media::DecodedMedia> decoded = media::DecodeMedia(
+          media::MediaSource::FromFile(path.parent_path(), path.filename().string()), sampling,
+          spec, limits);
+      if (!decoded.ok()) return Annotate(decoded.status(), fmt::format("media '{}'", it->name));
+      const media::FrameBatch& fb = decoded->frames;
+      FZ_ASSIGN_OR_RETURN(engine::Tensor pixels,
+                          engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
+                                                engine::DType::kF32));
+      std::copy(fb.data.begin(), fb.data.end(), pixels.data<float>());
+      rt::VisualInput visual;
+      visual.kind = it->kind == MediaKind::kImage ? rt::VisualInput::Kind::kImage
+                                                  : rt::VisualInput::Kind::kVideo;
+      visual.pixels = std::move(pixels);
+      out.visuals.push_back(std::move(visual));
+      visual_estimate += it->visual_tokens;
+    }
+    seq->messages_.push_back(std::move(out));
+  }
+  const double decode_seconds = Seconds(Clock::now() - t0);
+
+  const SamplingSpec& s = request.sampling;
+  auto& sp = seq->options_.sampling;
+  sp.do_sample = s.temperature > 0;
+  sp.temperature = s.temperature > 0 ? s.temperature : 1.0f;
+  sp.top_k = static_cast<int>(s.top_k);
+  sp.top_p = s.top_p;
+  sp.repetition_penalty = s.repetition_penalty;
+  sp.seed = s.seed;
+  sp.max_new_tokens = static_cast<int>(std::max<uint32_t>(s.max_tokens, 1));
+  for (uint32_t id : s.stop_token_ids) sp.stop_token_ids.push_back(static_cast<int32_t>(id));
+  sp.stop_strings = s.stop;
+
+  PreparedTurn turn;
+  // The exact counts come from the engine once the turn starts (ReportStats); one scheduler
+  // "prefill token" stands for the whole StartTurn.
+  turn.prompt_tokens = 1;
+  turn.cached_tokens = 0;
+  turn.visual_tokens_before_pruning = turn.visual_tokens_after_pruning = visual_estimate;
+  turn.max_new_tokens = s.max_tokens + 1;  // the engine's own limit ends the turn first
+  turn.predicted_kv_bytes =
+      (text_bytes / 2 + visual_estimate + s.max_tokens + 16) * kv_bytes_per_token_;
+  turn.media_decode_seconds = decode_seconds;
+  turn.seed = s.seed;
+  turn.sequence = std::move(seq);
+  return turn;
+}
+
+Status EngineBackend::Step(std::span<StepItem> batch) {
+  auto emit = [](StepItem& item, Sequence& seq, const rt::StepOutput& out) {
+    item.emitted = true;
+    item.text = out.delta;
+    const auto& ids = seq.conversation_->current().token_ids;
+    item.token_id = ids.empty() ? 0 : static_cast<uint32_t>(ids.back());
+    if (out.finished) {
+      if (out.delta.empty()) {
+        item.end_of_turn = true;
+      } else {
+        seq.finish_pending_ = true;
+      }
+    }
+  };
+  std::vector<rt::Conversation*> decoding;
+  std::vector<StepItem*> decoding_items;
+  for (StepItem& item : batch) {
+    auto& seq = static_cast<Sequence&>(*item.sequence);
+    if (item.prefill_tokens > 0 && !seq.started_) {
+      seq.started_ = true;
+      StatusOr<rt::StepOutput> out =
+          engine_->StartTurn(*seq.conversation_, seq.messages_, seq.options_);
+      if (!out.ok()) {
+        item.status = out.status();
+        continue;
+      }
+      emit(item, seq, *out);
+    } else if (seq.finish_pending_) {
+      item.emitted = true;
+      item.end_of_turn = true;
+    } else {
+      decoding.push_back(seq.conversation_);
+      decoding_items.push_back(&item);
+    }
+  }
+  if (decoding.empty()) return absl::OkStatus();
+  StatusOr<std::vector<rt::StepOutput>> outs = engine_->Step(decoding);
+  if (!outs.ok()) {
+    for (StepItem* item : decoding_items) item->status = outs.status();
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < decoding_items.size(); ++i) {
+    emit(*decoding_items[i], static_cast<Sequence&>(*decoding_items[i]->sequence), (*outs)[i]);
+  }
+  return absl::OkStatus();
+}
+
+Status EngineBackend::Commit(const std::string& session_id, BackendSequence& sequence) {
+  auto& seq = static_cast<Sequence&>(sequence);
+  // The scheduler may end a turn (its own stop rules) while the engine still decodes it.
+  if (seq.conversation_->decoding()) engine_->Cancel(*seq.conversation_);
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second.conversation.get() != seq.conversation_) {
+    return FailedPreconditionError("session '{}' was released during its turn", session_id);
+  }
+  it->second.messages_fed = seq.messages_total_ + 1;  // + the reply
+  it->second.kv_bytes = seq.conversation_->kv_bytes();
+  it->second.cached_tokens = static_cast<uint32_t>(seq.conversation_->cached_tokens());
+  seq.committed_ = true;
+  return absl::OkStatus();
+}
+
+void EngineBackend::DropConversation(const std::string& session_id,
+                                     rt::Conversation* expected) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end() && it->second.conversation.get() == expected) sessions_.erase(it);
+}
+
+std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_id) {
+  std::unique_ptr<rt::Conversation> conversation;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return {};
+    // A running turn holds a pointer to the conversation: leave it to that turn's end (its
+    // sequence drops or commits it; the session store then releases it again).
+    if (it->second.conversation && it->second.conversation->decoding()) return {};
+    bytes = it->second.kv_bytes;
+    conversation = std::move(it->second.conversation);
+    sessions_.erase(it);
+  }
+  if (bytes == 0) return {};
+  return {{KvTier::kDevice, Precision(), bytes}};
+}
+
+std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_id) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second.kv_bytes == 0) return {};
+  return {{KvTier::kDevice, Precision(), it->second.kv_bytes}};
+}
+
+uint32_t EngineBackend::SessionCachedTokens(const std::string& session_id) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  return it == sessions_.end() ? 0 : it->second.cached_tokens;
+}
+
+uint64_t EngineBackend::KvUsedBytes() const { return engine_->kv_pool().bytes_in_use(); }
+
+Status EngineBackend::FlushSessions() {
+  // The KV store (kvstore/) is not wired to the engine's page codec yet: session KV lives in the
+  // engine's pool only and is lost at exit.
+  std::lock_guard lock(mu_);
+  if (!sessions_.empty()) {
+    FZ_LOG_WARN("drain: {} sessions' KV not flushed (no KV store connected to the engine yet)",
+                sessions_.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::server

@@ -1,0 +1,29 @@
+#include "server/engine_factory.h"
+
+#include "server/batch_scheduler.h"
+#include "server/engine_backend.h"
+#include "server/unavailable_engine.h"
+
+namespace framezip::server {
+
+StatusOr<std::unique_ptr<TurnEngine>> CreateEngine(const ServerConfig& config) {
+  if (config.model_dir.empty()) {
+    return std::unique_ptr<TurnEngine>(std::make_unique<UnavailableEngine>(
+        "the server was started without --model; sessions and uploads work, turns do not"));
+  }
+  if (config.device != "cpu") {
+    return UnimplementedError("--device {}: the server runs the engine on cpu only so far",
+                              config.device);
+  }
+  FZ_ASSIGN_OR_RETURN(std::unique_ptr<EngineBackend> backend, EngineBackend::Load(config));
+  SchedulerOptions options;
+  options.max_running = static_cast<uint32_t>(config.max_running);
+  options.max_waiting = static_cast<uint32_t>(config.max_waiting);
+  options.step_token_budget = static_cast<uint32_t>(config.step_token_budget);
+  options.prefill_chunk_tokens = static_cast<uint32_t>(config.prefill_chunk_tokens);
+  options.prepare_threads = config.prepare_threads;
+  return std::unique_ptr<TurnEngine>(
+      std::make_unique<BatchScheduler>(std::move(backend), options));
+}
+
+}  // namespace framezip::server

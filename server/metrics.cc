@@ -1,0 +1,223 @@
+#include "server/metrics.h"
+
+#include "server/metrics_http.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+#include <numeric>
+#include <sstream>
+
+namespace framezip::server {
+namespace {
+
+// Buckets in seconds, from vLLM's (vllm/v1/metrics/loggers.py), so dashboards carry over.
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+                                          0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0, 40.0,
+                                          80.0,  160.0, 640.0, 2560.0};
+const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+                                         0.5,  0.75,  1.0,  2.5,   5.0, 7.5,  10.0, 20.0, 40.0,
+                                         80.0};
+const std::vector<double> kRequestBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,  5.0,
+                                             10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                                             240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kStageBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                                           2.5,   5.0,   10.0, 30.0,  60.0, 120.0};
+const std::vector<double> kRatioBuckets = {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0, 16.0};
+const std::vector<double> kUnitBuckets = {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(const std::string& model_name)
+    : model_name_(model_name), registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  auto& r = *registry_;
+  ttft_ = &BuildHistogram()
+               .Name("framezip_time_to_first_token_seconds")
+               .Help("Time from a turn's arrival to its first generated token.")
+               .Register(r);
+  itl_ = &BuildHistogram()
+              .Name("framezip_inter_token_latency_seconds")
+              .Help("Time between consecutive generated tokens (one sample per token).")
+              .Register(r);
+  e2e_ = &BuildHistogram()
+              .Name("framezip_e2e_request_latency_seconds")
+              .Help("Time from a turn's arrival to its end.")
+              .Register(r);
+  queue_ = &BuildHistogram()
+                .Name("framezip_request_queue_time_seconds")
+                .Help("Time a turn spent before joining the batch (preparing and waiting).")
+                .Register(r);
+  running_ = &BuildGauge()
+                  .Name("framezip_num_requests_running")
+                  .Help("Turns in the engine's batch.")
+                  .Register(r);
+  waiting_ = &BuildGauge()
+                  .Name("framezip_num_requests_waiting")
+                  .Help("Turns being prepared or waiting for KV room.")
+                  .Register(r);
+  kv_usage_ = &BuildGauge()
+                   .Name("framezip_kv_cache_usage_ratio")
+                   .Help("Engine KV memory in use over its budget (0 to 1).")
+                   .Register(r);
+  prefix_queries_ = &BuildCounter()
+                         .Name("framezip_prefix_cache_queries_total")
+                         .Help("Prompt tokens looked up in the prefix cache.")
+                         .Register(r);
+  prefix_hits_ = &BuildCounter()
+                      .Name("framezip_prefix_cache_hits_total")
+                      .Help("Prompt tokens whose KV was restored from the cache.")
+                      .Register(r);
+  prompt_tokens_ = &BuildCounter()
+                        .Name("framezip_prompt_tokens_total")
+                        .Help("Prompt tokens of finished turns.")
+                        .Register(r);
+  generation_tokens_ = &BuildCounter()
+                            .Name("framezip_generation_tokens_total")
+                            .Help("Generated tokens.")
+                            .Register(r);
+  media_decode_ = &BuildHistogram()
+                       .Name("framezip_media_decode_seconds")
+                       .Help("Media probing at upload and frame decoding in turns.")
+                       .Register(r);
+  vision_encode_ = &BuildHistogram()
+                        .Name("framezip_vision_encode_seconds")
+                        .Help("Vision tower + projector time per turn with new media.")
+                        .Register(r);
+  frames_sampled_ = &BuildCounter()
+                         .Name("framezip_frames_sampled_total")
+                         .Help("Video frames chosen for the model.")
+                         .Register(r);
+  visual_tokens_ = &BuildCounter()
+                        .Name("framezip_visual_tokens_total")
+                        .Help("Visual tokens of prompts, before and after pruning.")
+                        .Register(r);
+  kv_bytes_ = &BuildGauge()
+                   .Name("framezip_kv_bytes")
+                   .Help("KV bytes the sessions hold, by tier and precision.")
+                   .Register(r);
+  compression_ratio_ = &BuildHistogram()
+                            .Name("framezip_kv_compression_ratio")
+                            .Help("f16-equivalent over stored KV bytes of a session after a turn.")
+                            .Register(r);
+  important_ratio_ = &BuildHistogram()
+                          .Name("framezip_important_token_ratio")
+                          .Help("Mean fraction of tokens ZipVL kept as important in a turn.")
+                          .Register(r);
+  kv_restore_ = &BuildHistogram()
+                     .Name("framezip_kv_restore_seconds")
+                     .Help("Time to restore a session's cached KV, by tier.")
+                     .Register(r);
+  requests_ = &BuildCounter()
+                   .Name("framezip_requests_total")
+                   .Help("RPCs by method and gRPC status code.")
+                   .Register(r);
+  // Series that exist from the start, so a scrape shows them at zero.
+  running_->Add(Labels());
+  waiting_->Add(Labels());
+  kv_usage_->Add(Labels());
+  for (auto* c : {prefix_queries_, prefix_hits_, prompt_tokens_, generation_tokens_,
+                  frames_sampled_}) {
+    c->Add(Labels());
+  }
+  visual_tokens_->Add(Labels({{"stage", "before_pruning"}}));
+  visual_tokens_->Add(Labels({{"stage", "after_pruning"}}));
+  Hist(*ttft_, kTtftBuckets);
+  Hist(*itl_, kItlBuckets);
+  Hist(*e2e_, kRequestBuckets);
+  Hist(*queue_, kRequestBuckets);
+}
+
+ServerMetrics::~ServerMetrics() {
+  if (http_) http_->Stop();  // no scrape may run while the families are destroyed
+}
+
+std::map<std::string, std::string> ServerMetrics::Labels(
+    std::map<std::string, std::string> extra) const {
+  extra["model_name"] = model_name_;
+  return extra;
+}
+
+prometheus::Histogram& ServerMetrics::Hist(prometheus::Family<prometheus::Histogram>& family,
+                                           const std::vector<double>& buckets,
+                                           std::map<std::string, std::string> labels) {
+  return family.Add(Labels(std::move(labels)), buckets);
+}
+
+void ServerMetrics::RecordTurn(const TurnStats& s) {
+  if (s.generated_tokens > 0) Hist(*ttft_, kTtftBuckets).Observe(s.time_to_first_token_seconds);
+  auto& itl = Hist(*itl_, kItlBuckets);
+  for (double gap : s.inter_token_seconds) itl.Observe(gap);
+  Hist(*e2e_, kRequestBuckets).Observe(s.e2e_seconds);
+  Hist(*queue_, kRequestBuckets).Observe(s.queue_seconds);
+  prefix_queries_->Add(Labels()).Increment(s.prompt_tokens);
+  prefix_hits_->Add(Labels()).Increment(s.cached_tokens);
+  prompt_tokens_->Add(Labels()).Increment(s.prompt_tokens);
+  generation_tokens_->Add(Labels()).Increment(s.generated_tokens);
+  visual_tokens_->Add(Labels({{"stage", "before_pruning"}}))
+      .Increment(s.visual_tokens_before_pruning);
+  visual_tokens_->Add(Labels({{"stage", "after_pruning"}})).Increment(s.visual_tokens_after_pruning);
+  if (s.media_decode_seconds > 0) Hist(*media_decode_, kStageBuckets).Observe(s.media_decode_seconds);
+  if (s.vision_encode_seconds > 0) {
+    Hist(*vision_encode_, kStageBuckets).Observe(s.vision_encode_seconds);
+  }
+  if (s.cached_tokens > 0) {
+    // The tier the prefix came from is the device tier unless the engine restored it from the
+    // store; the engine reports per-tier restore time in a later revision of TurnStats.
+    Hist(*kv_restore_, kStageBuckets, {{"tier", "device"}}).Observe(s.kv_restore_seconds);
+  }
+  if (!s.kv_bytes.empty()) Hist(*compression_ratio_, kRatioBuckets).Observe(s.compression_ratio);
+  if (!s.layer_kept_ratio.empty()) {
+    const double mean = std::accumulate(s.layer_kept_ratio.begin(), s.layer_kept_ratio.end(), 0.0) /
+                        static_cast<double>(s.layer_kept_ratio.size());
+    Hist(*important_ratio_, kUnitBuckets).Observe(mean);
+  }
+}
+
+void ServerMetrics::RecordMediaProbe(double seconds, uint32_t frames_planned) {
+  Hist(*media_decode_, kStageBuckets).Observe(seconds);
+  frames_sampled_->Add(Labels()).Increment(frames_planned);
+}
+
+void ServerMetrics::RecordRpc(const std::string& rpc, const std::string& code) {
+  requests_->Add(Labels({{"rpc", rpc}, {"code", code}})).Increment();
+}
+
+void ServerMetrics::SetLoad(const EngineLoad& load, const std::vector<KvBytes>& session_kv) {
+  running_->Add(Labels()).Set(load.running);
+  waiting_->Add(Labels()).Set(load.waiting);
+  kv_usage_->Add(Labels()).Set(load.kv_capacity_bytes == 0
+                                   ? 0.0
+                                   : static_cast<double>(load.kv_used_bytes) /
+                                         static_cast<double>(load.kv_capacity_bytes));
+  std::map<std::pair<KvTier, KvPrecision>, uint64_t> sums;
+  for (const KvBytes& kv : session_kv) sums[{kv.tier, kv.precision}] += kv.bytes;
+  std::lock_guard lock(kv_mu_);
+  for (const auto& [key, bytes] : sums) kv_series_.insert(key);
+  // A series that dropped to nothing reads 0 rather than its last value.
+  for (const auto& key : kv_series_) {
+    auto it = sums.find(key);
+    kv_bytes_->Add(Labels({{"tier", KvTierName(key.first)},
+                           {"precision", KvPrecisionName(key.second)}}))
+        .Set(it == sums.end() ? 0.0 : static_cast<double>(it->second));
+  }
+}
+
+StatusOr<int> ServerMetrics::Serve(const std::string& address) {
+  http_ = std::make_unique<MetricsHttpServer>([this] { return Text(); });
+  return http_->Start(address);
+}
+
+std::string ServerMetrics::Text() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace framezip::server

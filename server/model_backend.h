@@ -1,0 +1,98 @@
+// The step-level model interface that BatchScheduler drives: prepare a turn (render and tokenize
+// the conversation, decode and encode its media, restore the session's cached prefix), then run
+// engine steps that mix prefill chunks and decode tokens of many sequences in one batch.
+//
+// The real implementation adapts engine/runtime (server/engine_backend.*, once the engine lands);
+// tests use a deterministic double (tests/testing/fake_model_backend.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/turn_types.h"
+
+namespace framezip::server {
+
+// One turn's sequence in the engine: its token ids and the KV pages it holds. Destroying it frees
+// every page it allocated that was not committed to its session, so dropping a cancelled turn's
+// sequence is how its memory is returned.
+class BackendSequence {
+ public:
+  virtual ~BackendSequence() = default;
+  // KV bytes this turn has allocated so far (pages restored from the session's cache excluded).
+  virtual uint64_t allocated_bytes() const = 0;
+  // Overwrites the scheduler's figures in `stats` with what the engine measured (exact token
+  // counts, vision time); called once when the turn ends. Default: nothing to add.
+  virtual void ReportStats(TurnStats& /*stats*/) const {}
+};
+
+// The result of ModelBackend::Prepare.
+struct PreparedTurn {
+  std::unique_ptr<BackendSequence> sequence;
+  uint32_t prompt_tokens = 0;
+  // Leading prompt tokens whose KV was restored from the session or the store; the scheduler
+  // prefills only prompt_tokens - cached_tokens.
+  uint32_t cached_tokens = 0;
+  uint32_t visual_tokens_before_pruning = 0;
+  uint32_t visual_tokens_after_pruning = 0;
+  // Upper bound of the KV bytes the turn will allocate (the new prompt tokens plus max_tokens),
+  // for admission control.
+  uint64_t predicted_kv_bytes = 0;
+  uint32_t max_new_tokens = 0;  // max_tokens resolved against the context
+  double media_decode_seconds = 0;
+  double vision_encode_seconds = 0;
+  double kv_restore_seconds = 0;
+  uint64_t seed = 0;
+};
+
+// One sequence's share of an engine step, and what it produced.
+struct StepItem {
+  BackendSequence* sequence = nullptr;
+  // > 0: prefill this many more prompt tokens. When they are the last ones, the step also samples
+  // the first generated token. 0: decode one token.
+  uint32_t prefill_tokens = 0;
+  // Outputs.
+  bool emitted = false;  // a token was generated
+  uint32_t token_id = 0;
+  std::string text;  // the text it completes (UTF-8; may be empty while a character is partial)
+  bool end_of_turn = false;  // the model's end-of-turn token (not shown in text)
+  Status status;             // a per-sequence failure (e.g. a corrupt restored page)
+};
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+
+  virtual const ModelDescription& model() const = 0;
+
+  // Thread-safe; runs on a worker pool, never the step thread. INVALID_ARGUMENT when the prompt
+  // does not fit the context or a media item cannot be decoded.
+  virtual StatusOr<PreparedTurn> Prepare(const TurnRequest& request) = 0;
+
+  // Runs one engine step over `batch` (step thread only). A non-OK return fails every item;
+  // per-item failures go in StepItem::status.
+  virtual Status Step(std::span<StepItem> batch) = 0;
+
+  // Keeps the finished sequence's KV as `session_id`'s cache for its next turn, replacing what
+  // the session kept before (step thread only).
+  virtual Status Commit(const std::string& session_id, BackendSequence& sequence) = 0;
+
+  // Thread-safe session KV accounting; see TurnEngine.
+  virtual std::vector<KvBytes> ReleaseSession(const std::string& session_id) = 0;
+  virtual std::vector<KvBytes> SessionKv(const std::string& session_id) const = 0;
+  virtual uint32_t SessionCachedTokens(const std::string& session_id) const = 0;
+
+  // Engine KV memory: what is allocated now (sessions' caches and running sequences) and the
+  // budget. Thread-safe.
+  virtual uint64_t KvUsedBytes() const = 0;
+  virtual uint64_t KvCapacityBytes() const = 0;
+
+  // Writes every session's KV to the KV store (drain). Thread-safe.
+  virtual Status FlushSessions() = 0;
+};
+
+}  // namespace framezip::server

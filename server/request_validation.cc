@@ -1,0 +1,441 @@
+#include "server/request_validation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace framezip::server {
+namespace {
+
+constexpr size_t kMaxTextBytes = 1 << 20;  // one message's text
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+constexpr size_t kMaxLabels = 64;
+constexpr size_t kMaxMessages = 1024;
+
+bool Finite(float v) { return std::isfinite(v); }
+
+// Valid UTF-8 (protobuf checks `string` fields of proto3 on parse, but text also comes in
+// `bytes`-like paths such as stop strings from other clients; be explicit).
+bool IsUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+StatusOr<PolicyKind> KindFromProto(v1::PolicyKind kind, const ValidationDefaults& d,
+                                   const char* field) {
+  switch (kind) {
+    case v1::POLICY_KIND_UNSPECIFIED:
+      return d.default_policy;
+    case v1::POLICY_KIND_NONE:
+      return PolicyKind::kNone;
+    case v1::POLICY_KIND_ZIPVL:
+      return PolicyKind::kZipVl;
+    case v1::POLICY_KIND_ATTENTIONPACK:
+      return PolicyKind::kAttentionPack;
+    case v1::POLICY_KIND_DYNAMIC_LLAVA:
+      return PolicyKind::kDynamicLlava;
+    case v1::POLICY_KIND_FASTV:
+      return PolicyKind::kFastV;
+    case v1::POLICY_KIND_KIVI:
+      return PolicyKind::kKivi;
+    default:
+      break;  // proto3 enums are open: unknown numbers arrive as-is
+  }
+  return InvalidArgumentError("{}.kind: unknown policy {}", field, static_cast<int>(kind));
+}
+
+Status CheckUnit(float v, const std::string& field, bool allow_zero = true) {
+  if (!Finite(v) || v < 0 || v > 1 || (!allow_zero && v == 0)) {
+    return InvalidArgumentError("{}: {} is not in {}0, 1]", field, v, allow_zero ? "[" : "(");
+  }
+  return absl::OkStatus();
+}
+
+Status CheckBits(uint32_t bits, const std::string& field, std::initializer_list<uint32_t> allowed) {
+  if (bits == 0) return absl::OkStatus();
+  if (std::find(allowed.begin(), allowed.end(), bits) == allowed.end()) {
+    return InvalidArgumentError("{}: {} bits is not supported (use one of {})", field, bits,
+                                fmt::join(allowed, ", "));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckText(const std::string& text, const std::string& field) {
+  if (text.size() > kMaxTextBytes) {
+    return InvalidArgumentError("{}: {} bytes is over the limit of {}", field, text.size(),
+                                kMaxTextBytes);
+  }
+  if (!IsUtf8(text)) return InvalidArgumentError("{}: not valid UTF-8", field);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Status ValidateSessionId(const std::string& id, const char* field) {
+  if (id.empty()) return InvalidArgumentError("{}: empty", field);
+  if (id.size() > 64) {
+    return InvalidArgumentError("{}: {} characters is over the limit of 64", field, id.size());
+  }
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) {
+      return InvalidArgumentError("{}: '{}' may use only A-Z, a-z, 0-9, '_' and '-'", field,
+                                  id.size() <= 64 ? id : id.substr(0, 64));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status ValidateModel(const std::string& model, const ValidationDefaults& defaults) {
+  if (!model.empty() && model != defaults.served_model) {
+    return NotFoundError("model '{}' is not served here (this server serves '{}')", model,
+                         defaults.served_model);
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const ValidationDefaults& d,
+                                    const char* field) {
+  PolicySpec spec;
+  FZ_ASSIGN_OR_RETURN(spec.kind, KindFromProto(p.kind(), d, field));
+  if (!d.served_policies.empty() && std::find(d.served_policies.begin(), d.served_policies.end(),
+                                              spec.kind) == d.served_policies.end()) {
+    return InvalidArgumentError("{}.kind: policy '{}' is not available on this server", field,
+                                PolicyName(spec.kind));
+  }
+  const std::string f = field;
+  switch (spec.kind) {
+    case PolicyKind::kNone:
+      break;
+    case PolicyKind::kZipVl: {
+      const auto& z = p.zipvl();
+      FZ_RETURN_IF_ERROR(CheckUnit(z.tau(), f + ".zipvl.tau"));
+      FZ_RETURN_IF_ERROR(CheckBits(z.important_bits(), f + ".zipvl.important_bits", {2, 4, 8, 16}));
+      FZ_RETURN_IF_ERROR(CheckBits(z.other_bits(), f + ".zipvl.other_bits", {2, 4, 8, 16}));
+      if (z.other_mode() < 0 || z.other_mode() > v1::UNIMPORTANT_TOKEN_MODE_EVICT) {
+        return InvalidArgumentError("{}.zipvl.other_mode: unknown mode {}", f,
+                                    static_cast<int>(z.other_mode()));
+      }
+      spec.zipvl_tau = z.tau();
+      spec.zipvl_recent_probes = z.recent_probes();
+      spec.zipvl_random_probes = z.random_probes();
+      spec.zipvl_important_bits = z.important_bits();
+      spec.zipvl_other_bits = z.other_bits();
+      spec.zipvl_evict_other = z.other_mode() == v1::UNIMPORTANT_TOKEN_MODE_EVICT;
+      spec.zipvl_per_head_selection = z.per_head_selection();
+      spec.zipvl_other_rows_attend_important = z.other_rows_attend_important();
+      spec.zipvl_residual_window = z.residual_window();
+      spec.zipvl_recompress_interval = z.recompress_interval();
+      break;
+    }
+    case PolicyKind::kAttentionPack: {
+      const auto& a = p.attentionpack();
+      FZ_RETURN_IF_ERROR(CheckUnit(a.energy(), f + ".attentionpack.energy"));
+      FZ_RETURN_IF_ERROR(CheckUnit(a.decompress_fraction(),
+                                   f + ".attentionpack.decompress_fraction"));
+      spec.ap_key_rank = a.key_rank();
+      spec.ap_value_rank = a.value_rank();
+      spec.ap_energy = a.energy();
+      spec.ap_decompress_fraction = a.decompress_fraction();
+      break;
+    }
+    case PolicyKind::kDynamicLlava: {
+      const auto& dl = p.dynamic_llava();
+      FZ_RETURN_IF_ERROR(CheckUnit(dl.vision_keep_ratio(), f + ".dynamic_llava.vision_keep_ratio"));
+      spec.dl_vision_keep_ratio = dl.vision_keep_ratio();
+      spec.dl_gate_generated_tokens = dl.gate_generated_tokens();
+      break;
+    }
+    case PolicyKind::kFastV: {
+      const auto& fv = p.fastv();
+      FZ_RETURN_IF_ERROR(CheckUnit(fv.keep_ratio(), f + ".fastv.keep_ratio"));
+      spec.fastv_layer = fv.layer();
+      spec.fastv_keep_ratio = fv.keep_ratio();
+      break;
+    }
+    case PolicyKind::kKivi: {
+      const auto& k = p.kivi();
+      FZ_RETURN_IF_ERROR(CheckBits(k.bits(), f + ".kivi.bits", {2, 4}));
+      if (k.group_size() % 32 != 0) {
+        return InvalidArgumentError("{}.kivi.group_size: {} is not a multiple of 32", f,
+                                    k.group_size());
+      }
+      spec.kivi_bits = k.bits();
+      spec.kivi_group_size = k.group_size();
+      spec.kivi_residual_window = k.residual_window();
+      break;
+    }
+  }
+  return spec;
+}
+
+StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& s, const char* field) {
+  const std::string f = field;
+  SamplingSpec spec;
+  if (!Finite(s.temperature()) || s.temperature() < 0) {
+    return InvalidArgumentError("{}.temperature: {} must be >= 0", f, s.temperature());
+  }
+  if (!Finite(s.top_p()) || s.top_p() < 0 || s.top_p() > 1) {
+    return InvalidArgumentError("{}.top_p: {} is not in (0, 1] (0 means 1)", f, s.top_p());
+  }
+  if (!Finite(s.repetition_penalty()) || s.repetition_penalty() < 0) {
+    return InvalidArgumentError("{}.repetition_penalty: {} must be > 0 (0 means 1)", f,
+                                s.repetition_penalty());
+  }
+  if (s.stop_size() > static_cast<int>(kMaxStopStrings)) {
+    return InvalidArgumentError("{}.stop: {} strings is over the limit of {}", f, s.stop_size(),
+                                kMaxStopStrings);
+  }
+  for (int i = 0; i < s.stop_size(); ++i) {
+    const std::string& stop = s.stop(i);
+    if (stop.empty() || stop.size() > kMaxStopBytes) {
+      return InvalidArgumentError("{}.stop[{}]: must be 1 to {} bytes", f, i, kMaxStopBytes);
+    }
+    FZ_RETURN_IF_ERROR(CheckText(stop, fmt::format("{}.stop[{}]", f, i)));
+    spec.stop.push_back(stop);
+  }
+  spec.temperature = s.temperature();
+  spec.top_k = s.top_k();
+  spec.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
+  spec.repetition_penalty = s.repetition_penalty() == 0 ? 1.0f : s.repetition_penalty();
+  spec.max_tokens = s.max_tokens();
+  spec.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  spec.seed = s.seed();
+  return spec;
+}
+
+SamplingSpec MergeSampling(const SamplingSpec& session, const SamplingSpec& o) {
+  SamplingSpec merged = session;
+  if (o.temperature != 0) merged.temperature = o.temperature;
+  if (o.top_k != 0) merged.top_k = o.top_k;
+  if (o.top_p != 1) merged.top_p = o.top_p;
+  if (o.repetition_penalty != 1) merged.repetition_penalty = o.repetition_penalty;
+  if (o.max_tokens != 0) merged.max_tokens = o.max_tokens;
+  if (!o.stop.empty()) merged.stop = o.stop;
+  if (!o.stop_token_ids.empty()) merged.stop_token_ids = o.stop_token_ids;
+  if (o.seed != 0) merged.seed = o.seed;
+  return merged;
+}
+
+StatusOr<FrameSpec> ValidateFrames(const v1::FrameSampling& fr, const ValidationDefaults& d,
+                                   const char* field) {
+  const std::string f = field;
+  FrameSpec spec;
+  if (fr.mode_case() == v1::FrameSampling::kNumFrames) {
+    if (fr.num_frames() == 0 || fr.num_frames() > d.max_frames) {
+      return InvalidArgumentError("{}.num_frames: {} is not in [1, {}]", f, fr.num_frames(),
+                                  d.max_frames);
+    }
+    spec.num_frames = fr.num_frames();
+  } else if (fr.mode_case() == v1::FrameSampling::kFps) {
+    if (!Finite(fr.fps()) || fr.fps() <= 0 || fr.fps() > 60) {
+      return InvalidArgumentError("{}.fps: {} is not in (0, 60]", f, fr.fps());
+    }
+    spec.fps = fr.fps();
+  }
+  if (fr.max_frames() > d.max_frames) {
+    return InvalidArgumentError("{}.max_frames: {} is over the server's limit of {}", f,
+                                fr.max_frames(), d.max_frames);
+  }
+  if (!std::isfinite(fr.start_seconds()) || !std::isfinite(fr.end_seconds()) ||
+      fr.start_seconds() < 0 || fr.end_seconds() < 0 ||
+      (fr.end_seconds() != 0 && fr.end_seconds() <= fr.start_seconds())) {
+    return InvalidArgumentError(
+        "{}: the clip window [{}, {}] s is invalid (need 0 <= start < end, or end = 0)", f,
+        fr.start_seconds(), fr.end_seconds());
+  }
+  spec.max_frames = fr.max_frames();
+  spec.start_seconds = fr.start_seconds();
+  spec.end_seconds = fr.end_seconds();
+  return spec;
+}
+
+StatusOr<SessionSpec> ValidateCreateSession(const v1::CreateSessionRequest& r,
+                                            const ValidationDefaults& d) {
+  SessionSpec spec;
+  if (!r.session_id().empty()) {
+    FZ_RETURN_IF_ERROR(ValidateSessionId(r.session_id(), "session_id"));
+  }
+  FZ_RETURN_IF_ERROR(ValidateModel(r.model(), d));
+  spec.session_id = r.session_id();
+  spec.model = d.served_model;
+  FZ_ASSIGN_OR_RETURN(spec.policy, ValidatePolicy(r.policy(), d, "policy"));
+  FZ_ASSIGN_OR_RETURN(spec.sampling, ValidateSampling(r.sampling(), "sampling"));
+  FZ_ASSIGN_OR_RETURN(spec.frames, ValidateFrames(r.frames(), d, "frames"));
+  FZ_RETURN_IF_ERROR(CheckText(r.system_prompt(), "system_prompt"));
+  spec.ttl_seconds = r.ttl_seconds();
+  spec.system_prompt = r.system_prompt();
+  if (r.labels_size() > static_cast<int>(kMaxLabels)) {
+    return InvalidArgumentError("labels: {} entries is over the limit of {}", r.labels_size(),
+                                kMaxLabels);
+  }
+  for (const auto& [key, value] : r.labels()) {
+    if (key.empty() || key.size() > 63 || value.size() > 256) {
+      return InvalidArgumentError("labels['{}']: keys must be 1 to 63 bytes, values up to 256",
+                                  key.substr(0, 63));
+    }
+    spec.labels[key] = value;
+  }
+  return spec;
+}
+
+StatusOr<ChatMessage> ValidateMessage(const v1::Message& m, const std::string& field) {
+  ChatMessage message;
+  switch (m.role()) {
+    case v1::ROLE_SYSTEM:
+      message.role = Role::kSystem;
+      break;
+    case v1::ROLE_USER:
+      message.role = Role::kUser;
+      break;
+    case v1::ROLE_ASSISTANT:
+      message.role = Role::kAssistant;
+      break;
+    default:
+      return InvalidArgumentError("{}.role: must be SYSTEM, USER or ASSISTANT", field);
+  }
+  for (int i = 0; i < m.content_size(); ++i) {
+    const v1::ContentPart& part = m.content(i);
+    const std::string pf = fmt::format("{}.content[{}]", field, i);
+    if (part.part_case() == v1::ContentPart::kText) {
+      FZ_RETURN_IF_ERROR(CheckText(part.text(), pf + ".text"));
+      message.content.push_back({part.text(), ""});
+    } else if (part.part_case() == v1::ContentPart::kMediaId) {
+      if (part.media_id().empty()) return InvalidArgumentError("{}.media_id: empty", pf);
+      message.content.push_back({"", part.media_id()});
+    } else {
+      return InvalidArgumentError("{}: neither text nor media_id is set", pf);
+    }
+  }
+  if (message.content.empty()) return InvalidArgumentError("{}.content: empty message", field);
+  return message;
+}
+
+StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r) {
+  ChatInput input;
+  FZ_RETURN_IF_ERROR(ValidateSessionId(r.session_id(), "session_id"));
+  input.session_id = r.session_id();
+  input.user.role = Role::kUser;
+  bool has_text = false;
+  for (int i = 0; i < r.content_size(); ++i) {
+    const v1::ContentPart& part = r.content(i);
+    const std::string pf = fmt::format("content[{}]", i);
+    if (part.part_case() == v1::ContentPart::kText) {
+      FZ_RETURN_IF_ERROR(CheckText(part.text(), pf + ".text"));
+      has_text = has_text || !part.text().empty();
+      input.user.content.push_back({part.text(), ""});
+    } else if (part.part_case() == v1::ContentPart::kMediaId) {
+      if (part.media_id().empty()) return InvalidArgumentError("{}.media_id: empty", pf);
+      input.user.content.push_back({"", part.media_id()});
+    } else {
+      return InvalidArgumentError("{}: neither text nor media_id is set", pf);
+    }
+  }
+  if (!r.text().empty()) {
+    FZ_RETURN_IF_ERROR(CheckText(r.text(), "text"));
+    input.user.content.push_back({r.text(), ""});
+    has_text = true;
+  }
+  if (!has_text) {
+    return InvalidArgumentError("text: the message is empty (set `text` or a text content part)");
+  }
+  if (r.has_sampling()) {
+    FZ_ASSIGN_OR_RETURN(input.sampling_override, ValidateSampling(r.sampling(), "sampling"));
+    input.has_sampling_override = true;
+  }
+  return input;
+}
+
+StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
+                                         const ValidationDefaults& d) {
+  GenerateInput input;
+  FZ_RETURN_IF_ERROR(ValidateModel(r.model(), d));
+  input.model = d.served_model;
+  FZ_ASSIGN_OR_RETURN(input.policy, ValidatePolicy(r.policy(), d, "policy"));
+  FZ_ASSIGN_OR_RETURN(input.sampling, ValidateSampling(r.sampling(), "sampling"));
+  FZ_ASSIGN_OR_RETURN(input.frames, ValidateFrames(r.frames(), d, "frames"));
+  std::set<std::string> ids;
+  for (int i = 0; i < r.media_size(); ++i) {
+    const v1::InlineMedia& m = r.media(i);
+    const std::string f = fmt::format("media[{}]", i);
+    FZ_RETURN_IF_ERROR(ValidateSessionId(m.media_id(), (f + ".media_id").c_str()));
+    if (!ids.insert(m.media_id()).second) {
+      return InvalidArgumentError("{}.media_id: '{}' is used twice", f, m.media_id());
+    }
+    if (m.data().empty()) return InvalidArgumentError("{}.data: empty", f);
+    input.media.push_back({m.media_id(), m.name(), m.mime_type(), &m.data()});
+  }
+  if (r.messages_size() == 0) return InvalidArgumentError("messages: empty conversation");
+  if (r.messages_size() > static_cast<int>(kMaxMessages)) {
+    return InvalidArgumentError("messages: {} is over the limit of {}", r.messages_size(),
+                                kMaxMessages);
+  }
+  for (int i = 0; i < r.messages_size(); ++i) {
+    const std::string f = fmt::format("messages[{}]", i);
+    FZ_ASSIGN_OR_RETURN(ChatMessage message, ValidateMessage(r.messages(i), f));
+    for (const ContentPart& part : message.content) {
+      if (!part.media_id.empty() && ids.count(part.media_id) == 0) {
+        return InvalidArgumentError("{}: media_id '{}' is not among the request's media", f,
+                                    part.media_id);
+      }
+    }
+    input.messages.push_back(std::move(message));
+  }
+  if (input.messages.back().role != Role::kUser) {
+    return InvalidArgumentError("messages[{}].role: the last message must be the user's",
+                                r.messages_size() - 1);
+  }
+  return input;
+}
+
+StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first,
+                                             uint64_t max_upload_bytes,
+                                             const ValidationDefaults& d) {
+  if (first.payload_case() != v1::UploadMediaRequest::kMetadata) {
+    return InvalidArgumentError(
+        "metadata: the first UploadMedia message must carry metadata, not a chunk");
+  }
+  const v1::MediaMetadata& m = first.metadata();
+  UploadInput input;
+  FZ_RETURN_IF_ERROR(ValidateSessionId(m.session_id(), "metadata.session_id"));
+  input.session_id = m.session_id();
+  if (m.name().size() > 255) {
+    return InvalidArgumentError("metadata.name: {} bytes is over the limit of 255",
+                                m.name().size());
+  }
+  FZ_RETURN_IF_ERROR(CheckText(m.name(), "metadata.name"));
+  input.name = m.name();
+  if (!m.mime_type().empty() && m.mime_type().rfind("video/", 0) != 0 &&
+      m.mime_type().rfind("image/", 0) != 0) {
+    return InvalidArgumentError("metadata.mime_type: '{}' is not a video/* or image/* type",
+                                m.mime_type().substr(0, 64));
+  }
+  input.mime_type = m.mime_type();
+  if (m.declared_size_bytes() == 0) {
+    return InvalidArgumentError("metadata.declared_size_bytes: must be the upload's size (> 0)");
+  }
+  if (m.declared_size_bytes() > max_upload_bytes) {
+    return ResourceExhaustedError(
+        "metadata.declared_size_bytes: {} bytes is over the server's upload limit of {} bytes",
+        m.declared_size_bytes(), max_upload_bytes);
+  }
+  input.declared_size_bytes = m.declared_size_bytes();
+  if (m.has_frames()) {
+    FZ_ASSIGN_OR_RETURN(input.frames, ValidateFrames(m.frames(), d, "metadata.frames"));
+    input.has_frames = true;
+  }
+  return input;
+}
+
+}  // namespace framezip::server

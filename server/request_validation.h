@@ -1,0 +1,89 @@
+// The gRPC edge: every request of framezip.v1.VideoChat is checked here and turned into the plain
+// structs of server/turn_types.h and server/session_store.h. Errors are INVALID_ARGUMENT with a
+// message that names the field ("sampling.top_p: 1.5 is not in (0, 1]"), so a client can act on
+// it. Nothing past this file sees protobuf.
+//
+// Stateless and thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "framezip/v1/video_chat.pb.h"
+#include "server/session_store.h"
+#include "server/turn_types.h"
+
+namespace framezip::server {
+
+// Server defaults the validation resolves "unspecified" values against.
+struct ValidationDefaults {
+  PolicyKind default_policy = PolicyKind::kNone;
+  std::vector<PolicyKind> served_policies;  // empty = all
+  std::string served_model;                 // requests naming another model get NOT_FOUND
+  uint32_t default_max_tokens = 256;
+  uint32_t max_frames = 64;
+};
+
+// [A-Za-z0-9_-]{1,64}; `field` names the field in the message.
+Status ValidateSessionId(const std::string& id, const char* field);
+
+StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& policy,
+                                    const ValidationDefaults& defaults, const char* field);
+StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& sampling, const char* field);
+StatusOr<FrameSpec> ValidateFrames(const v1::FrameSampling& frames,
+                                   const ValidationDefaults& defaults, const char* field);
+// NOT_FOUND when `model` is non-empty and not the served model.
+Status ValidateModel(const std::string& model, const ValidationDefaults& defaults);
+
+StatusOr<SessionSpec> ValidateCreateSession(const v1::CreateSessionRequest& request,
+                                            const ValidationDefaults& defaults);
+
+// A Chat request: the new user message and the turn's sampling (the session's, with the fields
+// the request sets — non-zero in proto3 — overriding them).
+struct ChatInput {
+  std::string session_id;
+  ChatMessage user;
+  SamplingSpec sampling_override;  // fields that are zero keep the session's values
+  bool has_sampling_override = false;
+};
+StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& request);
+// The session's sampling with the request's non-zero fields applied.
+SamplingSpec MergeSampling(const SamplingSpec& session, const SamplingSpec& override_fields);
+
+// Generate: the whole conversation and its inline media (bytes stay in the request).
+struct GenerateInput {
+  std::string model;
+  PolicySpec policy;
+  SamplingSpec sampling;
+  FrameSpec frames;
+  std::vector<ChatMessage> messages;
+  struct Inline {
+    std::string media_id;
+    std::string name;
+    std::string mime_type;
+    const std::string* data = nullptr;  // points into the request
+  };
+  std::vector<Inline> media;
+};
+StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& request,
+                                         const ValidationDefaults& defaults);
+
+// The first message of UploadMedia.
+struct UploadInput {
+  std::string session_id;
+  std::string name;
+  std::string mime_type;
+  uint64_t declared_size_bytes = 0;
+  FrameSpec frames;
+  bool has_frames = false;
+};
+StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first,
+                                             uint64_t max_upload_bytes,
+                                             const ValidationDefaults& defaults);
+
+// Conversation messages (Generate and the conversion back in GetSession).
+StatusOr<ChatMessage> ValidateMessage(const v1::Message& message, const std::string& field);
+
+}  // namespace framezip::server

@@ -1,0 +1,98 @@
+#include "server/service_core.h"
+
+#include <random>
+
+#include "common/logging.h"
+#include "server/grpc_status.h"
+
+namespace framezip::server {
+namespace {
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    case grpc::StatusCode::DO_NOT_USE:
+      break;
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace
+
+std::string ServiceCore::NewId(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}-{}-{:08x}", prefix, next_id.fetch_add(1),
+                     static_cast<uint32_t>(rng()));
+}
+
+std::filesystem::path ServiceCore::MediaPath(const std::string& session_id,
+                                             const std::string& media_id) const {
+  // Both ids are validated ([A-Za-z0-9_-]) or server-made, so they are safe path components.
+  return options.media_dir / session_id / (media_id + ".media");
+}
+
+Status ServiceCore::Admit(const grpc::ServerContextBase& context,
+                          bool refuse_when_draining) const {
+  if (auth != nullptr) FZ_RETURN_IF_ERROR(auth->Check(context));
+  if (refuse_when_draining && draining.load()) {
+    return UnavailableError("the server is draining for shutdown; retry on another replica");
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ServiceCore::Outcome(const char* rpc, const std::string& request_id,
+                                  const Status& status) {
+  const grpc::Status g = ToGrpcStatus(status);
+  if (metrics != nullptr) metrics->RecordRpc(rpc, CodeName(g.error_code()));
+  if (status.code() == absl::StatusCode::kInternal ||
+      status.code() == absl::StatusCode::kUnknown) {
+    FZ_LOG_ERROR("{} request {}: {}", rpc, request_id, MessageOf(status));
+  } else if (!status.ok()) {
+    FZ_LOG_DEBUG("{} request {}: {} {}", rpc, request_id, CodeName(g.error_code()),
+                 MessageOf(status));
+  }
+  return g;
+}
+
+Clock::time_point SteadyDeadline(const grpc::ServerContextBase& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
+  const auto left = deadline - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+}
+
+}  // namespace framezip::server

@@ -1,0 +1,73 @@
+// The server's view of the engine: submit a turn, receive its text deltas and final stats through
+// callbacks, cancel it, free a session's KV. The gRPC layer (server/video_chat_service.h) uses
+// only this interface, so it is tested with a deterministic test double behind the real
+// scheduler, and runs the real engine unchanged once engine/runtime lands.
+//
+// The implementation the server ships is BatchScheduler (server/batch_scheduler.h): continuous
+// batching over a ModelBackend (server/model_backend.h).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/turn_types.h"
+
+namespace framezip::server {
+
+// How a turn reports back. Both are called on an engine thread and must not block (the gRPC
+// reactors only queue the data and start a write).
+struct TurnCallbacks {
+  // New text of the answer (valid UTF-8, possibly empty when a token ends mid-character is held
+  // back) with the token ids that produced it. Never called after on_done.
+  std::function<void(std::string text, std::vector<uint32_t> token_ids)> on_delta;
+  // Called exactly once, last. OK: the turn finished (stop or length) and `stats` are complete.
+  // Otherwise the turn failed or was cancelled: CANCELLED, DEADLINE_EXCEEDED,
+  // RESOURCE_EXHAUSTED (KV budget), INVALID_ARGUMENT (prompt too long, bad media), UNAVAILABLE
+  // (drain), INTERNAL; `stats` then holds what was measured so far.
+  std::function<void(Status status, TurnStats stats)> on_done;
+};
+
+// Instantaneous load, for admission decisions, gauges and Drain.
+struct EngineLoad {
+  uint32_t running = 0;  // turns in the batch
+  uint32_t waiting = 0;  // turns queued (being prepared or waiting for KV room)
+  uint64_t kv_used_bytes = 0;
+  uint64_t kv_capacity_bytes = 0;
+};
+
+// Thread-safe: every method may be called from any thread.
+class TurnEngine {
+ public:
+  virtual ~TurnEngine() = default;
+
+  virtual const ModelDescription& model() const = 0;
+
+  // Queues a turn. An error return (RESOURCE_EXHAUSTED: wait queue full; UNAVAILABLE: draining;
+  // INVALID_ARGUMENT: turn_id missing or reused) means no callback will ever run. OK means
+  // `callbacks.on_done` runs exactly once, never from inside Submit.
+  virtual Status Submit(TurnRequest request, TurnCallbacks callbacks) = 0;
+
+  // Stops a turn within one engine step: on_done gets `reason` (CANCELLED or
+  // DEADLINE_EXCEEDED, say) and the pages the turn allocated are freed. Unknown or finished ids
+  // are ignored, so a reactor may call it unconditionally from OnCancel.
+  virtual void Cancel(const std::string& turn_id, Status reason) = 0;
+
+  // Frees the KV a session kept between turns (DeleteSession, TTL expiry); returns what was
+  // freed, by tier and precision. A session with no KV returns an empty list.
+  virtual std::vector<KvBytes> ReleaseSession(const std::string& session_id) = 0;
+
+  // KV a session keeps now, by tier and precision, and the number of tokens it covers.
+  virtual std::vector<KvBytes> SessionKv(const std::string& session_id) const = 0;
+  virtual uint32_t SessionCachedTokens(const std::string& session_id) const = 0;
+
+  virtual EngineLoad Load() const = 0;
+
+  // Shutdown: refuses new turns (UNAVAILABLE), lets queued and running turns finish until
+  // `deadline`, cancels the rest with UNAVAILABLE, then flushes the sessions' KV to the store.
+  // Blocks until all that is done; idempotent.
+  virtual void Drain(Clock::time_point deadline) = 0;
+};
+
+}  // namespace framezip::server

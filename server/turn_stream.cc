@@ -1,0 +1,272 @@
+#include "server/turn_stream.h"
+
+#include <exception>
+#include <fstream>
+
+#include "common/logging.h"
+#include "server/grpc_status.h"
+#include "server/proto_convert.h"
+
+namespace framezip::server {
+namespace {
+
+// Logs one line per turn with its id and stats (text or JSON, as the process's logger is set).
+void LogTurn(const char* rpc, const std::string& session_id, const Status& status,
+             const TurnStats& s) {
+  uint64_t kv = 0;
+  for (const KvBytes& b : s.kv_bytes) kv += b.bytes;
+  FZ_LOG_INFO(
+      "turn {} rpc={} session={} status={} finish={} prompt_tokens={} cached_tokens={} "
+      "prefilled_tokens={} visual_tokens={}/{} generated_tokens={} queue_s={:.4f} ttft_s={:.4f} "
+      "decode_tok_s={:.1f} e2e_s={:.4f} kv_bytes={} compression_ratio={:.2f} policy={}",
+      s.turn_id, rpc, session_id.empty() ? "-" : session_id,
+      status.ok() ? "OK" : MessageOf(status), static_cast<int>(s.finish_reason), s.prompt_tokens,
+      s.cached_tokens, s.prefilled_tokens, s.visual_tokens_after_pruning,
+      s.visual_tokens_before_pruning, s.generated_tokens, s.queue_seconds,
+      s.time_to_first_token_seconds, s.decode_tokens_per_second, s.e2e_seconds, kv,
+      s.compression_ratio, PolicyName(s.policy.kind));
+}
+
+}  // namespace
+
+TurnStream::TurnStream(ServiceCore* core, grpc::CallbackServerContext* context, const char* rpc)
+    : core_(core), context_(context), rpc_(rpc) {
+  turn_id_ = core_->NewId("turn");
+  context_->AddTrailingMetadata("x-framezip-request-id", turn_id_);
+}
+
+TurnStream* TurnStream::StartChat(ServiceCore* core, grpc::CallbackServerContext* context,
+                                  const v1::ChatRequest* request) {
+  auto* stream = new TurnStream(core, context, "Chat");
+  Status status;
+  try {
+    status = stream->BeginChat(*request);
+  } catch (const std::exception& e) {
+    FZ_LOG_ERROR("Chat request {}: {}", stream->turn_id_, e.what());
+    status = InternalError("the server failed to start the turn (request id {})",
+                           stream->turn_id_);
+  }
+  if (!status.ok()) stream->FinishWith(status);
+  return stream;
+}
+
+Status TurnStream::BeginChat(const v1::ChatRequest& request) {
+  FZ_RETURN_IF_ERROR(core_->Admit(*context_, /*refuse_when_draining=*/true));
+  FZ_ASSIGN_OR_RETURN(ChatInput input, ValidateChat(request));
+  stats_only_ = request.stats_only();
+  FZ_ASSIGN_OR_RETURN(SessionRecord record, core_->sessions->Get(input.session_id));
+  std::optional<SamplingSpec> sampling;
+  if (input.has_sampling_override) {
+    sampling = MergeSampling(record.spec.sampling, input.sampling_override);
+  }
+  FZ_ASSIGN_OR_RETURN(TurnRequest turn, core_->sessions->BeginTurn(input.session_id, turn_id_,
+                                                                   std::move(input.user),
+                                                                   sampling));
+  session_id_ = input.session_id;
+  user_ = turn.messages.back();  // with the session's media placed
+  if (turn.sampling.max_tokens == 0) {
+    turn.sampling.max_tokens = core_->options.validation.default_max_tokens;
+  }
+  turn.deadline = SteadyDeadline(*context_);
+  Submit(std::move(turn));  // may finish the call: nothing after this
+  return absl::OkStatus();
+}
+
+TurnStream* TurnStream::StartGenerate(ServiceCore* core, grpc::CallbackServerContext* context,
+                                      const v1::GenerateRequest* request) {
+  auto* stream = new TurnStream(core, context, "Generate");
+  Status status = core->Admit(*context, /*refuse_when_draining=*/true);
+  if (!status.ok()) {
+    stream->FinishWith(status);
+    return stream;
+  }
+  // Probing inline media opens containers: not in a reaction.
+  core->media_pool->Post([stream, request] { stream->PrepareGenerate(request); });
+  return stream;
+}
+
+void TurnStream::PrepareGenerate(const v1::GenerateRequest* request) {
+  const Clock::time_point arrival = Clock::now();
+  Status status;
+  TurnRequest turn;
+  try {
+    StatusOr<GenerateInput> input = ValidateGenerate(*request, core_->options.validation);
+    status = input.status();
+    if (status.ok()) {
+      turn.turn_id = turn_id_;
+      turn.model = input->model;
+      turn.policy = input->policy;
+      turn.sampling = input->sampling;
+      if (turn.sampling.max_tokens == 0) {
+        turn.sampling.max_tokens = core_->options.validation.default_max_tokens;
+      }
+      turn.messages = std::move(input->messages);
+      const auto dir = core_->options.media_dir / "_generate" / turn_id_;
+      for (size_t i = 0; i < input->media.size() && status.ok(); ++i) {
+        const GenerateInput::Inline& m = input->media[i];
+        const auto* bytes = reinterpret_cast<const uint8_t*>(m.data->data());
+        StatusOr<MediaInfo> info = ProbeUpload({bytes, m.data->size()}, m.mime_type,
+                                               core_->options.upload);
+        if (!info.ok()) {
+          status = Annotate(info.status(), fmt::format("media[{}] '{}'", i, m.media_id));
+          break;
+        }
+        info->media_id = m.media_id;
+        info->name = m.name;
+        info->frames = input->frames;
+        PlanFrames(input->frames, core_->engine->model().vision,
+                   core_->options.validation.max_frames, *info);
+        std::filesystem::create_directories(dir);
+        info->path = (dir / (m.media_id + ".media")).string();
+        std::ofstream(info->path, std::ios::binary).write(m.data->data(), m.data->size());
+        temp_files_.push_back(info->path);
+        turn.media.push_back(std::move(*info));
+      }
+    }
+  } catch (const std::exception& e) {
+    FZ_LOG_ERROR("Generate request {}: {}", turn_id_, e.what());
+    status = InternalError("the server failed to prepare the request (request id {})", turn_id_);
+  }
+  if (!status.ok()) {
+    for (const auto& f : temp_files_) std::filesystem::remove(f);
+    FinishWith(status);
+    return;
+  }
+  turn.arrival = arrival;
+  turn.deadline = SteadyDeadline(*context_);
+  Submit(std::move(turn));
+}
+
+void TurnStream::Submit(TurnRequest request) {
+  auto cancel_flag = std::make_shared<std::atomic<bool>>(false);
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_) cancel_flag->store(true);
+    submitted_ = true;
+    cancel_flag_ = cancel_flag;
+  }
+  request.cancel_flag = cancel_flag;
+  TurnCallbacks callbacks{
+      [this](std::string text, std::vector<uint32_t> ids) {
+        OnDelta(std::move(text), std::move(ids));
+      },
+      [this](Status status, TurnStats stats) { OnTurnDone(std::move(status), std::move(stats)); }};
+  Status status = core_->engine->Submit(std::move(request), std::move(callbacks));
+  if (!status.ok()) {
+    // The engine took nothing: undo the session's running mark and end the call.
+    if (!session_id_.empty()) core_->sessions->EndTurn(session_id_, turn_id_, user_, std::nullopt);
+    for (const auto& f : temp_files_) std::filesystem::remove(f);
+    FinishWith(status);
+  }
+  // On success the engine's on_done finishes the call, possibly already: do not touch `this`.
+}
+
+void TurnStream::OnDelta(std::string text, std::vector<uint32_t> token_ids) {
+  answer_ += text;
+  if (stats_only_) return;
+  v1::ChatResponse response;
+  response.mutable_delta()->set_text(std::move(text));
+  for (uint32_t id : token_ids) response.mutable_delta()->add_token_ids(id);
+  std::unique_lock lock(mu_);
+  queue_.push_back(std::move(response));
+  Pump(lock);
+}
+
+void TurnStream::OnTurnDone(Status status, TurnStats stats) {
+  if (!session_id_.empty()) {
+    const bool exists = core_->sessions->EndTurn(
+        session_id_, turn_id_, user_,
+        status.ok() ? std::optional<std::string>(answer_) : std::nullopt);
+    // Deleted or expired while the turn ran: the KV the turn kept belongs to no one.
+    if (!exists) core_->engine->ReleaseSession(session_id_);
+  }
+  if (!temp_files_.empty()) {
+    std::vector<std::filesystem::path> files = std::move(temp_files_);
+    core_->media_pool->Post([files] {
+      std::error_code ec;
+      for (const auto& f : files) std::filesystem::remove(f, ec);
+      if (!files.empty()) std::filesystem::remove(files.front().parent_path(), ec);
+    });
+  }
+  if (core_->metrics != nullptr) core_->metrics->RecordTurn(stats);
+  LogTurn(rpc_, session_id_, status, stats);
+  const grpc::Status final_status = core_->Outcome(rpc_, turn_id_, status);
+  std::unique_lock lock(mu_);
+  if (status.ok()) {
+    v1::ChatResponse last;
+    ToProto(stats, last.mutable_stats());
+    queue_.push_back(std::move(last));
+  }
+  finish_due_ = true;
+  final_status_ = final_status;
+  Pump(lock);
+}
+
+void TurnStream::OnWriteDone(bool ok) {
+  if (!ok) {
+    // The client is gone (or the deadline passed): stop the turn within one step.
+    std::shared_ptr<std::atomic<bool>> flag;
+    {
+      std::lock_guard lock(mu_);
+      flag = cancel_flag_;
+    }
+    if (flag) flag->store(true);
+    core_->engine->Cancel(turn_id_, CancelledError("the client stopped reading the stream"));
+  }
+  std::unique_lock lock(mu_);
+  writing_ = false;
+  if (!ok) {
+    client_gone_ = true;
+    queue_.clear();
+  }
+  Pump(lock);
+}
+
+void TurnStream::OnCancel() {
+  std::shared_ptr<std::atomic<bool>> flag;
+  {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    flag = cancel_flag_;
+  }
+  if (flag) flag->store(true);
+  const bool deadline_passed = context_->deadline() <= std::chrono::system_clock::now();
+  core_->engine->Cancel(turn_id_, deadline_passed
+                                      ? DeadlineExceededError("the call's deadline passed")
+                                      : CancelledError("the client cancelled the call"));
+}
+
+void TurnStream::OnDone() { delete this; }
+
+void TurnStream::FinishWith(const Status& status) {
+  const grpc::Status final_status = core_->Outcome(rpc_, turn_id_, status);
+  std::unique_lock lock(mu_);
+  finish_due_ = true;
+  final_status_ = final_status;
+  Pump(lock);
+}
+
+void TurnStream::Pump(std::unique_lock<std::mutex>& lock) {
+  if (finished_ || writing_) {
+    lock.unlock();
+    return;
+  }
+  if (!queue_.empty() && !client_gone_) {
+    in_flight_ = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    StartWrite(&in_flight_);
+    return;
+  }
+  if (finish_due_) {
+    finished_ = true;
+    const grpc::Status status = final_status_;
+    lock.unlock();
+    Finish(status);
+    return;
+  }
+  lock.unlock();
+}
+
+}  // namespace framezip::server

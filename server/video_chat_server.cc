@@ -1,0 +1,193 @@
+#include "server/video_chat_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/logging.h"
+#include "server/video_chat_service.h"
+
+namespace framezip::server {
+namespace {
+
+constexpr char kServiceName[] = "framezip.v1.VideoChat";
+
+StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("--{}: '{}' cannot be read", flag, path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+StatusOr<std::filesystem::path> MakeTempDir() {
+  std::error_code ec;
+  std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+  if (ec) base = "/tmp";
+  std::string pattern = (base / "framezip-media-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return UnavailableError("cannot create a media directory under {}", base.string());
+  }
+  return std::filesystem::path(pattern);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
+    const ServerConfig& config, std::unique_ptr<TurnEngine> engine) {
+  FZ_RETURN_IF_ERROR(ValidateServerConfig(config));
+  std::unique_ptr<VideoChatServer> s(new VideoChatServer());
+  s->config_ = config;
+  s->engine_ = std::move(engine);
+  const ModelDescription& model = s->engine_->model();
+
+  if (!config.auth_token_file.empty()) {
+    FZ_ASSIGN_OR_RETURN(s->auth_, BearerAuth::FromTokenFile(config.auth_token_file));
+  }
+  if (config.media_dir.empty()) {
+    FZ_ASSIGN_OR_RETURN(s->media_dir_, MakeTempDir());
+    s->remove_media_dir_ = true;
+  } else {
+    s->media_dir_ = config.media_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(s->media_dir_, ec);
+    if (ec) {
+      return InvalidArgumentError("--media-dir: cannot create '{}': {}", config.media_dir,
+                                  ec.message());
+    }
+  }
+
+  SessionLimits limits;
+  limits.max_sessions = static_cast<uint32_t>(config.max_sessions);
+  limits.max_media_per_session = static_cast<uint32_t>(config.max_media_per_session);
+  limits.default_ttl_seconds = static_cast<uint32_t>(config.session_ttl_seconds);
+  limits.max_ttl_seconds = static_cast<uint32_t>(config.max_session_ttl_seconds);
+  s->sessions_ = std::make_unique<SessionStore>(limits);
+  s->metrics_ = std::make_unique<ServerMetrics>(model.name);
+
+  ServiceOptions options;
+  if (!PolicyFromName(config.default_policy, &options.validation.default_policy)) {
+    return InvalidArgumentError("--default-policy: unknown policy '{}'", config.default_policy);
+  }
+  options.validation.served_policies = model.policies;
+  options.validation.served_model = model.name;
+  options.validation.default_max_tokens = static_cast<uint32_t>(config.default_max_tokens);
+  options.validation.max_frames = static_cast<uint32_t>(config.max_frames);
+  options.upload.max_upload_bytes = static_cast<uint64_t>(config.max_upload_bytes);
+  options.upload.max_duration_seconds = config.max_video_seconds;
+  options.upload.max_frames = static_cast<uint32_t>(config.max_frames);
+  options.media_dir = s->media_dir_;
+  options.media_threads = config.media_threads;
+  s->service_ = std::make_unique<VideoChatService>(s->engine_.get(), s->sessions_.get(),
+                                                   s->metrics_.get(), &s->auth_, options);
+
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!config.tls_cert_file.empty()) {
+    FZ_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls_cert_file, "tls-cert-file"));
+    FZ_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls_key_file, "tls-key-file"));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  // Keepalive: the server pings idle connections, and accepts client pings as often as every
+  // min_client_ping_interval_seconds, also between calls (clients pinging every 30 s are fine).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, config.keepalive_time_seconds * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             config.keepalive_timeout_seconds * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             config.min_client_ping_interval_seconds * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return UnavailableError("cannot listen on {}", config.listen);
+  }
+  auto* health = s->server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  // The VideoChat service is SERVING only with a model behind it.
+  health->SetServingStatus(kServiceName, model.name != "none");
+
+  if (!config.metrics_listen.empty()) {
+    StatusOr<int> port = s->metrics_->Serve(config.metrics_listen);
+    if (!port.ok()) {
+      s->server_->Shutdown(std::chrono::system_clock::now());
+      return port.status();
+    }
+    s->metrics_port_ = *port;
+  }
+  s->housekeeping_ = std::thread([raw = s.get()] { raw->HousekeepingLoop(); });
+  FZ_LOG_INFO("framezip-server serving {} on port {} (model {}, metrics port {}, auth {}, tls {})",
+              kServiceName, s->port_, model.name, s->metrics_port_,
+              s->auth_.enabled() ? "on" : "off", config.tls_cert_file.empty() ? "off" : "on");
+  return s;
+}
+
+void VideoChatServer::HousekeepingLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    service_->Housekeeping();
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::milliseconds(config_.housekeeping_ms),
+                 [this] { return stopping_; });
+  }
+}
+
+void VideoChatServer::Drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mu_);
+    if (drained_) return;
+    drained_ = true;
+  }
+  const auto deadline = Clock::now() + grace;
+  auto* health = server_->GetHealthCheckService();
+  health->SetServingStatus(false);
+  health->SetServingStatus(kServiceName, false);
+  service_->StartDraining();
+  // Turns in flight finish (or are cancelled at the deadline); then the sessions' KV goes to the
+  // store. The streams of those turns end as their turns do.
+  engine_->Drain(deadline);
+  // What is left (uploads, unary calls) gets the rest of the grace period.
+  const auto left = std::max(deadline - Clock::now(), Clock::duration(std::chrono::milliseconds(100)));
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (housekeeping_.joinable()) housekeeping_.join();
+  FZ_LOG_INFO("framezip-server drained");
+}
+
+VideoChatServer::~VideoChatServer() {
+  if (server_) Drain(std::chrono::milliseconds(0));
+  if (housekeeping_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    housekeeping_.join();
+  }
+  if (server_) server_->Wait();
+  server_.reset();
+  service_.reset();  // joins the media pool before the media directory goes
+  if (remove_media_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(media_dir_, ec);
+  }
+}
+
+}  // namespace framezip::server

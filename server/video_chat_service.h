@@ -1,0 +1,60 @@
+// framezip.v1.VideoChat over the gRPC callback API. Unary RPCs (sessions, model info) answer
+// inline: they touch only in-memory state under short locks. Chat and Generate stream through
+// TurnStream, UploadMedia reads through UploadStream; slow work (media probing) runs on the
+// service's media pool and turns run on the engine, never in a reaction.
+//
+// Thread-safe. The gRPC server must be shut down before the service is destroyed.
+#pragma once
+
+#include <memory>
+
+#include "framezip/v1/video_chat.grpc.pb.h"
+#include "server/service_core.h"
+
+namespace framezip::server {
+
+class VideoChatService final : public v1::VideoChat::CallbackService {
+ public:
+  // `engine`, `sessions`, `metrics` (nullable) and `auth` (nullable) must outlive the service.
+  VideoChatService(TurnEngine* engine, SessionStore* sessions, ServerMetrics* metrics,
+                   const BearerAuth* auth, ServiceOptions options);
+  ~VideoChatService() override;
+
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
+                                          const v1::CreateSessionRequest* request,
+                                          v1::Session* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const v1::GetSessionRequest* request,
+                                       v1::Session* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const v1::ListSessionsRequest* request,
+                                         v1::ListSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
+                                          const v1::DeleteSessionRequest* request,
+                                          v1::DeleteSessionResponse* response) override;
+  grpc::ServerReadReactor<v1::UploadMediaRequest>* UploadMedia(
+      grpc::CallbackServerContext* context, v1::Media* response) override;
+  grpc::ServerWriteReactor<v1::ChatResponse>* Chat(grpc::CallbackServerContext* context,
+                                                   const v1::ChatRequest* request) override;
+  grpc::ServerWriteReactor<v1::ChatResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+  // From now on new turns, sessions and uploads get UNAVAILABLE (drain).
+  void StartDraining() { core_.draining.store(true); }
+  // Expires idle sessions (freeing their KV and media) and refreshes the gauges. Called
+  // periodically by the server's housekeeping thread.
+  void Housekeeping();
+
+ private:
+  // Frees what a removed session held: its running turn, its KV, its media files.
+  std::vector<KvBytes> Release(const SessionRecord& record);
+  std::string RequestId(grpc::CallbackServerContext* context);
+
+  ServiceCore core_;
+  std::unique_ptr<WorkPool> media_pool_;
+};
+
+}  // namespace framezip::server

@@ -1,0 +1,69 @@
+// The Python client example (examples/python/chat_client.py) against a real server process
+// (framezip-test-server: framezip-server's process over the test-double model). Needs grpcio and
+// grpcio-tools in the project's .venv; without them the test says so and checks nothing else.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/integration/server_test_util.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/temp_dir.h"
+
+namespace framezip::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_CASE("the Python client example chats with the real server", "[integration][server]") {
+  TempDir dir;
+  const std::string python = (SourceDir() / ".venv" / "bin" / "python").string();
+  if (!std::filesystem::exists(python) ||
+      RunCommand({python, "-c", "import grpc, grpc_tools"}, dir / "probe.log") != 0) {
+    WARN("skipped: " << python
+                     << " with grpcio and grpcio-tools is not available (scripts/python-env.sh "
+                        "makes it); the example was not run");
+    return;
+  }
+  auto server = ChildProcess::Start(
+      {(BinaryDir() / "tests" / "framezip-test-server").string(), "--listen", "127.0.0.1:0",
+       "--port-file", (dir / "port").string(), "--metrics-listen", "127.0.0.1:0"},
+      dir / "server.log");
+  REQUIRE(server);
+  const auto port = WaitForFile(dir / "port", 20s);
+  REQUIRE(port);
+  const std::string address = "127.0.0.1:" + port->substr(0, port->find('\n'));
+  MakeTestClip(dir.path());
+
+  const int code = RunCommand(
+      {python, (SourceDir() / "examples" / "python" / "chat_client.py").string(), "--server",
+       address, "--video", (dir / "clip.mp4").string(), "--question", "What moves?",
+       "--question", "And then?", "--quiet"},
+      dir / "client.log");
+  std::ifstream in(dir / "client.log");
+  std::string line;
+  std::string last;
+  std::string all;
+  while (std::getline(in, line)) {
+    all += line + "\n";
+    if (line.rfind("{\"session_id\"", 0) == 0) last = line;
+  }
+  INFO("client output:\n" << all);
+  REQUIRE(code == 0);
+  REQUIRE_FALSE(last.empty());
+  const auto summary = nlohmann::json::parse(last);
+  REQUIRE(summary["turns"].size() == 2);
+  CHECK(summary["turns"][0]["answer"].get<std::string>().rfind("You said 'What moves?'", 0) == 0);
+  CHECK(summary["turns"][0]["cached_tokens"].get<int>() == 0);
+  CHECK(summary["turns"][1]["cached_tokens"].get<int>() > 0);
+
+  REQUIRE(server->Signal(SIGTERM));
+  const auto exit_code = server->Wait(20s);
+  REQUIRE(exit_code.has_value());
+  CHECK(*exit_code == 0);
+}
+
+}  // namespace
+}  // namespace framezip::testing

@@ -1,0 +1,255 @@
+// The Qwen2/Llama decoder against a naive f64 forward pass of the same random tiny model, and its
+// KV paths (chunked prefill, decode steps, batched decode) against one-shot prefill.
+#include "engine/llm/decoder.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "engine/core/thread_pool.h"
+#include "engine/llm/random_weights.h"
+#include "tests/unit/engine/llm/op_test_util.h"
+
+namespace framezip::engine::llm {
+namespace {
+
+using testing::ToFloatVector;
+
+model::TextConfig TinyConfig(bool qwen2) {
+  model::TextConfig c;
+  c.arch = qwen2 ? model::TextArch::kQwen2 : model::TextArch::kLlama;
+  c.vocab_size = 97;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = qwen2 ? 1e6 : 5e5;
+  c.qkv_bias = qwen2;
+  c.tie_word_embeddings = qwen2;
+  return c;
+}
+
+std::vector<double> F64(const Tensor& t) {
+  const auto f = ToFloatVector(t);
+  return std::vector<double>(f.begin(), f.end());
+}
+
+// y[T, N] = x[T, K] · W[N, K]ᵀ + b
+std::vector<double> RefLinear(const std::vector<double>& x, int64_t t, const Tensor& w,
+                              const Tensor& b) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  const auto wv = F64(w);
+  const auto bv = b.defined() ? F64(b) : std::vector<double>(n, 0.0);
+  std::vector<double> y(static_cast<size_t>(t * n));
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bv[j];
+      for (int64_t kk = 0; kk < k; ++kk) s += x[i * k + kk] * wv[j * k + kk];
+      y[i * n + j] = s;
+    }
+  return y;
+}
+
+std::vector<double> RefRmsNorm(const std::vector<double>& x, int64_t t, const Tensor& w,
+                               double eps) {
+  const auto wv = F64(w);
+  const int64_t d = static_cast<int64_t>(wv.size());
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < t; ++i) {
+    double ms = 0;
+    for (int64_t e = 0; e < d; ++e) ms += x[i * d + e] * x[i * d + e];
+    const double inv = 1 / std::sqrt(ms / d + eps);
+    for (int64_t e = 0; e < d; ++e) y[i * d + e] = x[i * d + e] * inv * wv[e];
+  }
+  return y;
+}
+
+void RefRope(std::vector<double>& x, int64_t t, int64_t heads, int64_t d, double theta) {
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t e = 0; e < d / 2; ++e) {
+        const double ang = i / std::pow(theta, 2.0 * e / d);
+        double& a = x[(i * heads + h) * d + e];
+        double& b = x[(i * heads + h) * d + e + d / 2];
+        const double na = a * std::cos(ang) - b * std::sin(ang);
+        const double nb = b * std::cos(ang) + a * std::sin(ang);
+        a = na;
+        b = nb;
+      }
+}
+
+// Logits [T, V] of the naive f64 model for `ids`.
+std::vector<double> RefForward(const model::TextConfig& c, const DecoderWeights& w,
+                               const std::vector<int32_t>& ids) {
+  const int64_t t = static_cast<int64_t>(ids.size()), hid = c.hidden_size,
+                nh = c.num_attention_heads, g = c.num_key_value_heads, d = c.head_dim;
+  const auto emb = F64(w.embed_tokens);
+  std::vector<double> x(static_cast<size_t>(t * hid));
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t e = 0; e < hid; ++e) x[i * hid + e] = emb[ids[i] * hid + e];
+  for (const auto& L : w.layers) {
+    auto h = RefRmsNorm(x, t, L.input_layernorm, c.rms_norm_eps);
+    auto q = RefLinear(h, t, L.q_proj, L.q_bias);
+    auto k = RefLinear(h, t, L.k_proj, L.k_bias);
+    auto v = RefLinear(h, t, L.v_proj, L.v_bias);
+    RefRope(q, t, nh, d, c.rope_theta);
+    RefRope(k, t, g, d, c.rope_theta);
+    std::vector<double> attn(static_cast<size_t>(t * nh * d), 0.0);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      const int64_t gg = hh / (nh / g);
+      for (int64_t i = 0; i < t; ++i) {
+        std::vector<double> s(i + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += q[(i * nh + hh) * d + e] * k[(j * g + gg) * d + e];
+          s[j] = dot / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& sv : s) sum += (sv = std::exp(sv - mx));
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t e = 0; e < d; ++e)
+            attn[(i * nh + hh) * d + e] += s[j] / sum * v[(j * g + gg) * d + e];
+      }
+    }
+    const auto o = RefLinear(attn, t, L.o_proj, L.o_bias);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    h = RefRmsNorm(x, t, L.post_attention_layernorm, c.rms_norm_eps);
+    auto gate = RefLinear(h, t, L.gate_proj, L.gate_bias);
+    const auto up = RefLinear(h, t, L.up_proj, L.up_bias);
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+    const auto down = RefLinear(gate, t, L.down_proj, L.down_bias);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+  }
+  const auto n = RefRmsNorm(x, t, w.norm, c.rms_norm_eps);
+  return RefLinear(n, t, w.lm_head, Tensor());
+}
+
+struct TinyModel {
+  model::TextConfig config;
+  RandomDecoderWeights random;
+  std::unique_ptr<Decoder> decoder;
+  std::unique_ptr<kv::PagePool> pool;
+};
+
+TinyModel MakeTiny(bool qwen2, DType wdtype, kv::KvFormat format, uint64_t seed) {
+  TinyModel m;
+  m.config = TinyConfig(qwen2);
+  m.random = *MakeRandomDecoderWeights(m.config, wdtype, seed, 0.15f);
+  auto dec = Decoder::Create(m.config, m.random.weights);
+  FZ_CHECK(dec.ok());
+  m.decoder = std::move(*dec);
+  // Small pages (8 slots) so short tests still cross page boundaries.
+  m.pool = *kv::PagePool::Create(m.decoder->KvLayout(format, 8), 4096);
+  return m;
+}
+
+std::vector<int32_t> RandomIds(int n, int vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+TEST_CASE("Decoder prefill logits match a naive f64 forward pass", "[unit][engine][llm]") {
+  SetComputeThreads(2);
+  std::mt19937_64 rng(testing::TestSeed());
+  const bool qwen2 = GENERATE(true, false);
+  const DType wdtype = GENERATE(DType::kF32, DType::kBF16);
+  CAPTURE(qwen2, DTypeName(wdtype));
+  TinyModel m = MakeTiny(qwen2, wdtype, kv::KvFormat::kF32, rng());
+  const auto ids = RandomIds(37, 97, rng);
+  auto seq = *m.decoder->NewSequence(m.pool.get());
+  auto embeds = *m.decoder->Embed(ids);
+  auto logits = m.decoder->Prefill(*seq, embeds, PrefillOptions{.all_logits = true});
+  REQUIRE(logits.ok());
+  CHECK(seq->length == 37);
+  CHECK(seq->kv.num_tokens(0) == 37);
+  test::RequireClose(*logits, RefForward(m.config, m.random.weights, ids), 1e-4, 1e-4);
+}
+
+TEST_CASE("Chunked prefill and decode steps reproduce one-shot prefill", "[unit][engine][llm]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const kv::KvFormat format = GENERATE(kv::KvFormat::kF32, kv::KvFormat::kF16);
+  CAPTURE(kv::KvFormatName(format));
+  TinyModel m = MakeTiny(true, DType::kBF16, format, rng());
+  const auto ids = RandomIds(30, 97, rng);
+  auto full_seq = *m.decoder->NewSequence(m.pool.get());
+  auto full =
+      *m.decoder->Prefill(*full_seq, *m.decoder->Embed(ids), PrefillOptions{.all_logits = true});
+  const auto want = ToFloatVector(full);
+  // f16 KV rounds keys/values of earlier tokens; the one-shot path attends to f32 ones.
+  const double tol = format == kv::KvFormat::kF32 ? 2e-5 : 1.5e-2;
+
+  // Prefill 20 in chunks of 7, then decode the remaining 10 one at a time.
+  auto seq = *m.decoder->NewSequence(m.pool.get());
+  auto first = std::vector<int32_t>(ids.begin(), ids.begin() + 20);
+  auto chunked = m.decoder->Prefill(*seq, *m.decoder->Embed(first),
+                                    PrefillOptions{.chunk_tokens = 7, .all_logits = true});
+  REQUIRE(chunked.ok());
+  test::RequireClose(*chunked, std::vector<double>(want.begin(), want.begin() + 20 * 97), tol, tol);
+  for (int i = 20; i < 30; ++i) {
+    Sequence* s = seq.get();
+    auto step = m.decoder->DecodeStep(std::span<Sequence* const>(&s, 1),
+                                      std::span<const int32_t>(&ids[i], 1));
+    REQUIRE(step.ok());
+    test::RequireClose(
+        *step, std::vector<double>(want.begin() + i * 97, want.begin() + (i + 1) * 97), tol, tol);
+  }
+  CHECK(seq->length == 30);
+  CHECK(seq->kv.num_tokens(2) == 30);
+  CHECK(seq->kv.num_pages() == 3 * 4);  // 30 tokens in pages of 8, per layer
+}
+
+TEST_CASE("One batched decode step equals separate steps of each sequence", "[unit][engine][llm]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  TinyModel m = MakeTiny(false, DType::kF32, kv::KvFormat::kF16, rng());
+  std::vector<std::unique_ptr<Sequence>> a, b;
+  std::vector<int32_t> next;
+  for (int len : {5, 17, 9}) {
+    const auto ids = RandomIds(len, 97, rng);
+    for (auto* group : {&a, &b}) {
+      group->push_back(*m.decoder->NewSequence(m.pool.get()));
+      REQUIRE(m.decoder->Prefill(*group->back(), *m.decoder->Embed(ids)).ok());
+    }
+    next.push_back(RandomIds(1, 97, rng)[0]);
+  }
+  std::vector<Sequence*> batch = {a[0].get(), a[1].get(), a[2].get()};
+  auto batched = m.decoder->DecodeStep(batch, next);
+  REQUIRE(batched.ok());
+  const auto got = ToFloatVector(*batched);
+  for (int i = 0; i < 3; ++i) {
+    Sequence* s = b[i].get();
+    auto one = *m.decoder->DecodeStep(std::span<Sequence* const>(&s, 1),
+                                      std::span<const int32_t>(&next[i], 1));
+    const auto want = ToFloatVector(one);
+    for (int j = 0; j < 97; ++j) REQUIRE(std::fabs(got[i * 97 + j] - want[j]) < 1e-5);
+  }
+}
+
+TEST_CASE("Decoder refuses weights of the wrong shape, naming the tensor", "[unit][engine][llm]") {
+  auto c = TinyConfig(true);
+  auto r = *MakeRandomDecoderWeights(c, DType::kF32, 1);
+  r.weights.layers[1].k_proj = *Tensor::Empty({16, 64}, DType::kF32);
+  auto dec = Decoder::Create(c, r.weights);
+  REQUIRE(!dec.ok());
+  CHECK_THAT(MessageOf(dec.status()), Catch::Contains("layers.1.k_proj"));
+}
+
+TEST_CASE("A full KV pool is RESOURCE_EXHAUSTED, not a crash", "[unit][engine][llm]") {
+  auto c = TinyConfig(true);
+  auto r = *MakeRandomDecoderWeights(c, DType::kF32, 2);
+  auto dec = *Decoder::Create(c, r.weights);
+  auto pool = *kv::PagePool::Create(dec->KvLayout(kv::KvFormat::kF16, 8), 5);
+  auto seq = *dec->NewSequence(pool.get());
+  std::vector<int32_t> ids(20, 3);
+  auto out = dec->Prefill(*seq, *dec->Embed(ids));
+  CHECK(out.status().code() == absl::StatusCode::kResourceExhausted);
+  seq->kv.Clear();
+  CHECK(pool->pages_in_use() == 0);
+}
+
+}  // namespace
+}  // namespace framezip::engine::llm

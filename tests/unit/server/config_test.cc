@@ -1,0 +1,66 @@
+// Server configuration: defaults < YAML < FRAMEZIP_* environment < flags, with errors that name
+// the key, variable or flag.
+#include "server/config.h"
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "tests/testing/temp_dir.h"
+
+namespace framezip::server {
+namespace {
+
+TEST_CASE("config layers: YAML, then environment, then flags", "[unit][server]") {
+  testing::TempDir dir;
+  std::ofstream(dir / "server.yaml") << "listen: 127.0.0.1:7000\nmax_running: 4\n"
+                                        "max-waiting: 9\ndefault_policy: zipvl\n";
+  const std::string file = (dir / "server.yaml").string();
+  setenv("FRAMEZIP_MAX_RUNNING", "6", 1);
+  auto load = LoadServerConfig({"--config", file, "--max-waiting", "11"});
+  unsetenv("FRAMEZIP_MAX_RUNNING");
+  REQUIRE(load.ok());
+  CHECK(load->config.listen == "127.0.0.1:7000");  // YAML over the default
+  CHECK(load->config.max_running == 6);            // environment over YAML
+  CHECK(load->config.max_waiting == 11);           // flag over YAML
+  CHECK(load->config.default_policy == "zipvl");
+  CHECK(load->config.grace_seconds == 30);  // untouched default
+}
+
+TEST_CASE("config errors name the key or flag", "[unit][server]") {
+  testing::TempDir dir;
+  std::ofstream(dir / "bad.yaml") << "no_such_setting: 1\n";
+  auto bad_key = LoadServerConfig({"--config", (dir / "bad.yaml").string()});
+  REQUIRE_FALSE(bad_key.ok());
+  CHECK_THAT(std::string(bad_key.status().message()), Catch::Contains("no-such-setting"));
+
+  auto bad_value = LoadServerConfig({"--max-running", "0"});
+  REQUIRE_FALSE(bad_value.ok());
+  CHECK_THAT(std::string(bad_value.status().message()), Catch::Contains("--max-running"));
+
+  auto bad_policy = LoadServerConfig({"--default-policy", "magic"});
+  REQUIRE_FALSE(bad_policy.ok());
+  CHECK_THAT(std::string(bad_policy.status().message()), Catch::Contains("--default-policy"));
+
+  auto tls = LoadServerConfig({"--tls-cert-file", "cert.pem"});
+  REQUIRE_FALSE(tls.ok());
+  CHECK_THAT(std::string(tls.status().message()), Catch::Contains("--tls-key-file"));
+
+  auto missing = LoadServerConfig({"--config", (dir / "missing.yaml").string()});
+  CHECK_FALSE(missing.ok());
+}
+
+TEST_CASE("--help documents every setting", "[unit][server]") {
+  auto load = LoadServerConfig({"--help"});
+  REQUIRE(load.ok());
+  CHECK(load->help);
+  for (const char* flag : {"--listen", "--metrics-listen", "--model", "--max-upload-bytes",
+                           "--auth-token-file", "--tls-cert-file", "--grace-seconds",
+                           "--step-token-budget", "--session-ttl-seconds"}) {
+    CHECK_THAT(load->help_text, Catch::Contains(flag));
+  }
+}
+
+}  // namespace
+}  // namespace framezip::server

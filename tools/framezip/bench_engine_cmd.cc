@@ -1,0 +1,226 @@
+// framezip bench engine: the CPU engine's throughput on the Qwen2-0.5B shape with random bf16
+// weights built in memory (no files), next to this machine's own limits measured in the same run:
+//   - sgemm GFLOP/s (ops::MatMul, f32, 2048³, all compute threads) and read bandwidth GB/s;
+//   - prefill GEMM GFLOP/s at the decoder's Linear shapes (bf16 weights) as a fraction of sgemm
+//     (target >= 0.70), and prefill tokens/s at 512 and 2048 tokens;
+//   - decode tokens/s at batch 1 and 8; batch-1 weight bytes per step / time as a fraction of the
+//     bandwidth (target >= 0.60);
+//   - vision tower ms per frame at the SigLIP-so400m shape (engine/vision), peak RSS.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/kv/page_pool.h"
+#include "engine/llm/decoder.h"
+#include "engine/llm/random_weights.h"
+#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/linear.h"
+#include "engine/vision/vision_bench.h"
+#include "tools/bench/bench_report.h"
+#include "tools/framezip/cli_util.h"
+#include "tools/framezip/subcommands.h"
+
+namespace framezip::cli {
+namespace {
+
+using engine::DType;
+using engine::Tensor;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Best-of-`reps` seconds of fn().
+template <typename F>
+double BestOf(int reps, F&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, Seconds(t0));
+  }
+  return best;
+}
+
+StatusOr<double> SgemmGflops() {
+  const int64_t n = 2048;
+  FZ_ASSIGN_OR_RETURN(Tensor a, engine::llm::RandomTensor({n, n}, DType::kF32, 1, 1.f));
+  FZ_ASSIGN_OR_RETURN(Tensor b, engine::llm::RandomTensor({n, n}, DType::kF32, 2, 1.f));
+  FZ_ASSIGN_OR_RETURN(Tensor c, Tensor::Empty({n, n}, DType::kF32));
+  Status st;
+  const double s = BestOf(3, [&] { st.Update(engine::ops::MatMul(a, b, true, c)); });
+  FZ_RETURN_IF_ERROR(st);
+  return 2.0 * n * n * n / s / 1e9;
+}
+
+// Read bandwidth: every compute thread streams its share of a 1 GiB buffer once per pass.
+StatusOr<double> ReadBandwidthGBs() {
+  const int64_t n = int64_t{1} << 28;  // floats
+  FZ_ASSIGN_OR_RETURN(Tensor buf, engine::llm::RandomTensor({n}, DType::kF32, 3, 1.f));
+  const float* p = buf.data<float>();
+  std::vector<float> sink(1024);
+  const int threads = engine::ComputeThreads();
+  const double s = BestOf(3, [&] {
+    engine::ComputePool().ParallelFor(threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
+        sink[t] += engine::ops::cpu::Dot(p + b, p + b, e - b);
+      }
+    });
+  });
+  return n * 4.0 / s / 1e9;
+}
+
+// GFLOP/s of the decoder's seven Linear shapes at `m` rows, bf16 weights.
+StatusOr<double> PrefillGemmGflops(const engine::model::TextConfig& c, int64_t m) {
+  const int64_t h = c.hidden_size, q = c.q_dim(), kvd = c.kv_dim(), im = c.intermediate_size;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{q, h},  {kvd, h}, {kvd, h}, {h, q},
+                                                           {im, h}, {im, h},  {h, im}};
+  double flops = 0, secs = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto [n, k] = shapes[i];
+    FZ_ASSIGN_OR_RETURN(Tensor x, engine::llm::RandomTensor({m, k}, DType::kF32, 10 + i, 1.f));
+    FZ_ASSIGN_OR_RETURN(Tensor w, engine::llm::RandomTensor({n, k}, DType::kBF16, 20 + i, .02f));
+    FZ_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty({m, n}, DType::kF32));
+    Status st;
+    secs += BestOf(2, [&] { st.Update(engine::ops::Linear(x, w, Tensor(), y)); });
+    FZ_RETURN_IF_ERROR(st);
+    flops += 2.0 * m * n * k;
+  }
+  return flops / secs / 1e9;
+}
+
+// Bytes of weights one decode step reads (all layers + final norm + lm_head).
+double DecodeWeightBytes(const engine::llm::DecoderWeights& w) {
+  double bytes = static_cast<double>(w.norm.nbytes() + w.lm_head.nbytes());
+  for (const auto& l : w.layers) {
+    for (const Tensor* t :
+         {&l.input_layernorm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias,
+          &l.o_proj, &l.post_attention_layernorm, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      if (t->defined()) bytes += static_cast<double>(t->nbytes());
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int RunBenchEngine(const std::vector<std::string>& args) {
+  int threads = 2, decode_steps = 24;
+  bool json = false, skip_vision = false;
+  FlagSet flags("framezip bench engine",
+                "CPU engine throughput on the Qwen2-0.5B shape (random bf16 weights in memory) "
+                "next to this machine's measured sgemm rate and memory bandwidth.");
+  flags.Int("threads", &threads, "compute threads");
+  flags.Int("decode-steps", &decode_steps, "decode steps timed per batch size");
+  flags.Bool("skip-vision", &skip_vision, "leave out the vision tower timing");
+  flags.Bool("json", &json, "print one JSON object as the last line");
+  if (auto code = ParseOrExit(flags, args)) return *code;
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "framezip bench engine: %s\n", MessageOf(s).c_str());
+    return 1;
+  };
+  engine::SetComputeThreads(threads);
+  bench::Machine machine = bench::DetectMachine();
+  machine.threads = threads;
+  bench::Report report("engine", machine);
+
+  auto sgemm = SgemmGflops();
+  if (!sgemm.ok()) return fail(sgemm.status());
+  report.Add("sgemm_gflops", *sgemm, "GFLOP/s");
+  auto bw = ReadBandwidthGBs();
+  if (!bw.ok()) return fail(bw.status());
+  report.Add("read_bandwidth", *bw, "GB/s");
+
+  const engine::model::TextConfig config = engine::llm::Qwen2_0_5BConfig();
+  for (int64_t m : {512, 2048}) {
+    auto g = PrefillGemmGflops(config, m);
+    if (!g.ok()) return fail(g.status());
+    report.Add(fmt::format("prefill_gemm_gflops_{}", m), *g, "GFLOP/s");
+    report.Add(fmt::format("prefill_gemm_fraction_of_sgemm_{}", m), *g / *sgemm, "fraction", 0.70);
+  }
+
+  const auto t_setup = Clock::now();
+  auto random = engine::llm::MakeRandomDecoderWeights(config, DType::kBF16, 7);
+  if (!random.ok()) return fail(random.status());
+  auto decoder = engine::llm::Decoder::Create(config, random->weights);
+  if (!decoder.ok()) return fail(decoder.status());
+  std::printf("(random Qwen2-0.5B bf16 weights built in %.1f s)\n", Seconds(t_setup));
+  const engine::llm::Decoder& dec = **decoder;
+  auto pool = engine::kv::PagePool::Create(dec.KvLayout(engine::kv::KvFormat::kF16), 100000);
+  if (!pool.ok()) return fail(pool.status());
+
+  auto ids_of = [&](int64_t n) {
+    std::vector<int32_t> ids(n);
+    for (int64_t i = 0; i < n; ++i)
+      ids[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
+    return ids;
+  };
+  std::unique_ptr<engine::llm::Sequence> ctx512;
+  for (int64_t t : {512, 2048}) {
+    auto seq = dec.NewSequence(pool->get());
+    if (!seq.ok()) return fail(seq.status());
+    auto embeds = dec.Embed(ids_of(t));
+    if (!embeds.ok()) return fail(embeds.status());
+    const auto t0 = Clock::now();
+    auto logits = dec.Prefill(**seq, *embeds);
+    if (!logits.ok()) return fail(logits.status());
+    const double s = Seconds(t0);
+    report.Add(fmt::format("prefill_tokens_per_s_{}", t), t / s, "tokens/s");
+    if (t == 512) ctx512 = std::move(*seq);
+  }
+
+  const double step_bytes = DecodeWeightBytes(random->weights);
+  for (int batch : {1, 8}) {
+    std::vector<std::unique_ptr<engine::llm::Sequence>> owned;
+    std::vector<engine::llm::Sequence*> seqs;
+    if (batch == 1) {
+      seqs.push_back(ctx512.get());  // decode after a 512-token prompt
+    } else {
+      for (int b = 0; b < batch; ++b) {
+        auto seq = dec.NewSequence(pool->get());
+        if (!seq.ok()) return fail(seq.status());
+        auto embeds = dec.Embed(ids_of(64 + 16 * b));
+        if (!embeds.ok()) return fail(embeds.status());
+        if (auto l = dec.Prefill(**seq, *embeds); !l.ok()) return fail(l.status());
+        seqs.push_back(seq->get());
+        owned.push_back(std::move(*seq));
+      }
+    }
+    std::vector<int32_t> tokens(batch, 42);
+    auto step = [&] { return dec.DecodeStep(seqs, tokens); };
+    if (auto w = step(); !w.ok()) return fail(w.status());  // warm-up
+    const auto t0 = Clock::now();
+    for (int i = 0; i < decode_steps; ++i) {
+      auto l = step();
+      if (!l.ok()) return fail(l.status());
+    }
+    const double per_step = Seconds(t0) / decode_steps;
+    report.Add(fmt::format("decode_tokens_per_s_batch{}", batch), batch / per_step, "tokens/s");
+    if (batch == 1) {
+      const double gbs = step_bytes / per_step / 1e9;
+      report.Add("decode_batch1_weight_gb_per_s", gbs, "GB/s");
+      report.Add("decode_batch1_fraction_of_bandwidth", gbs / *bw, "fraction", 0.60);
+    }
+  }
+  ctx512.reset();
+
+  if (!skip_vision) {
+    engine::vision::VisionTimingOptions vopt;
+    vopt.frames = 1;
+    vopt.iterations = 1;
+    vopt.warmup = false;
+    auto vt = engine::vision::TimeVisionTower(engine::vision::SiglipSo400mConfig(), vopt);
+    if (!vt.ok()) return fail(vt.status());
+    report.Add("vision_tower_ms_per_frame", vt->ms_per_frame, "ms");
+    report.Add("vision_tower_gflops", vt->gflops_per_frame / (vt->ms_per_frame / 1e3), "GFLOP/s");
+  }
+  report.Add("peak_rss", bench::Report::PeakRssMiB(), "MiB");
+  if (json) std::printf("%s\n", report.Json().c_str());
+  return 0;
+}
+
+}  // namespace framezip::cli

@@ -1,0 +1,162 @@
+// framezip run: one chat turn in-process — decode the video/image (media/), load the model
+// (engine::runtime::Engine), prefill, and stream the answer to stdout. With --json the last line
+// is one JSON object with the answer and the turn's stats.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/runtime/engine.h"
+#include "media/media.h"
+#include "tools/framezip/cli_util.h"
+#include "tools/framezip/subcommands.h"
+
+namespace framezip::cli {
+namespace {
+
+std::atomic<bool> g_cancel{false};
+void OnSigint(int) { g_cancel.store(true); }
+
+media::PreprocessSpec SpecFor(const engine::model::PreprocessorConfig& pre, int64_t image_size) {
+  media::PreprocessSpec spec;
+  spec.resize = media::ResizeMode::kExact;
+  spec.height = static_cast<int>(pre.size_height > 0 ? pre.size_height : image_size);
+  spec.width = static_cast<int>(pre.size_width > 0 ? pre.size_width : image_size);
+  spec.rescale_factor = pre.do_rescale ? pre.rescale_factor : 1.0;
+  for (int c = 0; c < 3; ++c) {
+    spec.mean[c] = pre.do_normalize && pre.image_mean.size() == 3 ? float(pre.image_mean[c]) : 0.f;
+    spec.std[c] = pre.do_normalize && pre.image_std.size() == 3 ? float(pre.image_std[c]) : 1.f;
+  }
+  spec.interpolation =
+      pre.resample == 2 ? media::Interpolation::kBilinear : media::Interpolation::kBicubic;
+  return spec;
+}
+
+StatusOr<engine::Tensor> DecodeFrames(const std::string& file, int frames,
+                                      const media::PreprocessSpec& spec) {
+  const std::filesystem::path path = std::filesystem::absolute(file);
+  media::MediaLimits limits;
+  FZ_ASSIGN_OR_RETURN(
+      media::DecodedMedia decoded,
+      media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
+                         media::FrameSamplingSpec{.num_frames = frames}, spec, limits));
+  const media::FrameBatch& fb = decoded.frames;
+  FZ_ASSIGN_OR_RETURN(engine::Tensor t,
+                      engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
+                                            engine::DType::kF32));
+  std::copy(fb.data.begin(), fb.data.end(), t.data<float>());
+  return t;
+}
+
+}  // namespace
+
+int RunRun(const std::vector<std::string>& args) {
+  std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16";
+  int max_tokens = 128, frames = 8, threads = 0;
+  bool json = false, sample = false;
+  double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
+  int top_k = 0;
+  int64_t seed = 0;
+  FlagSet flags("framezip run",
+                "Runs one chat turn in-process on a video or image and streams the answer.");
+  flags.String("model", &model_dir, "model directory (Hugging Face LLaVA-OneVision layout)", "DIR");
+  flags.String("video", &video, "video file", "FILE");
+  flags.String("image", &image, "image file (base-resolution path, 730 visual tokens)", "FILE");
+  flags.String("prompt", &prompt, "the question", "TEXT");
+  flags.Int("max-tokens", &max_tokens, "tokens to generate at most");
+  flags.Int("frames", &frames, "video frames sampled uniformly");
+  flags.Int("threads", &threads, "compute threads (0 = all CPUs)");
+  flags.String("policy", &policy, "KV compression policy", "P");
+  flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
+  flags.Bool("sample", &sample, "sample instead of greedy decoding");
+  flags.Double("temperature", &temperature, "sampling temperature");
+  flags.Int("top-k", &top_k, "sampling top-k (0 = off)");
+  flags.Double("top-p", &top_p, "sampling top-p (1 = off)");
+  flags.Double("repetition-penalty", &repetition_penalty, "HF repetition penalty (1 = off)");
+  flags.Int("seed", &seed, "sampling seed");
+  flags.Bool("json", &json, "print one JSON object with the answer and stats as the last line");
+  if (auto code = ParseOrExit(flags, args)) return *code;
+  if (model_dir.empty() || prompt.empty() || (!video.empty() && !image.empty())) {
+    std::fprintf(stderr,
+                 "framezip run: --model and --prompt are required, and at most one of "
+                 "--video/--image\n");
+    return 2;
+  }
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "framezip run: %s\n", MessageOf(s).c_str());
+    return 1;
+  };
+  engine::runtime::EngineOptions options;
+  options.threads = threads;
+  options.default_policy = policy;
+  auto format = engine::kv::ParseKvFormat(kv_format);
+  if (!format.ok()) return fail(format.status());
+  options.kv_format = *format;
+  auto eng = engine::runtime::Engine::Load(model_dir, options);
+  if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
+
+  engine::runtime::Message message;
+  message.text = prompt;
+  if (!video.empty() || !image.empty()) {
+    const auto spec = SpecFor((*eng)->preprocessor(), (*eng)->image_size());
+    auto pixels = DecodeFrames(video.empty() ? image : video, video.empty() ? 1 : frames, spec);
+    if (!pixels.ok()) return fail(Annotate(pixels.status(), "decoding the media"));
+    engine::runtime::VisualInput v;
+    v.kind = video.empty() ? engine::runtime::VisualInput::Kind::kImage
+                           : engine::runtime::VisualInput::Kind::kVideo;
+    v.pixels = *pixels;
+    message.visuals.push_back(v);
+  }
+  auto conv = (*eng)->NewConversation();
+  if (!conv.ok()) return fail(conv.status());
+  engine::runtime::TurnOptions turn;
+  turn.sampling.max_new_tokens = max_tokens;
+  turn.sampling.do_sample = sample;
+  turn.sampling.temperature = static_cast<float>(temperature);
+  turn.sampling.top_k = top_k;
+  turn.sampling.top_p = static_cast<float>(top_p);
+  turn.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
+  turn.sampling.seed = static_cast<uint64_t>(seed);
+
+  std::signal(SIGINT, OnSigint);
+  auto result = (*eng)->RunTurn(
+      **conv, std::span<const engine::runtime::Message>(&message, 1), turn,
+      [](std::string_view delta) {
+        std::fwrite(delta.data(), 1, delta.size(), stdout);
+        std::fflush(stdout);
+      },
+      &g_cancel);
+  std::printf("\n");
+  std::fflush(stdout);
+  if (!result.ok()) return fail(result.status());
+  const auto& st = result->stats;
+  std::fprintf(stderr,
+               "[%lld prompt tokens (%lld visual), vision %.0f ms, prefill %.0f ms, TTFT %.0f ms, "
+               "%lld tokens at %.2f tok/s, KV %.1f MiB, stop: %s]\n",
+               static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.visual_tokens),
+               st.vision_ms, st.prefill_ms, st.ttft_ms, static_cast<long long>(st.generated_tokens),
+               st.decode_tokens_per_s, st.kv_bytes / 1048576.0,
+               std::string(engine::llm::StopReasonName(st.stop_reason)).c_str());
+  if (json) {
+    nlohmann::json j = {
+        {"text", result->text},
+        {"tokens", result->token_ids},
+        {"policy", st.policy},
+        {"stats",
+         {{"prompt_tokens", st.prompt_tokens},
+          {"prefilled_tokens", st.prefilled_tokens},
+          {"visual_tokens", st.visual_tokens},
+          {"generated_tokens", st.generated_tokens},
+          {"vision_ms", st.vision_ms},
+          {"prefill_ms", st.prefill_ms},
+          {"ttft_ms", st.ttft_ms},
+          {"decode_tokens_per_s", st.decode_tokens_per_s},
+          {"kv_bytes", st.kv_bytes},
+          {"stop_reason", std::string(engine::llm::StopReasonName(st.stop_reason))}}}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return 0;
+}
+
+}  // namespace framezip::cli

@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Trains framezip-tiny-video (transformers' LlavaOnevisionForConditionalGeneration) on synthvid.
+
+Loss only on assistant answers and their <|im_end|>. Batches hold videos of one frame count (the
+HF video path needs equal F per batch). The learning-rate schedule follows
+progress = max(step / max_steps, elapsed / time_budget), so a slow machine still finishes with a
+decayed learning rate; with an ample time budget the run is step-bound and reproducible from the
+seed. Checkpoints + a bf16 export are written at every validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fzmodel  # noqa: E402
+
+
+def log(fh, rec):
+    rec = dict(rec, time=round(time.time(), 1))
+    fh.write(json.dumps(rec) + "\n")
+    fh.flush()
+    print(json.dumps(rec), flush=True)
+
+
+class Data:
+    def __init__(self, cache_dir, split, tok, tpf):
+        with open(os.path.join(cache_dir, f"{split}.json")) as f:
+            meta = json.load(f)
+        self.items = meta["items"]
+        S = meta["image_size"]
+        self.frames = np.memmap(os.path.join(cache_dir, f"{split}.u8"), dtype=np.uint8, mode="r",
+                                shape=(meta["total_frames"], 3, S, S))
+        self.tok = tok
+        self.tpf = tpf
+        self.video_id = tok.convert_tokens_to_ids("<video>")
+        self.eos_id = tok.convert_tokens_to_ids("<|im_end|>")
+        self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
+        self._enc_cache = {}
+
+    def enc(self, s):
+        r = self._enc_cache.get(s)
+        if r is None:
+            r = self.tok(s, add_special_tokens=False)["input_ids"]
+            self._enc_cache[s] = r
+        return r
+
+    def render(self, turns):
+        """turns: [(question, answer)]; first turn carries the video. Returns (ids, labels, text)."""
+        ids, labels, text = [], [], ""
+        for i, (q, a) in enumerate(turns):
+            user = "<|im_start|>user\n" + ("<video>\n" if i == 0 else "") + q + \
+                "<|im_end|>\n<|im_start|>assistant\n"
+            p = self.enc(user)
+            ids += p
+            labels += [-100] * len(p)
+            p = self.enc(a + "<|im_end|>")
+            ids += p
+            labels += p
+            p = self.enc("\n")
+            ids += p
+            labels += [-100] * len(p)
+            text += user + a + "<|im_end|>\n"
+        return ids, labels, text
+
+    def expand(self, ids, labels, F):
+        n = F * self.tpf + 1
+        j = ids.index(self.video_id)
+        return (ids[:j] + [self.video_id] * n + ids[j + 1:],
+                labels[:j] + [-100] * n + labels[j + 1:])
+
+    def pixels(self, it):
+        import torch
+        a = np.asarray(self.frames[it["offset"]:it["offset"] + it["num_frames"]])
+        return (torch.from_numpy(a.copy()).float() - 127.5) / 127.5
+
+    def collate(self, batch):
+        """batch: [(item, turns)] with equal num_frames."""
+        import torch
+        F = batch[0][0]["num_frames"]
+        seqs = []
+        for it, turns in batch:
+            assert it["num_frames"] == F
+            ids, labels, _ = self.render(turns)
+            seqs.append(self.expand(ids, labels, F))
+        L = max(len(s[0]) for s in seqs)
+        B = len(seqs)
+        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        labels = torch.full((B, L), -100, dtype=torch.long)
+        mask = torch.zeros((B, L), dtype=torch.long)
+        for b, (i, l) in enumerate(seqs):
+            input_ids[b, :len(i)] = torch.tensor(i)
+            labels[b, :len(l)] = torch.tensor(l)
+            mask[b, :len(i)] = 1
+        pv = torch.stack([self.pixels(it) for it, _ in batch])
+        return dict(input_ids=input_ids, attention_mask=mask, labels=labels, pixel_values_videos=pv)
+
+
+def sample_turns(rng, it):
+    main = (it["question"], it["answer"])
+    fups = [(f["question"], f["answer"]) for f in it["followups"] if f["question"] != it["question"]]
+    k = rng.choices([0, 1, 2, 3], weights=[0.2, 0.2, 0.3, 0.3])[0]
+    k = min(k, len(fups))
+    extra = rng.sample(fups, k)
+    if extra and rng.random() < 0.3:
+        return extra[:1] + [main] + extra[1:]
+    return [main] + extra
+
+
+def make_batches(rng, items, frames_per_batch, ascending=False):
+    """Batches of equal frame count; shuffled, or (curriculum, first epoch) short videos first."""
+    by_f = {}
+    for it in items:
+        by_f.setdefault(it["num_frames"], []).append(it)
+    batches = []
+    for F, its in by_f.items():
+        its = its[:]
+        rng.shuffle(its)
+        bs = max(1, frames_per_batch // F)
+        for i in range(0, len(its), bs):
+            batches.append(its[i:i + bs])
+    rng.shuffle(batches)
+    if ascending:
+        batches.sort(key=lambda b: b[0]["num_frames"])  # stable: shuffled within a length
+    return batches
+
+
+def evaluate(model, data, items, frames_per_batch, dtype=None):
+    """Greedy correctness by teacher forcing: an item is correct iff the argmax at every answer
+    position (answer tokens + <|im_end|>) equals the target, i.e. greedy decoding reproduces
+    exactly `answer<|im_end|>`."""
+    import torch
+    model.eval()
+    per_task = {}
+    with torch.no_grad():
+        for batch in make_batches(random.Random(0), items, frames_per_batch):
+            b = data.collate([(it, [(it["question"], it["answer"])]) for it in batch])
+            if dtype is not None:
+                b["pixel_values_videos"] = b["pixel_values_videos"].to(dtype)
+            labels = b.pop("labels")
+            logits = model(**b).logits.float()
+            pred = logits[:, :-1].argmax(-1)
+            tgt = labels[:, 1:]
+            ok = ((pred == tgt) | (tgt == -100)).all(-1)
+            for it, o in zip(batch, ok.tolist()):
+                c = per_task.setdefault(it["task"], [0, 0])
+                c[0] += int(o)
+                c[1] += 1
+    model.train()
+    acc = {t: c[0] / c[1] for t, c in sorted(per_task.items())}
+    n = sum(c[1] for c in per_task.values())
+    overall = sum(c[0] for c in per_task.values()) / max(1, n)
+    return overall, acc, n
+
+
+def export(model, processor, out_dir, extra_files=()):
+    from export import export_model  # noqa: PLC0415
+    export_model(model, processor, out_dir, extra_files)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--out", required=True, help="run folder: log, checkpoint")
+    ap.add_argument("--export", required=True, help="model folder written at each validation")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=4000)
+    ap.add_argument("--time-budget-min", type=float, default=70.0)
+    ap.add_argument("--frames-per-batch", type=int, default=192)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--weight-decay", type=float, default=0.05)
+    ap.add_argument("--eval-every-min", type=float, default=6.0)
+    ap.add_argument("--val-items", type=int, default=300)
+    # One thread: on a shared 2-core machine, two OpenMP threads spin against other jobs and cost
+    # 5-10x more CPU time per step than one.
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init", default=None, help="state_dict to start from (stage 1 output)")
+    ap.add_argument("--prepend-log", default=None,
+                    help="JSONL (stage 1 log) copied to the head of training_log.jsonl")
+    ap.add_argument("--curriculum", type=int, default=1,
+                    help="first epoch in order of increasing frame count")
+    args = ap.parse_args()
+
+    import torch
+    import transformers
+    from transformers import LlavaOnevisionForConditionalGeneration
+
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+
+    tok = fzmodel.wrap_tokenizer(fzmodel.build_tokenizer(fzmodel.ARCH["bpe_vocab"]))
+    processor = fzmodel.build_processor(tok)
+    cfg = fzmodel.build_config(tok)
+    tpf = fzmodel.video_tokens_per_frame()
+    train = Data(args.cache, "train", tok, tpf)
+    val = Data(args.cache, "val", tok, tpf)
+
+    # The hand-rendered prompt must equal the chat template, and the <video> expansion the
+    # processor's.
+    for it in val.items[:12]:
+        turns = sample_turns(random.Random(1), it)
+        ids, _, text = val.render(turns)
+        conv = []
+        for i, (q, a) in enumerate(turns):
+            content = ([{"type": "video"}] if i == 0 else []) + [{"type": "text", "text": q}]
+            conv += [{"role": "user", "content": content},
+                     {"role": "assistant", "content": [{"type": "text", "text": a}]}]
+        ref = processor.apply_chat_template(conv, tokenize=False)
+        assert ref == text, (ref, text)
+        assert tok(ref, add_special_tokens=False)["input_ids"] == ids
+        fr = np.zeros((it["num_frames"], 64, 64, 3), np.uint8)
+        pi = processor(text=ref, videos=[fr], return_tensors="pt")["input_ids"][0].tolist()
+        assert pi == val.expand(ids, [0] * len(ids), it["num_frames"])[0]
+
+    cfg._attn_implementation = "eager"
+    model = LlavaOnevisionForConditionalGeneration(cfg)
+    if args.init:
+        model.load_state_dict(torch.load(args.init, weights_only=True))
+    model.train()
+    nparams = sum(p.numel() for p in model.parameters())
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    ckpt_path = os.path.join(args.out, "ckpt.pt")
+    log_path = os.path.join(args.out, "training_log.jsonl")
+    state = {"step": 0, "epoch": 0, "elapsed": 0.0, "samples": 0, "best": -1.0}
+    if args.resume and os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        state = ck["state"]
+    fh = open(log_path, "a" if args.resume else "w")
+    if args.prepend_log and not args.resume:
+        with open(args.prepend_log) as f:
+            fh.write(f.read())
+    if not args.resume:
+        log(fh, {"type": "config", "args": vars(args), "arch": fzmodel.ARCH, "params": nparams,
+                 "train_items": len(train.items), "val_items": len(val.items),
+                 "torch": torch.__version__, "transformers": transformers.__version__,
+                 "video_tokens_per_frame": tpf})
+
+    # Validation subset balanced over tasks.
+    by_task = {}
+    for it in val.items:
+        by_task.setdefault(it["task"], []).append(it)
+    per = max(1, args.val_items // max(1, len(by_task)))
+    val_sub = [it for t in sorted(by_task) for it in by_task[t][:per]]
+
+    budget = args.time_budget_min * 60
+    t_start = time.time() - state["elapsed"]
+    last_eval = time.time()
+    rng = random.Random(args.seed * 1000 + state["epoch"])
+    batches = make_batches(rng, train.items, args.frames_per_batch,
+                           ascending=args.curriculum and state["epoch"] == 0)
+    bi = state.get("batch_index", 0)
+    loss_acc, n_acc = 0.0, 0
+
+    def progress():
+        return max(state["step"] / args.max_steps, (time.time() - t_start) / budget)
+
+    def save_and_eval(final=False):
+        state["elapsed"] = time.time() - t_start
+        overall, acc, n = evaluate(model, val, val.items if final else val_sub,
+                                   args.frames_per_batch * 2)
+        log(fh, {"type": "val", "step": state["step"], "epoch": state["epoch"],
+                 "samples": state["samples"], "elapsed_s": round(state["elapsed"], 1),
+                 "n": n, "acc": round(overall, 4), "per_task": {k: round(v, 4) for k, v in acc.items()},
+                 "final": final})
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                    "state": dict(state, batch_index=bi)}, ckpt_path + ".tmp")
+        os.replace(ckpt_path + ".tmp", ckpt_path)
+        export(model, processor, args.export, extra_files=[log_path])
+        return overall
+
+    while progress() < 1.0:
+        if bi >= len(batches):
+            state["epoch"] += 1
+            rng = random.Random(args.seed * 1000 + state["epoch"])
+            batches = make_batches(rng, train.items, args.frames_per_batch)
+            bi = 0
+        batch = batches[bi]
+        bi += 1
+        srng = random.Random(hash((args.seed, state["step"])) & 0xFFFFFFFF)
+        b = train.collate([(it, sample_turns(srng, it)) for it in batch])
+        p = progress()
+        warm = min(1.0, (state["step"] + 1) / args.warmup)
+        lr = args.lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        out = model(**b)
+        out.loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["samples"] += len(batch)
+        loss_acc += out.loss.item()
+        n_acc += 1
+        if state["step"] % 20 == 0:
+            log(fh, {"type": "train", "step": state["step"], "epoch": state["epoch"],
+                     "samples": state["samples"], "loss": round(loss_acc / n_acc, 5),
+                     "lr": round(lr, 7), "grad_norm": round(float(gn), 4),
+                     "elapsed_s": round(time.time() - t_start, 1), "progress": round(p, 4)})
+            loss_acc, n_acc = 0.0, 0
+        if time.time() - last_eval > args.eval_every_min * 60:
+            save_and_eval()
+            last_eval = time.time()
+    state["ended_by"] = "steps" if state["step"] >= args.max_steps else "time"
+    log(fh, {"type": "end", "step": state["step"], "ended_by": state["ended_by"]})
+    save_and_eval(final=True)
+
+
+if __name__ == "__main__":
+    main()
