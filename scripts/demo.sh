@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the embedded default (CPU, the in-process KV store), printing each
-# step. It grows with the project: today it starts framezip-server, checks that it serves, and
-# drains it with SIGTERM.
+# `make demo`: the main job on the embedded default — framezip-server on the CPU with the shipped
+# model (models/framezip-tiny-video) and the in-process KV store. It uploads a generated clip,
+# asks questions in one session through the gRPC API, prints each answer beside the truth and each
+# turn's stats (turn 2's time to first token beside turn 1's, cached vs new tokens, KV bytes by
+# tier), then drains the server with SIGTERM.
 set -euo pipefail
 build_dir=${1:-build}
 bin="$build_dir/bin"
+model=models/framezip-tiny-video
+clip=tests/data/synthvid/demo-test-000011.mp4
+questions=tests/data/synthvid/demo-test-000011.questions.tsv
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
-  [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
+  if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -19,24 +24,55 @@ step "framezip build"
 "$bin/framezip" version
 "$bin/framezip" devices
 
-step "start framezip-server on a free loopback port"
-"$bin/framezip-server" --listen 127.0.0.1:0 --port-file "$work/port" --grace-seconds 5 \
+step "start framezip-server: $model on the CPU, in-process KV store, free loopback ports"
+"$bin/framezip-server" --model "$model" --listen 127.0.0.1:0 --port-file "$work/port" \
+  --metrics-listen 127.0.0.1:0 --metrics-port-file "$work/metrics_port" --grace-seconds 10 \
   >"$work/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-[ -s "$work/port" ] || { cat "$work/server.log"; echo "demo: server did not start" >&2; exit 1; }
+for _ in $(seq 300); do
+  [ -s "$work/port" ] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ ! -s "$work/port" ]; then
+  cat "$work/server.log"
+  echo "demo: framezip-server did not start" >&2
+  exit 1
+fi
 port=$(cat "$work/port")
-echo "serving on 127.0.0.1:$port"
-
-step "gRPC health check"
+echo "serving gRPC on 127.0.0.1:$port, metrics on 127.0.0.1:$(cat "$work/metrics_port")/metrics"
 "$bin/framezip" health --server "127.0.0.1:$port"
+
+step "one session: upload $clip, then ask $(wc -l <"$questions") questions"
+cut -f1 "$questions" | "$bin/framezip" chat --server "127.0.0.1:$port" --video "$clip" \
+  --max-tokens 8 --json >"$work/chat.out" 2>"$work/chat.err" || {
+  cat "$work/chat.err" "$work/chat.out"
+  echo "demo: chat failed" >&2
+  exit 1
+}
+cat "$work/chat.err"  # upload line and one stats footer per turn
+
+step "answers beside the truth"
+# The chat's last stdout line is one JSON object; pull each turn's answer out of it in order.
+mapfile -t answers < <(tail -n 1 "$work/chat.out" | grep -o '"answer":"[^"]*"' | cut -d'"' -f4)
+i=0
+right=0
+while IFS=$'\t' read -r question truth; do
+  answer=${answers[$i]:-<none>}
+  mark="wrong"
+  if [ "$answer" = "$truth" ]; then mark="right"; right=$((right + 1)); fi
+  printf '  Q%d: %-46s answer: %-8s truth: %-8s %s\n' $((i + 1)) "$question" "$answer" "$truth" "$mark"
+  i=$((i + 1))
+done <"$questions"
+echo "  $right of $i right"
 
 step "SIGTERM: drain and exit"
 kill -TERM "$server_pid"
-wait "$server_pid"
-code=$?
+code=0
+wait "$server_pid" || code=$?
 server_pid=""
-sed 's/^/  server: /' "$work/server.log"
+grep -E ' turn |drain|stopped' "$work/server.log" | sed 's/^/  server: /'
 echo "framezip-server exited with $code"
+[ "$code" -eq 0 ] || exit 1
 echo
 echo "demo: done"

@@ -120,7 +120,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(const ServerConfig&
   const int64_t side = c.vision.patch_size > 0 ? c.vision.patches_per_side() : 0;
   m.vision.tokens_per_video_frame = static_cast<uint32_t>(((side + 1) / 2) * ((side + 1) / 2));
   m.vision.tokens_per_image = static_cast<uint32_t>(side * side);
-  m.vision.default_num_frames = 8;
+  // Uniform frames per video when a session or upload asks for none: LLaVA-OneVision's default.
+  m.vision.default_num_frames = 32;
   FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {})", m.name, m.architecture,
               c.text.num_hidden_layers, m.context_tokens);
   return b;

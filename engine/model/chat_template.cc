@@ -39,6 +39,13 @@ std::string Canonicalize(std::string_view src) {
   for (size_t i = 0; i < src.size(); ++i) {
     const char c = src[i];
     if (quote != 0) {
+      // Jinja reads the escape '\\n' and a literal newline inside a string the same way (the
+      // transformers 5 chat_template.jinja files carry literal newlines): compare them as one.
+      if (c == '\\' && i + 1 < src.size() && src[i + 1] == 'n') {
+        out.push_back('\n');
+        ++i;
+        continue;
+      }
       out.push_back(c);
       if (c == '\\' && i + 1 < src.size()) {
         out.push_back(src[++i]);

@@ -140,6 +140,23 @@ TEST_CASE("chat template: ChatML variants, errors", "[unit][engine]") {
   auto r = ChatTemplate::FromSource(reformatted);
   REQUIRE(r.ok());
   CHECK(r->kind() == ChatTemplateKind::kChatML);
+  // A literal newline inside a string literal reads as '\n' (transformers 5 writes
+  // chat_template.jinja that way); a different character there is a different template.
+  const std::string_view escaped = KnownChatTemplateSource(ChatTemplateKind::kLlavaOnevision);
+  std::string literal_newlines;
+  for (size_t i = 0; i < escaped.size(); ++i) {
+    const bool escape = escaped[i] == '\\' && i + 1 < escaped.size() && escaped[i + 1] == 'n';
+    literal_newlines.push_back(escape ? '\n' : escaped[i]);
+    if (escape) ++i;
+  }
+  REQUIRE(literal_newlines.size() < escaped.size());
+  auto ov = ChatTemplate::FromSource(literal_newlines);
+  REQUIRE(ov.ok());
+  CHECK(ov->kind() == ChatTemplateKind::kLlavaOnevision);
+  std::string changed = literal_newlines;
+  changed[changed.find("<video>\n") + 7] = ' ';
+  CHECK(ChatTemplate::FromSource(changed).status().code() == absl::StatusCode::kUnimplemented);
+
   auto unknown =
       ChatTemplate::FromSource("{{ bos_token }}{% for m in messages %}[INST]{% endfor %}");
   CHECK(unknown.status().code() == absl::StatusCode::kUnimplemented);
