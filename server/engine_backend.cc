@@ -6,27 +6,13 @@
 #include "common/logging.h"
 #include "engine/runtime/engine.h"
 #include "media/media.h"
+#include "server/preprocess_spec.h"
 
 namespace framezip::server {
 
 namespace rt = engine::runtime;
 
 namespace {
-
-media::PreprocessSpec SpecFor(const engine::model::PreprocessorConfig& pre, int64_t image_size) {
-  media::PreprocessSpec spec;
-  spec.resize = media::ResizeMode::kExact;
-  spec.height = static_cast<int>(pre.size_height > 0 ? pre.size_height : image_size);
-  spec.width = static_cast<int>(pre.size_width > 0 ? pre.size_width : image_size);
-  spec.rescale_factor = pre.do_rescale ? pre.rescale_factor : 1.0;
-  for (int c = 0; c < 3; ++c) {
-    spec.mean[c] = pre.do_normalize && pre.image_mean.size() == 3 ? float(pre.image_mean[c]) : 0.f;
-    spec.std[c] = pre.do_normalize && pre.image_std.size() == 3 ? float(pre.image_std[c]) : 1.f;
-  }
-  spec.interpolation =
-      pre.resample == 2 ? media::Interpolation::kBilinear : media::Interpolation::kBicubic;
-  return spec;
-}
 
 const char* RoleString(Role role) {
   switch (role) {
@@ -158,7 +144,8 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
 
   // Decode the new messages' media (the older ones are in the KV already).
   const auto t0 = Clock::now();
-  const media::PreprocessSpec spec = SpecFor(engine_->preprocessor(), engine_->image_size());
+  const media::PreprocessSpec spec =
+      PreprocessSpecFor(engine_->preprocessor(), engine_->image_size());
   uint32_t visual_estimate = 0;
   uint64_t text_bytes = 0;
   for (size_t i = first_new; i < request.messages.size(); ++i) {
@@ -291,8 +278,7 @@ Status EngineBackend::Commit(const std::string& session_id, BackendSequence& seq
   return absl::OkStatus();
 }
 
-void EngineBackend::DropConversation(const std::string& session_id,
-                                     rt::Conversation* expected) {
+void EngineBackend::DropConversation(const std::string& session_id, rt::Conversation* expected) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_id);
   if (it != sessions_.end() && it->second.conversation.get() == expected) sessions_.erase(it);

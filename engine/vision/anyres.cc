@@ -6,6 +6,8 @@
 #include <limits>
 #include <tuple>
 
+#include "engine/model/chat_template.h"
+
 namespace framezip::engine::vision {
 
 int64_t PyIntRound7(double x) {
@@ -37,23 +39,9 @@ StatusOr<std::pair<int64_t, int64_t>> SelectBestResolution(
     return InvalidArgumentError("anyres: image size {}x{} must be positive", height, width);
   }
   if (pinpoints.empty()) return InvalidArgumentError("anyres: image_grid_pinpoints is empty");
-  std::pair<int64_t, int64_t> best = pinpoints.front();
-  int64_t max_effective = 0;
-  double min_wasted = std::numeric_limits<double>::infinity();
-  for (const auto& [h, w] : pinpoints) {
-    const double scale = std::min(static_cast<double>(w) / static_cast<double>(width),
-                                  static_cast<double>(h) / static_cast<double>(height));
-    const auto dw = static_cast<int64_t>(static_cast<double>(width) * scale);
-    const auto dh = static_cast<int64_t>(static_cast<double>(height) * scale);
-    const int64_t effective = std::min(dw * dh, width * height);
-    const double wasted = static_cast<double>(h * w - effective);
-    if (effective > max_effective || (effective == max_effective && wasted < min_wasted)) {
-      max_effective = effective;
-      min_wasted = wasted;
-      best = {h, w};
-    }
-  }
-  return best;
+  // One implementation of transformers' select_best_resolution, shared with the chat template's
+  // token counting, so placeholder counts and tile layouts can never disagree.
+  return model::SelectBestResolution(height, width, pinpoints);
 }
 
 StatusOr<AnyresLayout> ComputeAnyresLayout(const model::LlavaConfig& config, int64_t height,

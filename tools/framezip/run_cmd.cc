@@ -9,6 +9,7 @@
 
 #include "engine/runtime/engine.h"
 #include "media/media.h"
+#include "server/preprocess_spec.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
 
@@ -17,21 +18,6 @@ namespace {
 
 std::atomic<bool> g_cancel{false};
 void OnSigint(int) { g_cancel.store(true); }
-
-media::PreprocessSpec SpecFor(const engine::model::PreprocessorConfig& pre, int64_t image_size) {
-  media::PreprocessSpec spec;
-  spec.resize = media::ResizeMode::kExact;
-  spec.height = static_cast<int>(pre.size_height > 0 ? pre.size_height : image_size);
-  spec.width = static_cast<int>(pre.size_width > 0 ? pre.size_width : image_size);
-  spec.rescale_factor = pre.do_rescale ? pre.rescale_factor : 1.0;
-  for (int c = 0; c < 3; ++c) {
-    spec.mean[c] = pre.do_normalize && pre.image_mean.size() == 3 ? float(pre.image_mean[c]) : 0.f;
-    spec.std[c] = pre.do_normalize && pre.image_std.size() == 3 ? float(pre.image_std[c]) : 1.f;
-  }
-  spec.interpolation =
-      pre.resample == 2 ? media::Interpolation::kBilinear : media::Interpolation::kBicubic;
-  return spec;
-}
 
 StatusOr<engine::Tensor> DecodeFrames(const std::string& file, int frames,
                                       const media::PreprocessSpec& spec) {
@@ -99,7 +85,7 @@ int RunRun(const std::vector<std::string>& args) {
   engine::runtime::Message message;
   message.text = prompt;
   if (!video.empty() || !image.empty()) {
-    const auto spec = SpecFor((*eng)->preprocessor(), (*eng)->image_size());
+    const auto spec = server::PreprocessSpecFor((*eng)->preprocessor(), (*eng)->image_size());
     auto pixels = DecodeFrames(video.empty() ? image : video, video.empty() ? 1 : frames, spec);
     if (!pixels.ok()) return fail(Annotate(pixels.status(), "decoding the media"));
     engine::runtime::VisualInput v;

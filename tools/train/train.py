@@ -185,6 +185,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", default=None, help="state_dict to start from (stage 1 output)")
+    ap.add_argument("--freeze-vision", type=int, default=1,
+                    help="keep the stage-1 vision tower fixed (as LLaVA does); projector and "
+                         "decoder train")
     ap.add_argument("--prepend-log", default=None,
                     help="JSONL (stage 1 log) copied to the head of training_log.jsonl")
     ap.add_argument("--curriculum", type=int, default=1,
@@ -231,8 +234,12 @@ def main():
         model.load_state_dict(torch.load(args.init, weights_only=True))
     model.train()
     nparams = sum(p.numel() for p in model.parameters())
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    if args.freeze_vision:
+        for p in model.model.vision_tower.parameters():
+            p.requires_grad_(False)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trainable if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in trainable if not (p.ndim >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
@@ -305,7 +312,7 @@ def main():
             g["lr"] = lr
         out = model(**b)
         out.loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gn = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         state["step"] += 1

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces models/framezip-tiny-video from scratch: generate data -> cache frames -> train ->
 # export -> evaluate on the test split. Everything runs under nice 19 on the CPU.
-#   tools/train/train.sh     # full run: ~25 min data + ~5 min stage 1 + 75 min stage 2 + eval
-#   SEED=0 STAGE1_STEPS=3500 TIME_BUDGET_MIN=75 MAX_STEPS=100000 TRAIN_COUNT=9000 tools/train/train.sh
+#   tools/train/train.sh     # full run: ~25 min data + ~13 min stage 1 + 75 min stage 2 + eval
+#   SEED=0 STAGE1_STEPS=12000 TIME_BUDGET_MIN=75 MAX_STEPS=100000 TRAIN_COUNT=9000 tools/train/train.sh
 # Both stages stop on whichever comes first, step count or time budget (see README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,8 +15,8 @@ SEED=${SEED:-0}
 TRAIN_COUNT=${TRAIN_COUNT:-9000}
 VAL_COUNT=${VAL_COUNT:-600}
 TEST_COUNT=${TEST_COUNT:-600}
-STAGE1_STEPS=${STAGE1_STEPS:-3500}
-STAGE1_BUDGET_MIN=${STAGE1_BUDGET_MIN:-9}
+STAGE1_STEPS=${STAGE1_STEPS:-12000}
+STAGE1_BUDGET_MIN=${STAGE1_BUDGET_MIN:-16}
 TIME_BUDGET_MIN=${TIME_BUDGET_MIN:-75}
 MAX_STEPS=${MAX_STEPS:-100000}
 N="nice -n 19"
