@@ -1,7 +1,7 @@
 # framezip container: build on the CUDA devel image, run on the CUDA runtime image with only what
 # the binaries need, as a non-root user.
 #   docker build -t framezip .
-#   docker run --gpus all -p 50051:50051 -p 9400:9400 framezip
+#   docker run --gpus all -p 50051:50051 -p 9464:9464 framezip
 # A CPU-only image: docker build --build-arg FRAMEZIP_CUDA=OFF -t framezip:cpu .
 # Ubuntu 24.04 carries the same gRPC (1.51), protobuf (3.21) and Abseil as Debian 12, which CI
 # builds against.
@@ -25,9 +25,9 @@ COPY . .
 # sm_80 (A100), sm_90 (H100/H200) machine code + compute_90 PTX for newer GPUs.
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
       -DFRAMEZIP_CUDA=${FRAMEZIP_CUDA} -DCMAKE_CUDA_ARCHITECTURES="80-real;90" \
-    && cmake --build /build -j"$(nproc)" --target framezip framezip-server \
-    && mkdir -p /out/bin /out/lib && cp /build/bin/framezip /build/bin/framezip-server /out/bin/ \
-    && (cp /build/bin/framezip-kvstore /out/bin/ 2>/dev/null || true) \
+    && cmake --build /build -j"$(nproc)" --target framezip framezip-server framezip-kvstore \
+    && mkdir -p /out/bin /out/lib \
+    && cp /build/bin/framezip /build/bin/framezip-server /build/bin/framezip-kvstore /out/bin/ \
     # The runtime image gets exactly the shared libraries the binaries load (not glibc, not the
     # CUDA runtime, which the runtime image has), so it needs no -dev packages and no compiler.
     && ldd /out/bin/* | awk '/=> \// {print $3}' | sort -u \
@@ -43,8 +43,9 @@ COPY --from=build /out/bin/ /usr/local/bin/
 COPY models/ /opt/framezip/models/
 USER framezip
 WORKDIR /var/lib/framezip
-EXPOSE 50051 9400
+EXPOSE 50051 9464
 HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \
   CMD ["framezip", "health", "--server", "127.0.0.1:50051"]
 ENTRYPOINT ["framezip-server"]
-CMD ["--listen", "0.0.0.0:50051"]
+CMD ["--listen", "0.0.0.0:50051", "--metrics-listen", "0.0.0.0:9464", \
+     "--model", "/opt/framezip/models/framezip-tiny-video"]

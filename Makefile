@@ -12,6 +12,11 @@ PRESET := $(if $(filter OFF,$(FRAMEZIP_CUDA)),cpu,default)
 BUILD_DIR := $(if $(filter OFF,$(FRAMEZIP_CUDA)),build-cpu,build)
 JOBS ?= $(shell nproc)
 
+# ccache: paths under the checkout are hashed relative to it, so a fresh clone in another folder
+# (CI) reuses what an earlier build compiled.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
+
 .PHONY: all deps build test demo test-asan fuzz clean
 
 all: build
