@@ -39,7 +39,7 @@ StatusOr<engine::Tensor> DecodeFrames(const std::string& file, int frames,
 
 int RunRun(const std::vector<std::string>& args) {
   std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16";
-  int max_tokens = 128, frames = 8, threads = 0;
+  int max_tokens = 128, frames = 32, threads = 0;  // 32 frames: LLaVA-OneVision's default
   bool json = false, sample = false;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
   int top_k = 0;
