@@ -14,18 +14,6 @@ namespace rt = engine::runtime;
 
 namespace {
 
-const char* RoleString(Role role) {
-  switch (role) {
-    case Role::kSystem:
-      return "system";
-    case Role::kUser:
-      return "user";
-    case Role::kAssistant:
-      return "assistant";
-  }
-  return "user";
-}
-
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -151,7 +139,7 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   for (size_t i = first_new; i < request.messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
     rt::Message out;
-    out.role = RoleString(m.role);
+    out.role = RoleName(m.role);
     for (const ContentPart& part : m.content) {
       if (part.media_id.empty()) {
         out.text += part.text;
