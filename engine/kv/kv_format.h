@@ -36,6 +36,16 @@ constexpr std::string_view KvFormatName(KvFormat f) {
   return "?";
 }
 
+// What a compression policy decides for each token it hands to SequenceKv::Append (one byte per
+// token). The sequence's KvPrecision maps each storing class to a page format, so a policy says
+// "important" or "rest" and the sequence config says how many bits that means.
+enum TokenClass : uint8_t {
+  kDrop = 0,       // not stored in this layer (evicted / pruned)
+  kFull = 1,       // stored at the sequence's full precision (f16/f32 pages; the residual window)
+  kImportant = 2,  // ZipVL's T: stored at the high-bit format
+  kRest = 3,       // ZipVL's U: stored at the low-bit format
+};
+
 // "f32" / "f16" (the implemented formats); INVALID_ARGUMENT for anything else.
 StatusOr<KvFormat> ParseKvFormat(std::string_view name);
 

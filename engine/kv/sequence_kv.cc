@@ -92,6 +92,45 @@ void SequenceKv::Gather(int layer, float* k, float* v) const {
   }
 }
 
+PageImage SequenceKv::page_image(int layer, size_t index) const {
+  const Layer& l = layers_[layer];
+  const PageRef& p = l.pages[index];
+  size_t first_slot = 0;
+  for (size_t i = 0; i < index; ++i) first_slot += static_cast<size_t>(l.pages[i].num_tokens);
+  return PageImage{pool_->layout().format, p.num_tokens,
+                   std::span<const int32_t>(l.positions.data() + first_slot,
+                                            static_cast<size_t>(p.num_tokens)),
+                   std::span<const std::byte>(static_cast<const std::byte*>(pool_->Keys(p.id)),
+                                              pool_->layout().PageBytes())};
+}
+
+Status SequenceKv::AdoptPage(int layer, const PageImage& image) {
+  if (layer < 0 || layer >= num_layers()) {
+    return InvalidArgumentError("KV restore: layer {} of {}", layer, num_layers());
+  }
+  const PageLayout& pl = pool_->layout();
+  if (image.format != pl.format) {
+    return InvalidArgumentError("KV restore: page format {} but this sequence stores {}",
+                                KvFormatName(image.format), KvFormatName(pl.format));
+  }
+  if (image.num_tokens <= 0 || image.num_tokens > pl.page_tokens ||
+      image.positions.size() != static_cast<size_t>(image.num_tokens)) {
+    return InvalidArgumentError("KV restore: page with {} tokens ({} positions), page size {}",
+                                image.num_tokens, image.positions.size(), pl.page_tokens);
+  }
+  if (image.bytes.size() != pl.PageBytes()) {
+    return InvalidArgumentError("KV restore: page image of {} bytes, this layout's pages are {}",
+                                image.bytes.size(), pl.PageBytes());
+  }
+  FZ_ASSIGN_OR_RETURN(const PageId id, pool_->Allocate());
+  std::memcpy(pool_->Keys(id), image.bytes.data(), image.bytes.size());
+  Layer& l = layers_[layer];
+  l.pages.push_back(PageRef{id, image.num_tokens});
+  l.positions.insert(l.positions.end(), image.positions.begin(), image.positions.end());
+  l.num_tokens += image.num_tokens;
+  return absl::OkStatus();
+}
+
 int64_t SequenceKv::num_pages() const {
   int64_t n = 0;
   for (const Layer& l : layers_) n += static_cast<int64_t>(l.pages.size());

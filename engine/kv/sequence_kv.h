@@ -14,7 +14,9 @@
 // engine step at a time, but different sequences may be written concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -26,6 +28,17 @@ namespace framezip::engine::kv {
 struct PageRef {
   PageId id = -1;
   int32_t num_tokens = 0;  // filled slots, <= page_tokens
+};
+
+// One stored page seen as bytes, for the page codec (engine/kv/page_codec.h): its format, its
+// filled slots, the positions of those slots, and the page's whole self-contained byte image
+// (every format keeps its scales/metadata inside the page, so bytes + format + num_tokens restore
+// it exactly).
+struct PageImage {
+  KvFormat format = KvFormat::kF16;
+  int32_t num_tokens = 0;
+  std::span<const int32_t> positions;  // num_tokens entries
+  std::span<const std::byte> bytes;    // the page's full byte image
 };
 
 class SequenceKv {
@@ -61,6 +74,14 @@ class SequenceKv {
   // Pages held over all layers, and their bytes.
   int64_t num_pages() const;
   size_t bytes() const;
+
+  // Page `index` of `layer` as bytes (views valid until the sequence changes).
+  PageImage page_image(int layer, size_t index) const;
+
+  // Appends a page restored from its image to `layer` (after the layer's existing pages).
+  // INVALID_ARGUMENT when the format, token count or byte size does not fit this sequence's pools;
+  // RESOURCE_EXHAUSTED when the pool is full.
+  Status AdoptPage(int layer, const PageImage& image);
 
   // Returns every page to the pool; the sequence becomes empty (same layer count).
   void Clear();
