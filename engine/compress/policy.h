@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
+#include "engine/kv/kv_format.h"
 
 namespace framezip::engine::compress {
 
@@ -41,7 +42,12 @@ class CompressionPolicy {
   // The name reported in turn stats ("none", "zipvl", ...).
   virtual std::string_view name() const = 0;
 
-  // Fills keep[0..T) (1 = store the token's K/V in this layer). `keep` arrives sized T and all 1.
+  // The page formats this policy stores its token classes in, given the engine's full-precision
+  // KV format (f16 or f32).
+  virtual kv::KvPrecision Precision(kv::KvFormat full) const { return {full, full, full}; }
+
+  // Fills keep[0..T) with a kv::TokenClass per token (kDrop = not stored in this layer, kFull,
+  // kImportant, kRest). `keep` arrives sized T and all kv::kFull.
   virtual Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) = 0;
 
   // Whether the decode token at `position` is stored in `layer`.

@@ -46,6 +46,14 @@ enum TokenClass : uint8_t {
   kRest = 3,       // ZipVL's U: stored at the low-bit format
 };
 
+// The page format of each storing TokenClass for one sequence. A policy states it
+// (CompressionPolicy::Precision); "none" stores everything at `full`.
+struct KvPrecision {
+  KvFormat full = KvFormat::kF16;       // kFull tokens, including the decode residual window
+  KvFormat important = KvFormat::kF16;  // kImportant tokens
+  KvFormat rest = KvFormat::kF16;       // kRest tokens
+};
+
 // "f32" / "f16" (the implemented formats); INVALID_ARGUMENT for anything else.
 StatusOr<KvFormat> ParseKvFormat(std::string_view name);
 
