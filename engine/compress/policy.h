@@ -52,6 +52,19 @@ class CompressionPolicy {
 
   // Whether the decode token at `position` is stored in `layer`.
   virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
+
+  // Decode residual window (ZipVL §1.2, KIVI's R): decode tokens are stored as kv::kFull; once a
+  // layer holds ResidualWindow() of them, the decoder asks ClassifyResidual for their classes and
+  // recompresses them into the class formats. 0 = never recompress.
+  virtual int ResidualWindow() const { return 0; }
+
+  // classes[i] (kv::TokenClass) for the window's n tokens, oldest first. q: the current decode
+  // token's query [H, d]; k: the window's keys [n, G, d]; both f32, post-RoPE.
+  virtual Status ClassifyResidual(int /*layer*/, const float* /*q*/, const float* /*k*/, int64_t n,
+                                  std::vector<uint8_t>& classes) {
+    classes.assign(static_cast<size_t>(n), kv::kImportant);
+    return absl::OkStatus();
+  }
 };
 
 // "none": keeps everything.
