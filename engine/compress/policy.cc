@@ -1,11 +1,56 @@
 #include "engine/compress/policy.h"
 
+#include "engine/compress/fastv.h"
+#include "engine/compress/kivi.h"
+#include "engine/compress/policy_options.h"
+#include "engine/compress/zipvl.h"
+
 namespace framezip::engine::compress {
+namespace {
 
-std::vector<std::string> PolicyNames() { return {"none"}; }
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateNonePolicy(PolicyOptions& options) {
+  FZ_RETURN_IF_ERROR(options.CheckAllUsed());
+  return std::unique_ptr<CompressionPolicy>(new NonePolicy());
+}
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view name) {
-  if (name.empty() || name == "none") return std::unique_ptr<CompressionPolicy>(new NonePolicy());
+struct PolicyFactory {
+  const char* name;
+  StatusOr<std::unique_ptr<CompressionPolicy>> (*create)(PolicyOptions& options);
+};
+
+// The registry: one line per policy.
+// clang-format off
+constexpr PolicyFactory kPolicies[] = {
+    {"none", CreateNonePolicy},
+    {"zipvl", CreateZipVlPolicy},
+    {"fastv", CreateFastVPolicy},
+    {"kivi", CreateKiviPolicy},
+    {"kivi4", CreateKivi4Policy},
+};
+// clang-format on
+
+}  // namespace
+
+std::vector<float> PrefillStats::KeptRatios() const {
+  std::vector<float> r(tokens.size(), 1.f);
+  for (size_t l = 0; l < tokens.size(); ++l) {
+    if (tokens[l] > 0) r[l] = static_cast<float>(static_cast<double>(kept[l]) / tokens[l]);
+  }
+  return r;
+}
+
+std::vector<std::string> PolicyNames() {
+  std::vector<std::string> names;
+  for (const PolicyFactory& p : kPolicies) names.emplace_back(p.name);
+  return names;
+}
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec) {
+  FZ_ASSIGN_OR_RETURN(PolicyOptions options, PolicyOptions::Parse(spec));
+  const std::string name = options.name().empty() ? "none" : options.name();
+  for (const PolicyFactory& p : kPolicies) {
+    if (name == p.name) return p.create(options);
+  }
   return InvalidArgumentError("unknown compression policy '{}' (known: {})", name,
                               fmt::join(PolicyNames(), ", "));
 }

@@ -6,9 +6,9 @@
 //   - OnPrefillLayer, once per layer and prefill chunk, after q/k/v are projected and rotated and
 //     before attention and the KV write. The policy sees the chunk's attention inputs and may
 //     decide which of the chunk's tokens this layer stores (keep mask; ragged layers).
+//     PlanPrefillLayer wraps it and may also ask for sparse prefill attention (ZipVL, FastV).
 //   - OnDecodeWrite, once per layer and decode step, before the new token's K/V is stored; false
 //     means "attend to it this step but do not store it" (Dynamic-LLaVA write gating).
-// Later hooks (quantised page formats, sparse prefill attention) extend this interface.
 //
 // Thread-safety: a policy is used by one sequence, from one engine step at a time.
 #pragma once
@@ -33,6 +33,47 @@ struct PrefillLayerInputs {
   const Tensor* v = nullptr;           // [T, G, d] f32
   const int32_t* positions = nullptr;  // [T] positions of the chunk's tokens
   int64_t past_tokens = 0;             // tokens this layer already stores for the sequence
+  // [T] 1 for rows holding visual features (image/video placeholders), else 0; null = no visual
+  // rows. FastV prunes only these.
+  const uint8_t* visual = nullptr;
+  int num_layers = 0;  // decoder layers
+};
+
+// How the rows outside the important set T are treated by sparse prefill (METHODS.md §1.1 step
+// 8, [UNCERTAIN] in the paper, hence both).
+enum class URows : uint8_t {
+  kSkip = 0,         // O[U] = 0: the residual stream passes unchanged, the MLP still runs
+  kAttendImportant,  // Q[U] attends K[T], V[T] (and the past) causally by original position
+};
+
+// A policy's decision for one layer and one prefill chunk (PlanPrefillLayer).
+struct PrefillLayerPlan {
+  // kv::TokenClass per chunk token; arrives sized T and all kv::kFull.
+  std::vector<uint8_t> classes;
+  // Sparse prefill: when set, attention runs only over the compacted Q[T], K[T], V[T] (plus the
+  // tokens the layer already stores from earlier chunks) instead of all T rows. `important` holds
+  // T as chunk-local indices, sorted ascending. With `important_per_kv_head` non-empty (G lists,
+  // each sorted) every KV head group uses its own T instead, and `important` is ignored.
+  bool sparse = false;
+  std::vector<int32_t> important;
+  std::vector<std::vector<int32_t>> important_per_kv_head;
+  URows u_rows = URows::kSkip;
+};
+
+// Per-layer figures of the prefills a sequence ran (the decoder accumulates them over chunks;
+// the runtime resets them per turn and reports them in TurnStats).
+struct PrefillStats {
+  std::vector<int64_t> tokens;  // per layer: prefilled tokens
+  std::vector<int64_t> kept;    // per layer: of them stored as kFull or kImportant
+  double selection_ms = 0;      // time spent in PlanPrefillLayer (probe attention, top-p, ...)
+
+  void Reset(int num_layers) {
+    tokens.assign(static_cast<size_t>(num_layers), 0);
+    kept.assign(static_cast<size_t>(num_layers), 0);
+    selection_ms = 0;
+  }
+  // kept / tokens per layer (1 for a layer that saw no tokens).
+  std::vector<float> KeptRatios() const;
 };
 
 class CompressionPolicy {
@@ -49,6 +90,13 @@ class CompressionPolicy {
   // Fills keep[0..T) with a kv::TokenClass per token (kDrop = not stored in this layer, kFull,
   // kImportant, kRest). `keep` arrives sized T and all kv::kFull.
   virtual Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) = 0;
+
+  // What the decoder calls: the token classes plus, optionally, a sparse attention plan. The
+  // default fills plan.classes through OnPrefillLayer and keeps attention dense; policies that
+  // sparsify prefill (zipvl, fastv) override it.
+  virtual Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) {
+    return OnPrefillLayer(inputs, plan.classes);
+  }
 
   // Whether the decode token at `position` is stored in `layer`.
   virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
@@ -77,10 +125,12 @@ class NonePolicy final : public CompressionPolicy {
   bool OnDecodeWrite(int, int32_t) override { return true; }
 };
 
-// Names accepted by CreatePolicy (only "none" so far).
+// Names accepted by CreatePolicy.
 std::vector<std::string> PolicyNames();
 
-// A fresh policy for one sequence; INVALID_ARGUMENT listing the known names for an unknown one.
-StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view name);
+// A fresh policy for one sequence from a spec "name" or "name:key=value,key=value" (e.g.
+// "zipvl:tau=0.97,u_rows=attend"); INVALID_ARGUMENT listing the known names for an unknown name,
+// or naming the bad key / value.
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec);
 
 }  // namespace framezip::engine::compress

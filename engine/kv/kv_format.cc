@@ -2,6 +2,10 @@
 
 namespace framezip::engine::kv {
 
+std::vector<KvFormat> StorableFormats() {
+  return {KvFormat::kF32, KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2};
+}
+
 StatusOr<KvFormat> ParseKvFormat(std::string_view name) {
   if (name == "f32") return KvFormat::kF32;
   if (name == "f16") return KvFormat::kF16;

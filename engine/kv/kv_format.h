@@ -1,11 +1,13 @@
 // KV page formats. Every page carries one format tag; decode attention reads each format (with
-// fused dequantisation for the quantised ones). f32 and f16 are implemented; the other tags are
-// reserved for the compression policies (METHODS.md §5.1): int4/int2 KIVI-style pages (keys
-// per-channel, values per-token scales) and AttentionPack's low-rank segments.
+// fused dequantisation for the quantised ones). f32/f16 pages are dense and appendable; int4/int2
+// pages are KIVI-style (METHODS.md §4.2: keys per-channel over the page's tokens, values per-token
+// in groups of 32 channels, f16 scale/zero inside the page; engine/kv/quant_page.h) and written
+// once. kLowRank is reserved for AttentionPack's low-rank segments.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/core/dtype.h"
@@ -15,8 +17,8 @@ namespace framezip::engine::kv {
 enum class KvFormat : uint8_t {
   kF32 = 0,
   kF16 = 1,
-  kInt4 = 2,     // reserved: 4-bit, group = page
-  kInt2 = 3,     // reserved: 2-bit, group = page
+  kInt4 = 2,     // 4-bit codes, key group = the page's tokens, value group = 32 channels
+  kInt2 = 3,     // 2-bit codes, same grouping
   kLowRank = 4,  // reserved: AttentionPack low-rank segment (pre-RoPE keys)
 };
 
@@ -54,10 +56,33 @@ struct KvPrecision {
   KvFormat rest = KvFormat::kF16;       // kRest tokens
 };
 
-// "f32" / "f16" (the implemented formats); INVALID_ARGUMENT for anything else.
+inline constexpr int kNumKvFormats = 5;
+
+// True for the written-once quantised page formats (int4, int2).
+constexpr bool IsQuantized(KvFormat f) { return f == KvFormat::kInt4 || f == KvFormat::kInt2; }
+
+// Bits per code of a quantised format (4 or 2); 0 for the others.
+constexpr int KvFormatBits(KvFormat f) {
+  return f == KvFormat::kInt4 ? 4 : f == KvFormat::kInt2 ? 2 : 0;
+}
+
+// Every format a PagePool can hold and page_image()/AdoptPage() round-trip (for tests and the
+// page codec): f32, f16, int4, int2.
+std::vector<KvFormat> StorableFormats();
+
+// "f32" / "f16" (the full-precision formats an engine's residual pages use); INVALID_ARGUMENT for
+// anything else.
 StatusOr<KvFormat> ParseKvFormat(std::string_view name);
 
-// Element type of a dense format's K/V slots; UNIMPLEMENTED for the reserved formats.
+// Element type of a dense format's K/V slots; UNIMPLEMENTED for the quantised/reserved formats.
 StatusOr<DType> KvFormatDType(KvFormat f);
 
 }  // namespace framezip::engine::kv
+
+// fmt prints a KvFormat as its name ("f16", "int4", ...).
+template <>
+struct fmt::formatter<framezip::engine::kv::KvFormat> : fmt::formatter<std::string_view> {
+  auto format(framezip::engine::kv::KvFormat f, fmt::format_context& ctx) const {
+    return fmt::formatter<std::string_view>::format(framezip::engine::kv::KvFormatName(f), ctx);
+  }
+};

@@ -2,29 +2,70 @@
 
 #include <algorithm>
 
+#include "engine/kv/quant_page.h"
+
 namespace framezip::engine::kv {
 
-size_t PageLayout::HalfBytes() const {
+size_t PageLayout::KeyBytes() const {
+  if (IsQuantized(format)) return QuantPageKeyBytes(*this);
   const auto dtype = KvFormatDType(format);
   const size_t elem = dtype.ok() ? DTypeSize(*dtype) : 0;
   return static_cast<size_t>(page_tokens) * num_kv_heads * head_dim * elem;
 }
 
-StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PageLayout layout, int64_t max_pages) {
+size_t PageLayout::ValueBytes() const {
+  return IsQuantized(format) ? QuantPageValueBytes(*this) : KeyBytes();
+}
+
+bool PageBudget::TryTake(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (used_ + bytes > max_bytes_) return false;
+  used_ += bytes;
+  return true;
+}
+
+void PageBudget::Give(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ -= bytes;
+}
+
+int64_t PageBudget::used_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PageLayout layout, int64_t max_pages,
+                                                     PageBudget* budget) {
   if (layout.page_tokens <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
       max_pages <= 0) {
     return InvalidArgumentError(
         "KV page pool: page_tokens {}, kv heads {}, head_dim {}, max_pages {} must be positive",
         layout.page_tokens, layout.num_kv_heads, layout.head_dim, max_pages);
   }
-  FZ_ASSIGN_OR_RETURN(const DType dtype, KvFormatDType(layout.format));
-  return std::unique_ptr<PagePool>(new PagePool(layout, dtype, max_pages));
+  DType dtype = DType::kU8;
+  if (IsQuantized(layout.format)) {
+    FZ_RETURN_IF_ERROR(CheckQuantPageLayout(layout));
+  } else {
+    FZ_ASSIGN_OR_RETURN(dtype, KvFormatDType(layout.format));
+  }
+  return std::unique_ptr<PagePool>(new PagePool(layout, dtype, max_pages, budget));
 }
 
-PagePool::PagePool(PageLayout layout, DType dtype, int64_t max_pages)
-    : layout_(layout), dtype_(dtype), max_pages_(max_pages) {}
+PagePool::PagePool(PageLayout layout, DType dtype, int64_t max_pages, PageBudget* budget)
+    : layout_(layout), dtype_(dtype), max_pages_(max_pages), budget_(budget) {}
 
 StatusOr<PageId> PagePool::Allocate() {
+  const int64_t page_bytes = static_cast<int64_t>(layout_.PageBytes());
+  if (budget_ != nullptr && !budget_->TryTake(page_bytes)) {
+    return ResourceExhaustedError("KV cache full: the budget of {} MiB is in use",
+                                  budget_->max_bytes() >> 20);
+  }
+  StatusOr<PageId> id = AllocateLocked();
+  if (!id.ok() && budget_ != nullptr) budget_->Give(page_bytes);
+  return id;
+}
+
+StatusOr<PageId> PagePool::AllocateLocked() {
   std::lock_guard<std::mutex> lock(mu_);
   if (free_.empty()) {
     const int64_t have = static_cast<int64_t>(page_ptr_.size());
@@ -55,6 +96,7 @@ void PagePool::Free(PageId id) {
   FZ_CHECK(id >= 0 && id < static_cast<PageId>(page_ptr_.size()));
   free_.push_back(id);
   --in_use_;
+  if (budget_ != nullptr) budget_->Give(static_cast<int64_t>(layout_.PageBytes()));
 }
 
 void* PagePool::Keys(PageId id) const {
@@ -64,7 +106,7 @@ void* PagePool::Keys(PageId id) const {
 
 void* PagePool::Values(PageId id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return page_ptr_[id] + layout_.HalfBytes();
+  return page_ptr_[id] + layout_.KeyBytes();
 }
 
 int64_t PagePool::pages_in_use() const {

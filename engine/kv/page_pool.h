@@ -1,10 +1,14 @@
 // PagePool: fixed-size KV pages of one format, shared by every sequence of an engine.
 //
-// A page holds `page_tokens` token slots of ONE layer, keys and values:
-//   K [page_tokens, G, d] then V [page_tokens, G, d], in the pool's format (f32 or f16),
-// token-major so one token's write is contiguous across heads. Pages are handed out by id and
-// returned with Free(); memory is reserved lazily in chunks up to `max_pages`, so an idle engine
-// stays small and a full one answers RESOURCE_EXHAUSTED instead of growing without bound.
+// A page holds `page_tokens` token slots of ONE layer, keys then values, and is one
+// self-contained byte image of PageBytes():
+//   f32/f16:   K [page_tokens, G, d] then V [page_tokens, G, d] elements, token-major so one
+//              token's write is contiguous across heads.
+//   int4/int2: the quantised layout of engine/kv/quant_page.h (codes + f16 scales/zeros inside).
+// Pages are handed out by id and returned with Free(); memory is reserved lazily in chunks up to
+// `max_pages`, so an idle engine stays small and a full one answers RESOURCE_EXHAUSTED instead of
+// growing without bound. Pools of different formats may share one PageBudget (bytes of pages in
+// use across all of them; see KvPools).
 //
 // Thread-safety: Allocate/Free/counters are thread-safe. A page's bytes belong to whoever holds
 // its id (one SequenceKv); pointers stay valid until the pool is destroyed.
@@ -24,20 +28,43 @@ namespace framezip::engine::kv {
 using PageId = int32_t;
 
 struct PageLayout {
-  int page_tokens = 32;  // token slots per page (a multiple of the future quantisation group)
+  int page_tokens = 32;  // token slots per page (= the key quantisation group of int4/int2 pages)
   int num_kv_heads = 0;  // G
-  int head_dim = 0;      // d
+  int head_dim = 0;      // d (a multiple of 32 for int4/int2)
   KvFormat format = KvFormat::kF16;
 
-  // Bytes of one of K or V in a page, and of the whole page (K + V).
-  size_t HalfBytes() const;
-  size_t PageBytes() const { return 2 * HalfBytes(); }
+  // Bytes of the K part and the V part of a page (equal for dense formats), and of the whole page.
+  size_t KeyBytes() const;
+  size_t ValueBytes() const;
+  size_t PageBytes() const { return KeyBytes() + ValueBytes(); }
+  // Dense formats only: bytes of K (= of V). Kept for callers written before quantised pages.
+  size_t HalfBytes() const { return KeyBytes(); }
+  int64_t channels() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }  // G·d
+};
+
+// A byte budget shared by several pools: Allocate() takes PageBytes() from it, Free() returns
+// them. Counts bytes of pages in use, not memory reserved. Thread-safe.
+class PageBudget {
+ public:
+  explicit PageBudget(int64_t max_bytes) : max_bytes_(max_bytes) {}
+  bool TryTake(int64_t bytes);
+  void Give(int64_t bytes);
+  int64_t max_bytes() const { return max_bytes_; }
+  int64_t used_bytes() const;
+
+ private:
+  const int64_t max_bytes_;
+  mutable std::mutex mu_;
+  int64_t used_ = 0;
 };
 
 class PagePool {
  public:
-  // INVALID_ARGUMENT for a non-positive size or an unimplemented format.
-  static StatusOr<std::unique_ptr<PagePool>> Create(PageLayout layout, int64_t max_pages);
+  // INVALID_ARGUMENT for a non-positive size, an unimplemented format (low-rank) or a quantised
+  // format with head_dim % 32 != 0. `budget` (optional, must outlive the pool) is shared with
+  // other pools: Allocate also fails with RESOURCE_EXHAUSTED when it is used up.
+  static StatusOr<std::unique_ptr<PagePool>> Create(PageLayout layout, int64_t max_pages,
+                                                    PageBudget* budget = nullptr);
 
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
@@ -46,10 +73,12 @@ class PagePool {
   StatusOr<PageId> Allocate();
   void Free(PageId id);
 
-  void* Keys(PageId id) const;    // [page_tokens, G, d]
-  void* Values(PageId id) const;  // [page_tokens, G, d]
+  void* Keys(PageId id) const;    // the page's first byte; dense: [page_tokens, G, d]
+  void* Values(PageId id) const;  // Keys + KeyBytes(); dense: [page_tokens, G, d]
 
   const PageLayout& layout() const { return layout_; }
+  KvFormat format() const { return layout_.format; }
+  // Element type of a dense pool; kU8 for quantised pools.
   DType dtype() const { return dtype_; }
   int64_t max_pages() const { return max_pages_; }
   int64_t pages_in_use() const;
@@ -57,12 +86,14 @@ class PagePool {
   size_t bytes_reserved() const;
 
  private:
-  PagePool(PageLayout layout, DType dtype, int64_t max_pages);
+  PagePool(PageLayout layout, DType dtype, int64_t max_pages, PageBudget* budget);
   static constexpr int64_t kPagesPerChunk = 64;
+  StatusOr<PageId> AllocateLocked();  // takes mu_ itself; the budget is already charged
 
   const PageLayout layout_;
   const DType dtype_;
   const int64_t max_pages_;
+  PageBudget* const budget_;
   mutable std::mutex mu_;
   std::vector<Buffer> chunks_;   // each kPagesPerChunk pages
   std::vector<char*> page_ptr_;  // page id -> base address

@@ -1,15 +1,17 @@
 #include "engine/kv/sequence_kv.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "engine/core/half.h"
+#include "engine/kv/quant_page.h"
 #include "engine/ops/cpu_kernels.h"
 
 namespace framezip::engine::kv {
 namespace {
 
-// Writes `n` f32 values as the pool's element type.
+// Writes `n` f32 values as a dense pool's element type.
 void StoreRow(const float* src, int64_t n, DType dtype, void* dst) {
   if (dtype == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -19,21 +21,53 @@ void StoreRow(const float* src, int64_t n, DType dtype, void* dst) {
   for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]);
 }
 
+size_t Index(KvFormat f) { return static_cast<size_t>(f); }
+
 }  // namespace
 
-SequenceKv::SequenceKv(PagePool* pool, int num_layers) : pool_(pool), layers_(num_layers) {}
+SequenceKv::SequenceKv(PagePool* pool, int num_layers)
+    : precision_{pool->format(), pool->format(), pool->format()},
+      page_tokens_(pool->layout().page_tokens),
+      layers_(num_layers) {
+  pools_[Index(pool->format())] = pool;
+}
+
+StatusOr<SequenceKv> SequenceKv::Create(const KvPools& pools, int num_layers,
+                                        KvPrecision precision) {
+  if (IsQuantized(precision.full)) {
+    return InvalidArgumentError("KV: full-precision tokens cannot be stored as {}",
+                                KvFormatName(precision.full));
+  }
+  SequenceKv s;
+  for (const KvFormat f : {precision.full, precision.important, precision.rest}) {
+    if (!pools.has(f)) {
+      return InvalidArgumentError("KV: this engine has no {} page pool (it has {})",
+                                  KvFormatName(f), fmt::join(pools.formats(), ", "));
+    }
+    s.pools_[Index(f)] = pools.pool(f);
+  }
+  s.precision_ = precision;
+  s.page_tokens_ = pools.base_layout().page_tokens;
+  s.layers_.resize(static_cast<size_t>(num_layers));
+  return s;
+}
 
 SequenceKv::~SequenceKv() { Clear(); }
 
 SequenceKv::SequenceKv(SequenceKv&& other) noexcept
-    : pool_(other.pool_), layers_(std::move(other.layers_)) {
+    : pools_(other.pools_),
+      precision_(other.precision_),
+      page_tokens_(other.page_tokens_),
+      layers_(std::move(other.layers_)) {
   other.layers_.clear();
 }
 
 SequenceKv& SequenceKv::operator=(SequenceKv&& other) noexcept {
   if (this != &other) {
     Clear();
-    pool_ = other.pool_;
+    pools_ = other.pools_;
+    precision_ = other.precision_;
+    page_tokens_ = other.page_tokens_;
     layers_ = std::move(other.layers_);
     other.layers_.clear();
   }
@@ -42,93 +76,198 @@ SequenceKv& SequenceKv::operator=(SequenceKv&& other) noexcept {
 
 void SequenceKv::Clear() {
   for (Layer& l : layers_) {
-    for (const PageRef& p : l.pages) pool_->Free(p.id);
+    for (const PageRef& p : l.pages) pool(p.format)->Free(p.id);
     l = Layer();
   }
 }
 
+KvFormat SequenceKv::FormatOf(uint8_t token_class) const {
+  switch (token_class) {
+    case kImportant:
+      return precision_.important;
+    case kRest:
+      return precision_.rest;
+    default:
+      return precision_.full;
+  }
+}
+
+Status SequenceKv::AppendDense(Layer& l, KvFormat f, const float* k, const float* v,
+                               int32_t position) {
+  PagePool* p = pool(f);
+  int32_t& open = l.open[Index(f)];
+  if (open < 0 || l.pages[open].num_tokens == page_tokens_) {
+    FZ_ASSIGN_OR_RETURN(const PageId id, p->Allocate());
+    l.pages.push_back(PageRef{id, 0, f});
+    l.slot_positions.resize(l.slot_positions.size() + static_cast<size_t>(page_tokens_), 0);
+    open = static_cast<int32_t>(l.pages.size() - 1);
+  }
+  PageRef& page = l.pages[open];
+  const int64_t row = p->layout().channels();
+  const size_t off = static_cast<size_t>(page.num_tokens * row) * DTypeSize(p->dtype());
+  StoreRow(k, row, p->dtype(), static_cast<char*>(p->Keys(page.id)) + off);
+  StoreRow(v, row, p->dtype(), static_cast<char*>(p->Values(page.id)) + off);
+  l.slot_positions[static_cast<size_t>(open) * page_tokens_ + page.num_tokens] = position;
+  ++page.num_tokens;
+  ++l.num_tokens;
+  return absl::OkStatus();
+}
+
+Status SequenceKv::AppendQuantPage(Layer& l, KvFormat f, const float* k, const float* v,
+                                   const int32_t* positions, int64_t n) {
+  PagePool* p = pool(f);
+  FZ_ASSIGN_OR_RETURN(const PageId id, p->Allocate());
+  WriteQuantPage(p->layout(), k, v, n, p->Keys(id));
+  l.pages.push_back(PageRef{id, static_cast<int32_t>(n), f});
+  l.slot_positions.insert(l.slot_positions.end(), positions, positions + n);
+  l.slot_positions.resize(l.pages.size() * static_cast<size_t>(page_tokens_), 0);
+  l.num_tokens += n;
+  return absl::OkStatus();
+}
+
 Status SequenceKv::Append(int layer, const float* k, const float* v, const int32_t* positions,
-                          int64_t count, const uint8_t* keep) {
+                          int64_t count, const uint8_t* token_class) {
   if (layer < 0 || layer >= num_layers()) {
     return InvalidArgumentError("KV append: layer {} of {}", layer, num_layers());
   }
-  const PageLayout& pl = pool_->layout();
-  const int64_t row = static_cast<int64_t>(pl.num_kv_heads) * pl.head_dim;
-  const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(pool_->dtype());
   Layer& l = layers_[layer];
+  const int64_t row = pool()->layout().channels();
+  // Quantised classes are collected (in order) and written a page at a time after the dense ones.
+  struct Pending {
+    KvFormat format;
+    std::vector<float> k, v;
+    std::vector<int32_t> positions;
+  };
+  std::vector<Pending> pending;
   for (int64_t i = 0; i < count; ++i) {
-    if (keep != nullptr && keep[i] == 0) continue;
-    if (l.pages.empty() || l.pages.back().num_tokens == pl.page_tokens) {
-      FZ_ASSIGN_OR_RETURN(const PageId id, pool_->Allocate());
-      l.pages.push_back(PageRef{id, 0});
+    const uint8_t cls = token_class == nullptr ? uint8_t{kFull} : token_class[i];
+    if (cls == kDrop) continue;
+    if (cls > kRest) return InvalidArgumentError("KV append: token class {} at {}", cls, i);
+    const KvFormat f = FormatOf(cls);
+    if (cls == kFull) ++l.residual;
+    if (!IsQuantized(f)) {
+      FZ_RETURN_IF_ERROR(AppendDense(l, f, k + i * row, v + i * row, positions[i]));
+      continue;
     }
-    PageRef& page = l.pages.back();
-    const size_t off = static_cast<size_t>(page.num_tokens) * row_bytes;
-    StoreRow(k + i * row, row, pool_->dtype(), static_cast<char*>(pool_->Keys(page.id)) + off);
-    StoreRow(v + i * row, row, pool_->dtype(), static_cast<char*>(pool_->Values(page.id)) + off);
-    ++page.num_tokens;
-    l.positions.push_back(positions[i]);
-    ++l.num_tokens;
+    auto it = std::find_if(pending.begin(), pending.end(),
+                           [f](const Pending& p) { return p.format == f; });
+    if (it == pending.end()) it = pending.insert(pending.end(), Pending{f, {}, {}, {}});
+    it->k.insert(it->k.end(), k + i * row, k + (i + 1) * row);
+    it->v.insert(it->v.end(), v + i * row, v + (i + 1) * row);
+    it->positions.push_back(positions[i]);
+  }
+  for (const Pending& p : pending) {
+    const int64_t n = static_cast<int64_t>(p.positions.size());
+    for (int64_t t0 = 0; t0 < n; t0 += page_tokens_) {
+      const int64_t m = std::min<int64_t>(page_tokens_, n - t0);
+      FZ_RETURN_IF_ERROR(AppendQuantPage(l, p.format, p.k.data() + t0 * row, p.v.data() + t0 * row,
+                                         p.positions.data() + t0, m));
+    }
   }
   return absl::OkStatus();
+}
+
+std::vector<int32_t> SequenceKv::positions(int layer) const {
+  const Layer& l = layers_[layer];
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(l.num_tokens));
+  for (size_t i = 0; i < l.pages.size(); ++i) {
+    const int32_t* first = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
+    out.insert(out.end(), first, first + l.pages[i].num_tokens);
+  }
+  return out;
 }
 
 void SequenceKv::AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const {
   for (const PageRef& p : layers_[layer].pages) {
     if (p.num_tokens == 0) continue;
-    spans.push_back(ops::KvSpan{pool_->Keys(p.id), pool_->Values(p.id), p.num_tokens});
+    const PagePool* pp = pool(p.format);
+    if (IsQuantized(p.format)) {
+      spans.push_back(QuantPageSpan(pp->layout(), pp->Keys(p.id), p.num_tokens));
+    } else {
+      ops::KvSpan s;
+      s.k = pp->Keys(p.id);
+      s.v = pp->Values(p.id);
+      s.num_tokens = p.num_tokens;
+      s.format = p.format;
+      spans.push_back(s);
+    }
   }
+}
+
+void SequenceKv::GatherPage(const PageRef& p, float* k, float* v) const {
+  const PagePool* pp = pool(p.format);
+  if (IsQuantized(p.format)) {
+    ReadQuantPage(pp->layout(), pp->Keys(p.id), p.num_tokens, k, v);
+    return;
+  }
+  const int64_t n = p.num_tokens * pp->layout().channels();
+  if (k != nullptr) ops::cpu::ToF32(pp->Keys(p.id), pp->dtype(), n, k);
+  if (v != nullptr) ops::cpu::ToF32(pp->Values(p.id), pp->dtype(), n, v);
 }
 
 void SequenceKv::Gather(int layer, float* k, float* v) const {
-  const PageLayout& pl = pool_->layout();
-  const int64_t row = static_cast<int64_t>(pl.num_kv_heads) * pl.head_dim;
+  const int64_t row = pool()->layout().channels();
   for (const PageRef& p : layers_[layer].pages) {
-    const int64_t n = p.num_tokens * row;
-    ops::cpu::ToF32(pool_->Keys(p.id), pool_->dtype(), n, k);
-    ops::cpu::ToF32(pool_->Values(p.id), pool_->dtype(), n, v);
-    k += n;
-    v += n;
+    GatherPage(p, k, v);
+    k += p.num_tokens * row;
+    v += p.num_tokens * row;
   }
 }
 
-PageImage SequenceKv::page_image(int layer, size_t index) const {
-  const Layer& l = layers_[layer];
-  const PageRef& p = l.pages[index];
-  size_t first_slot = 0;
-  for (size_t i = 0; i < index; ++i) first_slot += static_cast<size_t>(l.pages[i].num_tokens);
-  return PageImage{pool_->layout().format, p.num_tokens,
-                   std::span<const int32_t>(l.positions.data() + first_slot,
-                                            static_cast<size_t>(p.num_tokens)),
-                   std::span<const std::byte>(static_cast<const std::byte*>(pool_->Keys(p.id)),
-                                              pool_->layout().PageBytes())};
+int64_t SequenceKv::full_tokens(int layer) const {
+  int64_t n = 0;
+  for (const PageRef& p : layers_[layer].pages) {
+    if (p.format == precision_.full) n += p.num_tokens;
+  }
+  return n;
 }
 
-Status SequenceKv::AdoptPage(int layer, const PageImage& image) {
+void SequenceKv::GatherFull(int layer, float* k, float* v) const {
+  const int64_t row = pool()->layout().channels();
+  for (const PageRef& p : layers_[layer].pages) {
+    if (p.format != precision_.full) continue;
+    GatherPage(p, k, v);
+    if (k != nullptr) k += p.num_tokens * row;
+    if (v != nullptr) v += p.num_tokens * row;
+  }
+}
+
+Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes) {
   if (layer < 0 || layer >= num_layers()) {
-    return InvalidArgumentError("KV restore: layer {} of {}", layer, num_layers());
+    return InvalidArgumentError("KV compress: layer {} of {}", layer, num_layers());
   }
-  const PageLayout& pl = pool_->layout();
-  if (image.format != pl.format) {
-    return InvalidArgumentError("KV restore: page format {} but this sequence stores {}",
-                                KvFormatName(image.format), KvFormatName(pl.format));
+  const int64_t n = full_tokens(layer);
+  if (static_cast<int64_t>(classes.size()) != n) {
+    return InvalidArgumentError("KV compress: {} classes for a window of {} tokens", classes.size(),
+                                n);
   }
-  if (image.num_tokens <= 0 || image.num_tokens > pl.page_tokens ||
-      image.positions.size() != static_cast<size_t>(image.num_tokens)) {
-    return InvalidArgumentError("KV restore: page with {} tokens ({} positions), page size {}",
-                                image.num_tokens, image.positions.size(), pl.page_tokens);
-  }
-  if (image.bytes.size() != pl.PageBytes()) {
-    return InvalidArgumentError("KV restore: page image of {} bytes, this layout's pages are {}",
-                                image.bytes.size(), pl.PageBytes());
-  }
-  FZ_ASSIGN_OR_RETURN(const PageId id, pool_->Allocate());
-  std::memcpy(pool_->Keys(id), image.bytes.data(), image.bytes.size());
+  if (n == 0) return absl::OkStatus();
+  const int64_t row = pool()->layout().channels();
+  std::vector<float> k(static_cast<size_t>(n * row)), v(k.size());
+  std::vector<int32_t> pos;
+  GatherFull(layer, k.data(), v.data());
+  // Drop the window's pages (keeping the others in order), then store the tokens again by class.
   Layer& l = layers_[layer];
-  l.pages.push_back(PageRef{id, image.num_tokens});
-  l.positions.insert(l.positions.end(), image.positions.begin(), image.positions.end());
-  l.num_tokens += image.num_tokens;
-  return absl::OkStatus();
+  Layer kept;
+  for (size_t i = 0; i < l.pages.size(); ++i) {
+    const PageRef& p = l.pages[i];
+    const int32_t* slots = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
+    if (p.format == precision_.full) {
+      pos.insert(pos.end(), slots, slots + p.num_tokens);
+      pool(p.format)->Free(p.id);
+      continue;
+    }
+    if (!IsQuantized(p.format))
+      kept.open[Index(p.format)] = static_cast<int32_t>(kept.pages.size());
+    kept.pages.push_back(p);
+    kept.slot_positions.insert(kept.slot_positions.end(), slots, slots + page_tokens_);
+    kept.num_tokens += p.num_tokens;
+  }
+  l = std::move(kept);
+  const Status st = Append(layer, k.data(), v.data(), pos.data(), n, classes.data());
+  l.residual = 0;  // tokens the policy kept kFull start a new window, not this one again
+  return st;
 }
 
 int64_t SequenceKv::num_pages() const {
@@ -137,8 +276,68 @@ int64_t SequenceKv::num_pages() const {
   return n;
 }
 
+KvBytesByFormat SequenceKv::bytes_by_format() const {
+  KvBytesByFormat out{};
+  for (const Layer& l : layers_) {
+    for (const PageRef& p : l.pages) out[Index(p.format)] += layout(p.format).PageBytes();
+  }
+  return out;
+}
+
 size_t SequenceKv::bytes() const {
-  return pool_ == nullptr ? 0 : static_cast<size_t>(num_pages()) * pool_->layout().PageBytes();
+  size_t n = 0;
+  for (const size_t b : bytes_by_format()) n += b;
+  return n;
+}
+
+int64_t SequenceKv::stored_tokens() const {
+  int64_t n = 0;
+  for (const Layer& l : layers_) n += l.num_tokens;
+  return n;
+}
+
+PageImage SequenceKv::page_image(int layer, size_t index) const {
+  const Layer& l = layers_[layer];
+  const PageRef& p = l.pages[index];
+  const PagePool* pp = pool(p.format);
+  return PageImage{
+      p.format, p.num_tokens,
+      std::span<const int32_t>(l.slot_positions.data() + index * static_cast<size_t>(page_tokens_),
+                               static_cast<size_t>(p.num_tokens)),
+      std::span<const std::byte>(static_cast<const std::byte*>(pp->Keys(p.id)),
+                                 pp->layout().PageBytes())};
+}
+
+Status SequenceKv::AdoptPage(int layer, const PageImage& image) {
+  if (layer < 0 || layer >= num_layers()) {
+    return InvalidArgumentError("KV restore: layer {} of {}", layer, num_layers());
+  }
+  if (static_cast<int>(image.format) >= kNumKvFormats || pool(image.format) == nullptr) {
+    return InvalidArgumentError("KV restore: page format {} but this sequence stores only {}",
+                                KvFormatName(image.format), KvFormatName(precision_.full));
+  }
+  PagePool* pp = pool(image.format);
+  const PageLayout& pl = pp->layout();
+  if (image.num_tokens <= 0 || image.num_tokens > pl.page_tokens ||
+      image.positions.size() != static_cast<size_t>(image.num_tokens)) {
+    return InvalidArgumentError("KV restore: page with {} tokens ({} positions), page size {}",
+                                image.num_tokens, image.positions.size(), pl.page_tokens);
+  }
+  if (image.bytes.size() != pl.PageBytes()) {
+    return InvalidArgumentError("KV restore: {} page image of {} bytes, this layout's are {}",
+                                KvFormatName(image.format), image.bytes.size(), pl.PageBytes());
+  }
+  FZ_ASSIGN_OR_RETURN(const PageId id, pp->Allocate());
+  std::memcpy(pp->Keys(id), image.bytes.data(), image.bytes.size());
+  Layer& l = layers_[layer];
+  l.pages.push_back(PageRef{id, image.num_tokens, image.format});
+  l.slot_positions.insert(l.slot_positions.end(), image.positions.begin(), image.positions.end());
+  l.slot_positions.resize(l.pages.size() * static_cast<size_t>(page_tokens_), 0);
+  if (!IsQuantized(image.format)) {
+    l.open[Index(image.format)] = static_cast<int32_t>(l.pages.size() - 1);
+  }
+  l.num_tokens += image.num_tokens;
+  return absl::OkStatus();
 }
 
 }  // namespace framezip::engine::kv

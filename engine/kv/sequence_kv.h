@@ -1,25 +1,36 @@
-// SequenceKv: the KV cache of one sequence — per layer, an ordered list of pages from a PagePool
-// plus the token position held in every filled slot.
+// SequenceKv: the KV cache of one sequence — per layer, an ordered list of pages (each from the
+// PagePool of its own format) plus the token position held in every filled slot.
 //
 // Layers are ragged: each layer has its own token count, because compression policies keep
 // different token sets per layer (ZipVL's per-layer ratio, Dynamic-LLaVA's pruning from layer 2).
 // Keys are stored post-RoPE, so attention over the cache is order-free and never needs the
 // positions; they are kept (int32 per slot) for recompression, eviction and debugging.
 //
-// Appends always fill the layer's last page before taking a new one. A new page's slots are
-// written in order; a page is never shared between layers or sequences.
+// Formats: a KvPrecision maps each storing TokenClass to a page format. Tokens of a dense format
+// (f32/f16; kFull always, kImportant/kRest when their format is dense) go to that format's
+// appendable page of the layer (filled before a new one is taken). Tokens of a quantised format
+// (int4/int2) are grouped, in order, into FRESH pages of up to page_tokens tokens per Append call
+// and class: such a page is written once and never appended to (so a prefill chunk may leave a
+// partly filled quantised page per class and layer).
 //
-// Ownership: a SequenceKv owns its pages and returns them to the pool in its destructor (the
-// pool must outlive it). Movable, not copyable. Not thread-safe: one sequence is advanced by one
+// Decode residual window: decode tokens are stored kFull; every token of a layer held in
+// full-format pages belongs to the window (full_tokens()), and residual_tokens() counts the kFull
+// appends since the last recompression (the decoder's trigger). CompressResidual() re-stores the
+// window by class and frees its full pages.
+//
+// Ownership: a SequenceKv owns its pages and returns them to their pools in its destructor (the
+// pools must outlive it). Movable, not copyable. Not thread-safe: one sequence is advanced by one
 // engine step at a time, but different sequences may be written concurrently.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "common/status.h"
+#include "engine/kv/kv_pools.h"
 #include "engine/kv/page_pool.h"
 #include "engine/ops/paged_attention.h"
 
@@ -28,6 +39,7 @@ namespace framezip::engine::kv {
 struct PageRef {
   PageId id = -1;
   int32_t num_tokens = 0;  // filled slots, <= page_tokens
+  KvFormat format = KvFormat::kF16;
 };
 
 // One stored page seen as bytes, for the page codec (engine/kv/page_codec.h): its format, its
@@ -41,60 +53,100 @@ struct PageImage {
   std::span<const std::byte> bytes;    // the page's full byte image
 };
 
+// Bytes of pages held, indexed by static_cast<size_t>(KvFormat).
+using KvBytesByFormat = std::array<size_t, kNumKvFormats>;
+
 class SequenceKv {
  public:
   SequenceKv() = default;
+  // Every class stored in `pool`'s format (a dense one).
   SequenceKv(PagePool* pool, int num_layers);
+  // Classes stored per `precision`, pages from `pools`. INVALID_ARGUMENT when a format of
+  // `precision` has no pool in `pools` or precision.full is not dense.
+  static StatusOr<SequenceKv> Create(const KvPools& pools, int num_layers, KvPrecision precision);
   ~SequenceKv();
   SequenceKv(SequenceKv&& other) noexcept;
   SequenceKv& operator=(SequenceKv&& other) noexcept;
   SequenceKv(const SequenceKv&) = delete;
   SequenceKv& operator=(const SequenceKv&) = delete;
 
-  // Appends `count` tokens to `layer`: k, v [count, G, d] f32 (post-RoPE), converted to the pool's
-  // format; positions [count]. When `keep` is non-null only tokens with keep[i] != 0 are stored.
-  // RESOURCE_EXHAUSTED when the pool runs out of pages (the tokens already stored stay).
+  // Appends `count` tokens to `layer`: k, v [count, G, d] f32 (post-RoPE); positions [count].
+  // token_class[i] is a TokenClass (kDrop = not stored); nullptr stores every token kFull.
+  // RESOURCE_EXHAUSTED when a pool runs out of pages (the tokens already stored stay).
   Status Append(int layer, const float* k, const float* v, const int32_t* positions, int64_t count,
-                const uint8_t* keep = nullptr);
+                const uint8_t* token_class = nullptr);
 
   // Tokens stored in `layer`.
   int64_t num_tokens(int layer) const { return layers_[layer].num_tokens; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<PageRef>& pages(int layer) const { return layers_[layer].pages; }
-  // Positions of the stored tokens of `layer`, in storage order.
-  const std::vector<int32_t>& positions(int layer) const { return layers_[layer].positions; }
+  // Positions of the stored tokens of `layer`, in storage order (page by page).
+  std::vector<int32_t> positions(int layer) const;
 
   // Appends one KvSpan per non-empty page of `layer` (for ops::PagedDecodeAttention).
   void AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const;
 
-  // Copies every stored token of `layer` to dense f32 k, v [num_tokens(layer), G, d]
-  // (prefill chunks attend to earlier chunks through this).
+  // Copies (dequantises) every stored token of `layer` to dense f32 k, v [num_tokens(layer), G, d]
+  // in storage order (prefill chunks attend to earlier chunks through this).
   void Gather(int layer, float* k, float* v) const;
 
-  // Pages held over all layers, and their bytes.
+  // The residual window: tokens of `layer` in full-format pages, and their k, v (f32, storage
+  // order; either pointer may be null).
+  int64_t full_tokens(int layer) const;
+  void GatherFull(int layer, float* k, float* v) const;
+  // Tokens appended to `layer` as kFull since its last CompressResidual (what the decoder compares
+  // with the policy's window, so tokens a policy keeps kFull are not recompressed every step).
+  int64_t residual_tokens(int layer) const { return layers_[layer].residual; }
+
+  // Re-stores the full_tokens(layer) window tokens by class (classes[i], storage order, as
+  // GatherFull) and frees their full pages: kImportant/kRest go to fresh quantised pages, kFull
+  // back into full pages, kDrop is evicted. INVALID_ARGUMENT when classes.size() !=
+  // full_tokens(layer); RESOURCE_EXHAUSTED when pools are full (the window is then lost).
+  Status CompressResidual(int layer, std::span<const uint8_t> classes);
+
+  // Pages held over all layers, and their bytes (in total and per format).
   int64_t num_pages() const;
   size_t bytes() const;
+  KvBytesByFormat bytes_by_format() const;
+  // Tokens stored over all layers (for "compression ratio vs f16": bytes an f16 cache of them
+  // would take is stored_tokens() · 4 · G · d).
+  int64_t stored_tokens() const;
 
   // Page `index` of `layer` as bytes (views valid until the sequence changes).
   PageImage page_image(int layer, size_t index) const;
 
   // Appends a page restored from its image to `layer` (after the layer's existing pages).
-  // INVALID_ARGUMENT when the format, token count or byte size does not fit this sequence's pools;
-  // RESOURCE_EXHAUSTED when the pool is full.
+  // INVALID_ARGUMENT when the format has no pool here, or the token count or byte size does not
+  // fit; RESOURCE_EXHAUSTED when the pool is full.
   Status AdoptPage(int layer, const PageImage& image);
 
-  // Returns every page to the pool; the sequence becomes empty (same layer count).
+  // Returns every page to its pool; the sequence becomes empty (same layer count).
   void Clear();
 
-  PagePool* pool() const { return pool_; }
+  // The full-precision pool (the one kFull tokens go to); pool(f): the pool of format f or null.
+  PagePool* pool() const { return pool(precision_.full); }
+  PagePool* pool(KvFormat f) const { return pools_[static_cast<size_t>(f)]; }
+  const KvPrecision& precision() const { return precision_; }
 
  private:
   struct Layer {
     std::vector<PageRef> pages;
-    std::vector<int32_t> positions;
+    std::vector<int32_t> slot_positions;  // page_tokens entries per page
     int64_t num_tokens = 0;
+    int64_t residual = 0;  // kFull appends since the last CompressResidual
+    std::array<int32_t, kNumKvFormats> open;  // per dense format: index of its appendable page
+    Layer() { open.fill(-1); }
   };
-  PagePool* pool_ = nullptr;
+  KvFormat FormatOf(uint8_t token_class) const;
+  Status AppendDense(Layer& l, KvFormat f, const float* k, const float* v, int32_t position);
+  Status AppendQuantPage(Layer& l, KvFormat f, const float* k, const float* v,
+                         const int32_t* positions, int64_t n);
+  void GatherPage(const PageRef& p, float* k, float* v) const;
+  const PageLayout& layout(KvFormat f) const { return pool(f)->layout(); }
+
+  std::array<PagePool*, kNumKvFormats> pools_{};
+  KvPrecision precision_;
+  int page_tokens_ = 0;
   std::vector<Layer> layers_;
 };
 

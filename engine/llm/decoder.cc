@@ -1,11 +1,13 @@
 #include "engine/llm/decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "engine/core/half.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/attention_sparse.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/paged_attention.h"
@@ -133,17 +135,40 @@ kv::PageLayout Decoder::KvLayout(kv::KvFormat format, int page_tokens) const {
                         static_cast<int>(config_.head_dim), format};
 }
 
-StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
-                                                         std::string_view policy) const {
-  const kv::PageLayout& pl = pool->layout();
+Status Decoder::CheckKvShape(const kv::PageLayout& pl) const {
   if (pl.num_kv_heads != config_.num_key_value_heads || pl.head_dim != config_.head_dim) {
     return InvalidArgumentError("KV pool has {} heads × {} dims, model needs {} × {}",
                                 pl.num_kv_heads, pl.head_dim, config_.num_key_value_heads,
                                 config_.head_dim);
   }
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
+                                                         std::string_view policy) const {
+  FZ_RETURN_IF_ERROR(CheckKvShape(pool->layout()));
   auto seq = std::make_unique<Sequence>();
-  seq->kv = kv::SequenceKv(pool, static_cast<int>(config_.num_hidden_layers));
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
+  const kv::KvPrecision want = seq->policy->Precision(pool->format());
+  for (const kv::KvFormat f : {want.full, want.important, want.rest}) {
+    if (f != pool->format()) {
+      return InvalidArgumentError("policy {} stores {} pages; this KV pool holds only {} pages",
+                                  policy, kv::KvFormatName(f), kv::KvFormatName(pool->format()));
+    }
+  }
+  seq->kv = kv::SequenceKv(pool, static_cast<int>(config_.num_hidden_layers));
+  return seq;
+}
+
+StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(const kv::KvPools& pools,
+                                                         kv::KvFormat full,
+                                                         std::string_view policy) const {
+  FZ_RETURN_IF_ERROR(CheckKvShape(pools.base_layout()));
+  auto seq = std::make_unique<Sequence>();
+  FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
+  FZ_ASSIGN_OR_RETURN(seq->kv, kv::SequenceKv::Create(pools,
+                                                      static_cast<int>(config_.num_hidden_layers),
+                                                      seq->policy->Precision(full)));
   return seq;
 }
 
@@ -160,7 +185,8 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
   return out;
 }
 
-Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions, Tensor& x) const {
+Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions,
+                             const uint8_t* visual, Tensor& x) const {
   const auto& w = weights_.layers[l];
   const int64_t t = x.dim(0), hid = config_.hidden_size, nh = config_.num_attention_heads,
                 g = config_.num_key_value_heads, d = config_.head_dim;
@@ -183,27 +209,63 @@ Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions, Tens
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
 
   const int64_t past = seq.kv.num_tokens(l);
-  std::vector<uint8_t> keep(static_cast<size_t>(t), 1);
-  FZ_RETURN_IF_ERROR(seq.policy->OnPrefillLayer(
-      compress::PrefillLayerInputs{l, &q, &k, &v, positions.data<int32_t>(), past}, keep));
+  compress::PrefillLayerPlan plan;
+  plan.classes.assign(static_cast<size_t>(t), kv::kFull);
+  const auto t_select = std::chrono::steady_clock::now();
+  FZ_RETURN_IF_ERROR(seq.policy->PlanPrefillLayer(
+      compress::PrefillLayerInputs{l, &q, &k, &v, positions.data<int32_t>(), past, visual,
+                                   static_cast<int>(config_.num_hidden_layers)},
+      plan));
+  compress::PrefillStats& stats = seq.prefill_stats;
+  stats.selection_ms += std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t_select)
+                            .count();
+  if (plan.classes.size() != static_cast<size_t>(t)) {
+    return InternalError("policy {}: {} token classes for {} tokens", seq.policy->name(),
+                         plan.classes.size(), t);
+  }
+  if (stats.tokens.size() != static_cast<size_t>(config_.num_hidden_layers)) {
+    stats.Reset(static_cast<int>(config_.num_hidden_layers));
+  }
+  stats.tokens[l] += t;
+  for (uint8_t c : plan.classes) stats.kept[l] += (c == kv::kFull || c == kv::kImportant) ? 1 : 0;
 
+  // Earlier chunks' keys (all at earlier positions) come first in the attention's key sequence.
+  Tensor past_k, past_v;
+  if (past > 0) {
+    FZ_ASSIGN_OR_RETURN(past_k, Alloc({1, past + t, g, d}));
+    FZ_ASSIGN_OR_RETURN(past_v, Alloc({1, past + t, g, d}));
+    seq.kv.Gather(l, past_k.data<float>(), past_v.data<float>());
+  }
   FZ_ASSIGN_OR_RETURN(Tensor attn, Alloc({1, t, nh, d}));
-  FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
-  if (past == 0) {
-    FZ_ASSIGN_OR_RETURN(Tensor k4, k.Reshape({1, t, g, d}));
-    FZ_ASSIGN_OR_RETURN(Tensor v4, v.Reshape({1, t, g, d}));
-    FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn));
+  if (plan.sparse) {
+    // ZipVL / FastV: attention over the compacted important rows only (engine/ops/
+    // attention_sparse.h); the linear layers and the MLP below stay dense.
+    std::vector<std::vector<int32_t>> shared;
+    std::span<const std::vector<int32_t>> important = plan.important_per_kv_head;
+    if (important.empty()) {
+      shared.push_back(std::move(plan.important));
+      important = shared;
+    }
+    FZ_ASSIGN_OR_RETURN(Tensor attn3, attn.Reshape({t, nh, d}));
+    FZ_RETURN_IF_ERROR(ops::SparsePrefillAttention(
+        q, k, v, past > 0 ? past_k.data<float>() : nullptr,
+        past > 0 ? past_v.data<float>() : nullptr, past, important,
+        plan.u_rows == compress::URows::kAttendImportant, attn3));
   } else {
-    // Earlier chunks' keys (all at earlier positions) first, then this chunk's.
-    FZ_ASSIGN_OR_RETURN(Tensor kall, Alloc({1, past + t, g, d}));
-    FZ_ASSIGN_OR_RETURN(Tensor vall, Alloc({1, past + t, g, d}));
-    seq.kv.Gather(l, kall.data<float>(), vall.data<float>());
-    std::memcpy(kall.data<float>() + past * g * d, k.raw_data(), k.nbytes());
-    std::memcpy(vall.data<float>() + past * g * d, v.raw_data(), v.nbytes());
-    FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, kall, vall, attn));
+    FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
+    if (past == 0) {
+      FZ_ASSIGN_OR_RETURN(Tensor k4, k.Reshape({1, t, g, d}));
+      FZ_ASSIGN_OR_RETURN(Tensor v4, v.Reshape({1, t, g, d}));
+      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn));
+    } else {
+      std::memcpy(past_k.data<float>() + past * g * d, k.raw_data(), k.nbytes());
+      std::memcpy(past_v.data<float>() + past * g * d, v.raw_data(), v.nbytes());
+      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, past_k, past_v, attn));
+    }
   }
   FZ_RETURN_IF_ERROR(seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data<int32_t>(),
-                                   t, keep.data()));
+                                   t, plan.classes.data()));
 
   FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({t, nh * d}));
   FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
@@ -232,6 +294,10 @@ StatusOr<Tensor> Decoder::Prefill(Sequence& seq, const Tensor& embeds,
                                 ShapeString(embeds.shape()), DTypeName(embeds.dtype()), hid);
   }
   const int64_t total = embeds.dim(0);
+  if (!options.visual.empty() && static_cast<int64_t>(options.visual.size()) != total) {
+    return InvalidArgumentError("Prefill: visual mask has {} entries for {} tokens",
+                                options.visual.size(), total);
+  }
   const int64_t chunk = options.chunk_tokens > 0 ? options.chunk_tokens : total;
   const int64_t layers = config_.num_hidden_layers;
   if (options.hidden_states != nullptr) {
@@ -254,7 +320,9 @@ StatusOr<Tensor> Decoder::Prefill(Sequence& seq, const Tensor& embeds,
     };
     record(0, x);
     for (int64_t l = 0; l < layers; ++l) {
-      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), seq, positions, x));
+      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), seq, positions,
+                                      options.visual.empty() ? nullptr : options.visual.data() + c0,
+                                      x));
       if (l + 1 < layers) record(l + 1, x);
     }
     seq.length += t;
@@ -285,12 +353,6 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
   const int64_t hid = config_.hidden_size, nh = config_.num_attention_heads,
                 g = config_.num_key_value_heads, d = config_.head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const DType kv_dtype = seqs[0]->kv.pool()->dtype();
-  for (Sequence* s : seqs) {
-    if (s->kv.pool()->dtype() != kv_dtype) {
-      return InvalidArgumentError("DecodeStep: sequences use KV pools of different formats");
-    }
-  }
   FZ_ASSIGN_OR_RETURN(Tensor x, Embed(tokens));
   FZ_ASSIGN_OR_RETURN(Tensor positions, Alloc({b}, DType::kI32));
   for (int64_t i = 0; i < b; ++i)
@@ -305,12 +367,11 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
   FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({b, g * d}));
   FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({b, g * d}));
   FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({b, nh * d}));
-  // K/V of tokens the policy does not store, converted to the pool's element type so they can be
-  // attended to this step as one extra span.
   const size_t row = static_cast<size_t>(g * d);
-  std::vector<char> unstored_k(row * DTypeSize(kv_dtype) * b), unstored_v(unstored_k.size());
   std::vector<ops::KvSpan> spans;
   std::vector<int32_t> offsets;
+  std::vector<float> window_k;
+  std::vector<uint8_t> classes;
 
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const auto& w = weights_.layers[l];
@@ -331,23 +392,35 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
       if (store) FZ_RETURN_IF_ERROR(s.kv.Append(static_cast<int>(l), ki, vi, &pos, 1));
       s.kv.AppendSpans(static_cast<int>(l), spans);
       if (!store) {
-        char* kd = unstored_k.data() + i * row * DTypeSize(kv_dtype);
-        char* vd = unstored_v.data() + i * row * DTypeSize(kv_dtype);
-        for (size_t e = 0; e < row; ++e) {
-          if (kv_dtype == DType::kF32) {
-            reinterpret_cast<float*>(kd)[e] = ki[e];
-            reinterpret_cast<float*>(vd)[e] = vi[e];
-          } else {
-            reinterpret_cast<Float16*>(kd)[e] = F32ToF16(ki[e]);
-            reinterpret_cast<Float16*>(vd)[e] = F32ToF16(vi[e]);
-          }
-        }
-        spans.push_back(ops::KvSpan{kd, vd, 1});
+        // Attended to this step only: one extra f32 span straight from this step's k/v rows.
+        ops::KvSpan unstored;
+        unstored.k = ki;
+        unstored.v = vi;
+        unstored.num_tokens = 1;
+        unstored.format = kv::KvFormat::kF32;
+        spans.push_back(unstored);
       }
       offsets.push_back(static_cast<int32_t>(spans.size()));
     }
-    FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(
-        q, spans, offsets, ops::PagedDecodeParams{kv_dtype, static_cast<int>(g), 0}, attn));
+    FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, spans, offsets,
+                                                 ops::PagedDecodeParams{static_cast<int>(g), 0},
+                                                 attn));
+    // Decode residual window (METHODS.md §1.2 / KIVI's R): once a layer holds the policy's window
+    // of full-precision tokens, they are classified and requantised into the class formats. This
+    // step's attention above still read them at full precision.
+    for (int64_t i = 0; i < b; ++i) {
+      Sequence& s = *seqs[i];
+      const int window = s.policy->ResidualWindow();
+      const int li = static_cast<int>(l);
+      if (window <= 0 || s.kv.residual_tokens(li) < window) continue;
+      const int64_t n = s.kv.full_tokens(li);
+      window_k.resize(static_cast<size_t>(n) * row);
+      s.kv.GatherFull(li, window_k.data(), nullptr);
+      classes.clear();
+      FZ_RETURN_IF_ERROR(s.policy->ClassifyResidual(li, q.data<float>() + i * nh * d,
+                                                    window_k.data(), n, classes));
+      FZ_RETURN_IF_ERROR(s.kv.CompressResidual(li, classes));
+    }
     FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
     FZ_RETURN_IF_ERROR(AddInPlace(x, h));
     FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_attention_layernorm, eps, h));

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "engine/compress/policy.h"
 #include "engine/core/tensor.h"
+#include "engine/kv/kv_pools.h"
 #include "engine/kv/page_pool.h"
 #include "engine/kv/sequence_kv.h"
 #include "engine/model/config.h"
@@ -48,6 +49,9 @@ struct Sequence {
   kv::SequenceKv kv;
   std::unique_ptr<compress::CompressionPolicy> policy;
   int64_t length = 0;  // positions consumed so far = the position of the next token
+  // Per-layer kept tokens and selection time of the prefills since the last Reset (the runtime
+  // resets it per turn).
+  compress::PrefillStats prefill_stats;
 };
 
 struct PrefillOptions {
@@ -59,6 +63,9 @@ struct PrefillOptions {
   // When set, receives L + 1 tensors [T, H] exactly like HF's output_hidden_states: the input
   // embeddings, the output of layers 0..L-2, and the FINAL-NORMED output of the last layer.
   std::vector<Tensor>* hidden_states = nullptr;
+  // [T] 1 for rows holding visual features (empty = none); handed to the compression policy
+  // (FastV prunes only these).
+  std::span<const uint8_t> visual = {};
 };
 
 class Decoder {
@@ -78,6 +85,11 @@ class Decoder {
   // pool's layout does not fit this model or the policy is unknown.
   StatusOr<std::unique_ptr<Sequence>> NewSequence(kv::PagePool* pool,
                                                   std::string_view policy = "none") const;
+  // A fresh sequence storing each token class in the format the policy's Precision(full) asks
+  // for, pages from `pools` (which must outlive it). INVALID_ARGUMENT when a needed format has no
+  // pool (e.g. int2 with head_dim % 32 != 0), the shape does not fit or the policy is unknown.
+  StatusOr<std::unique_ptr<Sequence>> NewSequence(const kv::KvPools& pools, kv::KvFormat full,
+                                                  std::string_view policy = "none") const;
 
   // Token embeddings: ids [T] i32 -> out [T, H] f32. OUT_OF_RANGE for an id outside the vocab.
   Status Embed(const Tensor& ids, Tensor& out) const;
@@ -86,13 +98,21 @@ class Decoder {
   // Runs `embeds` [T, H] f32 (token embeddings, with visual features already merged in at their
   // placeholder positions) through the model at positions seq.length .. seq.length+T-1, appends
   // their K/V to seq.kv (as the policy allows) and advances seq.length by T.
+  // The policy plans each layer of each chunk (compress::PrefillLayerPlan): which tokens the layer
+  // stores in which format, and optionally a sparse attention over an important subset (ZipVL,
+  // FastV; ops::SparsePrefillAttention), the linear layers and MLP staying dense. With chunking
+  // each chunk is planned on its own and attends to what earlier chunks stored (compress/zipvl.h).
   // Returns logits [1, V] of the last position, or [T, V] with options.all_logits.
   // RESOURCE_EXHAUSTED when the KV pool is full; the sequence is then unusable (Clear it).
   StatusOr<Tensor> Prefill(Sequence& seq, const Tensor& embeds,
                            const PrefillOptions& options = {}) const;
 
   // One decode step for a batch: token b is fed to seqs[b] at position seqs[b]->length; every
-  // sequence advances by one. Returns logits [B, V]. Sequences must be distinct.
+  // sequence advances by one. Returns logits [B, V]. Sequences must be distinct and may use
+  // different page formats (attention reads f32/f16/int4/int2 pages in one pass). The new token is
+  // stored kFull; after a layer's attention, a sequence whose policy has a ResidualWindow() R and
+  // whose layer now holds R full-precision tokens has them classified (ClassifyResidual, with
+  // this token's query) and requantised (SequenceKv::CompressResidual).
   // RESOURCE_EXHAUSTED when the KV pool is full (the batch's sequences are then unusable).
   StatusOr<Tensor> DecodeStep(std::span<Sequence* const> seqs,
                               std::span<const int32_t> tokens) const;
@@ -101,7 +121,10 @@ class Decoder {
   Decoder(model::TextConfig config, DecoderWeights weights);
 
   // x [T, H] in place through layer `l` for a prefill chunk of `seq`.
-  Status PrefillLayer(int l, Sequence& seq, const Tensor& positions, Tensor& x) const;
+  // `visual`: [T] mask of the chunk's visual rows, or null.
+  Status PrefillLayer(int l, Sequence& seq, const Tensor& positions, const uint8_t* visual,
+                      Tensor& x) const;
+  Status CheckKvShape(const kv::PageLayout& layout) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;
 

@@ -26,6 +26,14 @@ Status Attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     return InvalidArgumentError("Attention: {} query heads are not a multiple of {} KV heads",
                                 heads, kv_heads);
   }
+  if (params.key_limit != nullptr) {
+    for (int64_t i = 0; i < q.dim(1); ++i) {
+      if (params.key_limit[i] < 0) {
+        return InvalidArgumentError("Attention: key_limit[{}] = {} is negative", i,
+                                    params.key_limit[i]);
+      }
+    }
+  }
   if (params.causal && params.q_offset < 0) {
     return InvalidArgumentError("Attention: q_offset {} is negative", params.q_offset);
   }

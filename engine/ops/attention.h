@@ -31,6 +31,10 @@ struct AttentionParams {
   float scale = 0;  // softmax scale; 0 means 1/sqrt(d)
   bool causal = false;
   int64_t q_offset = 0;  // causal only: position of query 0 within the key sequence
+  // Prefix mask, overriding `causal`: query i sees keys [0, key_limit[i]) (Tq entries, the same
+  // for every batch row; a query that sees no key gets 0). Sparse prefill uses it for rows that
+  // attend to a compacted key set by original position.
+  const int32_t* key_limit = nullptr;
 };
 
 Status Attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,

@@ -49,7 +49,13 @@ Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
       const float* qt = qp + ((b * tq + i0) * heads + h) * d;
       const float* kb = kp + (b * tk * kv_heads + g) * d;
       const float* vb = vp + (b * tk * kv_heads + g) * d;
-      const int64_t kend = params.causal ? std::min(tk, i0 + mq - 1 + params.q_offset + 1) : tk;
+      // Keys row r may see: [0, visible(r)).
+      auto visible = [&](int64_t r) -> int64_t {
+        if (params.key_limit != nullptr) return std::min<int64_t>(tk, params.key_limit[i0 + r]);
+        return params.causal ? std::min(tk, i0 + r + params.q_offset + 1) : tk;
+      };
+      int64_t kend = 0;
+      for (int64_t r = 0; r < mq; ++r) kend = std::max(kend, visible(r));
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.f);
@@ -58,15 +64,9 @@ Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(mq),
                     static_cast<int>(nk), static_cast<int>(d), scale, qt, ldq, kb + j0 * ldk, ldk,
                     0.f, s.data(), static_cast<int>(kBlockK));
-        const bool needs_mask = params.causal && j0 + nk - 1 > i0 + params.q_offset;
         for (int64_t r = 0; r < mq; ++r) {
           float* sr = s.data() + r * kBlockK;
-          if (needs_mask) {
-            const int64_t last_visible = i0 + r + params.q_offset;  // key index
-            for (int64_t c = std::max<int64_t>(0, last_visible - j0 + 1); c < nk; ++c) {
-              sr[c] = kNegInf;
-            }
-          }
+          for (int64_t c = std::max<int64_t>(0, visible(r) - j0); c < nk; ++c) sr[c] = kNegInf;
           const float block_max = *std::max_element(sr, sr + nk);
           const float m_new = std::max(m[r], block_max);
           if (m_new == kNegInf) {  // nothing visible yet in this row

@@ -17,10 +17,6 @@ Status PagedDecodeAttention(const Tensor& q, std::span<const KvSpan> spans,
   FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "q", q, "out", out));
   FZ_RETURN_IF_ERROR(CheckCpu(kOp, q));
   FZ_RETURN_IF_ERROR(CheckCpu(kOp, out));
-  if (params.kv_dtype != DType::kF32 && params.kv_dtype != DType::kF16) {
-    return UnimplementedError("PagedDecodeAttention: KV dtype {} (f32 and f16 only)",
-                              DTypeName(params.kv_dtype));
-  }
   if (params.num_kv_heads <= 0 || q.dim(1) % params.num_kv_heads != 0) {
     return InvalidArgumentError("PagedDecodeAttention: {} query heads, {} KV heads", q.dim(1),
                                 params.num_kv_heads);
@@ -37,8 +33,34 @@ Status PagedDecodeAttention(const Tensor& q, std::span<const KvSpan> spans,
     }
   }
   for (size_t i = 0; i < spans.size(); ++i) {
-    if (spans[i].num_tokens < 0 || (spans[i].num_tokens > 0 && (!spans[i].k || !spans[i].v))) {
+    const KvSpan& s = spans[i];
+    if (s.num_tokens < 0 || (s.num_tokens > 0 && (!s.k || !s.v))) {
       return InvalidArgumentError("PagedDecodeAttention: span {} is malformed", i);
+    }
+    switch (s.format) {
+      case kv::KvFormat::kF32:
+      case kv::KvFormat::kF16:
+        break;
+      case kv::KvFormat::kInt4:
+      case kv::KvFormat::kInt2:
+        if (q.dim(2) % 32 != 0) {
+          return InvalidArgumentError(
+              "PagedDecodeAttention: span {} is {} but head_dim {} is not a multiple of 32", i,
+              kv::KvFormatName(s.format), q.dim(2));
+        }
+        if (s.num_tokens > 0 && (!s.k_scale || !s.k_zero || !s.v_scale || !s.v_zero)) {
+          return InvalidArgumentError("PagedDecodeAttention: span {} ({}) lacks its scales", i,
+                                      kv::KvFormatName(s.format));
+        }
+        if (s.v_param_stride < (s.num_tokens + 7) / 8 * 8) {
+          return InvalidArgumentError(
+              "PagedDecodeAttention: span {} has {} tokens but a value parameter stride of {}", i,
+              s.num_tokens, s.v_param_stride);
+        }
+        break;
+      case kv::KvFormat::kLowRank:
+        return UnimplementedError("PagedDecodeAttention: span {} has format {}", i,
+                                  kv::KvFormatName(s.format));
     }
   }
   if (out.raw_data() == q.raw_data()) {

@@ -1,0 +1,40 @@
+// KIVI baseline (METHODS.md §4.2): uniform low-bit KV, no sparsity. Every prefill token is
+// kImportant, stored in int2 ("kivi", default) or int4 ("kivi4") pages: keys per channel over
+// each 32-token page, values per token in 32-channel groups. Decode tokens stay full precision in
+// a residual window of `window` tokens (128); when a layer holds that many, all of them are
+// requantised (kImportant) — KIVI's R.
+//
+// Options ("kivi:key=value,..."): bits (2 or 4; "kivi4" defaults to 4), window (128, >= 1).
+#pragma once
+
+#include <memory>
+
+#include "engine/compress/policy.h"
+#include "engine/compress/policy_options.h"
+
+namespace framezip::engine::compress {
+
+struct KiviOptions {
+  int bits = 2;
+  int window = 128;
+};
+
+class KiviPolicy final : public CompressionPolicy {
+ public:
+  explicit KiviPolicy(KiviOptions options) : options_(options) {}
+
+  std::string_view name() const override { return options_.bits == 4 ? "kivi4" : "kivi"; }
+  kv::KvPrecision Precision(kv::KvFormat full) const override;
+  Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
+  bool OnDecodeWrite(int, int32_t) override { return true; }
+  int ResidualWindow() const override { return options_.window; }
+
+ private:
+  KiviOptions options_;
+};
+
+// "kivi" (2-bit unless bits=4) and "kivi4" (4-bit unless bits=2).
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateKiviPolicy(PolicyOptions& options);
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateKivi4Policy(PolicyOptions& options);
+
+}  // namespace framezip::engine::compress

@@ -1,0 +1,155 @@
+#include "engine/compress/zipvl.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/compress/probe_scoring.h"
+#include "engine/compress/top_p.h"
+
+namespace framezip::engine::compress {
+namespace {
+
+kv::KvFormat BitsFormat(int bits, kv::KvFormat full) {
+  switch (bits) {
+    case 4:
+      return kv::KvFormat::kInt4;
+    case 2:
+      return kv::KvFormat::kInt2;
+    default:
+      return full;
+  }
+}
+
+// `t` (sorted ascending) joined with the last `recent` of n indices, still sorted and unique.
+std::vector<int32_t> WithRecent(std::vector<int32_t> t, int64_t n, int64_t recent) {
+  const int32_t first = static_cast<int32_t>(std::max<int64_t>(0, n - recent));
+  while (!t.empty() && t.back() >= first) t.pop_back();
+  for (int32_t i = first; i < n; ++i) t.push_back(i);
+  return t;
+}
+
+}  // namespace
+
+StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& o) {
+  ZipVlOptions z;
+  FZ_ASSIGN_OR_RETURN(z.tau, o.Double("tau", z.tau, 1e-6, 1.0));
+  FZ_ASSIGN_OR_RETURN(z.keep_recent, o.Int("keep_recent", z.keep_recent, 0, 1 << 20));
+  FZ_ASSIGN_OR_RETURN(z.probes_recent, o.Int("probes_recent", z.probes_recent, 0, 1 << 20));
+  FZ_ASSIGN_OR_RETURN(z.probes_random, o.Int("probes_random", z.probes_random, 0, 1 << 20));
+  if (z.probes_recent < 1) {
+    // The last token must be a probe: it is what makes c_j >= 1 for every j.
+    return InvalidArgumentError("policy 'zipvl': probes_recent must be at least 1");
+  }
+  FZ_ASSIGN_OR_RETURN(const int64_t per_head, o.Int("per_head", 0, 0, 1));
+  z.per_kv_head = per_head == 1;
+  FZ_ASSIGN_OR_RETURN(const int u_rows, o.Choice("u_rows", {"skip", "attend"}));
+  z.u_rows = u_rows == 0 ? URows::kSkip : URows::kAttendImportant;
+  // 16 = the sequence's full-precision format (f16/f32): no quantization for that class.
+  constexpr int kHighBits[] = {4, 2, 16};
+  constexpr int kLowBits[] = {2, 4, 16, 0};
+  FZ_ASSIGN_OR_RETURN(const int high, o.Choice("high_bits", {"4", "2", "16"}));
+  z.high_bits = kHighBits[high];
+  FZ_ASSIGN_OR_RETURN(const int low, o.Choice("low_bits", {"2", "4", "16", "evict"}));
+  z.low_bits = kLowBits[low];
+  FZ_ASSIGN_OR_RETURN(const int64_t window, o.Int("window", z.window, 0, 1 << 20));
+  z.window = static_cast<int>(window);
+  FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
+  z.seed = static_cast<uint64_t>(seed);
+  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
+  return z;
+}
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlPolicy(PolicyOptions& options) {
+  FZ_ASSIGN_OR_RETURN(ZipVlOptions z, ParseZipVlOptions(options));
+  return std::unique_ptr<CompressionPolicy>(new ZipVlPolicy(z));
+}
+
+kv::KvPrecision ZipVlPolicy::Precision(kv::KvFormat full) const {
+  return {full, BitsFormat(options_.high_bits, full), BitsFormat(options_.low_bits, full)};
+}
+
+void ZipVlPolicy::SetShape(int heads, int kv_heads, int head_dim) {
+  heads_ = heads;
+  kv_heads_ = kv_heads;
+  head_dim_ = head_dim;
+}
+
+Status ZipVlPolicy::OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) {
+  PrefillLayerPlan plan;
+  plan.classes = std::move(keep);
+  FZ_RETURN_IF_ERROR(PlanPrefillLayer(inputs, plan));
+  keep = std::move(plan.classes);
+  return absl::OkStatus();
+}
+
+Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerPlan& plan) {
+  const int64_t n = in.q->dim(0);
+  SetShape(static_cast<int>(in.q->dim(1)), static_cast<int>(in.k->dim(1)),
+           static_cast<int>(in.q->dim(2)));
+  const std::vector<int32_t> probes =
+      SelectProbes(n, options_.probes_recent, options_.probes_random, options_.seed + calls_++);
+  FZ_ASSIGN_OR_RETURN(
+      const ProbeScores scores,
+      ScoreProbes(in.q->data<float>(), in.k->data<float>(), n, probes,
+                  ProbeScoringParams{heads_, kv_heads_, head_dim_, options_.per_kv_head}));
+  const uint8_t rest = options_.low_bits == 0 ? kv::kDrop : kv::kRest;
+  plan.classes.assign(static_cast<size_t>(n), rest);
+  plan.sparse = true;
+  plan.u_rows = options_.u_rows;
+  for (int g = 0; g < scores.groups; ++g) {
+    const std::span<const float> a(scores.a.data() + g * n, static_cast<size_t>(n));
+    const std::span<const float> a_norm(scores.a_norm.data() + g * n, static_cast<size_t>(n));
+    std::vector<int32_t> t =
+        WithRecent(TopIndices(a_norm, AdaptiveCount(a, options_.tau)), n, options_.keep_recent);
+    // A page row holds every KV head of a token, so per-head sets are stored as their union.
+    for (int32_t i : t) plan.classes[static_cast<size_t>(i)] = kv::kImportant;
+    if (options_.per_kv_head) {
+      plan.important_per_kv_head.push_back(std::move(t));
+    } else {
+      plan.important = std::move(t);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const float* q, const float* k, int64_t n,
+                                     std::vector<uint8_t>& classes) {
+  if (heads_ <= 0) {
+    return FailedPreconditionError("zipvl: ClassifyResidual before any prefill (shape unknown)");
+  }
+  const int64_t d = head_dim_, rep = heads_ / kv_heads_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // One query sees the whole window: a_j = Σ_h softmax_h(q_h · k_j)_j, c_j = 1, so ã = a.
+  const int groups = options_.per_kv_head ? kv_heads_ : 1;
+  std::vector<float> a(static_cast<size_t>(groups * n), 0.f);
+  std::vector<float> logits(static_cast<size_t>(n));
+  for (int64_t h = 0; h < heads_; ++h) {
+    const int64_t g = h / rep;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      float s = 0;
+      const float* kj = k + (j * kv_heads_ + g) * d;
+      for (int64_t e = 0; e < d; ++e) s += q[h * d + e] * kj[e];
+      logits[static_cast<size_t>(j)] = s * scale;
+      mx = std::max(mx, logits[static_cast<size_t>(j)]);
+    }
+    double sum = 0;
+    for (float& x : logits) {
+      x = std::exp(x - mx);
+      sum += x;
+    }
+    float* row = a.data() + (options_.per_kv_head ? g : 0) * n;
+    for (int64_t j = 0; j < n; ++j)
+      row[j] += static_cast<float>(logits[static_cast<size_t>(j)] / sum);
+  }
+  classes.assign(static_cast<size_t>(n), options_.low_bits == 0 ? kv::kDrop : kv::kRest);
+  for (int g = 0; g < groups; ++g) {
+    const std::span<const float> ag(a.data() + g * n, static_cast<size_t>(n));
+    for (int32_t i : TopIndices(ag, AdaptiveCount(ag, options_.tau))) {
+      classes[static_cast<size_t>(i)] = kv::kImportant;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::compress

@@ -1,0 +1,79 @@
+// ZipVL (METHODS.md §1): layer-adaptive important-token selection with sparse prefill attention
+// and a mixed-precision (v1) or evicting (v2) KV cache.
+//
+// Prefill, per layer and chunk: probes P (probe_scoring.h) score the chunk's tokens; the
+// adaptive count p (top_p.h, τ) splits them into T (the p largest ã, stored kv::kImportant) and
+// U (stored kv::kRest at low bits, or kv::kDrop with low_bits=evict). Attention runs sparse over
+// Q[T], K[T], V[T]; U rows are skipped or attend to T (u_rows).
+//
+// Chunked prefill (the layer already stores `past` tokens): selection is local to the chunk —
+// probes, scores and T are drawn from the chunk's own tokens (scores over the chunk's keys only),
+// T rows attend to everything the layer stores from earlier chunks plus K[T] of this chunk, and
+// U rows (attend mode) see the same past plus the T tokens before them. A one-chunk prefill is
+// therefore exactly the paper's algorithm; smaller chunks make selection more local.
+//
+// Decode: ResidualWindow() tokens are kept at full precision, then ClassifyResidual applies Eq. 6
+// and Eq. 7 to the window with the current decode query (c_j = 1 for a single query, so ã = a).
+//
+// The last `keep_recent` tokens of a chunk are always in T (on top of the p chosen): they hold the
+// question and the generation prompt, and with u_rows=skip a U row gets no attention at all —
+// the tiny video model's answers collapsed (42% -> 12% on synthvid) when the last token, whose
+// logits are sampled, landed in U.
+//
+// Options ("zipvl:key=value,..."): tau (0.975), keep_recent (64), probes_recent (64), probes_random (64),
+// per_head (0|1: per-KV-head selection), u_rows (skip|attend), high_bits (4|2|16), low_bits
+// (2|4|16|evict; 16 = the full-precision format, no quantization), window (100, decode
+// recompression interval), seed (probe RNG, 0).
+#pragma once
+
+#include <memory>
+
+#include "engine/compress/policy.h"
+#include "engine/compress/policy_options.h"
+
+namespace framezip::engine::compress {
+
+struct ZipVlOptions {
+  double tau = 0.975;
+  int64_t keep_recent = 64;
+  int64_t probes_recent = 64;
+  int64_t probes_random = 64;
+  bool per_kv_head = false;
+  URows u_rows = URows::kSkip;
+  int high_bits = 4;  // 4, 2 or 16 (full precision)
+  int low_bits = 2;   // 4, 2, 16 or 0 = evict U (ZipVL v2)
+  int window = 100;
+  uint64_t seed = 0;
+};
+
+// Reads the zipvl keys of `options` (and checks there are no others).
+StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& options);
+
+class ZipVlPolicy final : public CompressionPolicy {
+ public:
+  explicit ZipVlPolicy(ZipVlOptions options) : options_(options) {}
+
+  std::string_view name() const override { return "zipvl"; }
+  const ZipVlOptions& options() const { return options_; }
+
+  kv::KvPrecision Precision(kv::KvFormat full) const override;
+  Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
+  Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
+  bool OnDecodeWrite(int, int32_t) override { return true; }
+  int ResidualWindow() const override { return options_.window; }
+  Status ClassifyResidual(int layer, const float* q, const float* k, int64_t n,
+                          std::vector<uint8_t>& classes) override;
+
+  // Query/KV head counts and head_dim: ClassifyResidual gets raw pointers, so the policy learns
+  // the shapes from the first prefill layer (or from here, for decode-only tests).
+  void SetShape(int heads, int kv_heads, int head_dim);
+
+ private:
+  ZipVlOptions options_;
+  int heads_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  uint64_t calls_ = 0;  // advances the probe seed so chunks and layers draw different probes
+};
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlPolicy(PolicyOptions& options);
+
+}  // namespace framezip::engine::compress

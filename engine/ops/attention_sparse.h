@@ -1,0 +1,35 @@
+// Token-level sparse prefill attention (ZipVL, METHODS.md §1.1 step 8; FastV's pruned layers).
+//
+// For a prefill chunk with queries q [T, H, d] and keys/values k, v [T, G, d] (post-RoPE, at the
+// tokens' original positions), and an important set T_imp of chunk rows (sorted ascending):
+//   - rows in T_imp attend, causally in compacted order, to the `past` keys the layer already
+//     stores (earlier chunks) followed by K[T_imp], V[T_imp]: this is ops::CausalAttention on the
+//     compacted Q[T_imp], K[T_imp], V[T_imp], so the work is |T_imp|²/T² of dense;
+//   - the other rows get 0 (`attend_rest` false), or (`attend_rest` true) attend to the past plus
+//     the T_imp rows before them in the original order (a prefix of the compacted keys, through
+//     AttentionParams::key_limit).
+// Sorting T_imp and keeping post-RoPE keys is what makes the compaction exact: no custom sparse
+// kernel, the same blocked CPU kernel as dense attention.
+//
+// `important` holds one list (head-shared: every query head uses it) or G lists (per KV head:
+// the query heads of KV head g use list g).
+//
+// Shapes: q, out [T, H, d]; k, v [T, G, d]; past_k, past_v [past, G, d] (null when past = 0);
+// all f32, row-major. Errors: INVALID_ARGUMENT naming the mismatch or the bad index.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+
+namespace framezip::engine::ops {
+
+Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const float* past_k, const float* past_v, int64_t past,
+                              std::span<const std::vector<int32_t>> important, bool attend_rest,
+                              Tensor& out);
+
+}  // namespace framezip::engine::ops

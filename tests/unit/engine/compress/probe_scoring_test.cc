@@ -1,0 +1,109 @@
+// ZipVL probe scoring against an f64 reference on fresh random inputs (METHODS.md §5.3 item 1).
+#include "engine/compress/probe_scoring.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <set>
+
+#include "tests/testing/random.h"
+
+namespace framezip::engine::compress {
+namespace {
+
+struct RefScores {
+  std::vector<double> a, a_norm;  // [groups, n]
+  std::vector<int> counts;
+};
+
+RefScores Reference(const std::vector<float>& q, const std::vector<float>& k, int64_t n, int heads,
+                    int kv_heads, int d, const std::vector<int32_t>& probes, bool per_kv_head) {
+  const int groups = per_kv_head ? kv_heads : 1, rep = heads / kv_heads;
+  RefScores r;
+  r.a.assign(static_cast<size_t>(groups * n), 0.0);
+  r.counts.assign(static_cast<size_t>(n), 0);
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / rep, group = per_kv_head ? g : 0;
+    for (int32_t i : probes) {
+      std::vector<double> s(static_cast<size_t>(i + 1));
+      double mx = -1e300;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int e = 0; e < d; ++e) {
+          dot += double(q[(i * heads + h) * d + e]) * double(k[(j * kv_heads + g) * d + e]);
+        }
+        s[j] = dot / std::sqrt(double(d));
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t j = 0; j <= i; ++j) r.a[group * n + j] += s[j] / sum;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    for (int32_t i : probes) r.counts[j] += i >= j ? 1 : 0;
+  }
+  r.a_norm = r.a;
+  for (int g = 0; g < groups; ++g) {
+    for (int64_t j = 0; j < n; ++j) r.a_norm[g * n + j] /= std::max(1, r.counts[j]);
+  }
+  return r;
+}
+
+TEST_CASE("SelectProbes takes the recent tokens plus distinct random ones", "[unit][compress]") {
+  const uint64_t seed = testing::TestSeed();
+  const auto probes = SelectProbes(1000, 64, 64, seed);
+  REQUIRE(probes.size() == 128);
+  CHECK(std::set<int32_t>(probes.begin(), probes.end()).size() == 128);
+  CHECK(std::is_sorted(probes.begin(), probes.end()));
+  for (int32_t i = 1000 - 64; i < 1000; ++i) {
+    CHECK(std::binary_search(probes.begin(), probes.end(), i));
+  }
+  CHECK(probes.front() >= 0);
+  CHECK(SelectProbes(1000, 64, 64, seed) == probes);  // reproducible
+  CHECK(SelectProbes(1000, 64, 64, seed + 1) != probes);
+  const auto all = SelectProbes(100, 64, 64, seed);
+  REQUIRE(all.size() == 100);
+  CHECK(all.back() == 99);
+}
+
+TEST_CASE("ScoreProbes matches an f64 reference", "[unit][compress]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const bool per_kv_head = GENERATE(false, true);
+  const int heads = 4, kv_heads = 2, d = 16;
+  const int64_t n = GENERATE(7, 300);
+  const auto q = testing::RandomNormal(static_cast<size_t>(n * heads * d), rng, 1.5f);
+  const auto k = testing::RandomNormal(static_cast<size_t>(n * kv_heads * d), rng, 1.5f);
+  const auto probes = SelectProbes(n, 16, 24, rng());
+  auto got = ScoreProbes(q.data(), k.data(), n, probes,
+                         ProbeScoringParams{heads, kv_heads, d, per_kv_head});
+  REQUIRE(got.ok());
+  const RefScores want = Reference(q, k, n, heads, kv_heads, d, probes, per_kv_head);
+  const int groups = per_kv_head ? kv_heads : 1;
+  REQUIRE(got->groups == groups);
+  for (int g = 0; g < groups; ++g) {
+    double total = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t idx = static_cast<size_t>(g * n + j);
+      CHECK(got->counts[j] == want.counts[j]);
+      CHECK(got->counts[j] >= 1);
+      CHECK(std::abs(got->a[idx] - want.a[idx]) <= 1e-3 * std::abs(want.a[idx]) + 1e-6);
+      CHECK(std::abs(got->a_norm[idx] - want.a_norm[idx]) <=
+            1e-3 * std::abs(want.a_norm[idx]) + 1e-6);
+      total += got->a[idx];
+    }
+    // Every probe row of every head in the group is a distribution.
+    CHECK(total == Approx(double(heads / groups) * probes.size()).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("ScoreProbes rejects unsorted probes and bad head counts", "[unit][compress]") {
+  std::vector<float> q(4 * 2 * 8, 0.f), k(4 * 1 * 8, 0.f);
+  const std::vector<int32_t> unsorted = {2, 1};
+  CHECK_FALSE(ScoreProbes(q.data(), k.data(), 4, unsorted, {2, 1, 8, false}).ok());
+  const std::vector<int32_t> ok = {1, 3};
+  CHECK_FALSE(ScoreProbes(q.data(), k.data(), 4, ok, {3, 2, 8, false}).ok());
+  CHECK(ScoreProbes(q.data(), k.data(), 4, ok, {2, 1, 8, false}).ok());
+}
+
+}  // namespace
+}  // namespace framezip::engine::compress

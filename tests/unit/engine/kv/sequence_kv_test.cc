@@ -1,0 +1,226 @@
+// SequenceKv over KvPools: Append by token class into per-format pages, Gather (dequantising),
+// page images of every format, the residual-window recompression and the shared byte budget.
+#include "engine/kv/sequence_kv.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "engine/kv/kv_pools.h"
+#include "tests/testing/random.h"
+
+namespace framezip::engine::kv {
+namespace {
+
+constexpr int kG = 2, kD = 64, kPage = 32;
+constexpr int64_t kRow = kG * kD;
+
+PageLayout Base() { return PageLayout{kPage, kG, kD, KvFormat::kF16}; }
+
+std::unique_ptr<KvPools> AllPools(int64_t max_bytes = int64_t{64} << 20) {
+  const auto formats = StorableFormats();
+  return *KvPools::Create(Base(), formats, max_bytes);
+}
+
+struct Tokens {
+  std::vector<float> k, v;
+  std::vector<int32_t> pos;
+};
+
+Tokens MakeTokens(int64_t n, int32_t first_pos, std::mt19937_64& rng) {
+  Tokens t{testing::RandomNormal(static_cast<size_t>(n * kRow), rng),
+           testing::RandomNormal(static_cast<size_t>(n * kRow), rng),
+           std::vector<int32_t>(static_cast<size_t>(n))};
+  for (int64_t i = 0; i < n; ++i) t.pos[i] = first_pos + static_cast<int32_t>(i);
+  return t;
+}
+
+// Token rows by position, from Gather + positions().
+std::map<int32_t, std::pair<std::vector<float>, std::vector<float>>> ByPosition(const SequenceKv& s,
+                                                                                int layer) {
+  const int64_t n = s.num_tokens(layer);
+  std::vector<float> k(static_cast<size_t>(n * kRow)), v(k.size());
+  s.Gather(layer, k.data(), v.data());
+  const auto pos = s.positions(layer);
+  REQUIRE(static_cast<int64_t>(pos.size()) == n);
+  std::map<int32_t, std::pair<std::vector<float>, std::vector<float>>> out;
+  for (int64_t i = 0; i < n; ++i) {
+    out[pos[i]] = {std::vector<float>(k.begin() + i * kRow, k.begin() + (i + 1) * kRow),
+                   std::vector<float>(v.begin() + i * kRow, v.begin() + (i + 1) * kRow)};
+  }
+  return out;
+}
+
+// Max |a - b| over a row.
+double MaxErr(const std::vector<float>& a, const float* b) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e = std::max(e, std::fabs(double(a[i]) - b[i]));
+  return e;
+}
+
+TEST_CASE("Append stores each token class in its format's pages", "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  auto pools = AllPools();
+  auto seq =
+      *SequenceKv::Create(*pools, 2, KvPrecision{KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2});
+  const int64_t n = 150;
+  const Tokens t = MakeTokens(n, 0, rng);
+  std::vector<uint8_t> cls(n);
+  std::uniform_int_distribution<int> pick(0, 3);
+  for (auto& c : cls) c = static_cast<uint8_t>(pick(rng));
+  // Two appends (as two prefill chunks would).
+  REQUIRE(seq.Append(1, t.k.data(), t.v.data(), t.pos.data(), 70, cls.data()).ok());
+  REQUIRE(seq.Append(1, t.k.data() + 70 * kRow, t.v.data() + 70 * kRow, t.pos.data() + 70, n - 70,
+                     cls.data() + 70)
+              .ok());
+  std::map<uint8_t, int64_t> count;
+  for (auto c : cls) ++count[c];
+  CHECK(seq.num_tokens(0) == 0);
+  CHECK(seq.num_tokens(1) == n - count[kDrop]);
+  CHECK(seq.full_tokens(1) == count[kFull]);
+  std::map<KvFormat, int64_t> tokens_by_format;
+  for (const PageRef& p : seq.pages(1)) {
+    REQUIRE(p.num_tokens > 0);
+    tokens_by_format[p.format] += p.num_tokens;
+  }
+  CHECK(tokens_by_format[KvFormat::kF16] == count[kFull]);
+  CHECK(tokens_by_format[KvFormat::kInt4] == count[kImportant]);
+  CHECK(tokens_by_format[KvFormat::kInt2] == count[kRest]);
+  // Every stored token comes back within its format's error; dropped ones are absent.
+  const auto got = ByPosition(seq, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    auto it = got.find(t.pos[i]);
+    if (cls[i] == kDrop) {
+      CHECK(it == got.end());
+      continue;
+    }
+    REQUIRE(it != got.end());
+    // N(0,1) rows: f16 ~1e-3; int4 range ~7 / 15 / 2; int2 range ~7 / 3 / 2 (+ margin).
+    const double tol = cls[i] == kFull ? 4e-3 : cls[i] == kImportant ? 0.5 : 2.0;
+    CHECK(MaxErr(it->second.first, t.k.data() + i * kRow) <= tol);
+    CHECK(MaxErr(it->second.second, t.v.data() + i * kRow) <= tol);
+  }
+  // Bytes by format add up, and the quantised formats are the small ones.
+  const auto by = seq.bytes_by_format();
+  size_t total = 0;
+  for (auto b : by) total += b;
+  CHECK(total == seq.bytes());
+  CHECK(total == pools->bytes_in_use());
+  CHECK(pools->pool(KvFormat::kInt2)->layout().PageBytes() * 4 <
+        pools->pool(KvFormat::kF16)->layout().PageBytes());
+  seq.Clear();
+  CHECK(pools->pages_in_use() == 0);
+}
+
+TEST_CASE("Page images of every format restore the same tokens", "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const KvFormat format = GENERATE(from_range(StorableFormats()));
+  CAPTURE(KvFormatName(format));
+  auto pools = AllPools();
+  const KvFormat full = IsQuantized(format) ? KvFormat::kF16 : format;
+  const KvPrecision precision{full, format, format};
+  auto a = *SequenceKv::Create(*pools, 1, precision);
+  auto b = *SequenceKv::Create(*pools, 1, precision);
+  const Tokens t = MakeTokens(77, 5, rng);
+  std::vector<uint8_t> cls(77, kImportant);
+  REQUIRE(a.Append(0, t.k.data(), t.v.data(), t.pos.data(), 77, cls.data()).ok());
+  REQUIRE(a.pages(0).size() == 3);
+  for (size_t i = 0; i < a.pages(0).size(); ++i) {
+    const PageImage img = a.page_image(0, i);
+    CHECK(img.format == format);
+    CHECK(img.bytes.size() == pools->pool(format)->layout().PageBytes());
+    REQUIRE(b.AdoptPage(0, img).ok());
+  }
+  REQUIRE(b.num_tokens(0) == 77);
+  CHECK(b.positions(0) == a.positions(0));
+  std::vector<float> ka(77 * kRow), va(ka.size()), kb(ka.size()), vb(ka.size());
+  a.Gather(0, ka.data(), va.data());
+  b.Gather(0, kb.data(), vb.data());
+  CHECK(ka == kb);
+  CHECK(va == vb);
+  for (size_t i = 0; i < a.pages(0).size(); ++i) {
+    const auto ia = a.page_image(0, i).bytes, ib = b.page_image(0, i).bytes;
+    CHECK(std::equal(ia.begin(), ia.end(), ib.begin(), ib.end()));
+  }
+  // A sequence without that format's pool refuses the page.
+  auto only_f32 = *KvPools::Create(Base(), std::vector<KvFormat>{KvFormat::kF32}, 1 << 20);
+  SequenceKv c(only_f32->pool(KvFormat::kF32), 1);
+  if (format != KvFormat::kF32) {
+    CHECK(c.AdoptPage(0, a.page_image(0, 0)).code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("CompressResidual requantises exactly the full-precision window", "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  auto pools = AllPools();
+  auto seq =
+      *SequenceKv::Create(*pools, 1, KvPrecision{KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2});
+  const Tokens prompt = MakeTokens(40, 0, rng);
+  std::vector<uint8_t> imp(40, kImportant);
+  REQUIRE(seq.Append(0, prompt.k.data(), prompt.v.data(), prompt.pos.data(), 40, imp.data()).ok());
+  const Tokens window = MakeTokens(45, 40, rng);
+  for (int i = 0; i < 45; ++i) {
+    REQUIRE(seq.Append(0, window.k.data() + i * kRow, window.v.data() + i * kRow,
+                       window.pos.data() + i, 1)
+                .ok());
+  }
+  REQUIRE(seq.full_tokens(0) == 45);
+  CHECK(seq.residual_tokens(0) == 45);
+  std::vector<float> wk(45 * kRow);
+  seq.GatherFull(0, wk.data(), nullptr);
+  CHECK(MaxErr(std::vector<float>(wk.begin(), wk.begin() + kRow), window.k.data()) < 4e-3);
+  std::vector<uint8_t> cls(45, kRest);
+  cls[0] = kDrop;
+  cls[44] = kFull;
+  CHECK(seq.CompressResidual(0, std::vector<uint8_t>(44, kRest)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  REQUIRE(seq.CompressResidual(0, cls).ok());
+  CHECK(seq.full_tokens(0) == 1);
+  CHECK(seq.residual_tokens(0) == 0);  // the token kept kFull does not re-trigger the window
+  CHECK(seq.num_tokens(0) == 40 + 44);
+  int64_t int2 = 0;
+  for (const PageRef& p : seq.pages(0)) int2 += p.format == KvFormat::kInt2 ? p.num_tokens : 0;
+  CHECK(int2 == 43);
+  const auto got = ByPosition(seq, 0);
+  CHECK(got.count(40) == 0);  // dropped
+  CHECK(MaxErr(got.at(84).first, window.k.data() + 44 * kRow) < 4e-3);
+  CHECK(MaxErr(got.at(60).first, window.k.data() + 20 * kRow) < 2.0);
+  CHECK(pools->pool(KvFormat::kF16)->pages_in_use() == 1);
+}
+
+TEST_CASE("KV pools share one byte budget", "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const size_t f16_page = PageLayout{kPage, kG, kD, KvFormat::kF16}.PageBytes();
+  const size_t int2_page = PageLayout{kPage, kG, kD, KvFormat::kInt2}.PageBytes();
+  auto pools = AllPools(static_cast<int64_t>(2 * f16_page + int2_page));
+  auto seq =
+      *SequenceKv::Create(*pools, 1, KvPrecision{KvFormat::kF16, KvFormat::kInt2, KvFormat::kInt2});
+  const Tokens t = MakeTokens(96, 0, rng);
+  REQUIRE(seq.Append(0, t.k.data(), t.v.data(), t.pos.data(), 64).ok());  // two f16 pages
+  std::vector<uint8_t> imp(32, kImportant);
+  REQUIRE(seq.Append(0, t.k.data() + 64 * kRow, t.v.data() + 64 * kRow, t.pos.data() + 64, 32,
+                     imp.data())
+              .ok());  // one int2 page: the budget is now exactly used
+  CHECK(pools->bytes_in_use() == 2 * f16_page + int2_page);
+  CHECK(seq.Append(0, t.k.data(), t.v.data(), t.pos.data(), 1, imp.data()).code() ==
+        absl::StatusCode::kResourceExhausted);
+  seq.Clear();
+  CHECK(pools->bytes_in_use() == 0);
+  REQUIRE(seq.Append(0, t.k.data(), t.v.data(), t.pos.data(), 1, imp.data()).ok());
+}
+
+TEST_CASE("Quantised pools need head_dim % 32 == 0", "[unit][engine][kv]") {
+  CHECK(PagePool::Create(PageLayout{32, 2, 16, KvFormat::kInt4}, 10).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  auto pools = *KvPools::Create(PageLayout{32, 2, 16, KvFormat::kF16},
+                                std::vector<KvFormat>{KvFormat::kF16}, 1 << 20);
+  CHECK(SequenceKv::Create(*pools, 1, KvPrecision{KvFormat::kF16, KvFormat::kInt2, KvFormat::kInt2})
+            .status()
+            .code() == absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace framezip::engine::kv

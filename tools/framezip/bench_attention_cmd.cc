@@ -1,0 +1,296 @@
+// framezip bench attention: ZipVL against dense attention on the tiny video model, in one run
+// (issue 6; METHODS.md §1.4-1.5):
+//   - prefill ms at ~2k / 8k / 16k tokens of real video context, policy none vs zipvl (one-shot
+//     prefill, the paper's setting), the speedup, the measured kept ratio per layer and the
+//     selection overhead (probe attention + top-p);
+//   - decode tokens/s at the --decode-context length over the f16 cache (none) and the mixed
+//     4/2-bit cache (zipvl), plus kivi (uniform low-bit) when that policy exists;
+//   - KV bytes of each cache and the ratio to f16.
+// The context is a chat-formatted prompt whose video rows come from the vision tower run on
+// frames of a synthvid clip. The clip has few frames, so long videos reuse them, each pass shifted
+// by a few pixels and slightly re-lit so no two frames are identical (see LongVideo).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include "engine/compress/policy.h"
+#include "engine/core/thread_pool.h"
+#include "engine/kv/kv_pools.h"
+#include "engine/llm/decoder.h"
+#include "engine/model/config.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/weights.h"
+#include "engine/vision/llava_vision.h"
+#include "engine/vision/vision_weights.h"
+#include "media/media.h"
+#include "server/preprocess_spec.h"
+#include "tools/bench/bench_report.h"
+#include "tools/framezip/cli_util.h"
+#include "tools/framezip/subcommands.h"
+
+namespace framezip::cli {
+namespace {
+
+using engine::DType;
+using engine::Tensor;
+using Clock = std::chrono::steady_clock;
+namespace kv = engine::kv;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct LoadedModel {
+  engine::model::LlavaConfig config;
+  engine::model::PreprocessorConfig preprocessor;
+  engine::model::ModelWeights weights;
+  engine::vision::LlavaVisionWeights vision;
+  std::unique_ptr<engine::model::Tokenizer> tokenizer;
+  std::unique_ptr<engine::llm::Decoder> decoder;
+};
+
+StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::filesystem::path& dir) {
+  auto m = std::make_unique<LoadedModel>();
+  FZ_ASSIGN_OR_RETURN(m->config, engine::model::LoadLlavaConfig(dir));
+  FZ_ASSIGN_OR_RETURN(m->preprocessor, engine::model::LoadPreprocessorConfig(dir));
+  FZ_ASSIGN_OR_RETURN(m->weights, engine::model::ModelWeights::Load(dir, m->config));
+  FZ_ASSIGN_OR_RETURN(m->vision, engine::vision::BindLlavaVisionWeights(m->config, m->weights));
+  FZ_ASSIGN_OR_RETURN(m->tokenizer, engine::model::Tokenizer::FromFile(dir / "tokenizer.json"));
+  FZ_ASSIGN_OR_RETURN(engine::llm::DecoderWeights dw,
+                      engine::llm::DecoderWeightsFromModel(m->weights, m->config.text));
+  FZ_ASSIGN_OR_RETURN(m->decoder, engine::llm::Decoder::Create(m->config.text, std::move(dw)));
+  return m;
+}
+
+// Every frame of the clip, preprocessed for the vision tower: [N, 3, S, S].
+StatusOr<Tensor> ClipFrames(const LoadedModel& m, const std::filesystem::path& clip) {
+  const std::filesystem::path path = std::filesystem::absolute(clip);
+  const media::PreprocessSpec spec =
+      server::PreprocessSpecFor(m.preprocessor, m.config.vision.image_size);
+  FZ_ASSIGN_OR_RETURN(
+      media::DecodedMedia decoded,
+      media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
+                         media::FrameSamplingSpec{.num_frames = 32}, spec, media::MediaLimits{}));
+  const media::FrameBatch& fb = decoded.frames;
+  FZ_ASSIGN_OR_RETURN(
+      Tensor t, Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width}, DType::kF32));
+  std::copy(fb.data.begin(), fb.data.end(), t.data<float>());
+  return t;
+}
+
+// `count` frames from the clip's: pass p over the clip rolls each frame p pixels to the right and
+// p/2 down and scales it by 1 + 0.01·(p mod 5), so long videos are not one clip copied verbatim.
+StatusOr<Tensor> LongVideo(const Tensor& clip, int64_t count) {
+  const int64_t n = clip.dim(0), c = clip.dim(1), h = clip.dim(2), w = clip.dim(3);
+  FZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({count, c, h, w}, DType::kF32));
+  for (int64_t f = 0; f < count; ++f) {
+    const int64_t pass = f / n, dx = pass % w, dy = (pass / 2) % h;
+    const float gain = 1.f + 0.01f * static_cast<float>(pass % 5);
+    const float* src = clip.data<float>() + (f % n) * c * h * w;
+    float* dst = out.data<float>() + f * c * h * w;
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x) {
+          dst[(ch * h + y) * w + x] = gain * src[(ch * h + (y + dy) % h) * w + (x + dx) % w];
+        }
+  }
+  return out;
+}
+
+// A chat prompt around one video: ids, embeddings with the video rows filled, and the visual mask.
+struct Context {
+  std::vector<int32_t> ids;
+  Tensor embeds;
+  std::vector<uint8_t> visual;
+};
+
+StatusOr<Context> BuildContext(const LoadedModel& m, const Tensor& clip, int64_t frames) {
+  const auto& tok = *m.tokenizer;
+  FZ_ASSIGN_OR_RETURN(std::vector<int32_t> head, tok.Encode("<|im_start|>user\n", false));
+  FZ_ASSIGN_OR_RETURN(
+      std::vector<int32_t> tail,
+      tok.Encode("\nWhat happens in the video?<|im_end|>\n<|im_start|>assistant\n", false));
+  FZ_ASSIGN_OR_RETURN(const int64_t video_rows, engine::vision::VideoTokenCount(m.config, frames));
+  Context ctx;
+  ctx.ids = head;
+  ctx.ids.insert(ctx.ids.end(), static_cast<size_t>(video_rows),
+                 static_cast<int32_t>(m.config.video_token_id));
+  ctx.ids.insert(ctx.ids.end(), tail.begin(), tail.end());
+  FZ_ASSIGN_OR_RETURN(ctx.embeds, m.decoder->Embed(ctx.ids));
+  FZ_ASSIGN_OR_RETURN(Tensor pixels, LongVideo(clip, frames));
+  FZ_ASSIGN_OR_RETURN(Tensor rows, engine::vision::EncodeVideo(m.config, m.vision, pixels));
+  const int64_t hid = m.config.text.hidden_size;
+  std::copy(rows.data<float>(), rows.data<float>() + rows.numel(),
+            ctx.embeds.data<float>() + static_cast<int64_t>(head.size()) * hid);
+  ctx.visual.assign(ctx.ids.size(), 0);
+  std::fill_n(ctx.visual.begin() + static_cast<int64_t>(head.size()), video_rows, 1);
+  return ctx;
+}
+
+// Frames whose context is closest to `tokens` (the model has 4·F + 1 video rows per video).
+StatusOr<int64_t> FramesFor(const LoadedModel& m, int64_t tokens) {
+  FZ_ASSIGN_OR_RETURN(const int64_t one, engine::vision::VideoTokenCount(m.config, 1));
+  FZ_ASSIGN_OR_RETURN(const int64_t two, engine::vision::VideoTokenCount(m.config, 2));
+  const int64_t per_frame = two - one, text = 24;
+  return std::max<int64_t>(1, (tokens - text - (one - per_frame)) / per_frame);
+}
+
+struct PrefillRun {
+  std::unique_ptr<engine::llm::Sequence> seq;
+  double ms = 0;
+  int32_t next_token = 0;
+};
+
+StatusOr<PrefillRun> RunPrefill(const LoadedModel& m, const kv::KvPools& pools,
+                                std::string_view policy, const Context& ctx) {
+  PrefillRun r;
+  FZ_ASSIGN_OR_RETURN(r.seq, m.decoder->NewSequence(pools, kv::KvFormat::kF16, policy));
+  r.seq->prefill_stats.Reset(static_cast<int>(m.config.text.num_hidden_layers));
+  const auto t0 = Clock::now();
+  FZ_ASSIGN_OR_RETURN(Tensor logits,
+                      m.decoder->Prefill(*r.seq, ctx.embeds, {.visual = ctx.visual}));
+  r.ms = MsSince(t0);
+  const float* l = logits.data<float>();
+  r.next_token = static_cast<int32_t>(std::max_element(l, l + logits.dim(1)) - l);
+  return r;
+}
+
+// Greedy decode of `steps` tokens; returns tokens/s.
+StatusOr<double> DecodeTokensPerSecond(const LoadedModel& m, PrefillRun& run, int steps) {
+  engine::llm::Sequence* seqs[] = {run.seq.get()};
+  int32_t token = run.next_token;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    FZ_ASSIGN_OR_RETURN(Tensor logits, m.decoder->DecodeStep(seqs, std::span(&token, 1)));
+    const float* l = logits.data<float>();
+    token = static_cast<int32_t>(std::max_element(l, l + logits.dim(1)) - l);
+  }
+  return steps / (MsSince(t0) / 1000.0);
+}
+
+std::string Ratios(const std::vector<float>& r) {
+  std::string s;
+  for (float x : r) s += fmt::format("{}{:.3f}", s.empty() ? "" : " ", x);
+  return s;
+}
+
+}  // namespace
+
+int RunBenchAttention(const std::vector<std::string>& args) {
+  std::string model_dir = "models/framezip-tiny-video",
+              clip = "tests/data/synthvid/demo-test-000011.mp4";
+  std::string policy = "zipvl", lengths_flag = "2048,8192,16384";
+  int threads = 2, decode_steps = 128, decode_context = 8192;
+  bool json = false;
+  FlagSet flags("framezip bench attention",
+                "Prefill dense vs ZipVL at ~2k/8k/16k tokens of video context on the tiny video "
+                "model (speedup, kept ratio per layer, selection overhead), decode tokens/s over "
+                "f16 vs mixed 4/2-bit KV, KV bytes.");
+  flags.String("model", &model_dir, "model directory", "DIR");
+  flags.String("clip", &clip, "video clip whose frames make the contexts", "FILE");
+  flags.String("policy", &policy, "the compressing policy spec compared with none", "P");
+  flags.String("lengths", &lengths_flag, "context lengths in tokens, comma-separated", "N,N");
+  flags.Int("threads", &threads, "compute threads");
+  flags.Int("decode-steps", &decode_steps, "decode steps timed per cache");
+  flags.Int("decode-context", &decode_context,
+            "context length of the decode runs (one of --lengths)");
+  flags.Bool("json", &json, "print one JSON object as the last line");
+  if (auto code = ParseOrExit(flags, args)) return *code;
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "framezip bench attention: %s\n", MessageOf(s).c_str());
+    return 1;
+  };
+  std::vector<int64_t> lengths;
+  for (size_t at = 0; at < lengths_flag.size();) {
+    const size_t comma = std::min(lengths_flag.find(',', at), lengths_flag.size());
+    lengths.push_back(std::atoll(lengths_flag.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
+  engine::SetComputeThreads(threads);
+  bench::Machine machine = bench::DetectMachine();
+  machine.threads = threads;
+  bench::Report report("attention", machine);
+
+  auto model = LoadModel(model_dir);
+  if (!model.ok()) return fail(Annotate(model.status(), "loading the model"));
+  const LoadedModel& m = **model;
+  const auto& tc = m.config.text;
+  std::printf("model %s: %lld layers, %lld/%lld heads x %lld, max_position_embeddings %lld\n",
+              model_dir.c_str(), static_cast<long long>(tc.num_hidden_layers),
+              static_cast<long long>(tc.num_attention_heads),
+              static_cast<long long>(tc.num_key_value_heads), static_cast<long long>(tc.head_dim),
+              static_cast<long long>(tc.max_position_embeddings));
+  auto frames = ClipFrames(m, clip);
+  if (!frames.ok()) return fail(Annotate(frames.status(), "decoding the clip"));
+  const kv::KvFormat formats[] = {kv::KvFormat::kF16, kv::KvFormat::kInt4, kv::KvFormat::kInt2};
+  auto pools =
+      kv::KvPools::Create(m.decoder->KvLayout(kv::KvFormat::kF16), formats, int64_t{2} << 30);
+  if (!pools.ok()) return fail(pools.status());
+  const bool have_kivi = engine::compress::CreatePolicy("kivi").ok();
+
+  for (const int64_t target : lengths) {
+    auto f = FramesFor(m, target);
+    if (!f.ok()) return fail(f.status());
+    auto ctx = BuildContext(m, *frames, *f);
+    if (!ctx.ok()) return fail(Annotate(ctx.status(), "building the video context"));
+    const int64_t n = static_cast<int64_t>(ctx->ids.size());
+    const std::string tag = fmt::format("{}k", (target + 512) / 1024);
+    std::printf("-- %lld tokens (%lld frames)%s\n", static_cast<long long>(n),
+                static_cast<long long>(*f),
+                n > tc.max_position_embeddings ? " — beyond max_position_embeddings" : "");
+    auto dense = RunPrefill(m, **pools, "none", *ctx);
+    if (!dense.ok()) return fail(dense.status());
+    auto sparse = RunPrefill(m, **pools, policy, *ctx);
+    if (!sparse.ok()) return fail(sparse.status());
+    const auto& stats = sparse->seq->prefill_stats;
+    const std::vector<float> kept = stats.KeptRatios();
+    const double mean_kept = std::accumulate(kept.begin(), kept.end(), 0.0) / kept.size();
+    std::printf("kept ratio per layer: %s\n", Ratios(kept).c_str());
+    report.Add(fmt::format("prefill_ms_dense_{}", tag), dense->ms, "ms");
+    report.Add(fmt::format("prefill_ms_zipvl_{}", tag), sparse->ms, "ms");
+    report.Add(fmt::format("prefill_speedup_{}", tag), dense->ms / sparse->ms, "x",
+               target >= 16384 ? std::optional<double>(2.6) : std::nullopt);
+    report.Add(fmt::format("selection_overhead_ms_{}", tag), stats.selection_ms, "ms");
+    report.Add(fmt::format("selection_overhead_fraction_{}", tag), stats.selection_ms / sparse->ms,
+               "fraction");
+    report.Add(fmt::format("kept_ratio_mean_{}", tag), mean_kept, "fraction");
+    for (size_t l = 0; l < kept.size(); ++l) {
+      report.Add(fmt::format("kept_ratio_{}_layer{}", tag, l), kept[l], "fraction");
+    }
+    const double f16_bytes = static_cast<double>(dense->seq->kv.bytes());
+    report.Add(fmt::format("kv_bytes_f16_{}", tag), f16_bytes, "bytes");
+    report.Add(fmt::format("kv_bytes_zipvl_{}", tag), static_cast<double>(sparse->seq->kv.bytes()),
+               "bytes");
+    report.Add(fmt::format("kv_ratio_f16_over_zipvl_{}", tag),
+               f16_bytes / static_cast<double>(sparse->seq->kv.bytes()), "x", 4.0);
+    if (target != decode_context) continue;
+
+    auto tps_dense = DecodeTokensPerSecond(m, *dense, decode_steps);
+    if (!tps_dense.ok()) return fail(tps_dense.status());
+    auto tps_sparse = DecodeTokensPerSecond(m, *sparse, decode_steps);
+    if (!tps_sparse.ok()) return fail(tps_sparse.status());
+    report.Add(fmt::format("decode_tokens_per_s_f16_{}", tag), *tps_dense, "tokens/s");
+    report.Add(fmt::format("decode_tokens_per_s_zipvl_{}", tag), *tps_sparse, "tokens/s");
+    // "Decode not slower": the mixed cache's rate over the f16 one, target 1.
+    report.Add(fmt::format("decode_speed_zipvl_over_f16_{}", tag), *tps_sparse / *tps_dense, "x",
+               1.0);
+    report.Add(fmt::format("kv_bytes_zipvl_after_decode_{}", tag),
+               static_cast<double>(sparse->seq->kv.bytes()), "bytes");
+    if (have_kivi) {
+      auto kivi = RunPrefill(m, **pools, "kivi", *ctx);
+      if (!kivi.ok()) return fail(kivi.status());
+      report.Add(fmt::format("kv_bytes_kivi_{}", tag), static_cast<double>(kivi->seq->kv.bytes()),
+                 "bytes");
+      auto tps_kivi = DecodeTokensPerSecond(m, *kivi, decode_steps);
+      if (!tps_kivi.ok()) return fail(tps_kivi.status());
+      report.Add(fmt::format("decode_tokens_per_s_kivi_{}", tag), *tps_kivi, "tokens/s");
+    }
+  }
+  report.Add("peak_rss", bench::Report::PeakRssMiB(), "MiB");
+  if (json) std::printf("%s\n", report.Json().c_str());
+  return 0;
+}
+
+}  // namespace framezip::cli
