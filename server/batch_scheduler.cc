@@ -268,7 +268,12 @@ void BatchScheduler::Admit() {
   while (!waiting_.empty() && running_.size() < options_.max_running) {
     const std::shared_ptr<Turn>& turn = waiting_.front();
     const uint64_t need = turn->prepared.predicted_kv_bytes;
-    const uint64_t committed = backend_->KvUsedBytes() + OutstandingReservationLocked();
+    uint64_t committed = backend_->KvUsedBytes() + OutstandingReservationLocked();
+    // Idle sessions whose KV is in the store make room first (their next turn restores it).
+    if (committed + need > capacity &&
+        backend_->EvictIdleSessions(committed + need - capacity) > 0) {
+      committed = backend_->KvUsedBytes() + OutstandingReservationLocked();
+    }
     // FIFO: a turn that does not fit waits for running turns to finish (no overtaking, so a large
     // turn is not starved by small ones). With nothing running, nothing will free memory.
     if (committed + need > capacity && !running_.empty()) break;
@@ -449,6 +454,7 @@ void BatchScheduler::FinishTurn(const std::shared_ptr<Turn>& turn, Status status
   stats.media_decode_seconds = p.media_decode_seconds;
   stats.vision_encode_seconds = p.vision_encode_seconds;
   stats.kv_restore_seconds = p.kv_restore_seconds;
+  stats.kv_restore_tier = p.kv_restore_tier;
   stats.seed = p.seed;
   const bool admitted = turn->admitted_at != Clock::time_point{};
   stats.queue_seconds = Seconds((admitted ? turn->admitted_at : now) - request.arrival);

@@ -29,7 +29,14 @@ void Register(FlagSet& f, ServerConfig& c) {
            "none|zipvl|attentionpack|dynamic_llava|fastv|kivi",
            "POLICY");
   f.Int("kv-budget-bytes", &c.kv_budget_bytes, "engine KV memory budget; 0 = the engine's default");
-  f.String("kvstore", &c.kvstore, "'embedded' or the address of a framezip-kvstore", "ADDR");
+  f.String("kvstore", &c.kvstore,
+           "where session KV is kept between turns: 'embedded' (in this process), 'none', or the "
+           "address of a framezip-kvstore",
+           "ADDR");
+  f.Int("kvstore-host-bytes", &c.kvstore_host_bytes, "embedded KV store: host-RAM tier size");
+  f.String("kvstore-disk-path", &c.kvstore_disk_path,
+           "embedded KV store: disk tier directory (write-back, flushed at drain); empty = none",
+           "DIR");
   f.Int("max-running", &c.max_running, "turns decoded together in one batch at most");
   f.Int("max-waiting", &c.max_waiting,
         "turns queued for admission at most; more get RESOURCE_EXHAUSTED");
@@ -168,6 +175,9 @@ Status ValidateServerConfig(const ServerConfig& c) {
   FZ_RETURN_IF_ERROR(positive(c.housekeeping_ms, "housekeeping-ms"));
   if (c.grace_seconds < 0) return InvalidArgumentError("--grace-seconds: must be >= 0");
   if (c.kv_budget_bytes < 0) return InvalidArgumentError("--kv-budget-bytes: must be >= 0");
+  if (c.kvstore_host_bytes <= 0) {
+    return InvalidArgumentError("--kvstore-host-bytes: must be > 0");
+  }
   if (c.max_video_seconds <= 0) return InvalidArgumentError("--max-video-seconds: must be > 0");
   if (c.min_client_ping_interval_seconds < 0 || c.min_client_ping_interval_seconds > 30) {
     return InvalidArgumentError(

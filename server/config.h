@@ -29,6 +29,8 @@ struct ServerConfig {
   std::string default_policy = "none";
   int64_t kv_budget_bytes = 0;  // 0 = the engine's default
   std::string kvstore = "embedded";
+  int64_t kvstore_host_bytes = int64_t{1} << 30;  // embedded store: host-RAM tier
+  std::string kvstore_disk_path;                  // embedded store: disk tier ("" = none)
   // Scheduler
   int max_running = 16;
   int max_waiting = 64;

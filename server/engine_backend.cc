@@ -5,6 +5,8 @@
 
 #include "common/logging.h"
 #include "engine/runtime/engine.h"
+#include "kvstore/service/remote_store.h"
+#include "kvstore/tiered_store.h"
 #include "media/media.h"
 #include "server/preprocess_spec.h"
 
@@ -16,6 +18,51 @@ namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+KvPrecision PrecisionOf(engine::kv::KvFormat format) {
+  switch (format) {
+    case engine::kv::KvFormat::kF32:
+      return KvPrecision::kF32;
+    case engine::kv::KvFormat::kF16:
+      return KvPrecision::kF16;
+    case engine::kv::KvFormat::kInt4:
+      return KvPrecision::kInt4;
+    case engine::kv::KvFormat::kInt2:
+      return KvPrecision::kInt2;
+    case engine::kv::KvFormat::kLowRank:
+      return KvPrecision::kLowRank;
+  }
+  return KvPrecision::kF16;
+}
+
+// The KV store config `kvstore` names: "embedded" (a TieredStore in this process: host RAM, plus
+// disk when kvstore_disk_path is set), "none", or the address of a framezip-kvstore.
+StatusOr<std::unique_ptr<SessionKvCache>> OpenKvCache(const ServerConfig& config,
+                                                      const std::string& model_id) {
+  SessionKvCacheOptions options;
+  options.model_id = model_id;
+  options.pin_ttl = std::chrono::seconds(std::max(config.max_session_ttl_seconds, 60));
+  if (config.kvstore == "none" || config.kvstore.empty()) return nullptr;
+  if (config.kvstore == "embedded") {
+    kvstore::TieredStoreOptions o;
+    o.host = kvstore::HostTierOptions{static_cast<uint64_t>(config.kvstore_host_bytes)};
+    if (!config.kvstore_disk_path.empty()) {
+      kvstore::DiskTierOptions disk;
+      disk.dir = config.kvstore_disk_path;
+      o.disk = disk;
+      // Host first; a block reaches disk when the host tier evicts it or at drain (Flush).
+      o.write_mode = kvstore::WriteMode::kWriteBack;
+    }
+    o.default_pin_ttl = options.pin_ttl;
+    FZ_ASSIGN_OR_RETURN(std::unique_ptr<kvstore::TieredStore> store,
+                        kvstore::TieredStore::Open(std::move(o)));
+    kvstore::TieredStore* embedded = store.get();
+    return std::make_unique<SessionKvCache>(std::move(store), embedded, options);
+  }
+  FZ_ASSIGN_OR_RETURN(std::unique_ptr<kvstore::service::RemoteStore> remote,
+                      kvstore::service::RemoteStore::Connect({.address = config.kvstore}));
+  return std::make_unique<SessionKvCache>(std::move(remote), nullptr, options);
+}
+
 }  // namespace
 
 // One turn: the messages it feeds, and the conversation it runs on (the session's, or its own
@@ -25,9 +72,11 @@ class EngineBackend::Sequence final : public BackendSequence {
   ~Sequence() override {
     // Only a turn that ran leaves a partial reply behind; one that failed in Prepare did not
     // touch its conversation.
-    if (committed_ || !started_) return;
-    if (conversation_->decoding()) owner_->engine_->Cancel(*conversation_);
-    if (!session_id_.empty()) owner_->DropConversation(session_id_, conversation_);
+    if (!committed_ && started_) {
+      if (conversation_->decoding()) owner_->engine_->Cancel(*conversation_);
+      if (!session_id_.empty()) owner_->DropConversation(session_id_, conversation_);
+    }
+    if (holds_session_) owner_->EndTurn(session_id_);
   }
   uint64_t allocated_bytes() const override {
     const uint64_t now = conversation_ != nullptr ? conversation_->kv_bytes() : 0;
@@ -44,6 +93,8 @@ class EngineBackend::Sequence final : public BackendSequence {
     stats.generated_tokens = static_cast<uint32_t>(s.generated_tokens);
     stats.vision_encode_seconds = s.vision_ms / 1000.0;
     if (s.prefill_ms > 0) stats.prefill_seconds = s.prefill_ms / 1000.0;
+    stats.layer_kept_ratio = s.layer_kept_ratio;
+    stats.selection_overhead_ms = s.selection_overhead_ms;
   }
 
   EngineBackend* owner_ = nullptr;
@@ -57,6 +108,8 @@ class EngineBackend::Sequence final : public BackendSequence {
   bool started_ = false;
   bool finish_pending_ = false;  // the engine finished with text: end the turn on the next step
   bool committed_ = false;
+  bool holds_session_ = false;  // the session is marked busy for this turn
+  std::vector<std::array<uint8_t, 32>> media_hashes_;  // of this turn's new media (store keys)
 };
 
 StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(const ServerConfig& config) {
@@ -96,8 +149,12 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(const ServerConfig&
   m.vision.tokens_per_image = static_cast<uint32_t>(side * side);
   // Uniform frames per video when a session or upload asks for none: LLaVA-OneVision's default.
   m.vision.default_num_frames = 32;
-  FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {})", m.name, m.architecture,
-              c.text.num_hidden_layers, m.context_tokens);
+  const std::string model_id =
+      fmt::format("{}/{}x{}x{}", m.name, c.text.num_hidden_layers, c.text.num_key_value_heads,
+                  c.text.hidden_size);
+  FZ_ASSIGN_OR_RETURN(b->kv_cache_, OpenKvCache(config, model_id));
+  FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {}), session KV store: {}", m.name,
+              m.architecture, c.text.num_hidden_layers, m.context_tokens, config.kvstore);
   return b;
 }
 
@@ -113,13 +170,62 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   seq->owner_ = this;
   seq->session_id_ = request.session_id;
   size_t first_new = 0;
+  double restore_seconds = 0;
+  KvTier restore_tier = KvTier::kDevice;
   if (!request.session_id.empty()) {
+    bool evicted = false;
+    {
+      std::lock_guard lock(mu_);
+      SessionState& state = sessions_[request.session_id];
+      if (state.busy) {
+        return FailedPreconditionError("session '{}' already has a turn in progress",
+                                       request.session_id);
+      }
+      state.busy = true;
+      seq->holds_session_ = true;
+      state.last_used = Clock::now();
+      evicted = state.conversation == nullptr && state.messages_fed > 0;
+    }
+    // An evicted (or failed-turn) session continues from the store's copy of its KV.
+    std::unique_ptr<rt::Conversation> restored;
+    engine::kv::SegmentMark restored_mark;
+    bool forget_store = false;
+    if (evicted && kv_cache_ != nullptr && kv_cache_->segments(request.session_id) > 0) {
+      KvTier tier = KvTier::kHost;
+      StatusOr<rt::RestoredConversation> r =
+          RestoreFromStore(request.session_id, &restore_seconds, &tier);
+      if (r.ok()) {
+        restore_tier = tier;
+        restored = std::move(r->conversation);
+        restored_mark = std::move(r->mark);
+      } else {
+        FZ_LOG_WARN("session '{}': restoring its KV from the store failed ({}); re-prefilling "
+                    "its history",
+                    request.session_id, MessageOf(r.status()));
+        forget_store = true;
+      }
+    } else if (evicted) {
+      forget_store = true;
+    }
+    // Starting over from the first message: the store's segments no longer continue this KV.
+    if (forget_store && kv_cache_ != nullptr) kv_cache_->Release(request.session_id);
     std::lock_guard lock(mu_);
     SessionState& state = sessions_[request.session_id];
-    if (state.conversation == nullptr) {
+    if (restored != nullptr) {
+      state.conversation = std::move(restored);
+      state.mark = std::move(restored_mark);
+      state.messages_fed = state.stored_messages;
+      state.kv_bytes = state.conversation->kv_bytes();
+      state.cached_tokens = static_cast<uint32_t>(state.conversation->cached_tokens());
+      state.store_current = true;
+    } else if (state.conversation == nullptr) {
       FZ_ASSIGN_OR_RETURN(state.conversation,
                           engine_->NewConversation(PolicyName(request.policy.kind)));
       state.messages_fed = 0;
+      state.stored_messages = 0;
+      state.mark = {};
+      state.pending_media.clear();
+      state.store_current = false;
     }
     seq->conversation_ = state.conversation.get();
     first_new = std::min(state.messages_fed, request.messages.size() - 1);
@@ -165,6 +271,7 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
                           engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
                                                 engine::DType::kF32));
       std::copy(fb.data.begin(), fb.data.end(), pixels.data<float>());
+      seq->media_hashes_.push_back(MediaHashBytes(it->content_hash));
       rt::VisualInput visual;
       visual.kind = it->kind == MediaKind::kImage ? rt::VisualInput::Kind::kImage
                                                   : rt::VisualInput::Kind::kVideo;
@@ -187,6 +294,7 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   sp.max_new_tokens = static_cast<int>(std::max<uint32_t>(s.max_tokens, 1));
   for (uint32_t id : s.stop_token_ids) sp.stop_token_ids.push_back(static_cast<int32_t>(id));
   sp.stop_strings = s.stop;
+  seq->options_.ignore_eos = s.ignore_eos;
 
   PreparedTurn turn;
   // The exact counts come from the engine once the turn starts (ReportStats); one scheduler
@@ -198,6 +306,8 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   turn.predicted_kv_bytes =
       (text_bytes / 2 + visual_estimate + s.max_tokens + 16) * kv_bytes_per_token_;
   turn.media_decode_seconds = decode_seconds;
+  turn.kv_restore_seconds = restore_seconds;
+  turn.kv_restore_tier = restore_tier;
   turn.seed = s.seed;
   turn.sequence = std::move(seq);
   return turn;
@@ -254,22 +364,151 @@ Status EngineBackend::Commit(const std::string& session_id, BackendSequence& seq
   auto& seq = static_cast<Sequence&>(sequence);
   // The scheduler may end a turn (its own stop rules) while the engine still decodes it.
   if (seq.conversation_->decoding()) engine_->Cancel(*seq.conversation_);
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end() || it->second.conversation.get() != seq.conversation_) {
-    return FailedPreconditionError("session '{}' was released during its turn", session_id);
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || it->second.conversation.get() != seq.conversation_) {
+      return FailedPreconditionError("session '{}' was released during its turn", session_id);
+    }
+    SessionState& state = it->second;
+    state.messages_fed = seq.messages_total_ + 1;  // + the reply
+    state.kv_bytes = seq.conversation_->kv_bytes();
+    state.cached_tokens = static_cast<uint32_t>(seq.conversation_->cached_tokens());
+    state.store_current = false;
+    state.pending_media.insert(state.pending_media.end(), seq.media_hashes_.begin(),
+                               seq.media_hashes_.end());
+    seq.committed_ = true;
   }
-  it->second.messages_fed = seq.messages_total_ + 1;  // + the reply
-  it->second.kv_bytes = seq.conversation_->kv_bytes();
-  it->second.cached_tokens = static_cast<uint32_t>(seq.conversation_->cached_tokens());
-  seq.committed_ = true;
+  // The session is still busy (this turn holds it), so its conversation is ours to read.
+  if (Status s = CommitToStore(session_id, *seq.conversation_); !s.ok()) {
+    FZ_LOG_WARN("session '{}': committing its KV to the store failed: {} (kept in engine memory; "
+                "retried at the next turn and at drain)",
+                session_id, MessageOf(s));
+  }
   return absl::OkStatus();
 }
 
-void EngineBackend::DropConversation(const std::string& session_id, rt::Conversation* expected) {
+std::string EngineBackend::CompressionConfig(const rt::Conversation& conversation) const {
+  return fmt::format("policy={};kv={}", conversation.policy(), KvPrecisionName(Precision()));
+}
+
+Status EngineBackend::CommitToStore(const std::string& session_id,
+                                    const rt::Conversation& conversation) {
+  if (kv_cache_ == nullptr) return absl::OkStatus();
+  engine::kv::SegmentMark since;
+  std::vector<std::array<uint8_t, 32>> media;
+  size_t messages = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return absl::OkStatus();
+    since = it->second.mark;
+    media = it->second.pending_media;
+    messages = it->second.messages_fed;
+  }
+  FZ_ASSIGN_OR_RETURN(rt::ConversationSegment segment,
+                      engine_->ExportConversation(conversation, since, kv_max_block_bytes_));
+  FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_id, std::move(segment.encoded.blocks),
+                                              segment.tokens, media,
+                                              CompressionConfig(conversation), Precision()));
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_id);
-  if (it != sessions_.end() && it->second.conversation.get() == expected) sessions_.erase(it);
+  if (it != sessions_.end()) {
+    it->second.mark = std::move(segment.encoded.next_mark);
+    it->second.pending_media.clear();
+    it->second.stored_messages = messages;
+    it->second.store_current = true;
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const std::string& session_id,
+                                                                   double* seconds,
+                                                                   KvTier* tier) {
+  const auto t0 = Clock::now();
+  FZ_ASSIGN_OR_RETURN(LoadedSessionKv loaded, kv_cache_->Load(session_id));
+  std::vector<engine::kv::DecodedSegment> segments;
+  segments.reserve(loaded.segments.size());
+  for (const std::vector<std::string>& blocks : loaded.segments) {
+    FZ_ASSIGN_OR_RETURN(engine::kv::DecodedSegment d, engine::kv::DecodeSegment(blocks));
+    segments.push_back(std::move(d));
+  }
+  StatusOr<rt::RestoredConversation> attempt = engine_->RestoreConversation(segments);
+  if (absl::IsResourceExhausted(attempt.status()) && EvictIdleSessions(loaded.bytes) > 0) {
+    attempt = engine_->RestoreConversation(segments);  // idle sessions made room
+  }
+  if (!attempt.ok()) return attempt.status();
+  rt::RestoredConversation restored = *std::move(attempt);
+  *seconds = Seconds(Clock::now() - t0);
+  switch (loaded.slowest_tier) {
+    case kvstore::Tier::kHost:
+      *tier = KvTier::kHost;
+      break;
+    case kvstore::Tier::kDisk:
+      *tier = KvTier::kDisk;
+      break;
+    case kvstore::Tier::kRedis:
+      *tier = KvTier::kRedis;
+      break;
+    case kvstore::Tier::kRemote:
+      *tier = KvTier::kRemote;
+      break;
+  }
+  FZ_LOG_INFO("session '{}': restored {} tokens of KV from the store ({} segments, {} bytes, {} "
+              "tier) in {:.3f} s",
+              session_id, restored.conversation->cached_tokens(), segments.size(), loaded.bytes,
+              KvTierName(*tier), *seconds);
+  return restored;
+}
+
+void EngineBackend::EndTurn(const std::string& session_id) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end()) {
+    it->second.busy = false;
+    it->second.last_used = Clock::now();
+  }
+}
+
+uint64_t EngineBackend::EvictIdleSessions(uint64_t bytes) {
+  if (kv_cache_ == nullptr) return 0;
+  std::vector<std::unique_ptr<rt::Conversation>> evicted;
+  uint64_t freed = 0;
+  {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<Clock::time_point, SessionState*>> idle;
+    for (auto& [id, state] : sessions_) {
+      if (state.conversation != nullptr && !state.busy && state.store_current) {
+        idle.emplace_back(state.last_used, &state);
+      }
+    }
+    std::sort(idle.begin(), idle.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [when, state] : idle) {
+      if (freed >= bytes) break;
+      freed += state->conversation->kv_bytes();
+      evicted.push_back(std::move(state->conversation));
+    }
+  }
+  if (!evicted.empty()) {
+    FZ_LOG_INFO("KV budget: evicted {} idle sessions ({} bytes) to the KV store", evicted.size(),
+                freed);
+  }
+  return freed;  // the conversations (and their pages) are freed here
+}
+
+void EngineBackend::DropConversation(const std::string& session_id, rt::Conversation* expected) {
+  std::unique_ptr<rt::Conversation> dropped;
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second.conversation.get() != expected) return;
+  // The session's last committed state may be in the store: the next turn restores it. Without a
+  // store (or before any commit) it starts over from the first message.
+  dropped = std::move(it->second.conversation);
+  if (kv_cache_ == nullptr || kv_cache_->segments(session_id) == 0) {
+    it->second.messages_fed = 0;
+  }
+  it->second.kv_bytes = 0;
 }
 
 std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_id) {
@@ -281,20 +520,47 @@ std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_id
     if (it == sessions_.end()) return {};
     // A running turn holds a pointer to the conversation: leave it to that turn's end (its
     // sequence drops or commits it; the session store then releases it again).
-    if (it->second.conversation && it->second.conversation->decoding()) return {};
-    bytes = it->second.kv_bytes;
+    if (it->second.busy) return {};
+    bytes = it->second.conversation != nullptr ? it->second.kv_bytes : 0;
     conversation = std::move(it->second.conversation);
     sessions_.erase(it);
   }
-  if (bytes == 0) return {};
-  return {{KvTier::kDevice, Precision(), bytes}};
+  std::vector<KvBytes> freed;
+  if (bytes > 0) freed.push_back({KvTier::kDevice, Precision(), bytes});
+  if (kv_cache_ != nullptr) {
+    for (const KvBytes& b : kv_cache_->Release(session_id)) freed.push_back(b);
+  }
+  return freed;
 }
 
 std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_id) const {
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end() || it->second.kv_bytes == 0) return {};
-  return {{KvTier::kDevice, Precision(), it->second.kv_bytes}};
+  std::vector<KvBytes> out;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return {};
+    if (it->second.conversation != nullptr && it->second.kv_bytes > 0) {
+      // By page format as of the conversation's last turn (a compressing policy mixes f16, int4
+      // and int2 pages); the total alone when no breakdown is known (a restored conversation).
+      const engine::kv::KvBytesByFormat& by_format =
+          it->second.conversation->current().stats.kv_bytes_by_format;
+      uint64_t known = 0;
+      for (size_t f = 0; f < by_format.size(); ++f) {
+        if (by_format[f] == 0) continue;
+        known += by_format[f];
+        out.push_back({KvTier::kDevice, PrecisionOf(static_cast<engine::kv::KvFormat>(f)),
+                       by_format[f]});
+      }
+      if (known != it->second.kv_bytes) {
+        out.clear();
+        out.push_back({KvTier::kDevice, Precision(), it->second.kv_bytes});
+      }
+    }
+  }
+  if (kv_cache_ != nullptr) {
+    for (const KvBytes& b : kv_cache_->Bytes(session_id)) out.push_back(b);
+  }
+  return out;
 }
 
 uint32_t EngineBackend::SessionCachedTokens(const std::string& session_id) const {
@@ -306,14 +572,36 @@ uint32_t EngineBackend::SessionCachedTokens(const std::string& session_id) const
 uint64_t EngineBackend::KvUsedBytes() const { return engine_->kv_pool().bytes_in_use(); }
 
 Status EngineBackend::FlushSessions() {
-  // The KV store (kvstore/) is not wired to the engine's page codec yet: session KV lives in the
-  // engine's pool only and is lost at exit.
-  std::lock_guard lock(mu_);
-  if (!sessions_.empty()) {
-    FZ_LOG_WARN("drain: {} sessions' KV not flushed (no KV store connected to the engine yet)",
-                sessions_.size());
+  if (kv_cache_ == nullptr) {
+    std::lock_guard lock(mu_);
+    if (!sessions_.empty()) {
+      FZ_LOG_WARN("drain: {} sessions' KV not flushed (kvstore: none)", sessions_.size());
+    }
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  // Sessions whose last commit to the store failed get another try (no turn runs any more).
+  std::vector<std::pair<std::string, rt::Conversation*>> behind;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, state] : sessions_) {
+      if (state.conversation != nullptr && !state.store_current && !state.busy &&
+          state.messages_fed > 0) {
+        behind.emplace_back(id, state.conversation.get());
+      }
+    }
+  }
+  Status first_error;
+  for (const auto& [id, conversation] : behind) {
+    if (Status s = CommitToStore(id, *conversation); !s.ok()) {
+      FZ_LOG_ERROR("drain: session '{}' KV not flushed: {}", id, MessageOf(s));
+      first_error.Update(s);
+    }
+  }
+  StatusOr<FlushReport> report = kv_cache_->Flush();
+  if (!report.ok()) return report.status();
+  FZ_LOG_INFO("drain: session KV flushed to the store: {} sessions, {} blocks, {} bytes",
+              report->sessions, report->blocks, report->bytes);
+  return first_error;
 }
 
 }  // namespace framezip::server

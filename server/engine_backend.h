@@ -9,20 +9,33 @@
 // replace the scheduler's estimates in the stats (BackendSequence::ReportStats).
 //
 // A cancelled or failed turn leaves its conversation with a partial reply the session never
-// recorded, so the conversation is dropped and the session's next turn re-prefills its history.
+// recorded, so the conversation is dropped and the session's next turn restores the last
+// committed state from the KV store (or re-prefills its history when the store has none).
+//
+// Session KV in the store (server/session_kv_cache.h): after every turn the conversation's new
+// pages are exported with the engine's page codec and committed to the KV store (the embedded
+// TieredStore by default, or a framezip-kvstore by address: config `kvstore`), pinned while the
+// session lives. When a turn does not fit the engine's KV budget, idle sessions whose KV is in the
+// store are evicted from engine memory (EvictIdleSessions, least recently used first); their next
+// turn restores the cached prefix from the store and prefills only the new text. Drain
+// (FlushSessions) commits whatever is not in the store yet and makes the store durable.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "engine/kv/page_codec.h"
 #include "server/config.h"
 #include "server/model_backend.h"
+#include "server/session_kv_cache.h"
 
 namespace framezip::engine::runtime {
 class Engine;
 class Conversation;
+struct RestoredConversation;
 }  // namespace framezip::engine::runtime
 
 namespace framezip::server {
@@ -43,19 +56,40 @@ class EngineBackend final : public ModelBackend {
   uint64_t KvUsedBytes() const override;
   uint64_t KvCapacityBytes() const override { return kv_capacity_bytes_; }
   Status FlushSessions() override;
+  uint64_t EvictIdleSessions(uint64_t bytes) override;
+
+  // The session KV store; nullptr when config `kvstore` is "none".
+  SessionKvCache* kv_cache() { return kv_cache_.get(); }
 
  private:
   class Sequence;
   struct SessionState {
-    std::unique_ptr<engine::runtime::Conversation> conversation;
+    std::unique_ptr<engine::runtime::Conversation> conversation;  // null when evicted
     size_t messages_fed = 0;  // conversation messages already in the KV (reply included)
     uint64_t kv_bytes = 0;    // as of the last commit
     uint32_t cached_tokens = 0;
+    bool busy = false;            // a turn is being prepared or run on it
+    bool store_current = false;   // the store holds everything the conversation does
+    size_t stored_messages = 0;   // messages_fed as of the store's last segment
+    engine::kv::SegmentMark mark;  // where the next segment for the store starts
+    std::vector<std::array<uint8_t, 32>> pending_media;  // media of turns not yet in the store
+    Clock::time_point last_used;
   };
   EngineBackend() = default;
   // Drops a session's conversation after a failed turn (step thread or prepare pool).
   void DropConversation(const std::string& session_id, engine::runtime::Conversation* expected);
+  // The end of a turn's hold on its session (every turn, whatever its outcome).
+  void EndTurn(const std::string& session_id);
+  // A conversation rebuilt from the session's segments in the store.
+  StatusOr<engine::runtime::RestoredConversation> RestoreFromStore(const std::string& session_id,
+                                                                   double* seconds,
+                                                                   KvTier* tier);
+  // Exports what `conversation` added since the session's mark and commits it to the store
+  // (no-op without a store). Called with the session not running a turn.
+  Status CommitToStore(const std::string& session_id,
+                       const engine::runtime::Conversation& conversation);
   KvPrecision Precision() const;
+  std::string CompressionConfig(const engine::runtime::Conversation& conversation) const;
 
   std::unique_ptr<engine::runtime::Engine> engine_;
   ModelDescription model_;
@@ -63,6 +97,8 @@ class EngineBackend final : public ModelBackend {
   uint64_t kv_bytes_per_token_ = 0;
   mutable std::mutex mu_;
   std::map<std::string, SessionState> sessions_;  // guarded by mu_
+  std::unique_ptr<SessionKvCache> kv_cache_;
+  size_t kv_max_block_bytes_ = size_t{4} << 20;
 };
 
 }  // namespace framezip::server

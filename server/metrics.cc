@@ -168,9 +168,9 @@ void ServerMetrics::RecordTurn(const TurnStats& s) {
     Hist(*vision_encode_, kStageBuckets).Observe(s.vision_encode_seconds);
   }
   if (s.cached_tokens > 0) {
-    // The tier the prefix came from is the device tier unless the engine restored it from the
-    // store; the engine reports per-tier restore time in a later revision of TurnStats.
-    Hist(*kv_restore_, kStageBuckets, {{"tier", "device"}}).Observe(s.kv_restore_seconds);
+    // The tier the prefix came from: engine memory, or the store tier it was restored from.
+    Hist(*kv_restore_, kStageBuckets, {{"tier", KvTierName(s.kv_restore_tier)}})
+        .Observe(s.kv_restore_seconds);
   }
   if (!s.kv_bytes.empty()) Hist(*compression_ratio_, kRatioBuckets).Observe(s.compression_ratio);
   if (!s.layer_kept_ratio.empty()) {

@@ -46,6 +46,7 @@ struct PreparedTurn {
   double media_decode_seconds = 0;
   double vision_encode_seconds = 0;
   double kv_restore_seconds = 0;
+  KvTier kv_restore_tier = KvTier::kDevice;  // the store tier the prefix was restored from
   uint64_t seed = 0;
 };
 
@@ -93,6 +94,11 @@ class ModelBackend {
 
   // Writes every session's KV to the KV store (drain). Thread-safe.
   virtual Status FlushSessions() = 0;
+
+  // Frees at least `bytes` of engine KV memory, when it can, by evicting idle sessions whose KV
+  // is safe in the KV store (their next turn restores it). Returns the bytes freed. Called by the
+  // scheduler when a turn does not fit the KV budget. Default: nothing to evict.
+  virtual uint64_t EvictIdleSessions(uint64_t /*bytes*/) { return 0; }
 };
 
 }  // namespace framezip::server

@@ -73,6 +73,7 @@ void ToProto(const SamplingSpec& s, v1::SamplingParams* out) {
   for (const auto& stop : s.stop) out->add_stop(stop);
   for (uint32_t id : s.stop_token_ids) out->add_stop_token_ids(id);
   out->set_seed(s.seed);
+  out->set_ignore_eos(s.ignore_eos);
 }
 
 void ToProto(const FrameSpec& s, v1::FrameSampling* out) {

@@ -212,6 +212,7 @@ StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& s, const char*
   spec.max_tokens = s.max_tokens();
   spec.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   spec.seed = s.seed();
+  spec.ignore_eos = s.ignore_eos();
   return spec;
 }
 
@@ -225,6 +226,7 @@ SamplingSpec MergeSampling(const SamplingSpec& session, const SamplingSpec& o) {
   if (!o.stop.empty()) merged.stop = o.stop;
   if (!o.stop_token_ids.empty()) merged.stop_token_ids = o.stop_token_ids;
   if (o.seed != 0) merged.seed = o.seed;
+  if (o.ignore_eos) merged.ignore_eos = true;
   return merged;
 }
 

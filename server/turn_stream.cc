@@ -164,11 +164,14 @@ void TurnStream::Submit(TurnRequest request) {
 void TurnStream::OnDelta(std::string text, std::vector<uint32_t> token_ids) {
   answer_ += text;
   if (stats_only_) return;
-  v1::ChatResponse response;
-  response.mutable_delta()->set_text(std::move(text));
-  for (uint32_t id : token_ids) response.mutable_delta()->add_token_ids(id);
   std::unique_lock lock(mu_);
-  queue_.push_back(std::move(response));
+  // While a write is in flight, later tokens join the newest queued delta instead of queueing a
+  // message each: a slow reader (or a busy server at high concurrency) then gets fewer, larger
+  // deltas rather than a backlog of one-token messages, each costing a gRPC write.
+  if (queue_.empty() || !queue_.back().has_delta()) queue_.emplace_back().mutable_delta();
+  v1::TextDelta* delta = queue_.back().mutable_delta();
+  delta->mutable_text()->append(text);
+  for (uint32_t id : token_ids) delta->add_token_ids(id);
   Pump(lock);
 }
 

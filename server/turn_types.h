@@ -65,6 +65,7 @@ struct SamplingSpec {
   std::vector<std::string> stop;
   std::vector<uint32_t> stop_token_ids;
   uint64_t seed = 0;  // 0 = pick one
+  bool ignore_eos = false;  // benchmarks: do not stop at the model's end-of-turn tokens
 };
 
 struct FrameSpec {
@@ -143,6 +144,9 @@ struct TurnStats {
   double vision_encode_seconds = 0;
   double prefill_seconds = 0;
   double kv_restore_seconds = 0;
+  // Where the cached prefix came from: engine memory, or the KV store tier it was restored from
+  // (framezip_kv_restore_seconds{tier}); not sent to clients.
+  KvTier kv_restore_tier = KvTier::kDevice;
   double decode_tokens_per_second = 0;
   double e2e_seconds = 0;
   std::vector<KvBytes> kv_bytes;  // held by the session after the turn

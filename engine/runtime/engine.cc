@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "engine/core/thread_pool.h"
+#include "engine/kv/quant_page.h"
 #include "engine/vision/llava_vision.h"
 
 namespace framezip::engine::runtime {
@@ -32,6 +33,16 @@ size_t HeldBackBytes(const std::string& text, const std::vector<std::string>& st
   return held;
 }
 
+// The KV figures of a turn's stats, from the conversation's cache.
+void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnStats& st) {
+  st.kv_bytes = seq.kv.bytes();
+  st.kv_bytes_by_format = seq.kv.bytes_by_format();
+  const double f16_bytes = static_cast<double>(seq.length) *
+                           static_cast<double>(text.num_hidden_layers) * 4.0 *
+                           static_cast<double>(text.kv_dim());
+  st.compression_ratio = st.kv_bytes > 0 ? f16_bytes / static_cast<double>(st.kv_bytes) : 1;
+}
+
 }  // namespace
 
 struct Engine::PreparedTurn {
@@ -39,6 +50,7 @@ struct Engine::PreparedTurn {
   Tensor embeds;             // [ids.size(), H]
   int64_t prompt_tokens = 0;
   int64_t visual_tokens = 0;
+  std::vector<uint8_t> visual;  // [ids.size()] 1 at rows filled with visual features
   double vision_ms = 0;
 };
 
@@ -67,27 +79,35 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw,
                       llm::DecoderWeightsFromModel(e->weights_, e->config_.text));
   FZ_ASSIGN_OR_RETURN(e->decoder_, llm::Decoder::Create(e->config_.text, std::move(dw)));
+  // One pool per page format a policy may ask for, all drawing from kv_max_bytes: the full format
+  // plus int4/int2 (KIVI/ZipVL pages; only when head_dim allows 32-channel groups).
   const kv::PageLayout layout = e->decoder_->KvLayout(options.kv_format, options.kv_page_tokens);
-  const int64_t max_pages =
-      std::max<int64_t>(1, options.kv_max_bytes / static_cast<int64_t>(layout.PageBytes()));
-  FZ_ASSIGN_OR_RETURN(e->pool_, kv::PagePool::Create(layout, max_pages));
+  std::vector<kv::KvFormat> formats = {options.kv_format};
+  if (kv::CheckQuantPageLayout(e->decoder_->KvLayout(kv::KvFormat::kInt4)).ok()) {
+    formats.push_back(kv::KvFormat::kInt4);
+    formats.push_back(kv::KvFormat::kInt2);
+  }
+  FZ_ASSIGN_OR_RETURN(e->pools_, kv::KvPools::Create(layout, formats, options.kv_max_bytes));
+  const int64_t max_pages = e->pools_->pool(options.kv_format)->max_pages();
   // What the template writes after an assistant reply (e.g. "<|im_end|>\n"): fed before the next
   // turn's messages so the cache holds exactly the rendered conversation.
   const std::vector<model::ChatMessage> probe = {{"assistant", {model::ChatContent::Text("\x01")}}};
   FZ_ASSIGN_OR_RETURN(const std::string rendered, e->template_->Render(probe, false));
   const size_t at = rendered.find('\x01');
   e->assistant_close_ = at == std::string::npos ? "" : rendered.substr(at + 1);
-  FZ_LOG_INFO("engine: loaded {} ({} layers, hidden {}, vocab {}), KV {} pages of {} tokens ({})",
+  FZ_LOG_INFO("engine: loaded {} ({} layers, hidden {}, vocab {}), KV {} {} pages of {} tokens "
+              "(page formats {})",
               dir.string(), e->config_.text.num_hidden_layers, e->config_.text.hidden_size,
-              e->config_.text.vocab_size, max_pages, layout.page_tokens,
-              kv::KvFormatName(layout.format));
+              e->config_.text.vocab_size, max_pages, kv::KvFormatName(layout.format),
+              layout.page_tokens, fmt::join(e->pools_->formats(), ", "));
   return e;
 }
 
 StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view policy) {
   std::unique_ptr<Conversation> c(new Conversation());
   c->policy_ = policy.empty() ? options_.default_policy : std::string(policy);
-  FZ_ASSIGN_OR_RETURN(c->sequence_, decoder_->NewSequence(pool_.get(), c->policy_));
+  FZ_ASSIGN_OR_RETURN(c->sequence_,
+                      decoder_->NewSequence(*pools_, options_.kv_format, c->policy_));
   return c;
 }
 
@@ -183,6 +203,8 @@ StatusOr<Engine::PreparedTurn> Engine::Prepare(Conversation& c, std::span<const 
           "<image>/<video> in the text",
           rows_at.size(), token, want);
     }
+    p.visual.resize(p.ids.size(), 0);
+    for (int64_t row : rows_at) p.visual[static_cast<size_t>(row)] = 1;
     size_t next = 0;
     for (size_t k = 0; k < inputs->size(); ++k) {
       FZ_ASSIGN_OR_RETURN(Tensor rows, EncodeVisual(*(*inputs)[k], (*counts)[k]));
@@ -204,6 +226,7 @@ StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message>
   const double start = NowMs();
   llm::SamplingParams sp = options.sampling;
   for (int64_t id : config_.generation.eos_token_ids) {
+    if (options.ignore_eos) break;
     if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) ==
         sp.stop_token_ids.end()) {
       sp.stop_token_ids.push_back(static_cast<int32_t>(id));
@@ -213,10 +236,12 @@ StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message>
   FZ_ASSIGN_OR_RETURN(PreparedTurn p, Prepare(c, messages));
 
   const double t_prefill = NowMs();
+  c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
   FZ_ASSIGN_OR_RETURN(
       Tensor logits,
       decoder_->Prefill(*c.sequence_, p.embeds,
-                        llm::PrefillOptions{.chunk_tokens = options_.prefill_chunk_tokens}));
+                        llm::PrefillOptions{.chunk_tokens = options_.prefill_chunk_tokens,
+                                            .visual = p.visual}));
   const double prefill_ms = NowMs() - t_prefill;
   c.history_.insert(c.history_.end(), p.ids.begin(), p.ids.end());
   c.pending_.clear();
@@ -231,6 +256,9 @@ StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message>
   st.visual_tokens = p.visual_tokens;
   st.vision_ms = p.vision_ms;
   st.prefill_ms = prefill_ms;
+  st.layer_kept_ratio = c.sequence_->prefill_stats.KeptRatios();
+  st.selection_overhead_ms = c.sequence_->prefill_stats.selection_ms;
+  FillKvStats(*c.sequence_, config_.text, st);
   c.sampler_ = std::make_unique<llm::Sampler>(sp);
   c.stop_ = std::make_unique<llm::StopCondition>(sp);
   c.detok_ = std::make_unique<model::StreamingDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
@@ -276,7 +304,7 @@ StepOutput Engine::Accept(Conversation& c, int32_t token) {
   r.stats.generated_tokens = generated;
   if (out.finished) {
     r.stats.stop_reason = reason;
-    r.stats.kv_bytes = c.sequence_->kv.bytes();
+    FillKvStats(*c.sequence_, config_.text, r.stats);
     r.stats.decode_tokens_per_s =
         r.stats.decode_ms > 0 ? (generated - 1) * 1000.0 / r.stats.decode_ms : 0;
     c.decoding_ = false;
@@ -312,7 +340,7 @@ void Engine::Cancel(Conversation& c) {
   if (!c.decoding_) return;
   c.decoding_ = false;
   c.current_.stats.stop_reason = llm::StopReason::kCancelled;
-  c.current_.stats.kv_bytes = c.sequence_->kv.bytes();
+  FillKvStats(*c.sequence_, config_.text, c.current_.stats);
 }
 
 StatusOr<TurnResult> Engine::RunTurn(Conversation& c, std::span<const Message> messages,
@@ -331,6 +359,80 @@ StatusOr<TurnResult> Engine::RunTurn(Conversation& c, std::span<const Message> m
     if (on_text && !outs[0].delta.empty()) on_text(outs[0].delta);
   }
   return c.current_;
+}
+
+}  // namespace framezip::engine::runtime
+
+namespace framezip::engine::runtime {
+
+StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> messages,
+                                   std::span<const int32_t> forced) {
+  if (c.decoding_) return FailedPreconditionError("the conversation is still decoding a turn");
+  if (forced.empty()) return InvalidArgumentError("ScoreTurn needs at least one forced token");
+  for (int32_t t : forced) {
+    if (t < 0 || t >= config_.text.vocab_size) {
+      return OutOfRangeError("forced token {} is outside the vocabulary of {}", t,
+                             config_.text.vocab_size);
+    }
+  }
+  const double start = NowMs();
+  const int64_t cached = c.sequence_->length;
+  FZ_ASSIGN_OR_RETURN(PreparedTurn p, Prepare(c, messages));
+  const double t_prefill = NowMs();
+  llm::PrefillOptions prefill;  // as StartTurn prefills, so the policy sees the same inputs
+  prefill.chunk_tokens = options_.prefill_chunk_tokens;
+  prefill.visual = p.visual;
+  c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
+  FZ_ASSIGN_OR_RETURN(Tensor last, decoder_->Prefill(*c.sequence_, p.embeds, prefill));
+  const double prefill_ms = NowMs() - t_prefill;
+  c.history_.insert(c.history_.end(), p.ids.begin(), p.ids.end());
+  c.pending_.clear();
+  c.first_turn_ = false;
+
+  const int64_t n = static_cast<int64_t>(forced.size());
+  const int64_t v = last.dim(1);
+  FZ_ASSIGN_OR_RETURN(Tensor logits, Tensor::Empty({n, v}, DType::kF32));
+  std::memcpy(logits.data<float>(), last.data<float>(), static_cast<size_t>(v) * sizeof(float));
+  const double ttft_ms = NowMs() - start;
+  llm::Sequence* seq[] = {c.sequence_.get()};
+  double decode_ms = 0;
+  // Every forced token but the last goes into the cache; the last stays pending, as a sampled
+  // token would, so the next turn's close feeds it exactly like after generation.
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    c.history_.push_back(forced[i]);
+    const double t0 = NowMs();
+    FZ_ASSIGN_OR_RETURN(Tensor step, decoder_->DecodeStep(seq, forced.subspan(i, 1)));
+    decode_ms += NowMs() - t0;
+    std::memcpy(logits.data<float>() + (i + 1) * v, step.data<float>(),
+                static_cast<size_t>(v) * sizeof(float));
+  }
+  c.history_.push_back(forced.back());
+  c.pending_ = {forced.back()};
+
+  c.current_ = TurnResult();
+  TurnResult& r = c.current_;
+  r.token_ids.assign(forced.begin(), forced.end());
+  const auto& eos = config_.generation.eos_token_ids;
+  const bool ends_on_eos = std::find(eos.begin(), eos.end(), forced.back()) != eos.end();
+  r.text = tokenizer_->Decode(ends_on_eos ? forced.first(forced.size() - 1) : forced,
+                              /*skip_special_tokens=*/true);
+  TurnStats& st = r.stats;
+  st.policy = c.policy_;
+  st.prompt_tokens = p.prompt_tokens;
+  st.prefilled_tokens = static_cast<int64_t>(p.ids.size());
+  st.cached_tokens = cached;
+  st.visual_tokens = p.visual_tokens;
+  st.generated_tokens = n;
+  st.vision_ms = p.vision_ms;
+  st.prefill_ms = prefill_ms;
+  st.ttft_ms = ttft_ms;
+  st.decode_ms = decode_ms;
+  st.decode_tokens_per_s = decode_ms > 0 ? (n - 1) * 1000.0 / decode_ms : 0;
+  st.layer_kept_ratio = c.sequence_->prefill_stats.KeptRatios();
+  st.selection_overhead_ms = c.sequence_->prefill_stats.selection_ms;
+  FillKvStats(*c.sequence_, config_.text, st);
+  st.stop_reason = ends_on_eos ? llm::StopReason::kStopToken : llm::StopReason::kMaxTokens;
+  return logits;
 }
 
 }  // namespace framezip::engine::runtime

@@ -43,6 +43,8 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
+#include "engine/kv/page_codec.h"
+#include "engine/kv/kv_pools.h"
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/sampler.h"
@@ -87,6 +89,8 @@ struct TurnOptions {
   // Generation settings. Leave stop_token_ids empty to use the model's eos ids
   // (generation_config.json); they are added to any ids given.
   llm::SamplingParams sampling;
+  // Benchmarks: do not add the model's eos ids to the stop tokens (generate max_new_tokens).
+  bool ignore_eos = false;
 };
 
 // Per-turn figures (also the server's per-turn stats).
@@ -103,6 +107,15 @@ struct TurnStats {
   double decode_ms = 0;  // all decode steps of this turn
   double decode_tokens_per_s = 0;
   size_t kv_bytes = 0;  // KV pages held by the conversation at the end of the turn
+  // kv_bytes split by page format (index: kv::KvFormat).
+  kv::KvBytesByFormat kv_bytes_by_format = {};
+  // Bytes an uncompressed f16 cache of the conversation's tokens (every layer, K and V) would take,
+  // over kv_bytes (1 = uncompressed f16; evicted tokens count as saved).
+  double compression_ratio = 1;
+  // Per decoder layer, this turn's prefilled tokens kept at full or important precision (ZipVL's
+  // important ratio; FastV's kept fraction; 1 for none).
+  std::vector<float> layer_kept_ratio;
+  double selection_overhead_ms = 0;  // policy time choosing tokens during prefill
   llm::StopReason stop_reason = llm::StopReason::kNone;
 };
 
@@ -148,6 +161,19 @@ class Conversation {
   double turn_start_ms_ = 0;
 };
 
+// One commit of a conversation's KV (Engine::ExportConversation): the codec segment and the token
+// ids it covers (the block key of the segment is derived from them by the caller).
+struct ConversationSegment {
+  kv::EncodedSegment encoded;
+  std::vector<int32_t> tokens;  // fed since the previous commit (the segment's turn)
+};
+
+// A conversation rebuilt from its committed segments, and where its next commit starts.
+struct RestoredConversation {
+  std::unique_ptr<Conversation> conversation;
+  kv::SegmentMark mark;
+};
+
 // What Step() reports for one conversation.
 struct StepOutput {
   std::string delta;  // new text (may be empty: a partial UTF-8 character or a held-back prefix)
@@ -169,7 +195,8 @@ class Engine {
   const model::PreprocessorConfig& preprocessor() const { return preprocessor_; }
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
   const llm::Decoder& decoder() const { return *decoder_; }
-  const kv::PagePool& kv_pool() const { return *pool_; }
+  // The KV page pools (one per format, one shared byte budget).
+  const kv::KvPools& kv_pool() const { return *pools_; }
   // Side S of the frames VisualInput expects ([N, 3, S, S]).
   int64_t image_size() const { return config_.vision.image_size; }
 
@@ -199,6 +226,31 @@ class Engine {
   // Ends a decoding conversation's turn early (client cancel): stop_reason kCancelled.
   void Cancel(Conversation& conversation);
 
+  // Teacher forcing (framezip eval --agreement): renders, encodes and prefills `messages` like
+  // StartTurn, then feeds `forced` through the decoder one decode step at a time — the path
+  // generation takes, so the policy's decode hooks apply — instead of sampling. Returns logits
+  // [n, V] f32 for n = forced.size(): row i is the next-token distribution after the prompt and
+  // forced[0..i), i.e. what greedy decoding takes the argmax of at answer position i. The
+  // conversation then holds the turn as if `forced` had been generated (current().token_ids,
+  // stats), so a later turn continues after it. OUT_OF_RANGE for a token outside the vocabulary.
+  StatusOr<Tensor> ScoreTurn(Conversation& conversation, std::span<const Message> messages,
+                             std::span<const int32_t> forced);
+
+  // Snapshot and restore (engine/runtime/conversation_snapshot.cc; format in kv/page_codec.h).
+  // ExportConversation encodes what the conversation added to its KV and history since `since`
+  // (a default mark = everything) as one segment of blocks of at most `max_block_bytes`.
+  // FAILED_PRECONDITION while it is decoding a turn.
+  StatusOr<ConversationSegment> ExportConversation(const Conversation& conversation,
+                                                   const kv::SegmentMark& since,
+                                                   size_t max_block_bytes) const;
+  // A new conversation holding the KV, history and position of `segments` (commits 0..N in
+  // order): its cached_tokens() equals the restored prefix, so the next turn prefills only its new
+  // messages. INVALID_ARGUMENT for segments of another model/layout or out of order, DATA_LOSS
+  // never (decode first: kv::DecodeSegment), RESOURCE_EXHAUSTED when the KV pool is full. Nothing
+  // stays allocated on an error.
+  StatusOr<RestoredConversation> RestoreConversation(
+      std::span<const kv::DecodedSegment> segments);
+
  private:
   Engine() = default;
   struct PreparedTurn;
@@ -214,7 +266,7 @@ class Engine {
   std::unique_ptr<model::ChatTemplate> template_;
   vision::LlavaVisionWeights vision_weights_;
   std::unique_ptr<llm::Decoder> decoder_;
-  std::unique_ptr<kv::PagePool> pool_;
+  std::unique_ptr<kv::KvPools> pools_;
   std::string assistant_close_;  // the template's text after an assistant reply ("<|im_end|>\n")
 };
 

@@ -1,10 +1,19 @@
-// framezip bench server: the serving benchmark, as a client of a running framezip-server.
-// For each concurrency (default 1, 4, 16) that many sessions each upload the video (optional)
-// and ask two questions; reports TTFT and inter-token latency p50/p99 as the client sees them,
-// the aggregate decode tokens/s, and turn 2's TTFT over turn 1's (the KV reuse across turns).
+// framezip bench server: the serving benchmark. Runs against a running framezip-server
+// (--server ADDR) or starts the server's code in this process on a model (--model DIR: the real
+// engine behind the real scheduler and gRPC service on 127.0.0.1:0).
+//
+// For each concurrency level (default 1, 4, 16) that many sessions each upload the video and ask
+// two questions, in lockstep phases: every session's turn 1 starts together, then every turn 2.
+// Reported, as the client sees them: TTFT and inter-token latency p50/p99, the aggregate decode
+// throughput (turn-2 tokens over the turn-2 phase's wall time: turn 2 prefills a few text tokens
+// only, so the phase is decode), turn 1's TTFT over turn 2's on the same video (the session KV
+// reuse; target >= 10x at concurrency 1), and the decode throughput at the highest level over
+// the lowest (continuous batching; target >= 4x for 16 vs 1). --ignore-eos (default on) makes
+// every turn generate exactly --max-tokens tokens so levels compare like for like.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +22,8 @@
 #include <thread>
 
 #include "framezip/v1/video_chat.grpc.pb.h"
+#include "server/engine_factory.h"
+#include "server/video_chat_server.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
@@ -32,51 +43,67 @@ double Percentile(std::vector<double> v, double p) {
 struct Samples {
   std::mutex mu;
   std::vector<double> ttft[2];  // client-side, per turn number
-  std::vector<double> server_ttft[2];
   std::vector<double> itl;
-  uint64_t generated = 0;
+  uint64_t generated[2] = {0, 0};
   int failures = 0;
   std::string first_error;
 };
 
-// One session: optional upload, then two turns. Records into `samples`.
-void RunSession(v1::VideoChat::Stub& stub, const std::string& video, int max_tokens,
+struct SessionPlan {
+  const std::string* video = nullptr;
+  int frames = 0;
+  int max_tokens = 0;
+  bool ignore_eos = true;
+};
+
+// One session: upload, then two turns, each started when every session reached the phase
+// (`phase` is arrived at three times per session, whatever happens, so no thread waits forever).
+template <typename Barrier>
+void RunSession(v1::VideoChat::Stub& stub, const SessionPlan& plan, Barrier& phase,
                 Samples& samples) {
+  bool ok = true;
   auto fail = [&](const grpc::Status& s) {
     std::lock_guard lock(samples.mu);
     ++samples.failures;
     if (samples.first_error.empty()) samples.first_error = s.error_message();
+    ok = false;
   };
   v1::Session session;
   {
     grpc::ClientContext context;
-    if (grpc::Status s = stub.CreateSession(&context, {}, &session); !s.ok()) return fail(s);
+    v1::CreateSessionRequest create;
+    if (plan.frames > 0) create.mutable_frames()->set_num_frames(plan.frames);
+    create.mutable_sampling()->set_temperature(0);
+    if (grpc::Status s = stub.CreateSession(&context, create, &session); !s.ok()) fail(s);
   }
-  if (!video.empty()) {
+  if (ok && !plan.video->empty()) {
     grpc::ClientContext context;
     v1::Media media;
     auto writer = stub.UploadMedia(&context, &media);
     v1::UploadMediaRequest first;
     first.mutable_metadata()->set_session_id(session.session_id());
     first.mutable_metadata()->set_name("bench.mp4");
-    first.mutable_metadata()->set_declared_size_bytes(video.size());
+    first.mutable_metadata()->set_declared_size_bytes(plan.video->size());
     writer->Write(first);
-    for (size_t off = 0; off < video.size(); off += 1 << 20) {
+    for (size_t off = 0; off < plan.video->size(); off += 1 << 20) {
       v1::UploadMediaRequest chunk;
-      chunk.set_chunk(video.substr(off, 1 << 20));
+      chunk.set_chunk(plan.video->substr(off, 1 << 20));
       if (!writer->Write(chunk)) break;
     }
     writer->WritesDone();
-    if (grpc::Status s = writer->Finish(); !s.ok()) return fail(s);
+    if (grpc::Status s = writer->Finish(); !s.ok()) fail(s);
   }
   const char* questions[2] = {"What happens in the video?", "What happens after that?"};
   for (int turn = 0; turn < 2; ++turn) {
+    phase.arrive_and_wait();
+    if (!ok) continue;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
     v1::ChatRequest request;
     request.set_session_id(session.session_id());
     request.set_text(questions[turn]);
-    request.mutable_sampling()->set_max_tokens(static_cast<uint32_t>(max_tokens));
+    request.mutable_sampling()->set_max_tokens(static_cast<uint32_t>(plan.max_tokens));
+    request.mutable_sampling()->set_ignore_eos(plan.ignore_eos);
     const auto start = SteadyClock::now();
     auto reader = stub.Chat(&context, request);
     v1::ChatResponse response;
@@ -90,20 +117,29 @@ void RunSession(v1::VideoChat::Stub& stub, const std::string& video, int max_tok
         if (ttft < 0) {
           ttft = std::chrono::duration<double>(now - start).count();
         } else {
-          gaps.push_back(std::chrono::duration<double>(now - last).count());
+          // The server merges tokens into one delta while the previous write is in flight: a
+          // delta of k tokens after a gap g is k tokens each g/k apart.
+          const int k = std::max(1, response.delta().token_ids_size());
+          const double gap = std::chrono::duration<double>(now - last).count();
+          gaps.insert(gaps.end(), static_cast<size_t>(k), gap / k);
         }
         last = now;
       } else if (response.has_stats()) {
         stats = response.stats();
       }
     }
-    if (grpc::Status s = reader->Finish(); !s.ok()) return fail(s);
+    if (grpc::Status s = reader->Finish(); !s.ok()) {
+      fail(s);
+      continue;
+    }
     std::lock_guard lock(samples.mu);
-    if (ttft >= 0) samples.ttft[turn].push_back(ttft);
-    samples.server_ttft[turn].push_back(stats.time_to_first_token_seconds());
+    // A turn whose first tokens decode to no text yet still has a first token: the server's TTFT.
+    samples.ttft[turn].push_back(ttft >= 0 ? ttft : stats.time_to_first_token_seconds());
     samples.itl.insert(samples.itl.end(), gaps.begin(), gaps.end());
-    samples.generated += stats.generated_tokens();
+    samples.generated[turn] += stats.generated_tokens();
   }
+  phase.arrive_and_wait();
+  if (!ok) return;
   grpc::ClientContext context;
   v1::DeleteSessionRequest del;
   del.set_session_id(session.session_id());
@@ -111,26 +147,47 @@ void RunSession(v1::VideoChat::Stub& stub, const std::string& video, int max_tok
   stub.DeleteSession(&context, del, &deleted);
 }
 
+// framezip-server's code in this process on `model_dir` (loopback, port 0, no metrics port).
+StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::string& model_dir,
+                                                                  int max_running) {
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.model_dir = model_dir;
+  config.max_running = max_running;
+  config.max_waiting = std::max(64, 2 * max_running);
+  FZ_ASSIGN_OR_RETURN(std::unique_ptr<server::TurnEngine> engine, server::CreateEngine(config));
+  return server::VideoChatServer::Start(config, std::move(engine));
+}
+
 }  // namespace
 
 int RunBenchServer(const std::vector<std::string>& args) {
   std::string server;
+  std::string model_dir;
   std::string video_path;
   std::string levels = "1,4,16";
   int max_tokens = 32;
+  int frames = 64;
+  bool ignore_eos = true;
   bool json = false;
   FlagSet flags("framezip bench server",
-                "Serving benchmark against a running framezip-server: TTFT/ITL p50/p99 per "
-                "concurrency, aggregate decode tok/s, turn-2/turn-1 TTFT.");
-  flags.String("server", &server, "address of a running framezip-server (required)", "ADDR");
+                "Serving benchmark against a running framezip-server (--server) or the server's "
+                "code started in this process on a model (--model): TTFT/ITL p50/p99 per "
+                "concurrency, aggregate decode tok/s, turn-1/turn-2 TTFT, decode scaling.");
+  flags.String("server", &server, "address of a running framezip-server", "ADDR");
+  flags.String("model", &model_dir, "start the server in-process on this model directory", "DIR");
   flags.String("video", &video_path, "video each session uploads before its turns", "FILE");
+  flags.Int("frames", &frames, "frames sampled from the video per session (0 = server default)");
   flags.String("concurrency", &levels, "comma-separated concurrency levels", "LIST");
   flags.Int("max-tokens", &max_tokens, "tokens generated per turn at most");
+  flags.Bool("ignore-eos", &ignore_eos,
+             "generate max-tokens tokens every turn (do not stop at end-of-turn)");
   flags.Bool("json", &json, "print one JSON object as the last line");
   if (auto code = ParseOrExit(flags, args)) return *code;
-  if (server.empty()) {
-    std::fprintf(stderr, "framezip bench server: --server is required (start framezip-server "
-                         "with --model first)\n");
+  if (server.empty() == model_dir.empty()) {
+    std::fprintf(stderr, "framezip bench server: give exactly one of --server ADDR (a running "
+                         "framezip-server) or --model DIR (start one in this process)\n");
     return 2;
   }
   std::string video;
@@ -156,45 +213,80 @@ int RunBenchServer(const std::vector<std::string>& args) {
     concurrency.push_back(c);
   }
 
+  std::unique_ptr<server::VideoChatServer> in_process;
+  if (!model_dir.empty()) {
+    const int most = *std::max_element(concurrency.begin(), concurrency.end());
+    StatusOr<std::unique_ptr<server::VideoChatServer>> started =
+        StartInProcess(model_dir, std::max(16, most));
+    if (!started.ok()) {
+      std::fprintf(stderr, "framezip bench server: %s\n", MessageOf(started.status()).c_str());
+      return 1;
+    }
+    in_process = std::move(*started);
+    server = "127.0.0.1:" + std::to_string(in_process->port());
+  }
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   auto stub = v1::VideoChat::NewStub(channel);
   bench::Machine machine = bench::DetectMachine();
   machine.threads = static_cast<int>(std::thread::hardware_concurrency());
   bench::Report report("server", machine);
+  const SessionPlan plan{&video, video.empty() ? 0 : frames, max_tokens, ignore_eos};
   double ratio = 0;
+  double decode_first = 0, decode_last = 0;
   for (int c : concurrency) {
     Samples samples;
-    const auto start = SteadyClock::now();
+    // Phases: upload | turn 1 | turn 2 | delete; the main thread times turn 2's phase.
+    SteadyClock::time_point turn2_start, turn2_end;
+    int phase_number = 0;
+    std::barrier phase(c, [&]() noexcept {
+      ++phase_number;
+      if (phase_number == 2) turn2_start = SteadyClock::now();
+      if (phase_number == 3) turn2_end = SteadyClock::now();
+    });
     std::vector<std::thread> threads;
     for (int i = 0; i < c; ++i) {
-      threads.emplace_back([&] { RunSession(*stub, video, max_tokens, samples); });
+      threads.emplace_back([&] { RunSession(*stub, plan, phase, samples); });
     }
     for (auto& t : threads) t.join();
-    const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
     if (samples.failures > 0) {
       std::fprintf(stderr, "framezip bench server: %d of %d sessions failed: %s\n",
                    samples.failures, c, samples.first_error.c_str());
       return 1;
     }
+    const double turn2_seconds = std::chrono::duration<double>(turn2_end - turn2_start).count();
     std::vector<double> ttft = samples.ttft[0];
     ttft.insert(ttft.end(), samples.ttft[1].begin(), samples.ttft[1].end());
     report.Add(fmt::format("ttft_p50_c{}", c), Percentile(ttft, 0.5), "s", std::nullopt, true);
     report.Add(fmt::format("ttft_p99_c{}", c), Percentile(ttft, 0.99), "s", std::nullopt, true);
+    report.Add(fmt::format("turn1_ttft_p50_c{}", c), Percentile(samples.ttft[0], 0.5), "s",
+               std::nullopt, true);
+    report.Add(fmt::format("turn2_ttft_p50_c{}", c), Percentile(samples.ttft[1], 0.5), "s",
+               std::nullopt, true);
     report.Add(fmt::format("itl_p50_c{}", c), Percentile(samples.itl, 0.5), "s", std::nullopt,
                true);
     report.Add(fmt::format("itl_p99_c{}", c), Percentile(samples.itl, 0.99), "s", std::nullopt,
                true);
-    report.Add(fmt::format("decode_tok_s_c{}", c),
-               seconds > 0 ? static_cast<double>(samples.generated) / seconds : 0, "tok/s");
+    const double decode =
+        turn2_seconds > 0 ? static_cast<double>(samples.generated[1]) / turn2_seconds : 0;
+    report.Add(fmt::format("decode_tok_s_c{}", c), decode, "tok/s");
+    if (decode_first == 0) decode_first = decode;
+    decode_last = decode;
     if (ratio == 0) {
-      const double t1 = Percentile(samples.server_ttft[0], 0.5);
-      const double t2 = Percentile(samples.server_ttft[1], 0.5);
-      ratio = t1 > 0 ? t2 / t1 : 0;
+      const double t1 = Percentile(samples.ttft[0], 0.5);
+      const double t2 = Percentile(samples.ttft[1], 0.5);
+      ratio = t2 > 0 ? t1 / t2 : 0;
     }
   }
-  // Server-measured TTFT of turn 2 over turn 1 at the first concurrency level: below 1 when the
-  // follow-up reuses the session's KV instead of re-reading the video.
-  report.Add("turn2_over_turn1_ttft", ratio, "ratio", std::nullopt, true);
+  // At the first concurrency level: turn 1 reads the video, turn 2 reuses the session's KV.
+  report.Add("turn1_over_turn2_ttft", ratio, "x", video.empty() ? std::nullopt
+                                                                 : std::optional<double>(10.0));
+  if (concurrency.size() > 1) {
+    report.Add(fmt::format("decode_scaling_c{}_over_c{}", concurrency.back(), concurrency.front()),
+               decode_first > 0 ? decode_last / decode_first : 0, "x",
+               concurrency.back() >= 16 && concurrency.front() == 1 ? std::optional<double>(4.0)
+                                                                    : std::nullopt);
+  }
+  if (in_process) in_process->Drain(std::chrono::milliseconds(1000));
   if (json) std::printf("%s\n", report.Json().c_str());
   return 0;
 }

@@ -1,0 +1,443 @@
+#include "engine/kv/page_codec.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace framezip::engine::kv {
+namespace {
+
+constexpr uint32_t kStreamMagic = 0x534b5a46;  // "FZKS"
+constexpr uint32_t kBlockMagic = 0x424b5a46;   // "FZKB"
+// magic, version, reserved, part, parts, stream_bytes, stream_crc, payload_bytes, payload_crc
+constexpr size_t kBlockHeaderBytes = 4 + 2 + 2 + 4 + 4 + 8 + 4 + 4 + 4;
+// Bounds that keep a corrupt-but-CRC-valid (hostile) segment from asking for absurd allocations.
+constexpr uint32_t kMaxLayers = 4096;
+constexpr uint64_t kMaxPageBytes = uint64_t{1} << 30;
+
+// CRC32C (Castagnoli, reflected 0x82F63B78), the same checksum the KV store uses per record. A
+// byte-table version here because the engine may not depend on kvstore (ARCHITECTURE.md §2); the
+// store checks its own CRC on top, so this one only guards the codec's framing end to end.
+const std::array<uint32_t, 256>& CrcTable() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+uint32_t Crc32c(const void* data, size_t size) {
+  const auto& table = CrcTable();
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint32_t c = ~0u;
+  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return ~c;
+}
+
+// Little-endian writer (the hosts we run on are little-endian; memcpy keeps it alignment-safe).
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+  template <typename T>
+  void Put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void PutBytes(const void* data, size_t n) { out_.append(static_cast<const char*>(data), n); }
+  void PutIds(std::span<const int32_t> ids) {
+    Put<uint32_t>(static_cast<uint32_t>(ids.size()));
+    PutBytes(ids.data(), ids.size_bytes());
+  }
+
+ private:
+  std::string& out_;
+};
+
+// Bounds-checked reader: every read past the end is DATA_LOSS, never an overrun.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  Status Get(T& v) {
+    FZ_RETURN_IF_ERROR(Need(sizeof(T)));
+    std::memcpy(&v, in_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return absl::OkStatus();
+  }
+  Status GetBytes(size_t n, std::string& out) {
+    FZ_RETURN_IF_ERROR(Need(n));
+    out.assign(in_.data() + at_, n);
+    at_ += n;
+    return absl::OkStatus();
+  }
+  Status GetIds(size_t n, std::vector<int32_t>& out) {
+    if (n > remaining() / sizeof(int32_t)) return Truncated();
+    out.resize(n);
+    std::memcpy(out.data(), in_.data() + at_, n * sizeof(int32_t));
+    at_ += n * sizeof(int32_t);
+    return absl::OkStatus();
+  }
+  Status GetIds(std::vector<int32_t>& out) {
+    uint32_t n = 0;
+    FZ_RETURN_IF_ERROR(Get(n));
+    return GetIds(n, out);
+  }
+  size_t remaining() const { return in_.size() - at_; }
+
+ private:
+  Status Need(size_t n) const { return n <= remaining() ? absl::OkStatus() : Truncated(); }
+  static Status Truncated() { return DataLossError("KV segment: truncated"); }
+  std::string_view in_;
+  size_t at_ = 0;
+};
+
+bool KnownFormat(uint8_t f) { return f <= static_cast<uint8_t>(KvFormat::kLowRank); }
+
+// Written-once page formats (int4/int2 pages are never appended to).
+bool WrittenOnce(KvFormat f) { return f == KvFormat::kInt4 || f == KvFormat::kInt2; }
+
+std::vector<std::vector<CommittedPage>> CommittedPagesOf(const SequenceKv& kv) {
+  std::vector<std::vector<CommittedPage>> out(static_cast<size_t>(kv.num_layers()));
+  for (int layer = 0; layer < kv.num_layers(); ++layer) {
+    for (const PageRef& p : kv.pages(layer)) {
+      out[static_cast<size_t>(layer)].push_back(
+          CommittedPage{p.id, p.num_tokens, kv.page_image(layer, out[layer].size()).format});
+    }
+  }
+  return out;
+}
+
+// A committed page that is still the same page when its identity matches: written-once formats
+// and full dense pages are never modified in place (only freed).
+bool Unchangeable(const CommittedPage& p, int page_tokens) {
+  return WrittenOnce(p.format) || p.num_tokens == page_tokens;
+}
+
+std::string SerializeStream(const SequenceKv& kv, const SegmentMark& since,
+                            const SegmentState& state, EncodedSegment& out) {
+  std::string stream;
+  Writer w(stream);
+  const CodecLayout layout = CodecLayoutOf(kv);
+  w.Put<uint32_t>(kStreamMagic);
+  w.Put<uint16_t>(kPageCodecVersion);
+  w.Put<uint16_t>(0);
+  w.Put<int32_t>(layout.num_layers);
+  w.Put<int32_t>(layout.num_kv_heads);
+  w.Put<int32_t>(layout.head_dim);
+  w.Put<int32_t>(layout.page_tokens);
+  w.Put<uint32_t>(since.next_segment);
+  w.Put<int64_t>(state.sequence_length);
+  w.Put<int64_t>(since.history_tokens);
+  w.PutIds(state.tokens);
+  w.PutIds(state.pending);
+  w.Put<uint8_t>(state.ended_on_stop ? 1 : 0);
+  w.Put<uint32_t>(static_cast<uint32_t>(state.policy.size()));
+  w.PutBytes(state.policy.data(), state.policy.size());
+
+  out.next_mark.next_segment = since.next_segment + 1;
+  out.next_mark.history_tokens = since.history_tokens + static_cast<int64_t>(state.tokens.size());
+  out.next_mark.pages = CommittedPagesOf(kv);
+  for (int layer = 0; layer < kv.num_layers(); ++layer) {
+    const std::vector<CommittedPage>& now = out.next_mark.pages[static_cast<size_t>(layer)];
+    // Pages of the previous commit that cannot have changed, by identity.
+    std::map<PageId, uint32_t> stable;
+    if (!since.pages.empty()) {
+      const std::vector<CommittedPage>& then = since.pages[static_cast<size_t>(layer)];
+      for (uint32_t j = 0; j < then.size(); ++j) {
+        if (Unchangeable(then[j], layout.page_tokens)) stable[then[j].id] = j;
+      }
+    }
+    w.Put<uint32_t>(static_cast<uint32_t>(now.size()));
+    for (size_t i = 0; i < now.size(); ++i) {
+      auto it = stable.find(now[i].id);
+      if (it != stable.end() &&
+          since.pages[static_cast<size_t>(layer)][it->second] == now[i]) {
+        w.Put<uint8_t>(0);
+        w.Put<uint32_t>(it->second);
+        continue;
+      }
+      const PageImage image = kv.page_image(layer, i);
+      w.Put<uint8_t>(1);
+      w.Put<uint8_t>(static_cast<uint8_t>(image.format));
+      w.Put<int32_t>(image.num_tokens);
+      w.Put<uint64_t>(image.bytes.size());
+      w.PutBytes(image.positions.data(), image.positions.size_bytes());
+      w.PutBytes(image.bytes.data(), image.bytes.size());
+      ++out.pages;
+      out.page_bytes += image.bytes.size();
+      if (std::find(out.formats.begin(), out.formats.end(), image.format) == out.formats.end()) {
+        out.formats.push_back(image.format);
+      }
+    }
+  }
+  return stream;
+}
+
+}  // namespace
+
+CodecLayout CodecLayoutOf(const SequenceKv& kv) {
+  CodecLayout l;
+  l.num_layers = kv.num_layers();
+  if (kv.pool() != nullptr) {
+    const PageLayout& pl = kv.pool()->layout();
+    l.num_kv_heads = pl.num_kv_heads;
+    l.head_dim = pl.head_dim;
+    l.page_tokens = pl.page_tokens;
+  }
+  return l;
+}
+
+StatusOr<EncodedSegment> EncodeSegment(const SequenceKv& kv, const SegmentMark& since,
+                                       const SegmentState& state, size_t max_block_bytes) {
+  if (max_block_bytes <= kBlockHeaderBytes) {
+    return InvalidArgumentError("KV segment: max block size {} leaves no room for data (header {})",
+                                max_block_bytes, kBlockHeaderBytes);
+  }
+  if (!since.pages.empty() && since.pages.size() != static_cast<size_t>(kv.num_layers())) {
+    return InvalidArgumentError("KV segment: mark has {} layers, the sequence {}",
+                                since.pages.size(), kv.num_layers());
+  }
+  EncodedSegment out;
+  const std::string stream = SerializeStream(kv, since, state, out);
+  const uint32_t stream_crc = Crc32c(stream.data(), stream.size());
+  const size_t payload_max = max_block_bytes - kBlockHeaderBytes;
+  const size_t parts = std::max<size_t>(1, (stream.size() + payload_max - 1) / payload_max);
+  out.blocks.reserve(parts);
+  for (size_t part = 0; part < parts; ++part) {
+    const size_t at = part * payload_max;
+    const size_t n = std::min(payload_max, stream.size() - at);
+    std::string block;
+    block.reserve(kBlockHeaderBytes + n);
+    Writer w(block);
+    w.Put<uint32_t>(kBlockMagic);
+    w.Put<uint16_t>(kPageCodecVersion);
+    w.Put<uint16_t>(0);
+    w.Put<uint32_t>(static_cast<uint32_t>(part));
+    w.Put<uint32_t>(static_cast<uint32_t>(parts));
+    w.Put<uint64_t>(stream.size());
+    w.Put<uint32_t>(stream_crc);
+    w.Put<uint32_t>(static_cast<uint32_t>(n));
+    w.Put<uint32_t>(Crc32c(stream.data() + at, n));
+    w.PutBytes(stream.data() + at, n);
+    out.blocks.push_back(std::move(block));
+  }
+  return out;
+}
+
+namespace {
+
+// Checks every block's framing and CRC and joins the payloads into the segment stream.
+StatusOr<std::string> JoinBlocks(std::span<const std::string> blocks) {
+  if (blocks.empty()) return InvalidArgumentError("KV segment: no blocks");
+  std::string stream;
+  uint64_t stream_bytes = 0;
+  uint32_t stream_crc = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Reader r(blocks[i]);
+    uint32_t magic = 0, part = 0, parts = 0, payload_bytes = 0, payload_crc = 0, crc = 0;
+    uint16_t version = 0, reserved = 0;
+    uint64_t total = 0;
+    FZ_RETURN_IF_ERROR(r.Get(magic));
+    if (magic != kBlockMagic) {
+      return DataLossError("KV block {}: bad magic {:#x} (not a framezip KV block)", i, magic);
+    }
+    FZ_RETURN_IF_ERROR(r.Get(version));
+    if (version != kPageCodecVersion) {
+      return InvalidArgumentError("KV block {}: codec version {}, this engine reads {}", i,
+                                  version, kPageCodecVersion);
+    }
+    FZ_RETURN_IF_ERROR(r.Get(reserved));
+    if (reserved != 0) return DataLossError("KV block {}: reserved header bits set", i);
+    FZ_RETURN_IF_ERROR(r.Get(part));
+    FZ_RETURN_IF_ERROR(r.Get(parts));
+    FZ_RETURN_IF_ERROR(r.Get(total));
+    FZ_RETURN_IF_ERROR(r.Get(crc));
+    FZ_RETURN_IF_ERROR(r.Get(payload_bytes));
+    FZ_RETURN_IF_ERROR(r.Get(payload_crc));
+    if (part != i || parts != blocks.size()) {
+      return InvalidArgumentError("KV block {}: is part {} of {}, but {} blocks were given", i,
+                                  part, parts, blocks.size());
+    }
+    if (i == 0) {
+      stream_bytes = total;
+      stream_crc = crc;
+      if (total > uint64_t{parts} * blocks[0].size()) {
+        return DataLossError("KV block 0: claims a {}-byte segment in {} parts", total, parts);
+      }
+      stream.reserve(total);
+    } else if (total != stream_bytes || crc != stream_crc) {
+      return InvalidArgumentError("KV block {}: belongs to another segment", i);
+    }
+    if (payload_bytes != r.remaining()) {
+      return DataLossError("KV block {}: payload of {} bytes, header says {}", i, r.remaining(),
+                           payload_bytes);
+    }
+    const char* payload = blocks[i].data() + kBlockHeaderBytes;
+    if (Crc32c(payload, payload_bytes) != payload_crc) {
+      return DataLossError("KV block {}: checksum mismatch", i);
+    }
+    stream.append(payload, payload_bytes);
+  }
+  if (stream.size() != stream_bytes || Crc32c(stream.data(), stream.size()) != stream_crc) {
+    return DataLossError("KV segment: {} bytes joined, {} expected, or segment checksum mismatch",
+                         stream.size(), stream_bytes);
+  }
+  return stream;
+}
+
+}  // namespace
+
+StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
+  FZ_ASSIGN_OR_RETURN(const std::string stream, JoinBlocks(blocks));
+  Reader r(stream);
+  DecodedSegment seg;
+  uint32_t magic = 0;
+  uint16_t version = 0, reserved = 0;
+  FZ_RETURN_IF_ERROR(r.Get(magic));
+  FZ_RETURN_IF_ERROR(r.Get(version));
+  FZ_RETURN_IF_ERROR(r.Get(reserved));
+  if (magic != kStreamMagic || version != kPageCodecVersion || reserved != 0) {
+    return DataLossError("KV segment: bad magic {:#x} or version {}", magic, version);
+  }
+  CodecLayout& l = seg.layout;
+  FZ_RETURN_IF_ERROR(r.Get(l.num_layers));
+  FZ_RETURN_IF_ERROR(r.Get(l.num_kv_heads));
+  FZ_RETURN_IF_ERROR(r.Get(l.head_dim));
+  FZ_RETURN_IF_ERROR(r.Get(l.page_tokens));
+  if (l.num_layers <= 0 || static_cast<uint32_t>(l.num_layers) > kMaxLayers ||
+      l.num_kv_heads <= 0 || l.head_dim <= 0 || l.page_tokens <= 0) {
+    return DataLossError("KV segment: bad layout (layers {}, kv heads {}, head dim {}, page {})",
+                         l.num_layers, l.num_kv_heads, l.head_dim, l.page_tokens);
+  }
+  FZ_RETURN_IF_ERROR(r.Get(seg.segment_index));
+  FZ_RETURN_IF_ERROR(r.Get(seg.state.sequence_length));
+  FZ_RETURN_IF_ERROR(r.Get(seg.history_start));
+  FZ_RETURN_IF_ERROR(r.GetIds(seg.state.tokens));
+  FZ_RETURN_IF_ERROR(r.GetIds(seg.state.pending));
+  uint8_t stop = 0;
+  FZ_RETURN_IF_ERROR(r.Get(stop));
+  seg.state.ended_on_stop = stop != 0;
+  uint32_t policy_len = 0;
+  FZ_RETURN_IF_ERROR(r.Get(policy_len));
+  FZ_RETURN_IF_ERROR(r.GetBytes(policy_len, seg.state.policy));
+  if (seg.state.sequence_length < 0 || seg.history_start < 0) {
+    return DataLossError("KV segment: negative length {} or history start {}",
+                         seg.state.sequence_length, seg.history_start);
+  }
+  seg.layers.resize(static_cast<size_t>(l.num_layers));
+  for (DecodedLayer& layer : seg.layers) {
+    uint32_t num_pages = 0;
+    FZ_RETURN_IF_ERROR(r.Get(num_pages));
+    // Each entry needs at least 5 bytes: a count the stream cannot hold is corrupt.
+    if (num_pages > r.remaining() / 5) {
+      return DataLossError("KV segment: {} pages in {} bytes", num_pages, r.remaining());
+    }
+    layer.pages.resize(num_pages);
+    for (DecodedLayerPage& entry : layer.pages) {
+      uint8_t kind = 0;
+      FZ_RETURN_IF_ERROR(r.Get(kind));
+      if (kind == 0) {
+        uint32_t ref = 0;
+        FZ_RETURN_IF_ERROR(r.Get(ref));
+        entry.reference = ref;
+        continue;
+      }
+      if (kind != 1) return DataLossError("KV segment: unknown page entry kind {}", kind);
+      DecodedPage& page = entry.page;
+      uint8_t format = 0;
+      uint64_t byte_size = 0;
+      FZ_RETURN_IF_ERROR(r.Get(format));
+      FZ_RETURN_IF_ERROR(r.Get(page.num_tokens));
+      FZ_RETURN_IF_ERROR(r.Get(byte_size));
+      if (!KnownFormat(format)) return DataLossError("KV segment: unknown page format {}", format);
+      page.format = static_cast<KvFormat>(format);
+      if (page.num_tokens <= 0 || page.num_tokens > l.page_tokens || byte_size > kMaxPageBytes) {
+        return DataLossError("KV segment: page of {} tokens (page size {}), {} bytes",
+                             page.num_tokens, l.page_tokens, byte_size);
+      }
+      FZ_RETURN_IF_ERROR(r.GetIds(static_cast<size_t>(page.num_tokens), page.positions));
+      FZ_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(byte_size), page.bytes));
+    }
+  }
+  if (r.remaining() != 0) {
+    return DataLossError("KV segment: {} trailing bytes", r.remaining());
+  }
+  return seg;
+}
+
+StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments, SequenceKv& kv) {
+  if (kv.num_pages() != 0) {
+    return FailedPreconditionError("KV restore: the target sequence is not empty");
+  }
+  const CodecLayout want = CodecLayoutOf(kv);
+  RestoredState out;
+  // Pages per layer after applying every segment (each segment's list refers into the previous
+  // one's or carries new pages).
+  std::vector<std::vector<const DecodedPage*>> plan(static_cast<size_t>(want.num_layers));
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const DecodedSegment& seg = segments[s];
+    if (seg.layout != want) {
+      return InvalidArgumentError(
+          "KV restore: segment {} was written for layers {}, kv heads {}, head dim {}, page {} "
+          "tokens; this model has {}, {}, {}, {}",
+          s, seg.layout.num_layers, seg.layout.num_kv_heads, seg.layout.head_dim,
+          seg.layout.page_tokens, want.num_layers, want.num_kv_heads, want.head_dim,
+          want.page_tokens);
+    }
+    if (seg.segment_index != s) {
+      return InvalidArgumentError("KV restore: segment {} given at position {}", seg.segment_index,
+                                  s);
+    }
+    if (seg.history_start != static_cast<int64_t>(out.state.tokens.size())) {
+      return InvalidArgumentError("KV restore: segment {} continues history at {}, have {}", s,
+                                  seg.history_start, out.state.tokens.size());
+    }
+    for (size_t layer = 0; layer < plan.size(); ++layer) {
+      std::vector<const DecodedPage*> next;
+      for (const DecodedLayerPage& entry : seg.layers[layer].pages) {
+        if (entry.reference < 0) {
+          next.push_back(&entry.page);
+        } else if (static_cast<size_t>(entry.reference) < plan[layer].size()) {
+          next.push_back(plan[layer][static_cast<size_t>(entry.reference)]);
+        } else {
+          return InvalidArgumentError(
+              "KV restore: segment {} layer {} refers to page {} of the {} committed before", s,
+              layer, entry.reference, plan[layer].size());
+        }
+      }
+      plan[layer] = std::move(next);
+    }
+    std::vector<int32_t> history = std::move(out.state.tokens);
+    history.insert(history.end(), seg.state.tokens.begin(), seg.state.tokens.end());
+    out.state = seg.state;
+    out.state.tokens = std::move(history);
+  }
+  out.mark.next_segment = static_cast<uint32_t>(segments.size());
+  out.mark.history_tokens = static_cast<int64_t>(out.state.tokens.size());
+  for (size_t layer = 0; layer < plan.size(); ++layer) {
+    for (const DecodedPage* p : plan[layer]) {
+      const Status st = kv.AdoptPage(
+          static_cast<int>(layer),
+          PageImage{p->format, p->num_tokens, p->positions,
+                    std::span<const std::byte>(reinterpret_cast<const std::byte*>(p->bytes.data()),
+                                               p->bytes.size())});
+      if (!st.ok()) {
+        kv.Clear();  // never a half-restored sequence
+        return Annotate(st, fmt::format("KV restore: layer {}", layer));
+      }
+    }
+  }
+  out.mark.pages = CommittedPagesOf(kv);
+  return out;
+}
+
+}  // namespace framezip::engine::kv

@@ -1,0 +1,240 @@
+#include "server/session_kv_cache.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace framezip::server {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+KvTier TierOf(kvstore::Tier t) {
+  switch (t) {
+    case kvstore::Tier::kHost:
+      return KvTier::kHost;
+    case kvstore::Tier::kDisk:
+      return KvTier::kDisk;
+    case kvstore::Tier::kRedis:
+      return KvTier::kRedis;
+    case kvstore::Tier::kRemote:
+      return KvTier::kRemote;
+  }
+  return KvTier::kRemote;
+}
+
+// The lower (slower) of two store tiers.
+kvstore::Tier Slower(kvstore::Tier a, kvstore::Tier b) {
+  return static_cast<uint8_t>(a) >= static_cast<uint8_t>(b) ? a : b;
+}
+
+kvstore::Precision StorePrecision(KvPrecision p) {
+  switch (p) {
+    case KvPrecision::kF32:
+      return kvstore::Precision::kF32;
+    case KvPrecision::kF16:
+      return kvstore::Precision::kF16;
+    case KvPrecision::kBF16:
+      return kvstore::Precision::kBf16;
+    case KvPrecision::kInt8:
+      return kvstore::Precision::kInt8;
+    case KvPrecision::kInt4:
+      return kvstore::Precision::kInt4;
+    case KvPrecision::kInt2:
+      return kvstore::Precision::kInt2;
+    case KvPrecision::kLowRank:
+      return kvstore::Precision::kLowRank;
+  }
+  return kvstore::Precision::kUnspecified;
+}
+
+}  // namespace
+
+std::array<uint8_t, 32> MediaHashBytes(const std::string& hex) {
+  std::array<uint8_t, 32> out{};
+  if (hex.size() != 64) return out;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < 32; ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return {};
+    out[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return out;
+}
+
+SessionKvCache::SessionKvCache(std::unique_ptr<kvstore::KvStore> store,
+                               kvstore::TieredStore* embedded, SessionKvCacheOptions options)
+    : store_(std::move(store)), embedded_(embedded), options_(std::move(options)) {}
+
+Status SessionKvCache::CommitSegment(const std::string& session_id,
+                                     std::vector<std::string> blocks,
+                                     std::span<const int32_t> tokens,
+                                     const std::vector<std::array<uint8_t, 32>>& media_hashes,
+                                     const std::string& compression_config,
+                                     KvPrecision precision) {
+  kvstore::BlockKey parent = kvstore::kRootBlockKey;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it != sessions_.end() && !it->second.segments.empty()) {
+      parent = it->second.segments.back().back().key;
+    }
+  }
+  std::vector<StoredBlock> stored;
+  stored.reserve(blocks.size());
+  const std::string part_config = compression_config + "/part";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    kvstore::BlockKeyInput input;
+    input.model_id = options_.model_id;
+    if (i == 0) {
+      input.compression_config = compression_config;
+      input.token_ids = tokens;
+      input.media_hashes = media_hashes;
+    } else {
+      input.compression_config = part_config;
+    }
+    const kvstore::BlockKey key = kvstore::ChainBlockKey(parent, input);
+    StoredBlock b{key, blocks[i].size(), KvTier::kHost};
+    kvstore::PutOptions put;
+    put.highest_tier = options_.highest_tier;
+    put.precision = StorePrecision(precision);
+    put.pin_session_id = session_id;
+    StatusOr<kvstore::PutResult> r = store_->Put(key, std::move(blocks[i]), put);
+    if (!r.ok()) {
+      // Nothing of this segment counts: the session's next restore stops at the previous one.
+      if (!stored.empty()) {
+        std::vector<kvstore::BlockKey> keys;
+        for (const StoredBlock& s : stored) keys.push_back(s.key);
+        (void)store_->Unpin(session_id, keys);
+      }
+      return Annotate(r.status(), fmt::format("storing KV of session '{}'", session_id));
+    }
+    if (!r->tiers.empty()) b.tier = TierOf(r->tiers.front());
+    stored.push_back(b);
+    parent = key;
+  }
+  std::vector<kvstore::BlockKey> keys;
+  for (const StoredBlock& s : stored) keys.push_back(s.key);
+  // Put pins with the store's default TTL; the session may live longer.
+  if (StatusOr<uint32_t> pinned = store_->Pin(session_id, keys, options_.pin_ttl); !pinned.ok()) {
+    FZ_LOG_WARN("session '{}': pinning its KV blocks failed: {}", session_id,
+                MessageOf(pinned.status()));
+  }
+  std::lock_guard lock(mu_);
+  SessionBlocks& s = sessions_[session_id];
+  s.precision = precision;
+  for (const StoredBlock& b : stored) ++refs_[b.key];
+  s.segments.push_back(std::move(stored));
+  return absl::OkStatus();
+}
+
+size_t SessionKvCache::segments(const std::string& session_id) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  return it == sessions_.end() ? 0 : it->second.segments.size();
+}
+
+StatusOr<LoadedSessionKv> SessionKvCache::Load(const std::string& session_id) {
+  std::vector<std::vector<kvstore::BlockKey>> keys;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || it->second.segments.empty()) {
+      return NotFoundError("session '{}' has no KV in the store", session_id);
+    }
+    for (const auto& seg : it->second.segments) {
+      keys.emplace_back();
+      for (const StoredBlock& b : seg) keys.back().push_back(b.key);
+    }
+  }
+  const auto t0 = Clock::now();
+  LoadedSessionKv out;
+  for (const auto& seg : keys) {
+    out.segments.emplace_back();
+    for (const kvstore::BlockKey& key : seg) {
+      FZ_ASSIGN_OR_RETURN(kvstore::Block block, store_->Get(key));
+      out.slowest_tier = Slower(out.slowest_tier, block.served_from);
+      out.bytes += block.bytes->size();
+      out.segments.back().push_back(*block.bytes);
+    }
+  }
+  out.seconds = Seconds(Clock::now() - t0);
+  return out;
+}
+
+std::vector<KvBytes> SessionKvCache::Release(const std::string& session_id) {
+  std::vector<KvBytes> held = Bytes(session_id);
+  std::vector<kvstore::BlockKey> all, unshared;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return {};
+    for (const auto& seg : it->second.segments) {
+      for (const StoredBlock& b : seg) {
+        all.push_back(b.key);
+        auto ref = refs_.find(b.key);
+        if (ref != refs_.end() && --ref->second == 0) {
+          unshared.push_back(b.key);
+          refs_.erase(ref);
+        }
+      }
+    }
+    sessions_.erase(it);
+  }
+  if (all.empty()) return held;
+  if (StatusOr<uint32_t> r = store_->Unpin(session_id, all); !r.ok()) {
+    FZ_LOG_WARN("session '{}': unpinning KV failed: {}", session_id, MessageOf(r.status()));
+  }
+  if (!unshared.empty()) {
+    if (StatusOr<uint32_t> r = store_->Delete(unshared); !r.ok()) {
+      FZ_LOG_WARN("session '{}': deleting KV failed: {}", session_id, MessageOf(r.status()));
+    }
+  }
+  return held;
+}
+
+std::vector<KvBytes> SessionKvCache::Bytes(const std::string& session_id) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return {};
+  std::vector<KvBytes> out;
+  for (const auto& seg : it->second.segments) {
+    for (const StoredBlock& b : seg) {
+      auto at = std::find_if(out.begin(), out.end(), [&](const KvBytes& k) {
+        return k.tier == b.tier;
+      });
+      if (at == out.end()) {
+        out.push_back({b.tier, it->second.precision, 0});
+        at = out.end() - 1;
+      }
+      at->bytes += b.bytes;
+    }
+  }
+  return out;
+}
+
+StatusOr<FlushReport> SessionKvCache::Flush() {
+  FlushReport report;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (s.segments.empty()) continue;
+      ++report.sessions;
+      for (const auto& seg : s.segments) {
+        for (const StoredBlock& b : seg) {
+          ++report.blocks;
+          report.bytes += b.bytes;
+        }
+      }
+    }
+  }
+  if (embedded_ != nullptr) FZ_RETURN_IF_ERROR(embedded_->Flush());
+  return report;
+}
+
+}  // namespace framezip::server

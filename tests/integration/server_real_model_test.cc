@@ -1,0 +1,218 @@
+// framezip-server's code (VideoChatServer + BatchScheduler + EngineBackend) on the REAL shipped
+// model (models/framezip-tiny-video) on 127.0.0.1:0, with the session KV store:
+//   - turn 2 reuses turn 1's KV (cached tokens, only the new text prefilled) and answers like a
+//     fresh stateless request with the same history (greedy);
+//   - session KV is committed to the embedded store after each turn, pinned, freed on delete,
+//     and written to the disk tier on drain;
+//   - under KV memory pressure idle sessions are evicted from the engine and their next turn
+//     restores the cached prefix from the store, with the same answer.
+// Short clips and 4 frames keep each turn well under a second on a CPU.
+#include <catch2/catch.hpp>
+#include <map>
+#include <sstream>
+
+#include "kvstore/tiered_store.h"
+#include "server/engine_factory.h"
+#include "tests/integration/server_test_util.h"
+#include "tests/testing/temp_dir.h"
+
+namespace framezip::testing {
+namespace {
+
+server::ServerConfig RealModelConfig() {
+  server::ServerConfig config = TestConfig();
+  config.model_dir = (SourceDir() / "models/framezip-tiny-video").string();
+  return config;
+}
+
+std::unique_ptr<server::VideoChatServer> StartRealServer(const server::ServerConfig& config) {
+  auto engine = server::CreateEngine(config);
+  INFO((engine.ok() ? "" : std::string(engine.status().message())));
+  REQUIRE(engine.ok());
+  auto server = server::VideoChatServer::Start(config, std::move(*engine));
+  INFO((server.ok() ? "" : std::string(server.status().message())));
+  REQUIRE(server.ok());
+  return std::move(*server);
+}
+
+std::unique_ptr<v1::VideoChat::Stub> StubFor(const server::VideoChatServer& server) {
+  return v1::VideoChat::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
+                                                    grpc::InsecureChannelCredentials()));
+}
+
+// A greedy session with 4 frames per video and short answers.
+std::string NewVideoSession(ChatClient& client, const std::string& clip) {
+  v1::CreateSessionRequest request;
+  request.set_system_prompt("You are terse.");
+  request.mutable_frames()->set_num_frames(4);
+  request.mutable_sampling()->set_temperature(0);
+  request.mutable_sampling()->set_max_tokens(12);
+  v1::Session session;
+  const grpc::Status created = client.CreateSession(request, &session);
+  REQUIRE(created.error_message() == "");
+  v1::Media media;
+  const grpc::Status uploaded = client.Upload(session.session_id(), clip, &media);
+  REQUIRE(uploaded.error_message() == "");
+  return session.session_id();
+}
+
+void AddText(v1::Message* m, v1::Role role, const std::string& text) {
+  m->set_role(role);
+  m->add_content()->set_text(text);
+}
+
+// The stateless request with the same history as a two-turn session.
+v1::GenerateRequest FreshHistory(const std::string& clip, const std::string& answer1) {
+  v1::GenerateRequest fresh;
+  fresh.mutable_frames()->set_num_frames(4);
+  fresh.mutable_sampling()->set_temperature(0);
+  fresh.mutable_sampling()->set_max_tokens(12);
+  auto* inline_media = fresh.add_media();
+  inline_media->set_media_id("video");
+  inline_media->set_mime_type("video/mp4");
+  inline_media->set_data(clip);
+  AddText(fresh.add_messages(), v1::ROLE_SYSTEM, "You are terse.");
+  auto* user1 = fresh.add_messages();
+  user1->set_role(v1::ROLE_USER);
+  user1->add_content()->set_media_id("video");
+  user1->add_content()->set_text("What moves?");
+  AddText(fresh.add_messages(), v1::ROLE_ASSISTANT, answer1);
+  AddText(fresh.add_messages(), v1::ROLE_USER, "And then?");
+  return fresh;
+}
+
+uint64_t BytesIn(const v1::TurnStats& stats, v1::KvTier tier) {
+  uint64_t n = 0;
+  for (const v1::KvBytes& b : stats.kv_bytes()) {
+    if (b.tier() == tier) n += b.bytes();
+  }
+  return n;
+}
+
+TEST_CASE("real model: turn 2 reuses turn 1's KV, answers as a fresh request, KV kept in the store",
+          "[integration][server][e2e]") {
+  TempDir dir;
+  server::ServerConfig config = RealModelConfig();
+  config.kvstore_disk_path = (dir.path() / "kv").string();
+  const std::string clip = MakeTestClip(dir.path(), 1.0);
+  std::string answer2;
+  {
+    auto server = StartRealServer(config);
+    ChatClient client(StubFor(*server));
+    const std::string session = NewVideoSession(client, clip);
+
+    const TurnResult t1 = client.Ask(session, "What moves?");
+    REQUIRE(t1.status.error_message() == "");
+    REQUIRE(t1.stats);
+    CHECK(t1.stats->cached_tokens() == 0);
+    CHECK(t1.stats->generated_tokens() > 0);
+    CHECK(t1.stats->visual_tokens_before_pruning() > 0);
+    // Turn 1's KV is in engine memory and committed to the store's host tier.
+    CHECK(BytesIn(*t1.stats, v1::KV_TIER_DEVICE) > 0);
+    CHECK(BytesIn(*t1.stats, v1::KV_TIER_HOST) > 0);
+
+    const TurnResult t2 = client.Ask(session, "And then?");
+    REQUIRE(t2.status.error_message() == "");
+    REQUIRE(t2.stats);
+    CHECK(t2.stats->cached_tokens() > 0);
+    CHECK(t2.stats->cached_tokens() >= t1.stats->prompt_tokens());
+    // Only turn 2's text (and the close of turn 1's reply) is prefilled, not the video.
+    CHECK(t2.stats->prefilled_tokens() < 20);
+    CHECK(t2.stats->prefilled_tokens() < t1.stats->prefilled_tokens());
+    CHECK(t2.stats->kv_restore_seconds() == 0);  // still in engine memory
+    CHECK(BytesIn(*t2.stats, v1::KV_TIER_HOST) > BytesIn(*t1.stats, v1::KV_TIER_HOST));
+    answer2 = t2.text;
+
+    // A fresh stateless request with the same history gives the same (greedy) answer.
+    const TurnResult fresh = client.Generate(FreshHistory(clip, t1.text));
+    REQUIRE(fresh.status.error_message() == "");
+    REQUIRE(fresh.stats);
+    CHECK(fresh.stats->cached_tokens() == 0);
+    CHECK(fresh.text == t2.text);
+
+    // A second session keeps its own KV; deleting it frees engine memory and store blocks.
+    const std::string other = NewVideoSession(client, clip);
+    REQUIRE(client.Ask(other, "What moves?").status.ok());
+    v1::DeleteSessionResponse deleted;
+    REQUIRE(client.DeleteSession(other, &deleted).ok());
+    std::map<int, uint64_t> freed;
+    for (const v1::KvBytes& b : deleted.freed()) freed[b.tier()] += b.bytes();
+    CHECK(freed[v1::KV_TIER_DEVICE] > 0);
+    CHECK(freed[v1::KV_TIER_HOST] > 0);
+
+    // Drain (SIGTERM's path) flushes the remaining session's KV: write-back blocks go to disk.
+    server->Drain(std::chrono::milliseconds(2000));
+  }
+  // Reopening the disk tier finds the flushed blocks.
+  kvstore::TieredStoreOptions options;
+  options.host.reset();
+  options.disk = kvstore::DiskTierOptions{};
+  options.disk->dir = dir.path() / "kv";
+  auto store = kvstore::TieredStore::Open(options);
+  REQUIRE(store.ok());
+  auto stats = (*store)->Stats();
+  REQUIRE(stats.ok());
+  REQUIRE(stats->tiers.size() == 1);
+  CHECK(stats->tiers[0].tier == kvstore::Tier::kDisk);
+  CHECK(stats->tiers[0].blocks >= 2);  // two turns' segments
+  CHECK(stats->tiers[0].bytes > 0);
+}
+
+TEST_CASE("real model: sessions evicted under KV pressure restore their prefix from the store",
+          "[integration][server][e2e]") {
+  TempDir dir;
+  server::ServerConfig config = RealModelConfig();
+  // Room for about two sessions' KV: the third turn evicts an idle session to the store.
+  config.kv_budget_bytes = 200 << 10;
+  config.max_running = 1;
+  const std::string clip = MakeTestClip(dir.path(), 1.0);
+  auto server = StartRealServer(config);
+  ChatClient client(StubFor(*server));
+
+  constexpr int kSessions = 4;
+  std::vector<std::string> sessions;
+  std::vector<std::string> answers1;
+  for (int i = 0; i < kSessions; ++i) {
+    sessions.push_back(NewVideoSession(client, clip));
+    const TurnResult t1 = client.Ask(sessions.back(), "What moves?");
+    REQUIRE(t1.status.error_message() == "");
+    answers1.push_back(t1.text);
+  }
+  int restored = 0;
+  std::vector<std::string> answers2;
+  for (int i = 0; i < kSessions; ++i) {
+    const TurnResult t2 = client.Ask(sessions[i], "And then?");
+    REQUIRE(t2.status.error_message() == "");
+    REQUIRE(t2.stats);
+    CAPTURE(i, t2.stats->cached_tokens(), t2.stats->prefilled_tokens(),
+            t2.stats->kv_restore_seconds());
+    // Restored or not, the prefix is cached and only the new text is prefilled.
+    CHECK(t2.stats->cached_tokens() > 0);
+    CHECK(t2.stats->prefilled_tokens() < 20);
+    if (t2.stats->kv_restore_seconds() > 0) ++restored;
+    answers2.push_back(t2.text);
+  }
+  CHECK(restored > 0);
+  // Restores are timed per store tier.
+  const std::string metrics = HttpGet(server->metrics_port(), "/metrics");
+  bool host_restores = false;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("framezip_kv_restore_seconds_count{", 0) == 0 &&
+        line.find("tier=\"host\"") != std::string::npos) {
+      host_restores = true;
+    }
+  }
+  CHECK(host_restores);
+  // The same conversation in every session: the same greedy answers, restored or not, and the
+  // same as a fresh request with that history.
+  const TurnResult fresh = client.Generate(FreshHistory(clip, answers1[0]));
+  REQUIRE(fresh.status.error_message() == "");
+  for (int i = 0; i < kSessions; ++i) {
+    CHECK(answers1[i] == answers1[0]);
+    CHECK(answers2[i] == fresh.text);
+  }
+}
+
+}  // namespace
+}  // namespace framezip::testing
