@@ -22,6 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"run", "run one chat turn in-process on a video or image", framezip::cli::RunRun},
     {"bench", "run a benchmark suite (engine, ...)", framezip::cli::RunBench},
     {"chat", "chat with a running server about a video (interactive)", framezip::cli::RunChat},
+    {"eval", "accuracy on a generated video-QA split (synthvid)", framezip::cli::RunEval},
 };
 
 void PrintUsage(FILE* out) {

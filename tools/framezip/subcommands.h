@@ -13,10 +13,12 @@ int RunHealth(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunBenchEngine(const std::vector<std::string>& args);
+int RunBenchAttention(const std::vector<std::string>& args);
 int RunBenchMedia(const std::vector<std::string>& args);
 int RunBenchKvstore(const std::vector<std::string>& args);
 int RunBenchServer(const std::vector<std::string>& args);
 int RunChat(const std::vector<std::string>& args);
+int RunEval(const std::vector<std::string>& args);
 
 // Parses flags for a subcommand; prints help (returns 0) or the error (returns 2) and sets
 // `done` when the subcommand should exit now.

@@ -1,0 +1,160 @@
+// `framezip eval` end to end on the committed six-item synthvid sample (tests/data/synthvid) with
+// the shipped model: the JSON structure, the accuracy arithmetic recomputed from the per-item
+// rows and the truth in the JSONL, every frame of each file fed to the model, teacher-forced
+// agreement of full attention with itself (exactly 1, KL 0: ScoreTurn reproduces greedy decoding),
+// and the message when the split is missing and cannot be generated.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/compress/policy.h"
+#include "tests/testing/temp_dir.h"
+
+namespace framezip {
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string stdout_text;
+  std::string stderr_text;
+};
+
+Run RunFramezip(const std::string& args, const std::string& env = "") {
+  testing::TempDir tmp;
+  const std::string err = (tmp / "stderr").string();
+  const std::string cmd =
+      env + " " + (testing::BinaryDir() / "bin/framezip").string() + " " + args + " 2>" + err;
+  Run run;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) run.stdout_text.append(buf, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  run.stderr_text.assign(std::istreambuf_iterator<char>(in), {});
+  return run;
+}
+
+nlohmann::json LastLineJson(const Run& run) {
+  INFO(run.stderr_text << run.stdout_text);
+  REQUIRE(run.exit_code == 0);
+  std::string text = run.stdout_text;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const size_t nl = text.rfind('\n');
+  return nlohmann::json::parse(nl == std::string::npos ? text : text.substr(nl + 1));
+}
+
+std::string EvalOn(const std::filesystem::path& data) {
+  return "eval --threads 2 --model " +
+         (testing::SourceDir() / "models/framezip-tiny-video").string() + " --data " +
+         data.string();
+}
+
+std::string ModelAndData() { return EvalOn(testing::SourceDir() / "tests/data/synthvid"); }
+
+struct Truth {
+  std::string task, answer;
+  int frames = 0;
+  bool has_turn2 = false;
+};
+
+std::map<std::string, Truth> SampleTruth() {
+  std::ifstream in(testing::SourceDir() / "tests/data/synthvid/test.jsonl");
+  std::map<std::string, Truth> truth;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    bool turn2 = false;
+    for (const auto& f : j["followups"]) turn2 = turn2 || f["question"] != j["question"];
+    truth[j["id"]] = {j["task"], j["answer"], j["num_frames"], turn2};
+  }
+  return truth;
+}
+
+TEST_CASE("framezip eval scores the committed synthvid sample", "[integration][eval]") {
+  const auto truth = SampleTruth();
+  REQUIRE(truth.size() == 6);
+  const nlohmann::json j =
+      LastLineJson(RunFramezip(ModelAndData() + " --json --items --agreement --turn2"));
+
+  CHECK(j["suite"] == "synthvid");
+  CHECK(j["split"] == "test");
+  CHECK(j["policy"] == "none");
+  REQUIRE(j["items"] == 6);
+  REQUIRE(j["item_results"].size() == 6);
+
+  // Recompute every figure from the per-item rows and the JSONL's truth.
+  int correct = 0, turn2 = 0;
+  int64_t generated = 0, visual = 0;
+  for (const auto& row : j["item_results"]) {
+    const std::string id = row["id"];
+    CAPTURE(id);
+    REQUIRE(truth.count(id) == 1);
+    const Truth& t = truth.at(id);
+    CHECK(row["task"] == t.task);
+    CHECK(row["answer"] == t.answer);
+    CHECK(row["num_frames"] == t.frames);
+    const std::string pred = row["pred"];
+    CHECK(row["ok"] == (pred == t.answer));
+    CHECK(j["tasks"][t.task].get<double>() == (pred == t.answer ? 1.0 : 0.0));
+    correct += pred == t.answer ? 1 : 0;
+    CHECK(row["generated_tokens"].get<int>() >= 1);
+    CHECK(row["generated_tokens"].get<int>() <= 6);  // evaluate.py's max_new_tokens
+    generated += row["generated_tokens"].get<int64_t>();
+    visual += 4 * t.frames + 1;  // 2x2 pooled tokens per frame + image_newline: all frames fed
+    CHECK(row.contains("turn2_ok") == t.has_turn2);
+    turn2 += t.has_turn2 ? 1 : 0;
+    // Full attention against itself, teacher-forced on its own greedy reply.
+    CHECK(row["agreement_positions"] == row["generated_tokens"]);
+    CHECK(row["agreement_matches"] == row["generated_tokens"]);
+  }
+  CHECK(j["accuracy"].get<double>() == Approx(correct / 6.0));
+  CHECK(j["tasks"].size() == 6);
+  CHECK(j["tokens"]["generated"] == generated);
+  CHECK(j["tokens"]["visual"] == visual);
+  CHECK(j["tokens"]["prompt"].get<int64_t>() > visual);
+  CHECK(j["per_num_frames"]["8"]["items"] == 2);
+  CHECK(j["per_num_frames"]["32"]["items"] == 1);
+  CHECK(j["turn2"]["items"] == turn2);
+  CHECK(j["agreement"]["top1"].get<double>() == 1.0);
+  CHECK(j["agreement"]["kl"].get<double>() < 1e-12);
+  CHECK(j["agreement"]["positions"] == generated);
+  CHECK(j["agreement"]["reference_accuracy"].get<double>() == Approx(correct / 6.0));
+  CHECK(j["seconds"].get<double>() > 0);
+  CHECK(j["time"]["prefill_ms"].get<double>() > 0);
+}
+
+TEST_CASE("framezip eval runs every compression policy with agreement", "[integration][eval]") {
+  for (const std::string& policy : engine::compress::PolicyNames()) {
+    if (policy == "none") continue;
+    CAPTURE(policy);
+    const nlohmann::json j = LastLineJson(
+        RunFramezip(ModelAndData() + " --limit 2 --json --agreement --policy " + policy));
+    CHECK(j["policy"] == policy);
+    CHECK(j["items"] == 2);
+    const double top1 = j["agreement"]["top1"].get<double>();
+    CHECK(top1 >= 0);
+    CHECK(top1 <= 1);
+    CHECK(j["agreement"]["kl"].get<double>() >= 0);
+  }
+}
+
+TEST_CASE("framezip eval says how to generate a split it cannot find or make",
+          "[integration][eval]") {
+  testing::TempDir empty;
+  const Run run =
+      RunFramezip(EvalOn(empty.path()) + " --split val", "FRAMEZIP_PYTHON=/nonexistent/python");
+  CHECK(run.exit_code == 1);
+  CHECK(run.stderr_text.find("synthvid.py --split val") != std::string::npos);
+  CHECK(run.stderr_text.find("FRAMEZIP_PYTHON") != std::string::npos);
+  CHECK(RunFramezip(ModelAndData() + " --suite nope").exit_code == 2);
+}
+
+}  // namespace
+}  // namespace framezip

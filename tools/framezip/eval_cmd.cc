@@ -1,0 +1,283 @@
+// framezip eval: accuracy of a model on a synthvid split through the C++ media stage and engine,
+// scored exactly as tools/train/evaluate.py scores the Hugging Face reference (greedy decoding, at
+// most 6 new tokens, reply stripped and compared byte for byte with the answer; see
+// tools/eval/answer_match.h). Each item runs in a fresh conversation; --turn2 asks the item's
+// first different follow-up question as a second turn in the same conversation (evaluate.py
+// --turn2). --agreement also measures teacher-forced agreement of the policy with full attention
+// (tools/eval/agreement.h). The JSON object of --json is documented in tools/eval/eval_report.h.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+#include "engine/core/thread_pool.h"
+#include "engine/runtime/engine.h"
+#include "media/media.h"
+#include "server/preprocess_spec.h"
+#include "tools/eval/agreement.h"
+#include "tools/eval/answer_match.h"
+#include "tools/eval/eval_report.h"
+#include "tools/eval/synthvid_generate.h"
+#include "tools/eval/synthvid_split.h"
+#include "tools/framezip/cli_util.h"
+#include "tools/framezip/subcommands.h"
+
+namespace framezip::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using engine::runtime::Engine;
+using engine::runtime::Message;
+using engine::runtime::TurnOptions;
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct EvalOptions {
+  std::string policy = "none";
+  int frames = 0;      // 0 = every frame of the file (the synthvid convention)
+  int max_tokens = 6;  // evaluate.py's max_new_tokens
+  bool turn2 = false;
+  bool agreement = false;
+};
+
+// The item's video as model input: `frames` frames sampled uniformly (for a synthvid file with
+// exactly that many frames at constant rate, uniform sampling picks every frame, as evaluate.py
+// feeds them), preprocessed to the model's spec.
+StatusOr<engine::Tensor> DecodeVideo(const fs::path& file, int frames,
+                                     const media::PreprocessSpec& spec) {
+  const fs::path path = fs::absolute(file);
+  FZ_ASSIGN_OR_RETURN(
+      media::DecodedMedia decoded,
+      media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
+                         media::FrameSamplingSpec{.num_frames = frames}, spec,
+                         media::MediaLimits{}));
+  const media::FrameBatch& fb = decoded.frames;
+  if (fb.num_frames != frames) {
+    return InvalidArgumentError("{}: {} frames decoded, {} expected", file.string(), fb.num_frames,
+                                frames);
+  }
+  FZ_ASSIGN_OR_RETURN(engine::Tensor t,
+                      engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
+                                            engine::DType::kF32));
+  std::copy(fb.data.begin(), fb.data.end(), t.data<float>());
+  return t;
+}
+
+StatusOr<engine::runtime::TurnResult> Ask(Engine& eng, engine::runtime::Conversation& conv,
+                                          const Message& message, const TurnOptions& turn) {
+  return eng.RunTurn(conv, std::span<const Message>(&message, 1), turn);
+}
+
+// Teacher-forced agreement of `policy` with full attention on one item: the full model's greedy
+// reply `reference` is fed to both, and their next-token logits compared at every position.
+StatusOr<eval::AgreementCounts> Agreement(Engine& eng, const Message& message,
+                                          const std::vector<int32_t>& reference,
+                                          const std::string& policy) {
+  FZ_ASSIGN_OR_RETURN(auto full_conv, eng.NewConversation("none"));
+  FZ_ASSIGN_OR_RETURN(engine::Tensor full,
+                      eng.ScoreTurn(*full_conv, std::span(&message, 1), reference));
+  FZ_ASSIGN_OR_RETURN(auto policy_conv, eng.NewConversation(policy));
+  FZ_ASSIGN_OR_RETURN(engine::Tensor compressed,
+                      eng.ScoreTurn(*policy_conv, std::span(&message, 1), reference));
+  const size_t n = static_cast<size_t>(full.numel());
+  return eval::CompareNextTokenLogits(std::span<const float>(full.data<float>(), n),
+                                      std::span<const float>(compressed.data<float>(), n),
+                                      full.dim(1));
+}
+
+// One item's video, decoded ahead on a worker thread while the engine runs the previous item.
+struct DecodedVideo {
+  StatusOr<engine::Tensor> pixels;
+  double ms = 0;
+};
+
+std::future<DecodedVideo> DecodeAhead(const eval::SynthvidItem& item, const EvalOptions& opt,
+                                      const media::PreprocessSpec& spec) {
+  return std::async(std::launch::async, [&item, &opt, &spec] {
+    const double t0 = NowMs();
+    StatusOr<engine::Tensor> pixels =
+        DecodeVideo(item.video, opt.frames > 0 ? opt.frames : item.num_frames, spec);
+    return DecodedVideo{std::move(pixels), NowMs() - t0};
+  });
+}
+
+StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& item,
+                                        const EvalOptions& opt, DecodedVideo decoded) {
+  const double start = NowMs();
+  eval::ItemResult r;
+  r.id = item.id;
+  r.task = item.main.task;
+  r.num_frames = opt.frames > 0 ? opt.frames : item.num_frames;
+  r.answer = item.main.answer;
+
+  if (!decoded.pixels.ok()) return decoded.pixels.status();
+  r.media_ms = decoded.ms;
+  Message message;
+  message.text = item.main.question;
+  engine::runtime::VisualInput video;
+  video.kind = engine::runtime::VisualInput::Kind::kVideo;
+  video.pixels = std::move(*decoded.pixels);
+  message.visuals.push_back(std::move(video));
+
+  TurnOptions turn;
+  turn.sampling.max_new_tokens = opt.max_tokens;
+  turn.sampling.do_sample = false;
+  FZ_ASSIGN_OR_RETURN(auto conv, eng.NewConversation(opt.policy));
+  FZ_ASSIGN_OR_RETURN(engine::runtime::TurnResult reply, Ask(eng, *conv, message, turn));
+  r.pred = eval::StripLikePython(reply.text);
+  r.correct = eval::AnswerMatches(reply.text, item.main.answer);
+  const auto& st = reply.stats;
+  r.prompt_tokens = st.prompt_tokens;
+  r.visual_tokens = st.visual_tokens;
+  r.generated_tokens = st.generated_tokens;
+  r.vision_ms = st.vision_ms;
+  r.prefill_ms = st.prefill_ms;
+  r.decode_ms = st.decode_ms;
+  r.kept_ratio.assign(st.layer_kept_ratio.begin(), st.layer_kept_ratio.end());
+  r.kv_bytes = static_cast<int64_t>(st.kv_bytes);
+  r.compression_ratio = st.compression_ratio;
+  r.selection_ms = st.selection_overhead_ms;
+
+  if (const eval::SynthvidQuestion* next = opt.turn2 ? eval::SecondTurnQuestion(item) : nullptr) {
+    Message followup;
+    followup.text = next->question;
+    FZ_ASSIGN_OR_RETURN(engine::runtime::TurnResult reply2, Ask(eng, *conv, followup, turn));
+    r.turn2_answer = next->answer;
+    r.turn2_pred = eval::StripLikePython(reply2.text);
+    r.turn2_correct = eval::AnswerMatches(reply2.text, next->answer);
+  }
+
+  if (opt.agreement) {
+    const double t0 = NowMs();
+    std::vector<int32_t> reference = reply.token_ids;
+    if (opt.policy != "none") {
+      FZ_ASSIGN_OR_RETURN(auto full_conv, eng.NewConversation("none"));
+      FZ_ASSIGN_OR_RETURN(engine::runtime::TurnResult full, Ask(eng, *full_conv, message, turn));
+      reference = full.token_ids;
+      r.reference_correct = eval::AnswerMatches(full.text, item.main.answer);
+    } else {
+      r.reference_correct = r.correct;
+    }
+    FZ_ASSIGN_OR_RETURN(r.agreement, Agreement(eng, message, reference, opt.policy));
+    r.agreement_ms = NowMs() - t0;
+  }
+  r.item_ms = NowMs() - start;
+  return r;
+}
+
+}  // namespace
+
+int RunEval(const std::vector<std::string>& args) {
+  std::string model_dir, suite = "synthvid", split = "test", data_dir, kv_format = "f16";
+  EvalOptions opt;
+  int limit = 0, threads = 0;
+  bool json = false, items = false;
+  FlagSet flags(
+      "framezip eval",
+      "Accuracy of a model on a generated video-QA split, through the C++ media stage and engine,\n"
+      "scored as tools/train/evaluate.py does (greedy, reply stripped, exact match). Prints a\n"
+      "per-task table; --json adds one JSON object as the last line of stdout (schema in\n"
+      "tools/eval/eval_report.h): {suite, split, model, policy, items, accuracy, tasks, per_task,\n"
+      "per_num_frames, tokens, time, seconds, kept_ratio_per_layer?, turn2?, agreement?,\n"
+      "item_results? (--items)}.\n"
+      "The split is read from --data (<dir>/<split>.jsonl + videos/, as "
+      "tools/synthvid/synthvid.py\n"
+      "writes it); when it is absent, it is generated once with synthvid.py (needs a Python with\n"
+      "numpy, av and pillow: .venv/ from scripts/python-env.sh, or FRAMEZIP_PYTHON) into --data\n"
+      "when given, else into the cache ($FRAMEZIP_CACHE_DIR or ~/.cache/framezip/synthvid).");
+  flags.String("model", &model_dir, "model directory (Hugging Face LLaVA-OneVision layout)", "DIR");
+  flags.String("suite", &suite, "evaluation suite (synthvid)", "NAME");
+  flags.String("split", &split, "split of the suite: test, val or train", "NAME");
+  flags.String("data", &data_dir, "directory of the split (default .data/synthvid)", "DIR");
+  flags.String("policy", &opt.policy, "KV compression policy", "P");
+  flags.Int("limit", &limit, "evaluate the first N items only (0 = all)");
+  flags.Int("frames", &opt.frames, "frames sampled uniformly per video (0 = every frame)");
+  flags.Int("max-tokens", &opt.max_tokens, "tokens generated at most per answer");
+  flags.Int("threads", &threads, "compute threads (0 = all CPUs)");
+  flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
+  flags.Bool("turn2", &opt.turn2, "also ask a follow-up question as a second turn");
+  flags.Bool("agreement", &opt.agreement,
+             "teacher-forced top-1 agreement and KL of the policy against full attention");
+  flags.Bool("json", &json, "print one JSON object with the results as the last line");
+  flags.Bool("items", &items, "with --json, include every item's result");
+  if (auto code = ParseOrExit(flags, args)) return *code;
+  if (model_dir.empty()) {
+    std::fprintf(stderr, "framezip eval: --model is required\n");
+    return 2;
+  }
+  if (suite != "synthvid") {
+    std::fprintf(stderr, "framezip eval: unknown suite '%s' (known: synthvid)\n", suite.c_str());
+    return 2;
+  }
+  if (split != "test" && split != "val" && split != "train") {
+    std::fprintf(stderr, "framezip eval: unknown split '%s' (test, val, train)\n", split.c_str());
+    return 2;
+  }
+  if (limit < 0 || opt.frames < 0 || opt.max_tokens < 1) {
+    std::fprintf(stderr, "framezip eval: --limit and --frames must be >= 0, --max-tokens >= 1\n");
+    return 2;
+  }
+  // Logs go to stderr: stdout carries the table and the JSON line only.
+  (void)InitLogging(LoggingOptions{});
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "framezip eval: %s\n", MessageOf(s).c_str());
+    return 1;
+  };
+
+  const bool data_given = !data_dir.empty();
+  const fs::path data = data_given ? fs::path(data_dir) : fs::path(".data/synthvid");
+  const int count = limit > 0 ? limit : eval::SynthvidSplitSize(split);
+  auto dir = eval::FindOrGenerateSynthvidSplit(data, split, count,
+                                               data_given ? data : eval::DefaultSynthvidCacheDir());
+  if (!dir.ok()) return fail(dir.status());
+  auto split_items = eval::LoadSynthvidSplit(*dir, split, limit);
+  if (!split_items.ok()) return fail(split_items.status());
+
+  engine::runtime::EngineOptions options;
+  options.threads = threads;
+  auto format = engine::kv::ParseKvFormat(kv_format);
+  if (!format.ok()) return fail(format.status());
+  options.kv_format = *format;
+  auto eng = Engine::Load(model_dir, options);
+  if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
+  if (auto probe = (*eng)->NewConversation(opt.policy); !probe.ok()) return fail(probe.status());
+  const auto spec = server::PreprocessSpecFor((*eng)->preprocessor(), (*eng)->image_size());
+
+  eval::EvalReport report(eval::EvalRunInfo{.split = split,
+                                            .model = model_dir,
+                                            .policy = opt.policy,
+                                            .data_dir = dir->string(),
+                                            .threads = engine::ComputeThreads()});
+  const double start = NowMs();
+  const size_t n = split_items->size();
+  std::future<DecodedVideo> next = DecodeAhead(split_items->front(), opt, spec);
+  for (size_t i = 0; i < n; ++i) {
+    const eval::SynthvidItem& item = (*split_items)[i];
+    DecodedVideo video = next.get();
+    if (i + 1 < n) next = DecodeAhead((*split_items)[i + 1], opt, spec);
+    auto r = EvaluateItem(**eng, item, opt, std::move(video));
+    if (!r.ok()) return fail(Annotate(r.status(), "item " + item.id));
+    report.Add(std::move(*r));
+    if ((i + 1) % 50 == 0 || i + 1 == n) {
+      std::fprintf(stderr, "eval: %zu/%zu items, accuracy %.1f%%, %.1f s\n", i + 1, n,
+                   100 * report.Accuracy(), (NowMs() - start) / 1000);
+    }
+  }
+  report.SetSeconds((NowMs() - start) / 1000);
+  std::fputs(report.Table().c_str(), stdout);
+  if (json) {
+    std::printf(
+        "%s\n",
+        report.Json(items).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace framezip::cli
