@@ -6,6 +6,11 @@ An explicit command, never run by tests. For a model made by tools/make_tiny_mod
   .venv/bin/python tools/golden/gen_goldens.py \
       --model tests/data/models/tiny-ov-qwen2-f32 --out tests/data/golden/tiny-ov-qwen2-f32
 
+For a trained video model, --synthvid SPLIT:INDEX replaces the synthetic image + video prompt by
+one synthvid item (tools/synthvid): its rendered frames (every frame a model frame, no mp4 round
+trip, so no codec dependency) and its question, video only, as the model was trained;
+--frames N keeps only its first N frames (smaller goldens).
+
 Files written to --out:
   tokenizer_ids.json  tokenizers-library ids (add_special_tokens true/false) and decodes of a
                       multilingual / emoji / code / whitespace / digits / special-token corpus
@@ -151,10 +156,60 @@ def chat_goldens(model_dir, processor, arch):
     return out
 
 
-def forward_goldens(model_dir, processor, model, arch, seed):
+def synthvid_item(spec, frames=None):
+    """(record, frames uint8 [F, H, W, 3]) of synthvid item "SPLIT:INDEX", first `frames` only."""
+    split, index = spec.split(":")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "synthvid"))
+    import synthvid  # noqa: PLC0415
+    rec, video = synthvid.make_item(split, int(index))
+    return rec, video[:frames]
+
+
+def image_goldens(inputs, inner, cfg, arch, dtype, tensors, meta, f32):
+    """Vision tower, feature selection, projector and OV packing of the prompt's image."""
+    pv = inputs["pixel_values"]
+    if pv.dim() == 5:  # [1, tiles, 3, H, W]
+        pv = pv[0]
+    tensors["pixel_values"] = f32(pv.to(dtype))
+    vis = inner.vision_tower(pv.to(dtype), output_hidden_states=True, return_dict=True)
+    for i, h in enumerate(vis.hidden_states):
+        tensors[f"vision.hidden_states.{i}"] = f32(h)
+    layer = cfg.vision_feature_layer
+    sel = vis.hidden_states[layer] if isinstance(layer, int) else torch.cat(
+        [vis.hidden_states[k] for k in layer], dim=-1)
+    if cfg.vision_feature_select_strategy == "default":
+        sel = sel[:, 1:]
+    tensors["image.selected_features"] = f32(sel)
+    tensors["image.projected"] = f32(inner.multi_modal_projector(sel))
+    if arch == "llava_onevision":
+        img = inner.get_image_features(
+            pixel_values=inputs["pixel_values"].to(dtype), image_sizes=inputs["image_sizes"],
+            vision_feature_layer=layer,
+            vision_feature_select_strategy=cfg.vision_feature_select_strategy,
+            vision_aspect_ratio=cfg.vision_aspect_ratio,
+            batch_num_images=inputs.get("batch_num_images"), return_dict=True)
+        packed = img.pooler_output
+        if isinstance(packed, (list, tuple)):  # one tensor per image
+            packed = torch.cat(list(packed), dim=0)
+        tensors["image.packed"] = f32(packed)
+        meta["image_sizes"] = inputs["image_sizes"].tolist()
+
+
+def forward_goldens(model_dir, processor, model, arch, seed, synthvid_spec=None,
+                    synthvid_frames=None):
     """A fixed multimodal prompt through the whole model; tensors and the greedy continuation."""
     tensors, meta = {}, {}
-    if arch == "llava_onevision":
+    if synthvid_spec is not None:
+        rec, frames = synthvid_item(synthvid_spec, synthvid_frames)
+        meta["synthvid"] = {"item": synthvid_spec, "id": rec["id"], "task": rec["task"],
+                            "num_frames": rec["num_frames"], "frames_fed": len(frames),
+                            "question": rec["question"], "answer": rec["answer"]}
+        messages = [{"role": "user", "content": [{"type": "video"},
+                                                 {"type": "text", "text": rec["question"]}]}]
+        prompt = processor.apply_chat_template(messages, add_generation_prompt=True,
+                                               tokenize=False)
+        inputs = processor(text=prompt, videos=[frames], return_tensors="pt")
+    elif arch == "llava_onevision":
         image = synthetic_image(24, 40, seed)
         video = np.stack([synthetic_image(48, 48, seed + 1 + f) for f in range(2)])
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "video"},
@@ -172,8 +227,9 @@ def forward_goldens(model_dir, processor, model, arch, seed):
     dtype = next(model.parameters()).dtype
     meta["prompt"] = prompt
     meta["input_ids"] = inputs["input_ids"][0].tolist()
-    # Reference tensors keep the model dtype when it is 16-bit (exact, half the bytes); inputs
-    # produced by the processor stay float32.
+    # Reference tensors keep the model dtype when it is 16-bit (exact, half the bytes). Pixel
+    # inputs too: the model casts them to its dtype before the vision tower, so that rounding is
+    # exactly what it sees (a float32 model gets the processor's float32 values).
     keep = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
 
     def f32(t):
@@ -182,34 +238,12 @@ def forward_goldens(model_dir, processor, model, arch, seed):
     with torch.no_grad():
         inner = model.model
         cfg = model.config
-        pv = inputs["pixel_values"]
-        if pv.dim() == 5:  # [1, tiles, 3, H, W]
-            pv = pv[0]
-        tensors["pixel_values"] = pv.detach().float().contiguous()
-        vis = inner.vision_tower(pv.to(dtype), output_hidden_states=True, return_dict=True)
-        for i, h in enumerate(vis.hidden_states):
-            tensors[f"vision.hidden_states.{i}"] = f32(h)
         layer = cfg.vision_feature_layer
-        sel = vis.hidden_states[layer] if isinstance(layer, int) else torch.cat(
-            [vis.hidden_states[k] for k in layer], dim=-1)
-        if cfg.vision_feature_select_strategy == "default":
-            sel = sel[:, 1:]
-        tensors["image.selected_features"] = f32(sel)
-        tensors["image.projected"] = f32(inner.multi_modal_projector(sel))
-        if arch == "llava_onevision":
-            img = inner.get_image_features(
-                pixel_values=inputs["pixel_values"].to(dtype), image_sizes=inputs["image_sizes"],
-                vision_feature_layer=layer,
-                vision_feature_select_strategy=cfg.vision_feature_select_strategy,
-                vision_aspect_ratio=cfg.vision_aspect_ratio,
-                batch_num_images=inputs.get("batch_num_images"), return_dict=True)
-            packed = img.pooler_output
-            if isinstance(packed, (list, tuple)):  # one tensor per image
-                packed = torch.cat(list(packed), dim=0)
-            tensors["image.packed"] = f32(packed)
-            meta["image_sizes"] = inputs["image_sizes"].tolist()
+        if "pixel_values" in inputs:
+            image_goldens(inputs, inner, cfg, arch, dtype, tensors, meta, f32)
+        if "pixel_values_videos" in inputs:
             pvv = inputs["pixel_values_videos"]
-            tensors["pixel_values_videos"] = pvv[0].detach().float().contiguous()
+            tensors["pixel_values_videos"] = f32(pvv[0].to(dtype))
             vid = inner.get_video_features(
                 pixel_values_videos=pvv.to(dtype), vision_feature_layer=layer,
                 vision_feature_select_strategy=cfg.vision_feature_select_strategy,
@@ -242,14 +276,16 @@ def forward_goldens(model_dir, processor, model, arch, seed):
             past = step.past_key_values
             next_id = int(torch.argmax(step.logits[0, -1].float()))
         meta["greedy_tokens"] = generated
+        meta["greedy_text"] = processor.tokenizer.decode(generated)
     meta["tensors"] = {
-        "pixel_values": "processor output for the image, [tiles, 3, S, S] (base tile first)",
+        "pixel_values": "processor output for the image, [tiles, 3, S, S] (base tile first), in "
+                        "the model dtype (what the vision tower is fed)",
         "vision.hidden_states.K": "vision tower hidden_states[K], K=0 embeddings, K=i+1 after "
                                   "layer i (no post_layernorm)",
         "image.selected_features": "hidden_states[vision_feature_layer] after select strategy",
         "image.projected": "multi_modal_projector(selected) per tile",
         "image.packed": "OV pack_image_features output [T_img, H] (scattered into <image>)",
-        "pixel_values_videos": "processor output for the video, [F, 3, S, S]",
+        "pixel_values_videos": "processor output for the video, [F, 3, S, S], model dtype",
         "video.pooled_with_newline": "OV get_video_features: pooled frames + one newline",
         "decoder.hidden_states.K": "K=0 input embeddings (visual rows scattered), K=i+1 output "
                                    "of layer i; the LAST one is after the final norm",
@@ -266,6 +302,10 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-tokenizer", action="store_true")
     p.add_argument("--skip-forward", action="store_true")
+    p.add_argument("--synthvid", metavar="SPLIT:INDEX",
+                   help="forward input: this synthvid item's frames and question (video only)")
+    p.add_argument("--frames", type=int, metavar="N",
+                   help="with --synthvid: feed only the item's first N frames")
     args = p.parse_args()
 
     import safetensors
@@ -296,7 +336,8 @@ def main():
         cls = OV if arch == "llava_onevision" else Llava
         model = cls.from_pretrained(args.model, dtype="auto", attn_implementation="eager").eval()
         dtype = str(next(model.parameters()).dtype)
-        tensors, meta = forward_goldens(args.model, processor, model, arch, args.seed)
+        tensors, meta = forward_goldens(args.model, processor, model, arch, args.seed,
+                                       args.synthvid, args.frames)
         save_file(tensors, os.path.join(args.out, "forward.safetensors"),
                   metadata={"format": "pt"})
         dump("forward.json", meta)

@@ -1,5 +1,7 @@
 // The decoder and the Engine against transformers goldens (tools/golden/gen_goldens.py) of the
-// tiny checked-in models: every layer's hidden state, the prompt logits, and 32 greedy tokens.
+// tiny checked-in models and of the shipped trained model (models/framezip-tiny-video): every
+// layer's hidden state, the prompt logits, and 32 greedy tokens. Each golden's manifest.json names
+// its model directory ("model", relative to the source root) and dtype.
 // Error measure: max |got − want| / max |want| per tensor (normalised max error), ≤ 1e-4 for the
 // f32 models and ≤ 2e-2 for bf16 (HF rounds every activation to bf16; we keep f32 activations).
 #include <catch2/catch.hpp>
@@ -29,15 +31,28 @@ struct Golden {
   double tol;
 };
 
+nlohmann::json ReadJson(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  INFO(path.string());
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
 Golden LoadGolden(const std::string& name) {
-  const auto root = SourceDir() / "tests/data";
-  auto st = model::SafetensorsFile::Open(root / "golden" / name / "forward.safetensors");
+  const auto dir = SourceDir() / "tests/data/golden" / name;
+  auto st = model::SafetensorsFile::Open(dir / "forward.safetensors");
   INFO(name << ": " << (st.ok() ? "" : MessageOf(st.status())));
   REQUIRE(st.ok());
-  std::ifstream in(root / "golden" / name / "forward.json");
-  REQUIRE(in.good());
-  return Golden{root / "models" / name, std::move(*st), nlohmann::json::parse(in),
-                name.find("bf16") != std::string::npos ? 2e-2 : 1e-4};
+  const nlohmann::json manifest = ReadJson(dir / "manifest.json");
+  const bool bf16 = manifest.at("dtype").get<std::string>() == "torch.bfloat16";
+  return Golden{SourceDir() / manifest.at("model").get<std::string>(), std::move(*st),
+                ReadJson(dir / "forward.json"), bf16 ? 2e-2 : 1e-4};
+}
+
+// The user turn's text: the synthvid item's question, else gen_goldens' fixed prompt text.
+std::string UserText(const Golden& g) {
+  return g.forward.contains("synthvid") ? g.forward["synthvid"]["question"].get<std::string>()
+                                        : "What happens here?";
 }
 
 Tensor Want(const Golden& g, const std::string& name) {
@@ -74,7 +89,8 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
           "[golden][engine][llm]") {
   SetComputeThreads(2);
   const std::string name =
-      GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16", "tiny-llava-clip-llama-f32");
+      GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16", "tiny-llava-clip-llama-f32",
+               "framezip-tiny-video");
   CAPTURE(name);
   const Golden g = LoadGolden(name);
   auto config = model::LoadLlavaConfig(g.model_dir);
@@ -125,24 +141,36 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
 TEST_CASE("Engine runs a turn on image and video inputs like transformers generate",
           "[golden][engine][runtime]") {
   SetComputeThreads(2);
-  const std::string name = GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16");
+  const std::string name =
+      GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16", "framezip-tiny-video");
   CAPTURE(name);
   const Golden g = LoadGolden(name);
+  auto config = model::LoadLlavaConfig(g.model_dir);
+  REQUIRE(config.ok());
   auto eng =
       runtime::Engine::Load(g.model_dir, runtime::EngineOptions{.kv_format = kv::KvFormat::kF32});
   INFO((eng.ok() ? "" : MessageOf(eng.status())));
   REQUIRE(eng.ok());
   runtime::Message m;
-  m.text = "What happens here?";
-  runtime::VisualInput image;
-  image.kind = runtime::VisualInput::Kind::kImage;
-  image.pixels = ToF32(Want(g, "pixel_values"));
-  image.original_height = g.forward["image_sizes"][0][0].get<int64_t>();
-  image.original_width = g.forward["image_sizes"][0][1].get<int64_t>();
+  m.text = UserText(g);
+  if (g.forward.contains("image_sizes")) {  // the synthvid goldens are video only
+    runtime::VisualInput image;
+    image.kind = runtime::VisualInput::Kind::kImage;
+    image.pixels = ToF32(Want(g, "pixel_values"));
+    image.original_height = g.forward["image_sizes"][0][0].get<int64_t>();
+    image.original_width = g.forward["image_sizes"][0][1].get<int64_t>();
+    m.visuals.push_back(image);
+  }
   runtime::VisualInput video;
   video.kind = runtime::VisualInput::Kind::kVideo;
   video.pixels = ToF32(Want(g, "pixel_values_videos"));
-  m.visuals = {image, video};
+  m.visuals.push_back(video);
+  // The golden prompt's <image> and <video> placeholders (44 + 9 for the tiny OV goldens).
+  int64_t want_visual_tokens = 0;
+  for (const auto& id : g.forward["input_ids"]) {
+    const int64_t i = id.get<int64_t>();
+    want_visual_tokens += (i == config->image_token_id || i == config->video_token_id) ? 1 : 0;
+  }
   auto conv = (*eng)->NewConversation();
   REQUIRE(conv.ok());
   runtime::TurnOptions opt;
@@ -154,7 +182,7 @@ TEST_CASE("Engine runs a turn on image and video inputs like transformers genera
   INFO((r.ok() ? "" : MessageOf(r.status())));
   REQUIRE(r.ok());
   CHECK(r->stats.prompt_tokens == static_cast<int64_t>(g.forward["input_ids"].size()));
-  CHECK(r->stats.visual_tokens == 44 + 9);
+  CHECK(r->stats.visual_tokens == want_visual_tokens);
   // The reply may end early on an eos id; up to there it is the golden's.
   const std::vector<int32_t> prefix(want.begin(), want.begin() + r->token_ids.size());
   CHECK(r->token_ids == prefix);
