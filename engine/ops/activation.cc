@@ -1,6 +1,7 @@
 #include "engine/ops/activation.h"
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -12,13 +13,12 @@ Status CheckElementwise(std::string_view op, const Tensor& a, const Tensor* b, c
   FZ_RETURN_IF_ERROR(CheckDType(op, "input", a, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckDType(op, "output", y, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckSameShape(op, "input", a, "output", y));
-  FZ_RETURN_IF_ERROR(CheckCpu(op, a));
-  FZ_RETURN_IF_ERROR(CheckCpu(op, y));
+  FZ_RETURN_IF_ERROR(CheckOnDevice(op, a.device(), {&y}));
   if (b != nullptr) {
     FZ_RETURN_IF_ERROR(CheckDefined(op, "second input", *b));
     FZ_RETURN_IF_ERROR(CheckDType(op, "second input", *b, DType::kF32));
     FZ_RETURN_IF_ERROR(CheckSameShape(op, "first input", a, "second input", *b));
-    FZ_RETURN_IF_ERROR(CheckCpu(op, *b));
+    FZ_RETURN_IF_ERROR(CheckOnDevice(op, a.device(), {b}));
   }
   return absl::OkStatus();
 }
@@ -27,17 +27,38 @@ Status CheckElementwise(std::string_view op, const Tensor& a, const Tensor* b, c
 
 Status Gelu(const Tensor& x, GeluApproximation approximation, Tensor& y) {
   FZ_RETURN_IF_ERROR(CheckElementwise("Gelu", x, nullptr, y));
-  return GeluCpu(x, approximation, y);
+  switch (x.device().kind) {
+    case DeviceKind::kCpu:
+      return GeluCpu(x, approximation, y);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
+      return GeluCuda(x, approximation, y);
+  }
+  return InternalError("Gelu: unknown device kind");
 }
 
 Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& y) {
   FZ_RETURN_IF_ERROR(CheckElementwise("SiluMul", gate, &up, y));
-  return SiluMulCpu(gate, up, y);
+  switch (gate.device().kind) {
+    case DeviceKind::kCpu:
+      return SiluMulCpu(gate, up, y);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(gate.device()));
+      return SiluMulCuda(gate, up, y);
+  }
+  return InternalError("SiluMul: unknown device kind");
 }
 
 Status Add(const Tensor& a, const Tensor& b, Tensor& y) {
   FZ_RETURN_IF_ERROR(CheckElementwise("Add", a, &b, y));
-  return AddCpu(a, b, y);
+  switch (a.device().kind) {
+    case DeviceKind::kCpu:
+      return AddCpu(a, b, y);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(a.device()));
+      return AddCuda(a, b, y);
+  }
+  return InternalError("Add: unknown device kind");
 }
 
 }  // namespace framezip::engine::ops

@@ -2,6 +2,7 @@
 // dispatchers in ops/*.cc link unchanged and no header needs a CUDA #ifdef. (Dispatchers check
 // CheckDeviceUsable() first, so these are reached only by direct calls.)
 #include "engine/ops/cast_backends.h"
+#include "engine/ops/cuda_backends.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -11,5 +12,16 @@ Status NoCuda(const char* op) {
 }  // namespace
 
 Status CastCuda(const Tensor&, Tensor&) { return NoCuda("Cast"); }
+Status LinearCuda(const Tensor&, const Tensor&, const Tensor&, Tensor&) { return NoCuda("Linear"); }
+Status MatMulCuda(const Tensor&, const Tensor&, bool, Tensor&) { return NoCuda("MatMul"); }
+Status RmsNormCuda(const Tensor&, const Tensor&, float, Tensor&) { return NoCuda("RmsNorm"); }
+Status LayerNormCuda(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {
+  return NoCuda("LayerNorm");
+}
+Status GeluCuda(const Tensor&, GeluApproximation, Tensor&) { return NoCuda("Gelu"); }
+Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluMul"); }
+Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
+Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
+Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&) { return NoCuda("ApplyRope"); }
 
 }  // namespace framezip::engine::ops

@@ -1,6 +1,7 @@
 #include "engine/ops/embedding.h"
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -19,9 +20,11 @@ Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
     return InvalidArgumentError("Embedding: out has shape {}, want [{}, {}]",
                                 ShapeString(out.shape()), ids.dim(0), table.dim(1));
   }
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, table));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, ids));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, out));
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, table.device(), {&ids, &out}));
+  if (!table.device().is_cpu()) {
+    FZ_RETURN_IF_ERROR(CheckDeviceUsable(table.device()));
+    return EmbeddingCuda(table, ids, out);  // validates the ids itself (they are on the GPU)
+  }
   const int32_t* id = ids.data<int32_t>();
   for (int64_t i = 0; i < ids.dim(0); ++i) {
     if (id[i] < 0 || id[i] >= table.dim(0)) {

@@ -1,6 +1,7 @@
 #include "engine/ops/linear.h"
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -32,13 +33,17 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
       return InvalidArgumentError("Linear: bias has shape {}, want [{}]", ShapeString(bias.shape()),
                                   n);
     }
-    FZ_RETURN_IF_ERROR(CheckCpu(kOp, bias));
   }
   if (x.raw_data() == y.raw_data()) return InvalidArgumentError("Linear: y must not alias x");
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, x));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, weight));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, y));
-  return LinearCpu(x, weight, bias, y);
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&weight, &bias, &y}));
+  switch (x.device().kind) {
+    case DeviceKind::kCpu:
+      return LinearCpu(x, weight, bias, y);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
+      return LinearCuda(x, weight, bias, y);
+  }
+  return InternalError("Linear: unknown device kind");
 }
 
 Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
@@ -48,8 +53,8 @@ Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
     FZ_RETURN_IF_ERROR(CheckDefined(kOp, name, *t));
     FZ_RETURN_IF_ERROR(CheckDType(kOp, name, *t, DType::kF32));
     FZ_RETURN_IF_ERROR(CheckRank(kOp, name, *t, 2));
-    FZ_RETURN_IF_ERROR(CheckCpu(kOp, *t));
   }
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, a.device(), {&b, &c}));
   const int64_t m = a.dim(0), k = a.dim(1);
   const int64_t kb = transpose_b ? b.dim(1) : b.dim(0);
   const int64_t n = transpose_b ? b.dim(0) : b.dim(1);
@@ -58,7 +63,14 @@ Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
                                 ShapeString(a.shape()), ShapeString(b.shape()),
                                 transpose_b ? "ᵀ" : "", ShapeString(c.shape()));
   }
-  return MatMulCpu(a, b, transpose_b, c);
+  switch (a.device().kind) {
+    case DeviceKind::kCpu:
+      return MatMulCpu(a, b, transpose_b, c);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(a.device()));
+      return MatMulCuda(a, b, transpose_b, c);
+  }
+  return InternalError("MatMul: unknown device kind");
 }
 
 }  // namespace framezip::engine::ops

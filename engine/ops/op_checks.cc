@@ -16,9 +16,7 @@ Status CheckNormArgs(std::string_view op, const Tensor& x, const Tensor& param,
                                 ShapeString(param.shape()), x.rank() < 1 ? 0 : x.dim(-1),
                                 ShapeString(x.shape()));
   }
-  FZ_RETURN_IF_ERROR(CheckCpu(op, x));
-  FZ_RETURN_IF_ERROR(CheckCpu(op, param));
-  return CheckCpu(op, y);
+  return CheckOnDevice(op, x.device(), {&param, &y});
 }
 
 }  // namespace framezip::engine::ops

@@ -3,6 +3,7 @@
 // [4, 3], want [N, 8]" rather than a crash.
 #pragma once
 
+#include <initializer_list>
 #include <string_view>
 
 #include "common/status.h"
@@ -56,6 +57,19 @@ inline Status CheckSameShape(std::string_view op, std::string_view a_name, const
 inline Status CheckCpu(std::string_view op, const Tensor& t) {
   if (t.defined() && !t.device().is_cpu()) {
     return UnimplementedError("{}: no CUDA kernel yet (tensor on {})", op, DeviceName(t.device()));
+  }
+  return absl::OkStatus();
+}
+
+// OK when every defined tensor in `tensors` lives on `device`: ops never move data between
+// devices, the caller does (Tensor::To).
+inline Status CheckOnDevice(std::string_view op, Device device,
+                            std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined() && t->device() != device) {
+      return InvalidArgumentError("{}: tensors on {} and {}; all must be on one device", op,
+                                  DeviceName(device), DeviceName(t->device()));
+    }
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -49,8 +50,11 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params) {
     return InvalidArgumentError("ApplyRope: positions has shape {}, want [{}]",
                                 ShapeString(positions.shape()), x.dim(0));
   }
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, x));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, positions));
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&positions}));
+  if (!x.device().is_cpu()) {
+    FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
+    return ApplyRopeCuda(x, positions, params);  // validates the positions itself
+  }
   const int32_t* pos = positions.data<int32_t>();
   for (int64_t t = 0; t < x.dim(0); ++t) {
     if (pos[t] < 0) return InvalidArgumentError("ApplyRope: position {} of token {}", pos[t], t);

@@ -1,36 +1,8 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "engine/kernels/cuda/cast.cuh"
+#include "engine/kernels/cuda/float_io.cuh"
 
 namespace framezip::engine::cuda {
 namespace {
-
-__device__ __forceinline__ float LoadAsFloat(const void* p, FloatKind k, int64_t i) {
-  switch (k) {
-    case FloatKind::kF32:
-      return static_cast<const float*>(p)[i];
-    case FloatKind::kF16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    case FloatKind::kBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  }
-  return 0.f;
-}
-
-__device__ __forceinline__ void StoreFloat(void* p, FloatKind k, int64_t i, float v) {
-  switch (k) {
-    case FloatKind::kF32:
-      static_cast<float*>(p)[i] = v;
-      break;
-    case FloatKind::kF16:
-      static_cast<__half*>(p)[i] = __float2half_rn(v);
-      break;
-    case FloatKind::kBF16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-      break;
-  }
-}
 
 __global__ void CastKernel(CastParams p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

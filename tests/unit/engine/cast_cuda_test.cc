@@ -4,12 +4,13 @@
 #include "engine/ops/cast.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/random.h"
+#include "tests/unit/engine/cuda_test_util.h"
 
 namespace framezip::engine {
 namespace {
 
 TEST_CASE("Cast on the GPU equals Cast on the CPU bit for bit", "[cuda][ops]") {
-  REQUIRE(CudaDeviceCount() > 0);
+  if (test::SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed());
   const auto values = testing::RandomNormal(100003, rng, 10.f);
   auto host = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kF32);
