@@ -6,7 +6,8 @@
 //   Add:         y = a + b                                          (residual adds)
 //
 // Outputs may alias an input (in place). Errors: INVALID_ARGUMENT when shapes differ or a tensor
-// is not f32; UNIMPLEMENTED on CUDA tensors.
+// is not f32 or tensors are on different devices; on a CUDA device UNIMPLEMENTED in a CPU-only
+// build, UNAVAILABLE without a GPU.
 #pragma once
 
 #include "common/status.h"

@@ -1,6 +1,7 @@
 #include "engine/ops/attention.h"
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -13,8 +14,8 @@ Status Attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     FZ_RETURN_IF_ERROR(CheckDefined(kOp, name, *t));
     FZ_RETURN_IF_ERROR(CheckDType(kOp, name, *t, DType::kF32));
     FZ_RETURN_IF_ERROR(CheckRank(kOp, name, *t, 4));
-    FZ_RETURN_IF_ERROR(CheckCpu(kOp, *t));
   }
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {&k, &v, &out}));
   FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "q", q, "out", out));
   FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "k", k, "v", v));
   if (k.dim(0) != q.dim(0) || k.dim(3) != q.dim(3)) {
@@ -41,7 +42,14 @@ Status Attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
       out.raw_data() == v.raw_data()) {
     return InvalidArgumentError("Attention: out must not alias q, k or v");
   }
-  return AttentionCpu(q, k, v, params, out);
+  switch (q.device().kind) {
+    case DeviceKind::kCpu:
+      return AttentionCpu(q, k, v, params, out);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(q.device()));
+      return AttentionCuda(q, k, v, params, out);
+  }
+  return InternalError("Attention: unknown device kind");
 }
 
 Status BidirectionalAttention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,

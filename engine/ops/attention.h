@@ -17,7 +17,10 @@
 //   q   [B, Tq, H, d]
 //   k,v [B, Tk, G, d]      H % G == 0
 //   out [B, Tq, H, d]      must not alias q, k or v
-// Errors: INVALID_ARGUMENT naming the mismatch; UNIMPLEMENTED on CUDA tensors.
+// CUDA (attention_cuda.cc): the same tiling and online softmax in f32, head_dim <= 128;
+// key_limit stays a host array and is uploaded per call.
+// Errors: INVALID_ARGUMENT naming the mismatch (tensors on different devices too); on a CUDA
+// device UNIMPLEMENTED in a CPU-only build or for head_dim > 128, UNAVAILABLE without a GPU.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,6 @@
 // CPU entry points of the ops in this folder (x_cpu.cc files); the dispatchers in x.cc call them
 // after checking every argument, so they assume valid shapes and dtypes. The CUDA entry points
-// (x_cuda.cc) join when their kernels are written; until then the dispatchers answer UNIMPLEMENTED
-// for CUDA tensors.
+// are in cuda_backends.h; ops without them still answer UNIMPLEMENTED for CUDA tensors.
 #pragma once
 
 #include <span>

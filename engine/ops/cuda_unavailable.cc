@@ -23,5 +23,8 @@ Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluM
 Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
 Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
 Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&) { return NoCuda("ApplyRope"); }
+Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {
+  return NoCuda("Attention");
+}
 
 }  // namespace framezip::engine::ops

@@ -3,7 +3,8 @@
 //
 // table [V, H] f32/bf16/f16; ids [N] i32; out [N, H] f32.
 // Errors: OUT_OF_RANGE naming the first id outside [0, V); INVALID_ARGUMENT on shape/dtype
-// mismatch; UNIMPLEMENTED on CUDA tensors.
+// mismatch or tensors on different devices (on a GPU the ids are copied to the host to be
+// checked); UNIMPLEMENTED/UNAVAILABLE on a CUDA device in a CPU-only build or without a GPU.
 #pragma once
 
 #include "common/status.h"

@@ -4,7 +4,8 @@
 //
 // x [..., D] f32; gamma [D], beta [D] f32/bf16/f16 (beta may be an undefined Tensor() for none);
 // y [..., D] f32, may be the same tensor as x (in place).
-// Errors: INVALID_ARGUMENT on shape/dtype mismatch; UNIMPLEMENTED on CUDA tensors.
+// Errors: INVALID_ARGUMENT on shape/dtype/device mismatch; on a CUDA device UNIMPLEMENTED in a
+// CPU-only build, UNAVAILABLE without a GPU.
 #pragma once
 
 #include "common/status.h"

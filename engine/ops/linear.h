@@ -12,8 +12,10 @@
 //     dots it with every row of x (AVX2/FMA or AVX-512 chosen at run time, portable fallback).
 // Accumulation is in f32 throughout.
 //
-// Errors: INVALID_ARGUMENT naming the mismatch (shapes, dtypes, devices); UNIMPLEMENTED for
-// tensors on a CUDA device (the CUDA kernels come later).
+// CUDA (linear_cuda.cc): cuBLAS GEMM with f32 accumulation; with 16-bit weights x is rounded to
+// the weight dtype on the GPU first (see there for the accuracy this costs).
+// Errors: INVALID_ARGUMENT naming the mismatch (shapes, dtypes, devices: all tensors must be on
+// one device); on a CUDA device UNIMPLEMENTED in a CPU-only build, UNAVAILABLE without a GPU.
 // y must be preallocated with the right shape and must not alias x.
 #pragma once
 

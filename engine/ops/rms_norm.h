@@ -4,7 +4,8 @@
 // our activations are f32, so with f32 weights this is bit-for-bit the f32 reference.)
 //
 // x [..., D] f32; weight [D] f32/bf16/f16; y [..., D] f32, may be x (in place).
-// Errors: INVALID_ARGUMENT on shape/dtype mismatch; UNIMPLEMENTED on CUDA tensors.
+// Errors: INVALID_ARGUMENT on shape/dtype/device mismatch; on a CUDA device UNIMPLEMENTED in a
+// CPU-only build, UNAVAILABLE without a GPU.
 #pragma once
 
 #include "common/status.h"

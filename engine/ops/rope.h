@@ -32,7 +32,8 @@ std::vector<float> RopeInverseFrequencies(const RopeParams& params);
 
 // x [T, H, d] f32, rotated in place; positions [T] i32 (>= 0).
 // Errors: INVALID_ARGUMENT when d is odd or differs from params.head_dim, on shape/dtype
-// mismatch or a negative position; UNIMPLEMENTED on CUDA tensors.
+// mismatch or a negative position; x and positions on one device (on a GPU, head_dim <= 512 and
+// the positions are copied to the host to be checked); UNIMPLEMENTED/UNAVAILABLE as for every op.
 Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params);
 
 }  // namespace framezip::engine::ops
