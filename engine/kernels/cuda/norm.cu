@@ -1,0 +1,65 @@
+#include "engine/kernels/cuda/float_io.cuh"
+#include "engine/kernels/cuda/norm.cuh"
+
+namespace framezip::engine::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps per row: a Qwen2 row (896..3584) is 4..14 loads a thread
+
+// Sum of `v` over the block; every thread gets the result. `scratch` holds one float per warp.
+__device__ float BlockSum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read by a previous BlockSum
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+template <bool kLayerNorm>
+__global__ void __launch_bounds__(kThreads) NormKernel(NormParams p) {
+  __shared__ float scratch[kThreads / 32];
+  const float* x = p.x + blockIdx.x * p.d;
+  float* y = p.y + blockIdx.x * p.d;
+  const float inv_d = 1.0f / static_cast<float>(p.d);
+  float mean = 0;
+  if constexpr (kLayerNorm) {
+    float s = 0;
+    for (int64_t i = threadIdx.x; i < p.d; i += kThreads) s += x[i];
+    mean = BlockSum(s, scratch) * inv_d;
+  }
+  float sq = 0;
+  for (int64_t i = threadIdx.x; i < p.d; i += kThreads) {
+    const float c = x[i] - mean;
+    sq += c * c;
+  }
+  const float inv = rsqrtf(BlockSum(sq, scratch) * inv_d + p.eps);
+  // Each thread rewrites only the elements it read, so y == x is safe.
+  for (int64_t i = threadIdx.x; i < p.d; i += kThreads) {
+    float v = (x[i] - mean) * inv * LoadAsFloat(p.weight, p.weight_kind, i);
+    if (kLayerNorm && p.bias != nullptr) v += LoadAsFloat(p.bias, p.bias_kind, i);
+    y[i] = v;
+  }
+}
+
+template <bool kLayerNorm>
+cudaError_t Launch(const NormParams& params, cudaStream_t stream) {
+  if (params.rows == 0 || params.d == 0) return cudaSuccess;
+  if (params.rows > 0x7fffffff) return cudaErrorInvalidValue;
+  NormKernel<kLayerNorm><<<static_cast<unsigned>(params.rows), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const NormParams& params, cudaStream_t stream) {
+  return Launch<false>(params, stream);
+}
+
+cudaError_t LaunchLayerNorm(const NormParams& params, cudaStream_t stream) {
+  return Launch<true>(params, stream);
+}
+
+}  // namespace framezip::engine::cuda

@@ -1,0 +1,40 @@
+// Gelu, SiluMul and Add on the GPU: adapters to engine/kernels/cuda/elementwise.cuh.
+#include "engine/kernels/cuda/elementwise.cuh"
+#include "engine/ops/cuda_backends.h"
+#include "engine/ops/cuda_op_util_cuda.h"
+
+namespace framezip::engine::ops {
+namespace {
+
+cuda::BinaryParams Binary(const Tensor& a, const Tensor& b, Tensor& y) {
+  cuda::BinaryParams p;
+  p.a = static_cast<const float*>(a.raw_data());
+  p.b = static_cast<const float*>(b.raw_data());
+  p.y = static_cast<float*>(y.raw_data());
+  p.n = y.numel();
+  return p;
+}
+
+}  // namespace
+
+Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y) {
+  ScopedCudaDevice scope(x.device());
+  cuda::GeluParams p;
+  p.x = static_cast<const float*>(x.raw_data());
+  p.y = static_cast<float*>(y.raw_data());
+  p.n = y.numel();
+  p.form = approximation == GeluApproximation::kErf ? cuda::GeluForm::kErf : cuda::GeluForm::kTanh;
+  return CudaStatus(cuda::LaunchGelu(p, nullptr), "Gelu");
+}
+
+Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y) {
+  ScopedCudaDevice scope(gate.device());
+  return CudaStatus(cuda::LaunchSiluMul(Binary(gate, up, y), nullptr), "SiluMul");
+}
+
+Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y) {
+  ScopedCudaDevice scope(a.device());
+  return CudaStatus(cuda::LaunchAdd(Binary(a, b, y), nullptr), "Add");
+}
+
+}  // namespace framezip::engine::ops

@@ -1,0 +1,29 @@
+// CUDA entry points of the ops in this folder (x_cuda.cc files, adapting Tensor to the raw-pointer
+// launchers of engine/kernels/cuda). The dispatchers in x.cc call them after checking every
+// argument and that the device is usable; in builds without CUDA, cuda_unavailable.cc answers
+// UNIMPLEMENTED instead. Kernels run on the device's default stream; an op returns once its work
+// is queued (a later copy to the host waits for it).
+#pragma once
+
+#include "common/status.h"
+#include "engine/core/tensor.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/rope.h"
+
+namespace framezip::engine::ops {
+
+Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
+Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);
+Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                     Tensor& y);
+Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y);
+Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
+Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
+Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
+Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params);
+Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                     const AttentionParams& params, Tensor& out);
+
+}  // namespace framezip::engine::ops

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# gpu-check.sh: runs every [cuda] test (each CUDA op against the CPU op on fresh random inputs)
+# on a GPU machine, well inside 8 minutes, and writes logs and results to $OUT.
+#
+# HOW TO CALL IT
+#   1. Here, on the development machine, before a GPU lease (2 cores: a few minutes, cached after):
+#        scripts/gpu-check.sh --prepare
+#      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
+#      only) and stages the test binary with the shared libraries a bare CUDA image lacks (abseil,
+#      spdlog, fmt, OpenBLAS, gfortran, quadmath, cudart; ~45 MB) in .gpucheck/ (git-ignored
+#      through .git/info/exclude), to be carried.
+#   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
+#        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
+#      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
+#      the same subset from source with all its cores and runs that; the bare CUDA image has none
+#      of them (and nothing can be installed there), so there it runs the binary staged in step 1
+#      against the machine's own cuBLAS (libcublas/libcublasLt: 600 MB, never carried).
+#   Options: --prepare (step 1), --build-only (configure + build the subset here, run nothing),
+#   --from-source (refuse the staged binary), --staged (run the staged binary even where the
+#   dependencies are present). Without $OUT, results go to build-gpucheck/out/.
+#
+# WHAT COMES BACK (in $OUT): summary.txt (one line per outcome, the device, the seed),
+# gpu-check.log (everything), cuda-tests.txt (Catch2 console report), cuda-tests.xml (JUnit).
+# Exit status: 0 every [cuda] test passed on a GPU; 1 a test failed or the build broke; 2 nothing
+# could be checked (no GPU, or neither a staged binary nor the dependencies to build one).
+set -uo pipefail
+
+mode=run
+from_source=0
+staged=0
+for arg in "$@"; do
+  case "$arg" in
+    --prepare) mode=prepare ;;
+    --build-only) mode=build ;;
+    --from-source) from_source=1 ;;
+    --staged) staged=1 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo" || exit 2
+build_dir=build-gpucheck
+stage_dir=.gpucheck
+jobs=$(nproc 2>/dev/null || echo 2)
+nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
+
+out=${OUT:-$repo/$build_dir/out}
+mkdir -p "$out"
+summary="$out/summary.txt"
+note() { echo "gpu-check: $*"; echo "$*" >>"$summary"; }
+: >"$summary"
+
+# The subset's C++ dependencies, as headers (a bare image has none of them).
+missing_deps() {
+  local missing=()
+  local dirs=(/usr/include /usr/local/include)
+  have() { for d in "${dirs[@]}"; do [ -e "$d/$1" ] && return 0; done; return 1; }
+  have absl/status/status.h || missing+=("abseil")
+  have spdlog/spdlog.h || missing+=("spdlog")
+  have fmt/format.h || missing+=("fmt")
+  { have cblas.h || have openblas/cblas.h || have x86_64-linux-gnu/openblas-pthread/cblas.h; } ||
+    missing+=("OpenBLAS")
+  have catch2/catch.hpp || missing+=("Catch2 v2")
+  command -v cmake >/dev/null || missing+=("cmake")
+  [ -n "$nvcc_path" ] || missing+=("nvcc")
+  echo "${missing[*]}"
+}
+
+build_subset() {
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+                                            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  local t0=$SECONDS
+  # The lock: on the shared development machine only one build may run at a time.
+  local lock=(); [ -w /tmp ] && command -v flock >/dev/null && lock=(flock /tmp/framezip-build.lock)
+  if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    "${lock[@]}" cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" \
+      -DCMAKE_BUILD_TYPE=Release -DFRAMEZIP_GPU_CHECK_ONLY=ON -DFRAMEZIP_CUDA=ON \
+      -DCMAKE_CUDA_COMPILER="$nvcc_path" >"$out/configure.log" 2>&1 ||
+      { note "FAIL configure (see configure.log)"; tail -30 "$out/configure.log"; return 1; }
+  fi
+  "${lock[@]}" cmake --build "$build_dir" --target engine_cuda_test -j "$jobs" >"$out/build.log" 2>&1 ||
+    { note "FAIL build (see build.log)"; tail -40 "$out/build.log"; return 1; }
+  note "built $build_dir/tests/engine_cuda_test in $((SECONDS - t0)) s with $jobs jobs"
+}
+
+# Copies the test binary and every shared library it needs that a bare CUDA image lacks: all
+# but glibc's, the C++ runtime's and the CUDA libraries the image's toolkit provides (cuBLAS).
+stage() {
+  rm -rf "$stage_dir" && mkdir -p "$stage_dir/bin" "$stage_dir/lib"
+  cp "$build_dir/tests/engine_cuda_test" "$stage_dir/bin/"
+  ldd "$build_dir/tests/engine_cuda_test" | awk '/=> \// {print $1, $3}' |
+    while read -r name path; do
+      case "$name" in
+        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | \
+          libstdc++.so* | libgcc_s.so* | libcublas*) ;;
+        *) cp -L "$path" "$stage_dir/lib/$name" ;;
+      esac
+    done
+  grep -qxF "/$stage_dir/" .git/info/exclude 2>/dev/null || echo "/$stage_dir/" >>.git/info/exclude
+  local newest_glibc
+  newest_glibc=$(objdump -T "$stage_dir"/bin/* "$stage_dir"/lib/* 2>/dev/null |
+    grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+  note "staged $stage_dir ($(du -sh "$stage_dir" | cut -f1)); needs ${newest_glibc:-?} and" \
+    "libcublas.so.13 on the GPU machine"
+}
+
+# Where the GPU machine keeps libcublas.so.13: the toolkit, or the nvidia-cublas wheel of its
+# PyTorch.
+cublas_dir() {
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+    [ -e "$d/libcublas.so.13" ] && { echo "$d"; return; }
+  done
+  d=$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 /{print $NF; exit}')
+  [ -n "$d" ] && { dirname "$d"; return; }
+  python3 - <<'EOF' 2>/dev/null
+import glob, os, site
+for root in site.getsitepackages():
+    for f in glob.glob(os.path.join(root, "nvidia", "**", "libcublas.so.13"), recursive=True):
+        print(os.path.dirname(f)); raise SystemExit
+EOF
+}
+
+# Builds (or takes the staged binary), runs every [cuda] test, records the outcome.
+main() {
+  note "started $(date -u +%FT%TZ) on $(hostname) mode=$mode"
+  case "$mode" in
+    prepare)
+      build_subset || exit 1
+      stage
+      exit 0
+      ;;
+    build)
+      build_subset || exit 1
+      exit 0
+      ;;
+  esac
+
+  # ---- run: on the GPU machine ----
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L | tee -a "$summary"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$summary"
+  else
+    note "nvidia-smi not found"
+  fi
+  [ -n "$nvcc_path" ] && "$nvcc_path" --version | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
+
+  bin=""
+  missing=$(missing_deps)
+  if [ -z "$missing" ] && [ "$staged" = 0 ]; then
+    build_subset || exit 1
+    bin="$build_dir/tests/engine_cuda_test"
+  elif [ "$from_source" = 0 ] && [ -x "$stage_dir/bin/engine_cuda_test" ]; then
+    note "not building here (${missing:+missing: $missing}${missing:-asked for --staged});" \
+      "running the binary staged by --prepare"
+    bin="$stage_dir/bin/engine_cuda_test"
+    libs="$repo/$stage_dir/lib"
+    cb=$(cublas_dir)
+    [ -n "$cb" ] && libs="$libs:$cb" || note "libcublas.so.13 not found; the test will not load"
+    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    note "NOTHING CHECKED: cannot build here (missing: $missing) and no staged binary;" \
+      "run scripts/gpu-check.sh --prepare on the development machine and carry .gpucheck"
+    exit 2
+  fi
+
+  # The seed of the random inputs, so a failure can be replayed (FRAMEZIP_TEST_SEED=N).
+  export FRAMEZIP_TEST_SEED=${FRAMEZIP_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+  note "FRAMEZIP_TEST_SEED=$FRAMEZIP_TEST_SEED"
+  t0=$SECONDS
+  "$bin" "[cuda]" --durations yes >"$out/cuda-tests.txt" 2>&1
+  rc=$?
+  "$bin" "[cuda]" -r junit -o "$out/cuda-tests.xml" >/dev/null 2>&1
+  tail -25 "$out/cuda-tests.txt"
+  if grep -q "SKIPPED: no usable GPU" "$out/cuda-tests.txt"; then
+    note "NOTHING CHECKED: $(grep -m1 'SKIPPED: no usable GPU' "$out/cuda-tests.txt")"
+    exit 2
+  fi
+  result=$(grep -E '^(All tests passed|test cases:)' "$out/cuda-tests.txt" | tail -1)
+  if [ "$rc" = 0 ]; then
+    note "PASS [cuda] tests in $((SECONDS - t0)) s: $result"
+    exit 0
+  fi
+  note "FAIL [cuda] tests (exit $rc) in $((SECONDS - t0)) s: $result"
+  exit 1
+}
+
+# Everything is shown and logged; the pipeline keeps main's exit status.
+main 2>&1 | tee -a "$out/gpu-check.log"
+exit "${PIPESTATUS[0]}"

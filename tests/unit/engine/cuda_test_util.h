@@ -1,0 +1,64 @@
+// Helpers for the [cuda] tests: skip (not fail) where no GPU is usable, move tensors to the GPU,
+// and compare a GPU result with the CPU op's with a tolerance scaled to the output's magnitude.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/tensor.h"
+#include "tests/testing/compare.h"
+
+namespace framezip::engine::test {
+
+// True, after printing why, when this machine has no usable GPU. The [cuda] tests return at once
+// then; tests/unit/engine/CMakeLists.txt gives them SKIP_REGULAR_EXPRESSION on this line, so CTest
+// reports them as skipped, never as passed. With a GPU the line is never printed.
+inline bool SkipWithoutGpu() {
+  if (CudaDeviceCount() > 0) return false;
+  std::cout << "SKIPPED: no usable GPU (" << CudaUnavailableReason() << ")" << std::endl;
+  return true;
+}
+
+inline Tensor OnGpu(const Tensor& host) {
+  auto t = host.To(Device::Cuda(0));
+  FZ_CHECK(t.ok());
+  return *t;
+}
+
+// A GPU tensor filled with NaN, so an element the kernel never writes fails the comparison.
+inline Tensor PoisonedGpu(Shape shape) {
+  auto host = Tensor::Empty(shape, DType::kF32);
+  FZ_CHECK(host.ok());
+  std::fill_n(host->data<float>(), host->numel(), std::numeric_limits<float>::quiet_NaN());
+  return OnGpu(*host);
+}
+
+inline double Rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return v.empty() ? 0 : std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// ‖got − want‖ / ‖want‖ over all elements (NaN propagates and fails any bound).
+inline double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// Checks `got` (any device) against the CPU op's `want` element by element with `tol`.
+inline void CheckClose(const Tensor& got, const Tensor& want, testing::Tolerance tol) {
+  const auto r = testing::CompareTensors(got, want, tol);
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+}  // namespace framezip::engine::test

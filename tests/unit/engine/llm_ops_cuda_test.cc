@@ -1,0 +1,145 @@
+// [cuda]: the decoder's and vision tower's element-wise and row ops on the GPU against the CPU
+// ops, on fresh random inputs. All are f32 arithmetic on both sides, so tolerances are f32
+// rounding (STYLE.md §4.6: abs 1e-5), plus 1e-5 relative for outputs well above 1 (SwiGLU
+// products, RoPE of large inputs); exp/erf/tanh differ by a few ulp between CUDA and glibc.
+#include <catch2/catch.hpp>
+
+#include "engine/ops/activation.h"
+#include "engine/ops/embedding.h"
+#include "engine/ops/layer_norm.h"
+#include "engine/ops/rms_norm.h"
+#include "engine/ops/rope.h"
+#include "tests/unit/engine/cuda_test_util.h"
+#include "tests/unit/engine/llm/op_test_util.h"
+
+namespace framezip::engine::test {
+namespace {
+
+constexpr testing::Tolerance kF32Ops{1e-5, 1e-5};
+
+TEST_CASE("RmsNorm and LayerNorm on the GPU match the CPU ops", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  // 896: Qwen2-0.5B's hidden size; 1000: not a multiple of the block; 64: less than one block.
+  for (int64_t d : {896, 1000, 64}) {
+    for (DType wt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      DYNAMIC_SECTION("d=" << d << " weight " << DTypeName(wt)) {
+        const auto x = MakeRandom({7, d}, DType::kF32, rng, 3.f);
+        const auto w = MakeRandom({d}, wt, rng);
+        const auto beta = MakeRandom({d}, wt, rng);
+        Tensor want = MakeEmpty({7, d});
+        REQUIRE(ops::RmsNorm(x.tensor, w.tensor, 1e-6f, want).ok());
+        Tensor got = PoisonedGpu({7, d});
+        REQUIRE(ops::RmsNorm(OnGpu(x.tensor), OnGpu(w.tensor), 1e-6f, got).ok());
+        CheckClose(got, want, kF32Ops);
+
+        // In place, as the decoder calls it.
+        Tensor inplace = OnGpu(x.tensor);
+        REQUIRE(ops::RmsNorm(inplace, OnGpu(w.tensor), 1e-6f, inplace).ok());
+        CheckClose(inplace, want, kF32Ops);
+
+        for (bool with_beta : {false, true}) {
+          const Tensor b = with_beta ? beta.tensor : Tensor();
+          REQUIRE(ops::LayerNorm(x.tensor, w.tensor, b, 1e-5f, want).ok());
+          Tensor got_ln = PoisonedGpu({7, d});
+          REQUIRE(ops::LayerNorm(OnGpu(x.tensor), OnGpu(w.tensor), with_beta ? OnGpu(b) : Tensor(),
+                                 1e-5f, got_ln)
+                      .ok());
+          CheckClose(got_ln, want, kF32Ops);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ApplyRope on the GPU matches the CPU op (Qwen2 and llama3 frequencies)",
+          "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 1);
+  std::uniform_int_distribution<int32_t> pos_dist(0, 32767);
+  for (int head_dim : {64, 128}) {
+    for (bool llama3 : {false, true}) {
+      DYNAMIC_SECTION("head_dim " << head_dim << (llama3 ? " llama3" : " default")) {
+        ops::RopeParams params;
+        params.head_dim = head_dim;
+        params.theta = llama3 ? 500000 : 1000000;
+        if (llama3) params.llama3_factor = 8;
+        const int64_t tokens = 33, heads = 14;
+        const auto x = MakeRandom({tokens, heads, head_dim}, DType::kF32, rng, 2.f);
+        std::vector<int32_t> pos(tokens);
+        for (auto& p : pos) p = pos_dist(rng);
+        pos[0] = 0;
+        const Tensor positions = MakeI32(pos);
+        Tensor want = MakeEmpty(x.tensor.shape());
+        std::copy_n(x.tensor.data<float>(), x.tensor.numel(), want.data<float>());
+        REQUIRE(ops::ApplyRope(want, positions, params).ok());
+        Tensor got = OnGpu(x.tensor);
+        REQUIRE(ops::ApplyRope(got, OnGpu(positions), params).ok());
+        CheckClose(got, want, kF32Ops);
+      }
+    }
+  }
+}
+
+TEST_CASE("ApplyRope on the GPU rejects a negative position", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 2);
+  ops::RopeParams params;
+  params.head_dim = 8;
+  Tensor x = OnGpu(MakeRandom({2, 1, 8}, DType::kF32, rng).tensor);
+  const auto st = ops::ApplyRope(x, OnGpu(MakeI32({3, -1})), params);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("SiluMul Add and Gelu on the GPU match the CPU ops", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 3);
+  const Shape shape = {3, 33335};  // not a multiple of any block size
+  const auto a = MakeRandom(shape, DType::kF32, rng, 3.f);
+  const auto b = MakeRandom(shape, DType::kF32, rng, 3.f);
+  Tensor want = MakeEmpty(shape);
+
+  REQUIRE(ops::SiluMul(a.tensor, b.tensor, want).ok());
+  Tensor got = PoisonedGpu(shape);
+  REQUIRE(ops::SiluMul(OnGpu(a.tensor), OnGpu(b.tensor), got).ok());
+  CheckClose(got, want, kF32Ops);
+
+  REQUIRE(ops::Add(a.tensor, b.tensor, want).ok());
+  Tensor sum = OnGpu(a.tensor);  // in place, as the residual stream is updated
+  REQUIRE(ops::Add(sum, OnGpu(b.tensor), sum).ok());
+  CheckClose(sum, want, {0.0, 0.0});  // one f32 rounding on both sides: bit for bit
+
+  for (auto form : {ops::GeluApproximation::kErf, ops::GeluApproximation::kTanh}) {
+    REQUIRE(ops::Gelu(a.tensor, form, want).ok());
+    Tensor g = PoisonedGpu(shape);
+    REQUIRE(ops::Gelu(OnGpu(a.tensor), form, g).ok());
+    CheckClose(g, want, kF32Ops);
+  }
+}
+
+TEST_CASE("Embedding on the GPU gathers exactly the CPU op's rows", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 4);
+  const int64_t vocab = 1000, hidden = 96;
+  std::uniform_int_distribution<int32_t> id_dist(0, vocab - 1);
+  std::vector<int32_t> id(37);
+  for (auto& i : id) i = id_dist(rng);
+  id[0] = 0;
+  id[1] = vocab - 1;
+  const Tensor ids = MakeI32(id);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const auto table = MakeRandom({vocab, hidden}, t, rng);
+    Tensor want = MakeEmpty({37, hidden});
+    REQUIRE(ops::Embedding(table.tensor, ids, want).ok());
+    Tensor got = PoisonedGpu({37, hidden});
+    REQUIRE(ops::Embedding(OnGpu(table.tensor), OnGpu(ids), got).ok());
+    CheckClose(got, want, {0.0, 0.0});  // a conversion to f32 is exact
+  }
+  Tensor out = PoisonedGpu({2, hidden});
+  const auto bad = ops::Embedding(OnGpu(MakeRandom({vocab, hidden}, DType::kF32, rng).tensor),
+                                  OnGpu(MakeI32({1, static_cast<int32_t>(vocab)})), out);
+  CHECK(bad.code() == absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace framezip::engine::test
