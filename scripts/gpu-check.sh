@@ -7,8 +7,8 @@
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
 #      only) and stages the test binary with the shared libraries a bare CUDA image lacks (abseil,
-#      spdlog, fmt, OpenBLAS, gfortran, quadmath, cudart; ~45 MB) in .gpucheck/ (git-ignored
-#      through .git/info/exclude), to be carried.
+#      spdlog, fmt, OpenBLAS, gfortran, quadmath, cudart; ~45 MB) in .gpucheck/ (git-ignored), to be
+#      carried.
 #   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
 #        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
 #      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
