@@ -6,7 +6,8 @@ stream the answers, print each turn's stats.
     python examples/python/chat_client.py --server 127.0.0.1:50051 --video clip.mp4 \
         --question "What happens?" --question "And then?"
 
-The gRPC stubs are generated at start from proto/ with grpcio-tools (nothing is checked in), so
+The gRPC stubs are generated at start from proto/ with grpcio-tools, or with the system's protoc
+and grpc_python_plugin where grpcio comes from Debian (python3-grpcio); nothing is checked in, so
 the example always matches the server's API. Prints one JSON object per turn on stdout, the
 answer text included, and the last line is a JSON summary (for scripts and tests).
 """
@@ -15,26 +16,43 @@ import argparse
 import importlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 
 import grpc
-from grpc_tools import protoc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO_ROOT = os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
 CHUNK_BYTES = 1 << 20  # well under the server's 4 MiB per-chunk limit
 
 
+def generate_stubs(proto, out_dir):
+    """Runs protoc with the gRPC Python plugin: grpcio-tools' bundled protoc when installed (pip),
+    else the system's protoc and grpc_python_plugin (Debian: protobuf-compiler,
+    protobuf-compiler-grpc), so the example also runs on Debian's python3-grpcio."""
+    try:
+        import grpc_tools
+        from grpc_tools import protoc
+    except ImportError:
+        plugin = shutil.which("grpc_python_plugin")
+        if shutil.which("protoc") is None or plugin is None:
+            sys.exit("chat_client: needs grpcio-tools (pip install -r "
+                     "examples/python/requirements.txt) or protoc + grpc_python_plugin")
+        return subprocess.call(["protoc", f"-I{PROTO_ROOT}", f"--python_out={out_dir}",
+                                f"--grpc_python_out={out_dir}",
+                                f"--plugin=protoc-gen-grpc_python={plugin}", proto])
+    # grpc_tools ships the well-known protos; the include path for them comes with the package.
+    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    return protoc.main(["protoc", f"-I{PROTO_ROOT}", f"-I{well_known}",
+                        f"--python_out={out_dir}", f"--grpc_python_out={out_dir}", proto])
+
+
 def load_stubs(out_dir):
     """Generates video_chat_pb2 / _pb2_grpc into out_dir and imports them."""
     proto = os.path.join(PROTO_ROOT, "framezip", "v1", "video_chat.proto")
-    # grpc_tools ships the well-known protos; the include path for them comes with the package.
-    import grpc_tools
-    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    code = protoc.main(["protoc", f"-I{PROTO_ROOT}", f"-I{well_known}",
-                        f"--python_out={out_dir}", f"--grpc_python_out={out_dir}", proto])
-    if code != 0:
+    if generate_stubs(proto, out_dir) != 0:
         sys.exit(f"chat_client: protoc failed on {proto}")
     sys.path.insert(0, out_dir)
     pb2 = importlib.import_module("framezip.v1.video_chat_pb2")
