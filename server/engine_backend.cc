@@ -327,25 +327,36 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
       }
     }
   };
-  std::vector<rt::Conversation*> decoding;
-  std::vector<StepItem*> decoding_items;
+  std::vector<rt::Conversation*> decoding, starting;
+  std::vector<StepItem*> decoding_items, starting_items;
+  std::vector<std::span<const rt::Message>> starting_messages;
+  std::vector<rt::TurnOptions> starting_options;
   for (StepItem& item : batch) {
     auto& seq = static_cast<Sequence&>(*item.sequence);
     if (item.prefill_tokens > 0 && !seq.started_) {
       seq.started_ = true;
-      StatusOr<rt::StepOutput> out =
-          engine_->StartTurn(*seq.conversation_, seq.messages_, seq.options_);
-      if (!out.ok()) {
-        item.status = out.status();
-        continue;
-      }
-      emit(item, seq, *out);
+      starting.push_back(seq.conversation_);
+      starting_items.push_back(&item);
+      starting_messages.push_back(seq.messages_);
+      starting_options.push_back(seq.options_);
     } else if (seq.finish_pending_) {
       item.emitted = true;
       item.end_of_turn = true;
     } else {
       decoding.push_back(seq.conversation_);
       decoding_items.push_back(&item);
+    }
+  }
+  // Every turn starting in this step is prefilled in one batched pass over the weights.
+  if (!starting.empty()) {
+    std::vector<StatusOr<rt::StepOutput>> outs =
+        engine_->StartTurns(starting, starting_messages, starting_options);
+    for (size_t i = 0; i < starting_items.size(); ++i) {
+      if (!outs[i].ok()) {
+        starting_items[i]->status = outs[i].status();
+        continue;
+      }
+      emit(*starting_items[i], static_cast<Sequence&>(*starting_items[i]->sequence), *outs[i]);
     }
   }
   if (decoding.empty()) return absl::OkStatus();

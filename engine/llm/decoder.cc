@@ -185,8 +185,8 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
   return out;
 }
 
-Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions,
-                             const uint8_t* visual, Tensor& x) const {
+Status Decoder::PrefillLayer(int l, std::span<const PrefillPart> parts,
+                             const Tensor& positions, Tensor& x) const {
   const auto& w = weights_.layers[l];
   const int64_t t = x.dim(0), hid = config_.hidden_size, nh = config_.num_attention_heads,
                 g = config_.num_key_value_heads, d = config_.head_dim;
@@ -204,10 +204,37 @@ Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions,
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.k_proj, w.k_bias, k2));
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_bias, v2));
   }
+  // RoPE is per row (each row at its own sequence's position), so it runs on all rows at once.
   const ops::RopeParams rope = RopeFor(config_);
   FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, rope));
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
 
+  FZ_ASSIGN_OR_RETURN(Tensor attn, Alloc({t, nh, d}));
+  for (const PrefillPart& part : parts) {
+    const int64_t r0 = part.row0, r1 = part.row0 + part.rows;
+    FZ_ASSIGN_OR_RETURN(const Tensor part_positions, positions.Slice(r0, r1));
+    FZ_ASSIGN_OR_RETURN(const Tensor part_q, q.Slice(r0, r1));
+    FZ_ASSIGN_OR_RETURN(const Tensor part_k, k.Slice(r0, r1));
+    FZ_ASSIGN_OR_RETURN(const Tensor part_v, v.Slice(r0, r1));
+    FZ_ASSIGN_OR_RETURN(Tensor part_attn, attn.Slice(r0, r1));
+    FZ_RETURN_IF_ERROR(AttendPrefillChunk(l, *part.seq, part_positions, part.visual, part_q,
+                                          part_k, part_v, part_attn));
+  }
+
+  FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({t, nh * d}));
+  FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
+  FZ_RETURN_IF_ERROR(AddInPlace(x, h));
+  FZ_ASSIGN_OR_RETURN(Tensor h2, Alloc({t, hid}));
+  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_attention_layernorm, eps, h2));
+  FZ_RETURN_IF_ERROR(Mlp(w, config_.intermediate_size, h2, h));
+  return AddInPlace(x, h);
+}
+
+Status Decoder::AttendPrefillChunk(int l, Sequence& seq, const Tensor& positions,
+                                   const uint8_t* visual, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, Tensor& attn) const {
+  const int64_t t = q.dim(0), nh = config_.num_attention_heads, g = config_.num_key_value_heads,
+                d = config_.head_dim;
   const int64_t past = seq.kv.num_tokens(l);
   compress::PrefillLayerPlan plan;
   plan.classes.assign(static_cast<size_t>(t), kv::kFull);
@@ -237,43 +264,34 @@ Status Decoder::PrefillLayer(int l, Sequence& seq, const Tensor& positions,
     FZ_ASSIGN_OR_RETURN(past_v, Alloc({1, past + t, g, d}));
     seq.kv.Gather(l, past_k.data<float>(), past_v.data<float>());
   }
-  FZ_ASSIGN_OR_RETURN(Tensor attn, Alloc({1, t, nh, d}));
   if (plan.sparse) {
     // ZipVL / FastV: attention over the compacted important rows only (engine/ops/
-    // attention_sparse.h); the linear layers and the MLP below stay dense.
+    // attention_sparse.h); the linear layers and the MLP stay dense.
     std::vector<std::vector<int32_t>> shared;
     std::span<const std::vector<int32_t>> important = plan.important_per_kv_head;
     if (important.empty()) {
       shared.push_back(std::move(plan.important));
       important = shared;
     }
-    FZ_ASSIGN_OR_RETURN(Tensor attn3, attn.Reshape({t, nh, d}));
     FZ_RETURN_IF_ERROR(ops::SparsePrefillAttention(
         q, k, v, past > 0 ? past_k.data<float>() : nullptr,
         past > 0 ? past_v.data<float>() : nullptr, past, important,
-        plan.u_rows == compress::URows::kAttendImportant, attn3));
+        plan.u_rows == compress::URows::kAttendImportant, attn));
   } else {
     FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor attn4, attn.Reshape({1, t, nh, d}));
     if (past == 0) {
       FZ_ASSIGN_OR_RETURN(Tensor k4, k.Reshape({1, t, g, d}));
       FZ_ASSIGN_OR_RETURN(Tensor v4, v.Reshape({1, t, g, d}));
-      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn));
+      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn4));
     } else {
       std::memcpy(past_k.data<float>() + past * g * d, k.raw_data(), k.nbytes());
       std::memcpy(past_v.data<float>() + past * g * d, v.raw_data(), v.nbytes());
-      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, past_k, past_v, attn));
+      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, past_k, past_v, attn4));
     }
   }
-  FZ_RETURN_IF_ERROR(seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data<int32_t>(),
-                                   t, plan.classes.data()));
-
-  FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({t, nh * d}));
-  FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
-  FZ_RETURN_IF_ERROR(AddInPlace(x, h));
-  FZ_ASSIGN_OR_RETURN(Tensor h2, Alloc({t, hid}));
-  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_attention_layernorm, eps, h2));
-  FZ_RETURN_IF_ERROR(Mlp(w, config_.intermediate_size, h2, h));
-  return AddInPlace(x, h);
+  return seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data<int32_t>(), t,
+                       plan.classes.data());
 }
 
 StatusOr<Tensor> Decoder::Logits(const Tensor& x) const {
@@ -319,10 +337,10 @@ StatusOr<Tensor> Decoder::Prefill(Sequence& seq, const Tensor& embeds,
                   value.nbytes());
     };
     record(0, x);
+    const PrefillPart part{&seq, 0, t,
+                           options.visual.empty() ? nullptr : options.visual.data() + c0};
     for (int64_t l = 0; l < layers; ++l) {
-      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), seq, positions,
-                                      options.visual.empty() ? nullptr : options.visual.data() + c0,
-                                      x));
+      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), {&part, 1}, positions, x));
       if (l + 1 < layers) record(l + 1, x);
     }
     seq.length += t;
@@ -338,6 +356,119 @@ StatusOr<Tensor> Decoder::Prefill(Sequence& seq, const Tensor& embeds,
     } else if (c0 + t == total) {
       FZ_ASSIGN_OR_RETURN(Tensor last, x.Slice(t - 1, t));
       FZ_ASSIGN_OR_RETURN(logits, Logits(last));
+    }
+  }
+  return logits;
+}
+
+StatusOr<std::vector<Tensor>> Decoder::PrefillBatch(std::span<Sequence* const> seqs,
+                                                    std::span<const Tensor> embeds,
+                                                    std::span<const PrefillOptions> options) const {
+  const size_t n = seqs.size();
+  const int64_t hid = config_.hidden_size, vocab = config_.vocab_size;
+  if (n == 0 || embeds.size() != n || (!options.empty() && options.size() != n)) {
+    return InvalidArgumentError("PrefillBatch: {} sequences, {} embeddings, {} options", n,
+                                embeds.size(), options.size());
+  }
+  const PrefillOptions defaults;
+  auto option = [&](size_t i) -> const PrefillOptions& {
+    return options.empty() ? defaults : options[i];
+  };
+  std::vector<int64_t> total(n), chunk(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& e = embeds[i];
+    if (e.rank() != 2 || e.dim(1) != hid || e.dtype() != DType::kF32 || e.dim(0) == 0) {
+      return InvalidArgumentError(
+          "PrefillBatch: embeds[{}] has shape {} ({}), want [T > 0, {}] f32", i,
+          ShapeString(e.shape()), DTypeName(e.dtype()), hid);
+    }
+    const PrefillOptions& o = option(i);
+    if (o.hidden_states != nullptr) {
+      return InvalidArgumentError("PrefillBatch: hidden_states is not supported (use Prefill)");
+    }
+    total[i] = e.dim(0);
+    if (!o.visual.empty() && static_cast<int64_t>(o.visual.size()) != total[i]) {
+      return InvalidArgumentError("PrefillBatch: visual mask {} has {} entries for {} tokens", i,
+                                  o.visual.size(), total[i]);
+    }
+    chunk[i] = o.chunk_tokens > 0 ? o.chunk_tokens : total[i];
+    for (size_t j = 0; j < i; ++j) {
+      if (seqs[j] == seqs[i]) return InvalidArgumentError("PrefillBatch: sequence {} repeats", i);
+    }
+  }
+  std::vector<Tensor> logits(n);
+  for (size_t i = 0; i < n; ++i) {
+    FZ_ASSIGN_OR_RETURN(logits[i], Alloc({option(i).all_logits ? total[i] : 1, vocab}));
+  }
+  // Round r feeds chunk r of every sequence that has one, as one concatenated [T, H] batch.
+  std::vector<PrefillPart> parts;
+  std::vector<int64_t> part_c0;     // the part's first token within its sequence's input
+  std::vector<size_t> part_seq;     // index into seqs
+  std::vector<int64_t> logit_rows;  // rows of x whose logits are wanted, in order
+  for (int64_t round = 0;; ++round) {
+    parts.clear();
+    part_c0.clear();
+    part_seq.clear();
+    int64_t rows = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t c0 = round * chunk[i];
+      if (c0 >= total[i]) continue;
+      const int64_t t = std::min(chunk[i], total[i] - c0);
+      const PrefillOptions& o = option(i);
+      const uint8_t* visual = o.visual.empty() ? nullptr : o.visual.data() + c0;
+      parts.push_back(PrefillPart{seqs[i], rows, t, visual});
+      part_c0.push_back(c0);
+      part_seq.push_back(i);
+      rows += t;
+    }
+    if (parts.empty()) break;
+    FZ_ASSIGN_OR_RETURN(Tensor x, Alloc({rows, hid}));
+    FZ_ASSIGN_OR_RETURN(Tensor positions, Alloc({rows}, DType::kI32));
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const PrefillPart& part = parts[p];
+      std::memcpy(x.data<float>() + part.row0 * hid,
+                  embeds[part_seq[p]].data<float>() + part_c0[p] * hid,
+                  static_cast<size_t>(part.rows * hid) * sizeof(float));
+      for (int64_t r = 0; r < part.rows; ++r) {
+        positions.data<int32_t>()[part.row0 + r] = static_cast<int32_t>(part.seq->length + r);
+      }
+    }
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), parts, positions, x));
+    }
+    // lm_head only on the rows whose logits are returned, all in one pass.
+    logit_rows.clear();
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const PrefillPart& part = parts[p];
+      part.seq->length += part.rows;
+      if (option(part_seq[p]).all_logits) {
+        for (int64_t r = 0; r < part.rows; ++r) logit_rows.push_back(part.row0 + r);
+      } else if (part_c0[p] + part.rows == total[part_seq[p]]) {
+        logit_rows.push_back(part.row0 + part.rows - 1);
+      }
+    }
+    if (logit_rows.empty()) continue;
+    const int64_t m = static_cast<int64_t>(logit_rows.size());
+    FZ_ASSIGN_OR_RETURN(Tensor picked, Alloc({m, hid}));
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(picked.data<float>() + r * hid, x.data<float>() + logit_rows[r] * hid,
+                  static_cast<size_t>(hid) * sizeof(float));
+    }
+    FZ_ASSIGN_OR_RETURN(Tensor part_logits, Logits(picked));
+    int64_t next = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const size_t i = part_seq[p];
+      int64_t count = 0, dest = 0;
+      if (option(i).all_logits) {
+        count = parts[p].rows;
+        dest = part_c0[p];
+      } else if (part_c0[p] + parts[p].rows == total[i]) {
+        count = 1;
+      }
+      if (count == 0) continue;
+      std::memcpy(logits[i].data<float>() + dest * vocab, part_logits.data<float>() + next * vocab,
+                  static_cast<size_t>(count * vocab) * sizeof(float));
+      next += count;
     }
   }
   return logits;

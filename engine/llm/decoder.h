@@ -7,8 +7,9 @@
 //
 // Activations are f32; weights stay in their stored dtype (f32/bf16/f16, see ops::Linear).
 // The decoder is stateless and const after creation: all per-sequence state (KV pages, position,
-// compression policy) lives in a Sequence, so one Decoder serves many sequences and one
-// DecodeStep advances a batch of them together (continuous batching).
+// compression policy) lives in a Sequence, so one Decoder serves many sequences: one DecodeStep
+// advances a batch of them together, and one PrefillBatch prefills several at once (continuous
+// batching: the weights are read once per step, not once per sequence).
 //
 // Thread-safety: const methods may run concurrently on DIFFERENT sequences, but the ops share
 // ComputePool(), whose loops are serialised — concurrency gains nothing; batch instead.
@@ -107,6 +108,19 @@ class Decoder {
   StatusOr<Tensor> Prefill(Sequence& seq, const Tensor& embeds,
                            const PrefillOptions& options = {}) const;
 
+  // Prefill of several sequences at once (continuous batching): seqs[i] gets embeds[i] with
+  // options[i] (`options` empty = defaults for all; hidden_states is not supported here). The
+  // dense work of each layer (norms, q/k/v/o projections, MLP, lm_head) runs ONCE over the
+  // concatenated rows of all sequences, so the weights are read once per layer, not once per
+  // sequence; RoPE positions, the policy's plan, attention and the KV append stay per sequence on
+  // its own rows. With chunking, round r feeds chunk r of every sequence that has one. Results
+  // equal separate Prefill calls up to f32 rounding. Returns each sequence's logits as Prefill
+  // does. Sequences must be distinct. RESOURCE_EXHAUSTED when the KV pool is full; the batch's
+  // sequences are then unusable.
+  StatusOr<std::vector<Tensor>> PrefillBatch(std::span<Sequence* const> seqs,
+                                             std::span<const Tensor> embeds,
+                                             std::span<const PrefillOptions> options = {}) const;
+
   // One decode step for a batch: token b is fed to seqs[b] at position seqs[b]->length; every
   // sequence advances by one. Returns logits [B, V]. Sequences must be distinct and may use
   // different page formats (attention reads f32/f16/int4/int2 pages in one pass). The new token is
@@ -120,10 +134,21 @@ class Decoder {
  private:
   Decoder(model::TextConfig config, DecoderWeights weights);
 
-  // x [T, H] in place through layer `l` for a prefill chunk of `seq`.
-  // `visual`: [T] mask of the chunk's visual rows, or null.
-  Status PrefillLayer(int l, Sequence& seq, const Tensor& positions, const uint8_t* visual,
+  // One sequence's rows [row0, row0 + rows) in a (possibly batched) prefill chunk.
+  struct PrefillPart {
+    Sequence* seq = nullptr;
+    int64_t row0 = 0;
+    int64_t rows = 0;
+    const uint8_t* visual = nullptr;  // [rows] mask of the visual rows, or null
+  };
+  // x [T, H] (the parts' rows concatenated) in place through layer `l`; positions [T] i32.
+  Status PrefillLayer(int l, std::span<const PrefillPart> parts, const Tensor& positions,
                       Tensor& x) const;
+  // The per-sequence middle of a prefill layer: the policy's plan, attention of this chunk's
+  // q [t, nh, d] (post-RoPE) over the sequence's cache plus k/v [t, G, d], the KV append.
+  // Writes attn [t, nh, d].
+  Status AttendPrefillChunk(int l, Sequence& seq, const Tensor& positions, const uint8_t* visual,
+                            const Tensor& q, const Tensor& k, const Tensor& v, Tensor& attn) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;

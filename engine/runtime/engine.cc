@@ -54,6 +54,14 @@ struct Engine::PreparedTurn {
   double vision_ms = 0;
 };
 
+// A turn between BeginTurn and FinishStart.
+struct Engine::PendingStart {
+  PreparedTurn prepared;
+  llm::SamplingParams sampling;  // with the model's eos ids added
+  double start_ms = 0;
+  int64_t cached = 0;  // tokens in the cache before the turn
+};
+
 Engine::~Engine() = default;
 
 StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
@@ -219,12 +227,15 @@ StatusOr<Engine::PreparedTurn> Engine::Prepare(Conversation& c, std::span<const 
   return p;
 }
 
-StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message> messages,
-                                       const TurnOptions& options) {
+StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
+                                                 std::span<const Message> messages,
+                                                 const TurnOptions& options) {
   if (c.decoding_) return FailedPreconditionError("the conversation is still decoding a turn");
   FZ_RETURN_IF_ERROR(llm::ValidateSamplingParams(options.sampling));
-  const double start = NowMs();
-  llm::SamplingParams sp = options.sampling;
+  PendingStart pending;
+  pending.start_ms = NowMs();
+  llm::SamplingParams& sp = pending.sampling;
+  sp = options.sampling;
   for (int64_t id : config_.generation.eos_token_ids) {
     if (options.ignore_eos) break;
     if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) ==
@@ -232,17 +243,14 @@ StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message>
       sp.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
   }
-  const int64_t cached = c.sequence_->length;
-  FZ_ASSIGN_OR_RETURN(PreparedTurn p, Prepare(c, messages));
+  pending.cached = c.sequence_->length;
+  FZ_ASSIGN_OR_RETURN(pending.prepared, Prepare(c, messages));
+  return pending;
+}
 
-  const double t_prefill = NowMs();
-  c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
-  FZ_ASSIGN_OR_RETURN(
-      Tensor logits,
-      decoder_->Prefill(*c.sequence_, p.embeds,
-                        llm::PrefillOptions{.chunk_tokens = options_.prefill_chunk_tokens,
-                                            .visual = p.visual}));
-  const double prefill_ms = NowMs() - t_prefill;
+StepOutput Engine::FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
+                               double prefill_ms) {
+  const PreparedTurn& p = pending.prepared;
   c.history_.insert(c.history_.end(), p.ids.begin(), p.ids.end());
   c.pending_.clear();
   c.first_turn_ = false;
@@ -252,25 +260,91 @@ StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message>
   st.policy = c.policy_;
   st.prompt_tokens = p.prompt_tokens;
   st.prefilled_tokens = static_cast<int64_t>(p.ids.size());
-  st.cached_tokens = cached;
+  st.cached_tokens = pending.cached;
   st.visual_tokens = p.visual_tokens;
   st.vision_ms = p.vision_ms;
   st.prefill_ms = prefill_ms;
   st.layer_kept_ratio = c.sequence_->prefill_stats.KeptRatios();
   st.selection_overhead_ms = c.sequence_->prefill_stats.selection_ms;
   FillKvStats(*c.sequence_, config_.text, st);
-  c.sampler_ = std::make_unique<llm::Sampler>(sp);
-  c.stop_ = std::make_unique<llm::StopCondition>(sp);
+  c.sampler_ = std::make_unique<llm::Sampler>(pending.sampling);
+  c.stop_ = std::make_unique<llm::StopCondition>(pending.sampling);
   c.detok_ = std::make_unique<model::StreamingDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
   c.raw_text_.clear();
   c.emitted_bytes_ = 0;
-  c.turn_start_ms_ = start;
+  c.turn_start_ms_ = pending.start_ms;
   c.decoding_ = true;
 
   const int32_t token = c.sampler_->Sample(
       std::span<float>(logits.data<float>(), static_cast<size_t>(logits.dim(1))), c.history_);
-  st.ttft_ms = NowMs() - start;
+  st.ttft_ms = NowMs() - pending.start_ms;
   return Accept(c, token);
+}
+
+StatusOr<StepOutput> Engine::StartTurn(Conversation& c, std::span<const Message> messages,
+                                       const TurnOptions& options) {
+  Conversation* one[] = {&c};
+  const std::span<const Message> one_messages[] = {messages};
+  std::vector<StatusOr<StepOutput>> out =
+      StartTurns(one, one_messages, std::span<const TurnOptions>(&options, 1));
+  return std::move(out[0]);
+}
+
+std::vector<StatusOr<StepOutput>> Engine::StartTurns(
+    std::span<Conversation* const> conversations,
+    std::span<const std::span<const Message>> messages, std::span<const TurnOptions> options) {
+  const size_t n = conversations.size();
+  std::vector<StatusOr<StepOutput>> out(n, InternalError("turn not started"));
+  if (messages.size() != n || options.size() != n) {
+    for (auto& o : out) {
+      o = InvalidArgumentError("StartTurns: {} conversations, {} message lists, {} options", n,
+                               messages.size(), options.size());
+    }
+    return out;
+  }
+  // Render, tokenize and encode visuals per turn; a bad request fails only its own turn.
+  std::vector<PendingStart> pending;
+  std::vector<size_t> index;  // pending[j] is conversations[index[j]]
+  for (size_t i = 0; i < n; ++i) {
+    Conversation& c = *conversations[i];
+    if (std::find(conversations.begin(), conversations.begin() + i, &c) !=
+        conversations.begin() + i) {
+      out[i] = InvalidArgumentError("StartTurns: conversation {} is given twice", i);
+      continue;
+    }
+    StatusOr<PendingStart> p = BeginTurn(c, messages[i], options[i]);
+    if (!p.ok()) {
+      out[i] = p.status();
+      continue;
+    }
+    pending.push_back(*std::move(p));
+    index.push_back(i);
+  }
+  if (pending.empty()) return out;
+
+  std::vector<llm::Sequence*> seqs;
+  std::vector<Tensor> embeds;
+  std::vector<llm::PrefillOptions> prefill;
+  for (size_t j = 0; j < pending.size(); ++j) {
+    llm::Sequence* seq = conversations[index[j]]->sequence_.get();
+    seq->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
+    seqs.push_back(seq);
+    embeds.push_back(pending[j].prepared.embeds);
+    prefill.push_back(llm::PrefillOptions{.chunk_tokens = options_.prefill_chunk_tokens,
+                                          .visual = pending[j].prepared.visual});
+  }
+  const double t_prefill = NowMs();
+  StatusOr<std::vector<Tensor>> logits = decoder_->PrefillBatch(seqs, embeds, prefill);
+  const double prefill_ms = NowMs() - t_prefill;
+  for (size_t j = 0; j < pending.size(); ++j) {
+    const size_t i = index[j];
+    if (!logits.ok()) {
+      out[i] = logits.status();
+      continue;
+    }
+    out[i] = FinishStart(*conversations[i], pending[j], (*logits)[j], prefill_ms);
+  }
+  return out;
 }
 
 StepOutput Engine::Accept(Conversation& c, int32_t token) {

@@ -14,6 +14,7 @@
 //      its first token sampled); Step() advances ANY number of decoding conversations by one token
 //      in one batched decoder call (one GEMV pass over the weights for the whole batch) and
 //      reports each one's text delta and whether it finished. RunTurn() is StartTurn + Step loop.
+//      StartTurns() starts several turns with one batched prefill (Decoder::PrefillBatch).
 //
 // Conversations keep their KV cache between turns: turn N+1 prefills only the tokens of its new
 // messages (plus the template's closing of the previous assistant reply), never the history.
@@ -218,6 +219,15 @@ class Engine {
   StatusOr<StepOutput> StartTurn(Conversation& conversation, std::span<const Message> messages,
                                  const TurnOptions& options);
 
+  // StartTurn for several distinct conversations at once (continuous batching): each turn is
+  // rendered and its visuals encoded on its own (an error there fails only that turn), then all
+  // are prefilled together by ONE Decoder::PrefillBatch, which reads the weights once per chunk
+  // round instead of once per turn. messages[i] and options[i] belong to conversations[i];
+  // results are in input order. A prefill error (KV pool full) fails every turn that reached it.
+  std::vector<StatusOr<StepOutput>> StartTurns(
+      std::span<Conversation* const> conversations,
+      std::span<const std::span<const Message>> messages, std::span<const TurnOptions> options);
+
   // Feeds each conversation's last sampled token through the decoder in ONE batch and samples
   // the next token of each. All must be decoding() and distinct. Outputs are in input order.
   // On an error (KV pool full) the conversations are left unusable for further turns.
@@ -254,7 +264,14 @@ class Engine {
  private:
   Engine() = default;
   struct PreparedTurn;
+  struct PendingStart;
   StatusOr<PreparedTurn> Prepare(Conversation& c, std::span<const Message> messages);
+  // StartTurn before the prefill (checks, sampling parameters, Prepare) and after it (history,
+  // stats, sampler, the first token from `logits` [1, V]).
+  StatusOr<PendingStart> BeginTurn(Conversation& c, std::span<const Message> messages,
+                                   const TurnOptions& options);
+  StepOutput FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
+                         double prefill_ms);
   StatusOr<Tensor> EncodeVisual(const VisualInput& v, int64_t expected_rows) const;
   StepOutput Accept(Conversation& c, int32_t token);
 
