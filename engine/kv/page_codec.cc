@@ -82,7 +82,8 @@ class Reader {
   Status GetIds(size_t n, std::vector<int32_t>& out) {
     if (n > remaining() / sizeof(int32_t)) return Truncated();
     out.resize(n);
-    std::memcpy(out.data(), in_.data() + at_, n * sizeof(int32_t));
+    // An empty vector's data() may be null, and memcpy from/to null is undefined even for 0 bytes.
+    if (n > 0) std::memcpy(out.data(), in_.data() + at_, n * sizeof(int32_t));
     at_ += n * sizeof(int32_t);
     return absl::OkStatus();
   }
