@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 
 namespace framezip::kvstore::disk {
 namespace {

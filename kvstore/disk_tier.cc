@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 
 namespace framezip::kvstore {
 

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "common/logging.h"
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 
 namespace framezip::kvstore {
 namespace {

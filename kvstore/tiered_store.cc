@@ -1,7 +1,7 @@
 #include "kvstore/tiered_store.h"
 
 #include "common/logging.h"
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 
 namespace framezip::kvstore {
 namespace {

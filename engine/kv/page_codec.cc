@@ -1,12 +1,13 @@
 #include "engine/kv/page_codec.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <map>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+
+#include "common/crc32c.h"
 
 namespace framezip::engine::kv {
 namespace {
@@ -18,30 +19,6 @@ constexpr size_t kBlockHeaderBytes = 4 + 2 + 2 + 4 + 4 + 8 + 4 + 4 + 4;
 // Bounds that keep a corrupt-but-CRC-valid (hostile) segment from asking for absurd allocations.
 constexpr uint32_t kMaxLayers = 4096;
 constexpr uint64_t kMaxPageBytes = uint64_t{1} << 30;
-
-// CRC32C (Castagnoli, reflected 0x82F63B78), the same checksum the KV store uses per record. A
-// byte-table version here because the engine may not depend on kvstore (ARCHITECTURE.md §2); the
-// store checks its own CRC on top, so this one only guards the codec's framing end to end.
-const std::array<uint32_t, 256>& CrcTable() {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  return table;
-}
-
-uint32_t Crc32c(const void* data, size_t size) {
-  const auto& table = CrcTable();
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = ~0u;
-  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-  return ~c;
-}
 
 // Little-endian writer (the hosts we run on are little-endian; memcpy keeps it alignment-safe).
 class Writer {

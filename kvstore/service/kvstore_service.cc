@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 #include "kvstore/service/proto_convert.h"
 
 namespace framezip::kvstore::service {

@@ -1,6 +1,6 @@
 #include "kvstore/service/remote_store.h"
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 #include "kvstore/service/kvstore_service.h"
 #include "kvstore/service/proto_convert.h"
 

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 #include "kvstore/service/kvstore_service.h"
 #include "kvstore/service/proto_convert.h"
 #include "kvstore/service/remote_store.h"

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 #include "kvstore/tiered_store.h"
 #include "tests/integration/kvstore_harness.h"
 #include "tests/testing/temp_dir.h"

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/unit/kvstore/test_blocks.h"
 

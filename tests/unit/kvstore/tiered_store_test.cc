@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/unit/kvstore/test_blocks.h"
 

@@ -1,4 +1,4 @@
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -8,7 +8,7 @@
 #define FZ_CRC32C_X86 1
 #endif
 
-namespace framezip::kvstore {
+namespace framezip {
 namespace {
 
 constexpr uint32_t kPolyReflected = 0x82F63B78u;
@@ -95,4 +95,4 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
 
 bool Crc32cUsesHardware() { return kHaveHardware; }
 
-}  // namespace framezip::kvstore
+}  // namespace framezip

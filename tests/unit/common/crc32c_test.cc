@@ -1,4 +1,4 @@
-#include "kvstore/crc32c.h"
+#include "common/crc32c.h"
 
 #include <catch2/catch.hpp>
 #include <string>
@@ -6,11 +6,11 @@
 
 #include "tests/unit/kvstore/test_blocks.h"
 
-namespace framezip::kvstore {
+namespace framezip {
 namespace {
 
 // RFC 3720 appendix B.4 test vectors, plus the classic "123456789" check value.
-TEST_CASE("crc32c matches RFC 3720 vectors on both paths", "[unit][kvstore]") {
+TEST_CASE("crc32c matches RFC 3720 vectors on both paths", "[unit][common]") {
   std::vector<uint8_t> zeros(32, 0x00), ones(32, 0xff), inc(32), dec(32);
   for (int i = 0; i < 32; ++i) {
     inc[i] = static_cast<uint8_t>(i);
@@ -36,8 +36,8 @@ TEST_CASE("crc32c matches RFC 3720 vectors on both paths", "[unit][kvstore]") {
 }
 
 TEST_CASE("crc32c hardware and table paths agree at every length and alignment",
-          "[unit][kvstore]") {
-  const std::string data = test::BytesOf(7, 4096 + 17);
+          "[unit][common]") {
+  const std::string data = kvstore::test::BytesOf(7, 4096 + 17);
   for (size_t offset = 0; offset < 9; ++offset) {
     for (size_t len : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4096}) {
       const char* p = data.data() + offset;
@@ -57,4 +57,4 @@ TEST_CASE("crc32c hardware and table paths agree at every length and alignment",
 }
 
 }  // namespace
-}  // namespace framezip::kvstore
+}  // namespace framezip
