@@ -196,6 +196,7 @@ class Engine {
   const model::PreprocessorConfig& preprocessor() const { return preprocessor_; }
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
   const llm::Decoder& decoder() const { return *decoder_; }
+  const vision::LlavaVisionWeights& vision_weights() const { return vision_weights_; }
   // The KV page pools (one per format, one shared byte budget).
   const kv::KvPools& kv_pool() const { return *pools_; }
   // Side S of the frames VisualInput expects ([N, 3, S, S]).

@@ -21,11 +21,8 @@
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/page_codec.h"
 #include "engine/llm/decoder.h"
-#include "engine/model/config.h"
-#include "engine/model/tokenizer.h"
-#include "engine/model/weights.h"
+#include "engine/runtime/engine.h"
 #include "engine/vision/llava_vision.h"
-#include "engine/vision/vision_weights.h"
 #include "kvstore/block_key.h"
 #include "kvstore/tiered_store.h"
 #include "media/media.h"
@@ -46,33 +43,13 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-struct LoadedModel {
-  engine::model::LlavaConfig config;
-  engine::model::PreprocessorConfig preprocessor;
-  engine::model::ModelWeights weights;
-  engine::vision::LlavaVisionWeights vision;
-  std::unique_ptr<engine::model::Tokenizer> tokenizer;
-  std::unique_ptr<engine::llm::Decoder> decoder;
-};
-
-StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::filesystem::path& dir) {
-  auto m = std::make_unique<LoadedModel>();
-  FZ_ASSIGN_OR_RETURN(m->config, engine::model::LoadLlavaConfig(dir));
-  FZ_ASSIGN_OR_RETURN(m->preprocessor, engine::model::LoadPreprocessorConfig(dir));
-  FZ_ASSIGN_OR_RETURN(m->weights, engine::model::ModelWeights::Load(dir, m->config));
-  FZ_ASSIGN_OR_RETURN(m->vision, engine::vision::BindLlavaVisionWeights(m->config, m->weights));
-  FZ_ASSIGN_OR_RETURN(m->tokenizer, engine::model::Tokenizer::FromFile(dir / "tokenizer.json"));
-  FZ_ASSIGN_OR_RETURN(engine::llm::DecoderWeights dw,
-                      engine::llm::DecoderWeightsFromModel(m->weights, m->config.text));
-  FZ_ASSIGN_OR_RETURN(m->decoder, engine::llm::Decoder::Create(m->config.text, std::move(dw)));
-  return m;
-}
+using LoadedModel = engine::runtime::Engine;
 
 // Every frame of the clip, preprocessed for the vision tower: [N, 3, S, S].
 StatusOr<Tensor> ClipFrames(const LoadedModel& m, const std::filesystem::path& clip) {
   const std::filesystem::path path = std::filesystem::absolute(clip);
   const media::PreprocessSpec spec =
-      server::PreprocessSpecFor(m.preprocessor, m.config.vision.image_size);
+      server::PreprocessSpecFor(m.preprocessor(), m.config().vision.image_size);
   FZ_ASSIGN_OR_RETURN(
       media::DecodedMedia decoded,
       media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
@@ -111,21 +88,21 @@ struct Context {
 };
 
 StatusOr<Context> BuildContext(const LoadedModel& m, const Tensor& clip, int64_t frames) {
-  const auto& tok = *m.tokenizer;
+  const auto& tok = m.tokenizer();
   FZ_ASSIGN_OR_RETURN(std::vector<int32_t> head, tok.Encode("<|im_start|>user\n", false));
   FZ_ASSIGN_OR_RETURN(
       std::vector<int32_t> tail,
       tok.Encode("\nWhat happens in the video?<|im_end|>\n<|im_start|>assistant\n", false));
-  FZ_ASSIGN_OR_RETURN(const int64_t video_rows, engine::vision::VideoTokenCount(m.config, frames));
+  FZ_ASSIGN_OR_RETURN(const int64_t video_rows, engine::vision::VideoTokenCount(m.config(), frames));
   Context ctx;
   ctx.ids = head;
   ctx.ids.insert(ctx.ids.end(), static_cast<size_t>(video_rows),
-                 static_cast<int32_t>(m.config.video_token_id));
+                 static_cast<int32_t>(m.config().video_token_id));
   ctx.ids.insert(ctx.ids.end(), tail.begin(), tail.end());
-  FZ_ASSIGN_OR_RETURN(ctx.embeds, m.decoder->Embed(ctx.ids));
+  FZ_ASSIGN_OR_RETURN(ctx.embeds, m.decoder().Embed(ctx.ids));
   FZ_ASSIGN_OR_RETURN(Tensor pixels, LongVideo(clip, frames));
-  FZ_ASSIGN_OR_RETURN(Tensor rows, engine::vision::EncodeVideo(m.config, m.vision, pixels));
-  const int64_t hid = m.config.text.hidden_size;
+  FZ_ASSIGN_OR_RETURN(Tensor rows, engine::vision::EncodeVideo(m.config(), m.vision_weights(), pixels));
+  const int64_t hid = m.config().text.hidden_size;
   std::copy(rows.data<float>(), rows.data<float>() + rows.numel(),
             ctx.embeds.data<float>() + static_cast<int64_t>(head.size()) * hid);
   ctx.visual.assign(ctx.ids.size(), 0);
@@ -135,8 +112,8 @@ StatusOr<Context> BuildContext(const LoadedModel& m, const Tensor& clip, int64_t
 
 // Frames whose context is closest to `tokens` (the model has 4·F + 1 video rows per video).
 StatusOr<int64_t> FramesFor(const LoadedModel& m, int64_t tokens) {
-  FZ_ASSIGN_OR_RETURN(const int64_t one, engine::vision::VideoTokenCount(m.config, 1));
-  FZ_ASSIGN_OR_RETURN(const int64_t two, engine::vision::VideoTokenCount(m.config, 2));
+  FZ_ASSIGN_OR_RETURN(const int64_t one, engine::vision::VideoTokenCount(m.config(), 1));
+  FZ_ASSIGN_OR_RETURN(const int64_t two, engine::vision::VideoTokenCount(m.config(), 2));
   const int64_t per_frame = two - one, text = 24;
   return std::max<int64_t>(1, (tokens - text - (one - per_frame)) / per_frame);
 }
@@ -150,11 +127,11 @@ struct PrefillRun {
 StatusOr<PrefillRun> RunPrefill(const LoadedModel& m, const kv::KvPools& pools,
                                 std::string_view policy, const Context& ctx) {
   PrefillRun r;
-  FZ_ASSIGN_OR_RETURN(r.seq, m.decoder->NewSequence(pools, kv::KvFormat::kF16, policy));
-  r.seq->prefill_stats.Reset(static_cast<int>(m.config.text.num_hidden_layers));
+  FZ_ASSIGN_OR_RETURN(r.seq, m.decoder().NewSequence(pools, kv::KvFormat::kF16, policy));
+  r.seq->prefill_stats.Reset(static_cast<int>(m.config().text.num_hidden_layers));
   const auto t0 = Clock::now();
   FZ_ASSIGN_OR_RETURN(Tensor logits,
-                      m.decoder->Prefill(*r.seq, ctx.embeds, {.visual = ctx.visual}));
+                      m.decoder().Prefill(*r.seq, ctx.embeds, {.visual = ctx.visual}));
   r.ms = MsSince(t0);
   const float* l = logits.data<float>();
   r.next_token = static_cast<int32_t>(std::max_element(l, l + logits.dim(1)) - l);
@@ -167,7 +144,7 @@ StatusOr<double> DecodeTokensPerSecond(const LoadedModel& m, PrefillRun& run, in
   int32_t token = run.next_token;
   const auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
-    FZ_ASSIGN_OR_RETURN(Tensor logits, m.decoder->DecodeStep(seqs, std::span(&token, 1)));
+    FZ_ASSIGN_OR_RETURN(Tensor logits, m.decoder().DecodeStep(seqs, std::span(&token, 1)));
     const float* l = logits.data<float>();
     token = static_cast<int32_t>(std::max_element(l, l + logits.dim(1)) - l);
   }
@@ -242,10 +219,10 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   machine.threads = threads;
   bench::Report report("attention", machine);
 
-  auto model = LoadModel(model_dir);
+  auto model = engine::runtime::Engine::Load(model_dir);
   if (!model.ok()) return fail(Annotate(model.status(), "loading the model"));
   const LoadedModel& m = **model;
-  const auto& tc = m.config.text;
+  const auto& tc = m.config().text;
   std::printf("model %s: %lld layers, %lld/%lld heads x %lld, max_position_embeddings %lld\n",
               model_dir.c_str(), static_cast<long long>(tc.num_hidden_layers),
               static_cast<long long>(tc.num_attention_heads),
@@ -255,7 +232,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   if (!frames.ok()) return fail(Annotate(frames.status(), "decoding the clip"));
   const kv::KvFormat formats[] = {kv::KvFormat::kF16, kv::KvFormat::kInt4, kv::KvFormat::kInt2};
   auto pools =
-      kv::KvPools::Create(m.decoder->KvLayout(kv::KvFormat::kF16), formats, int64_t{2} << 30);
+      kv::KvPools::Create(m.decoder().KvLayout(kv::KvFormat::kF16), formats, int64_t{2} << 30);
   if (!pools.ok()) return fail(pools.status());
   const bool have_kivi = engine::compress::CreatePolicy("kivi").ok();
 
