@@ -44,6 +44,7 @@ struct PrefillLayerInputs {
 enum class URows : uint8_t {
   kSkip = 0,         // O[U] = 0: the residual stream passes unchanged, the MLP still runs
   kAttendImportant,  // Q[U] attends K[T], V[T] (and the past) causally by original position
+  kLocal,            // Q[U] attends a sliding window of all tokens plus a few sink tokens
 };
 
 // A policy's decision for one layer and one prefill chunk (PlanPrefillLayer).
@@ -58,6 +59,8 @@ struct PrefillLayerPlan {
   std::vector<int32_t> important;
   std::vector<std::vector<int32_t>> important_per_kv_head;
   URows u_rows = URows::kSkip;
+  int64_t u_window = 64;  // kLocal: recent keys each U row sees (its own included)
+  int64_t u_sinks = 4;    // kLocal: leading keys of the sequence each U row sees
 };
 
 // Per-layer figures of the prefills a sequence ran (the decoder accumulates them over chunks;

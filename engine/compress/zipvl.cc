@@ -42,8 +42,11 @@ StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& o) {
   }
   FZ_ASSIGN_OR_RETURN(const int64_t per_head, o.Int("per_head", 0, 0, 1));
   z.per_kv_head = per_head == 1;
-  FZ_ASSIGN_OR_RETURN(const int u_rows, o.Choice("u_rows", {"skip", "attend"}));
-  z.u_rows = u_rows == 0 ? URows::kSkip : URows::kAttendImportant;
+  FZ_ASSIGN_OR_RETURN(const int u_rows, o.Choice("u_rows", {"local", "skip", "attend"}));
+  constexpr URows kURows[] = {URows::kLocal, URows::kSkip, URows::kAttendImportant};
+  z.u_rows = kURows[u_rows];
+  FZ_ASSIGN_OR_RETURN(z.u_window, o.Int("u_window", z.u_window, 1, 1 << 20));
+  FZ_ASSIGN_OR_RETURN(z.u_sinks, o.Int("u_sinks", z.u_sinks, 0, 1 << 20));
   // 16 = the sequence's full-precision format (f16/f32): no quantization for that class.
   constexpr int kHighBits[] = {4, 2, 16};
   constexpr int kLowBits[] = {2, 4, 16, 0};
@@ -96,6 +99,8 @@ Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerP
   plan.classes.assign(static_cast<size_t>(n), rest);
   plan.sparse = true;
   plan.u_rows = options_.u_rows;
+  plan.u_window = options_.u_window;
+  plan.u_sinks = options_.u_sinks;
   for (int g = 0; g < scores.groups; ++g) {
     const std::span<const float> a(scores.a.data() + g * n, static_cast<size_t>(n));
     const std::span<const float> a_norm(scores.a_norm.data() + g * n, static_cast<size_t>(n));

@@ -4,7 +4,7 @@
 // Prefill, per layer and chunk: probes P (probe_scoring.h) score the chunk's tokens; the
 // adaptive count p (top_p.h, τ) splits them into T (the p largest ã, stored kv::kImportant) and
 // U (stored kv::kRest at low bits, or kv::kDrop with low_bits=evict). Attention runs sparse over
-// Q[T], K[T], V[T]; U rows are skipped or attend to T (u_rows).
+// Q[T], K[T], V[T]; U rows are skipped, attend to T, or attend to a local window (u_rows).
 //
 // Chunked prefill (the layer already stores `past` tokens): selection is local to the chunk —
 // probes, scores and T are drawn from the chunk's own tokens (scores over the chunk's keys only),
@@ -21,7 +21,9 @@
 // logits are sampled, landed in U.
 //
 // Options ("zipvl:key=value,..."): tau (0.975), keep_recent (64), probes_recent (64), probes_random (64),
-// per_head (0|1: per-KV-head selection), u_rows (skip|attend), high_bits (4|2|16), low_bits
+// per_head (0|1: per-KV-head selection), u_rows (local|skip|attend), u_window (64) and u_sinks (4)
+// (local: each U row attends to the u_window tokens ending at itself, all of them, plus the
+// first u_sinks tokens; ops::LocalWindowAttention), high_bits (4|2|16), low_bits
 // (2|4|16|evict; 16 = the full-precision format, no quantization), window (100, decode
 // recompression interval), seed (probe RNG, 0).
 #pragma once
@@ -39,7 +41,12 @@ struct ZipVlOptions {
   int64_t probes_recent = 64;
   int64_t probes_random = 64;
   bool per_kv_head = false;
-  URows u_rows = URows::kSkip;
+  // The default: on framezip-tiny-video, skip cost 1.5 points of accuracy (KL 0.022 against
+  // dense), attend cost most of the prefill saving (1.79x at 16k), local kept both (bench/
+  // RESULTS.md, "ZipVL U rows").
+  URows u_rows = URows::kLocal;
+  int64_t u_window = 64;
+  int64_t u_sinks = 4;
   int high_bits = 4;  // 4, 2 or 16 (full precision)
   int low_bits = 2;   // 4, 2, 16 or 0 = evict U (ZipVL v2)
   int window = 100;

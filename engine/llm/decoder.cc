@@ -17,6 +17,19 @@
 namespace framezip::engine::llm {
 namespace {
 
+// The policy's treatment of U rows in the sparse attention op's terms.
+ops::RestRows RestRowsOf(const compress::PrefillLayerPlan& plan) {
+  switch (plan.u_rows) {
+    case compress::URows::kAttendImportant:
+      return {ops::RestRows::Mode::kImportant, {}};
+    case compress::URows::kLocal:
+      return {ops::RestRows::Mode::kLocal, {plan.u_window, plan.u_sinks}};
+    case compress::URows::kSkip:
+      break;
+  }
+  return {};
+}
+
 Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, bool optional) {
   if (!t.defined()) {
     if (optional) return absl::OkStatus();
@@ -275,8 +288,7 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, const Tensor& positions
     }
     FZ_RETURN_IF_ERROR(ops::SparsePrefillAttention(
         q, k, v, past > 0 ? past_k.data<float>() : nullptr,
-        past > 0 ? past_v.data<float>() : nullptr, past, important,
-        plan.u_rows == compress::URows::kAttendImportant, attn));
+        past > 0 ? past_v.data<float>() : nullptr, past, important, RestRowsOf(plan), attn));
   } else {
     FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
     FZ_ASSIGN_OR_RETURN(Tensor attn4, attn.Reshape({1, t, nh, d}));

@@ -31,8 +31,8 @@ void ScatterRows(const float* src, int64_t nh, int64_t d, std::span<const int32_
 
 Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
                               const float* past_k, const float* past_v, int64_t past,
-                              std::span<const std::vector<int32_t>> important, bool attend_rest,
-                              Tensor& out) {
+                              std::span<const std::vector<int32_t>> important,
+                              const RestRows& rest_rows, Tensor& out) {
   if (q.rank() != 3 || k.rank() != 3 || k.shape() != v.shape() || q.shape() != out.shape() ||
       q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) || q.dtype() != DType::kF32 ||
       k.dtype() != DType::kF32 || v.dtype() != DType::kF32 || out.dtype() != DType::kF32) {
@@ -70,7 +70,18 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
     const std::vector<int32_t>& imp = important[static_cast<size_t>(gi)];
     const int64_t p = static_cast<int64_t>(imp.size());
     const int64_t h0 = groups == 1 ? 0 : gi * rep, kv0 = groups == 1 ? 0 : gi;
-    if (past + p == 0) continue;  // nothing to attend to: every row of the group stays 0
+    if (rest_rows.mode == RestRows::Mode::kLocal && p < t) {
+      // U rows read the original (uncompacted) keys, so they do not need the gather below.
+      std::vector<int32_t> rest;
+      for (int64_t i = 0, at = 0; i < t; ++i) {
+        while (at < p && imp[static_cast<size_t>(at)] < i) ++at;
+        if (at < p && imp[static_cast<size_t>(at)] == i) continue;
+        rest.push_back(static_cast<int32_t>(i));
+      }
+      FZ_RETURN_IF_ERROR(LocalWindowAttention(q, k, v, past_k, past_v, past, rest, h0, hq,
+                                              rest_rows.local, out));
+    }
+    if (past + p == 0) continue;  // nothing else to attend to: T is empty and there is no past
     // Keys: past first (all earlier positions), then the compacted chunk keys.
     FZ_ASSIGN_OR_RETURN(Tensor kc, Tensor::Empty({1, past + p, gk, d}, DType::kF32));
     FZ_ASSIGN_OR_RETURN(Tensor vc, Tensor::Empty({1, past + p, gk, d}, DType::kF32));
@@ -88,7 +99,7 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
       FZ_RETURN_IF_ERROR(CausalAttention(qc, kc, vc, oc));
       ScatterRows(oc.data<float>(), hq, d, imp, heads, h0, out.data<float>());
     }
-    if (!attend_rest || p == t) continue;
+    if (rest_rows.mode != RestRows::Mode::kImportant || p == t) continue;
     std::vector<int32_t> rest, limit;
     for (int64_t i = 0, at = 0; i < t; ++i) {
       while (at < p && imp[static_cast<size_t>(at)] < i) ++at;

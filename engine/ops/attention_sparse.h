@@ -5,9 +5,10 @@
 //   - rows in T_imp attend, causally in compacted order, to the `past` keys the layer already
 //     stores (earlier chunks) followed by K[T_imp], V[T_imp]: this is ops::CausalAttention on the
 //     compacted Q[T_imp], K[T_imp], V[T_imp], so the work is |T_imp|²/T² of dense;
-//   - the other rows get 0 (`attend_rest` false), or (`attend_rest` true) attend to the past plus
-//     the T_imp rows before them in the original order (a prefix of the compacted keys, through
-//     AttentionParams::key_limit).
+//   - the other rows (U), by `rest.mode`: get 0 (kZero); attend to the past plus the T_imp rows
+//     before them in the original order (kImportant: a prefix of the compacted keys, through
+//     AttentionParams::key_limit; O(|U|·|T|)); or attend to a sliding window of all tokens plus
+//     attention sinks (kLocal, ops::LocalWindowAttention; O(|U|·window)).
 // Sorting T_imp and keeping post-RoPE keys is what makes the compaction exact: no custom sparse
 // kernel, the same blocked CPU kernel as dense attention.
 //
@@ -24,12 +25,20 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/attention_local.h"
 
 namespace framezip::engine::ops {
 
+// What the rows outside the important set get.
+struct RestRows {
+  enum class Mode : uint8_t { kZero, kImportant, kLocal };
+  Mode mode = Mode::kZero;
+  LocalWindow local;  // kLocal only
+};
+
 Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
                               const float* past_k, const float* past_v, int64_t past,
-                              std::span<const std::vector<int32_t>> important, bool attend_rest,
-                              Tensor& out);
+                              std::span<const std::vector<int32_t>> important,
+                              const RestRows& rest, Tensor& out);
 
 }  // namespace framezip::engine::ops

@@ -33,6 +33,16 @@ TEST_CASE("CreatePolicy parses name:key=value specs and names a bad key", "[unit
   CHECK(zo.per_kv_head);
   CHECK(zo.u_rows == URows::kAttendImportant);
   CHECK(zo.low_bits == 0);
+  const auto defaults = static_cast<ZipVlPolicy&>(**CreatePolicy("zipvl")).options();
+  CHECK(defaults.u_rows == URows::kLocal);
+  CHECK(defaults.u_window == 64);
+  CHECK(defaults.u_sinks == 4);
+  const auto local = static_cast<ZipVlPolicy&>(**CreatePolicy("zipvl:u_rows=skip,u_window=9,u_sinks=0"))
+                         .options();
+  CHECK(local.u_rows == URows::kSkip);
+  CHECK(local.u_window == 9);
+  CHECK(local.u_sinks == 0);
+  CHECK_FALSE(CreatePolicy("zipvl:u_window=0").ok());
   const kv::KvPrecision p = (*CreatePolicy("zipvl"))->Precision(kv::KvFormat::kF16);
   CHECK(p.important == kv::KvFormat::kInt4);
   CHECK(p.rest == kv::KvFormat::kInt2);

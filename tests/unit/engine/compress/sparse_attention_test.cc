@@ -1,7 +1,7 @@
 // Sparse prefill attention (METHODS.md §5.3 item 3): with T = every token it equals dense causal
 // attention; with a random T it equals an f64 dense reference masked to T (rows outside T get 0,
-// or attend to the T tokens before them), head-shared and per KV head, with and without past
-// tokens from earlier chunks.
+// or attend to the T tokens before them, or to a sliding window of all tokens plus sinks),
+// head-shared and per KV head, with and without past tokens from earlier chunks.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -19,13 +19,17 @@ Tensor FromVector(const std::vector<float>& v, Shape shape) {
   return t;
 }
 
+using Mode = RestRows::Mode;
+
 // f64 reference: query row i, head h sees every past key and the chunk keys j of its group's
-// list with j <= i (i in the list) or j < i (i not in it, attend mode); skip-mode rows are 0.
+// list with j <= i (i in the list) or j < i (i not in it, kImportant); kZero rows outside the
+// list are 0; kLocal rows outside it see the first `sinks` keys of past + chunk and the `window`
+// keys ending at their own, all of them.
 std::vector<double> Reference(const std::vector<float>& q, const std::vector<float>& k,
                               const std::vector<float>& v, const std::vector<float>& pk,
                               const std::vector<float>& pv, int64_t past, int64_t t, int heads,
                               int g, int d, const std::vector<std::vector<int32_t>>& important,
-                              bool attend_rest) {
+                              const RestRows& rest) {
   std::vector<double> out(static_cast<size_t>(t * heads * d), 0.0);
   const int rep = heads / g;
   for (int h = 0; h < heads; ++h) {
@@ -34,14 +38,23 @@ std::vector<double> Reference(const std::vector<float>& q, const std::vector<flo
     std::vector<char> in_t(static_cast<size_t>(t), 0);
     for (int32_t i : imp) in_t[i] = 1;
     for (int64_t i = 0; i < t; ++i) {
-      if (!in_t[i] && !attend_rest) continue;
+      if (!in_t[i] && rest.mode == Mode::kZero) continue;
       std::vector<std::pair<const float*, const float*>> keys;  // (k row, v row)
-      for (int64_t j = 0; j < past; ++j) {
-        keys.emplace_back(&pk[(j * g + kvh) * d], &pv[(j * g + kvh) * d]);
-      }
-      for (int32_t j : imp) {
-        if (j < i || (j == i && in_t[i]))
-          keys.emplace_back(&k[(j * g + kvh) * d], &v[(j * g + kvh) * d]);
+      auto full_key = [&](int64_t j) {  // index into past + chunk
+        return j < past ? std::make_pair(&pk[(j * g + kvh) * d], &pv[(j * g + kvh) * d])
+                        : std::make_pair(&k[((j - past) * g + kvh) * d],
+                                         &v[((j - past) * g + kvh) * d]);
+      };
+      if (!in_t[i] && rest.mode == Mode::kLocal) {
+        const int64_t p = past + i;
+        for (int64_t j = 0; j <= p; ++j) {
+          if (j < rest.local.sinks || j > p - rest.local.window) keys.push_back(full_key(j));
+        }
+      } else {
+        for (int64_t j = 0; j < past; ++j) keys.push_back(full_key(j));
+        for (int32_t j : imp) {
+          if (j < i || (j == i && in_t[i])) keys.push_back(full_key(past + j));
+        }
       }
       if (keys.empty()) continue;
       std::vector<double> s(keys.size());
@@ -84,14 +97,14 @@ TEST_CASE("SparsePrefillAttention with every token equals dense causal attention
   const std::vector<std::vector<int32_t>> important = {all};
   Tensor out = *Tensor::Empty({t, heads, d}, DType::kF32);
   REQUIRE(SparsePrefillAttention(FromVector(q, {t, heads, d}), FromVector(k, {t, g, d}),
-                                 FromVector(v, {t, g, d}), nullptr, nullptr, 0, important, false,
+                                 FromVector(v, {t, g, d}), nullptr, nullptr, 0, important, {},
                                  out)
               .ok());
   Tensor dense = *Tensor::Empty({1, t, heads, d}, DType::kF32);
   REQUIRE(CausalAttention(FromVector(q, {1, t, heads, d}), FromVector(k, {1, t, g, d}),
                           FromVector(v, {1, t, g, d}), dense)
               .ok());
-  const auto want = Reference(q, k, v, {}, {}, 0, t, heads, g, d, important, false);
+  const auto want = Reference(q, k, v, {}, {}, 0, t, heads, g, d, important, {});
   double max_err = 0, max_ref = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     CHECK(out.data<float>()[i] == Approx(dense.data<float>()[i]).margin(1e-6));
@@ -105,7 +118,11 @@ TEST_CASE("SparsePrefillAttention with every token equals dense causal attention
 TEST_CASE("SparsePrefillAttention with a random T equals the masked f64 reference",
           "[unit][compress]") {
   std::mt19937_64 rng(testing::TestSeed());
-  const bool attend_rest = GENERATE(false, true);
+  const Mode mode = GENERATE(Mode::kZero, Mode::kImportant, Mode::kLocal);
+  // Windows shorter than the chunk, longer than it (reaching into the past), and sink counts
+  // inside and beyond the window.
+  const int64_t window = GENERATE(1, 9, 300);
+  const RestRows rest{mode, LocalWindow{window, window == 9 ? 3 : 0}};
   const bool per_kv_head = GENERATE(false, true);
   const int64_t past = GENERATE(0, 37);
   const int64_t t = 257;
@@ -120,9 +137,9 @@ TEST_CASE("SparsePrefillAttention with a random T equals the masked f64 referenc
   Tensor out = *Tensor::Empty({t, heads, d}, DType::kF32);
   REQUIRE(SparsePrefillAttention(FromVector(q, {t, heads, d}), FromVector(k, {t, g, d}),
                                  FromVector(v, {t, g, d}), past > 0 ? pk.data() : nullptr,
-                                 past > 0 ? pv.data() : nullptr, past, important, attend_rest, out)
+                                 past > 0 ? pv.data() : nullptr, past, important, rest, out)
               .ok());
-  const auto want = Reference(q, k, v, pk, pv, past, t, heads, g, d, important, attend_rest);
+  const auto want = Reference(q, k, v, pk, pv, past, t, heads, g, d, important, rest);
   double max_err = 0;
   int64_t nonzero = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -138,10 +155,14 @@ TEST_CASE("SparsePrefillAttention rejects unsorted or out-of-range rows", "[unit
   Tensor kv = *Tensor::Zeros({4, 1, 8}, DType::kF32);
   Tensor out = *Tensor::Empty({4, 2, 8}, DType::kF32);
   const std::vector<std::vector<int32_t>> unsorted = {{2, 1}}, outside = {{0, 4}}, ok = {{0, 3}};
-  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, unsorted, false, out).ok());
-  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, outside, false, out).ok());
-  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 3, ok, false, out).ok());
-  CHECK(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, true, out).ok());
+  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, unsorted, {}, out).ok());
+  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, outside, {}, out).ok());
+  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 3, ok, {}, out).ok());
+  const RestRows attend{Mode::kImportant, {}}, local{Mode::kLocal, LocalWindow{4, 1}},
+      no_window{Mode::kLocal, LocalWindow{0, 1}};
+  CHECK(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, attend, out).ok());
+  CHECK(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, local, out).ok());
+  CHECK_FALSE(SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, no_window, out).ok());
 }
 
 }  // namespace
