@@ -70,11 +70,13 @@ StatusOr<std::unique_ptr<SessionKvCache>> OpenKvCache(const ServerConfig& config
 class EngineBackend::Sequence final : public BackendSequence {
  public:
   ~Sequence() override {
-    // Only a turn that ran leaves a partial reply behind; one that failed in Prepare did not
-    // touch its conversation.
-    if (!committed_ && started_) {
-      if (conversation_->decoding()) owner_->engine_->Cancel(*conversation_);
-      if (!session_id_.empty()) owner_->DropConversation(session_id_, conversation_);
+    // Only a turn that ran a step leaves a partial prompt or reply behind; one that failed in
+    // Prepare, or never got its first chunk, did not touch its conversation's KV.
+    if (!committed_ && conversation_ != nullptr) {
+      if (conversation_->decoding() || conversation_->starting()) {
+        owner_->engine_->Cancel(*conversation_);
+      }
+      if (started_ && !session_id_.empty()) owner_->DropConversation(session_id_, conversation_);
     }
     if (holds_session_) owner_->EndTurn(session_id_);
   }
@@ -105,7 +107,7 @@ class EngineBackend::Sequence final : public BackendSequence {
   size_t messages_total_ = 0;                // conversation length after this turn's user message
   rt::TurnOptions options_;
   uint64_t kv_at_start_ = 0;
-  bool started_ = false;
+  bool started_ = false;         // a step ran (part of) this turn
   bool finish_pending_ = false;  // the engine finished with text: end the turn on the next step
   bool committed_ = false;
   bool holds_session_ = false;  // the session is marked busy for this turn
@@ -241,7 +243,6 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   const media::PreprocessSpec spec =
       PreprocessSpecFor(engine_->preprocessor(), engine_->image_size());
   uint32_t visual_estimate = 0;
-  uint64_t text_bytes = 0;
   for (size_t i = first_new; i < request.messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
     rt::Message out;
@@ -249,7 +250,6 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
     for (const ContentPart& part : m.content) {
       if (part.media_id.empty()) {
         out.text += part.text;
-        text_bytes += part.text.size();
         continue;
       }
       auto it = std::find_if(request.media.begin(), request.media.end(),
@@ -296,16 +296,24 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   sp.stop_strings = s.stop;
   seq->options_.ignore_eos = s.ignore_eos;
 
+  // Render, tokenize and run the vision tower here, on the prepare pool: the step thread then
+  // only prefills the prompt, in chunks of the scheduler's size, fused with the decode tokens of
+  // the running turns (Engine::MixedStep).
+  const auto t_vision = Clock::now();
+  FZ_RETURN_IF_ERROR(engine_->PrepareTurn(*seq->conversation_, seq->messages_, seq->options_));
+  const double vision_seconds = Seconds(Clock::now() - t_vision);
+  const int64_t cached = seq->conversation_->cached_tokens();
+  const int64_t to_prefill = seq->conversation_->prefill_remaining();
+
   PreparedTurn turn;
-  // The exact counts come from the engine once the turn starts (ReportStats); one scheduler
-  // "prefill token" stands for the whole StartTurn.
-  turn.prompt_tokens = 1;
-  turn.cached_tokens = 0;
+  turn.prompt_tokens = static_cast<uint32_t>(cached + to_prefill);
+  turn.cached_tokens = static_cast<uint32_t>(cached);
   turn.visual_tokens_before_pruning = turn.visual_tokens_after_pruning = visual_estimate;
   turn.max_new_tokens = s.max_tokens + 1;  // the engine's own limit ends the turn first
   turn.predicted_kv_bytes =
-      (text_bytes / 2 + visual_estimate + s.max_tokens + 16) * kv_bytes_per_token_;
+      static_cast<uint64_t>(to_prefill + s.max_tokens + 16) * kv_bytes_per_token_;
   turn.media_decode_seconds = decode_seconds;
+  turn.vision_encode_seconds = vision_seconds;
   turn.kv_restore_seconds = restore_seconds;
   turn.kv_restore_tier = restore_tier;
   turn.seed = s.seed;
@@ -327,46 +335,40 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
       }
     }
   };
-  std::vector<rt::Conversation*> decoding, starting;
-  std::vector<StepItem*> decoding_items, starting_items;
-  std::vector<std::span<const rt::Message>> starting_messages;
-  std::vector<rt::TurnOptions> starting_options;
+  // Prefill chunks of starting turns and decode tokens of running ones: ONE engine step, one
+  // pass over the weights.
+  std::vector<rt::StepWork> work;
+  std::vector<StepItem*> work_items;
   for (StepItem& item : batch) {
     auto& seq = static_cast<Sequence&>(*item.sequence);
-    if (item.prefill_tokens > 0 && !seq.started_) {
-      seq.started_ = true;
-      starting.push_back(seq.conversation_);
-      starting_items.push_back(&item);
-      starting_messages.push_back(seq.messages_);
-      starting_options.push_back(seq.options_);
-    } else if (seq.finish_pending_) {
+    rt::Conversation* c = seq.conversation_;
+    if (seq.finish_pending_) {
       item.emitted = true;
       item.end_of_turn = true;
+      continue;
+    }
+    if (c->starting()) {
+      // The scheduler counts the same prompt tokens as the engine; should they ever disagree, a
+      // starting turn still advances (never a decode item for it, which would fail the step).
+      seq.started_ = true;
+      work.push_back({c, std::max<int64_t>(item.prefill_tokens, 1)});
+    } else if (c->decoding()) {
+      work.push_back({c, 0});
     } else {
-      decoding.push_back(seq.conversation_);
-      decoding_items.push_back(&item);
+      item.status = InternalError("the turn's conversation is neither starting nor decoding");
+      continue;
     }
+    work_items.push_back(&item);
   }
-  // Every turn starting in this step is prefilled in one batched pass over the weights.
-  if (!starting.empty()) {
-    std::vector<StatusOr<rt::StepOutput>> outs =
-        engine_->StartTurns(starting, starting_messages, starting_options);
-    for (size_t i = 0; i < starting_items.size(); ++i) {
-      if (!outs[i].ok()) {
-        starting_items[i]->status = outs[i].status();
-        continue;
-      }
-      emit(*starting_items[i], static_cast<Sequence&>(*starting_items[i]->sequence), *outs[i]);
-    }
-  }
-  if (decoding.empty()) return absl::OkStatus();
-  StatusOr<std::vector<rt::StepOutput>> outs = engine_->Step(decoding);
+  if (work.empty()) return absl::OkStatus();
+  StatusOr<std::vector<rt::StepOutput>> outs = engine_->MixedStep(work);
   if (!outs.ok()) {
-    for (StepItem* item : decoding_items) item->status = outs.status();
+    for (StepItem* item : work_items) item->status = outs.status();
     return absl::OkStatus();
   }
-  for (size_t i = 0; i < decoding_items.size(); ++i) {
-    emit(*decoding_items[i], static_cast<Sequence&>(*decoding_items[i]->sequence), (*outs)[i]);
+  for (size_t i = 0; i < work_items.size(); ++i) {
+    if (!(*outs)[i].sampled) continue;  // a prompt chunk that was not the last
+    emit(*work_items[i], static_cast<Sequence&>(*work_items[i]->sequence), (*outs)[i]);
   }
   return absl::OkStatus();
 }

@@ -3,10 +3,12 @@
 // turn N+1 feeds the engine only its new user message.
 //
 // Mapping onto the scheduler's step model: Prepare (worker pool) decodes and preprocesses the
-// new messages' media with media/; the turn's one "prefill" item runs Engine::StartTurn (render,
-// tokenize, vision encode, prefill, first token) on the step thread; decode items of all running
-// turns go through one batched Engine::Step. The engine reports the turn's token counts, which
-// replace the scheduler's estimates in the stats (BackendSequence::ReportStats).
+// new messages' media with media/, then Engine::PrepareTurn renders, tokenizes and runs the
+// vision tower, so the scheduler knows the exact prompt tokens to prefill. Each step (step
+// thread) is ONE Engine::MixedStep: the prefill chunks the scheduler chose (at most
+// prefill_chunk_tokens per turn, step_token_budget in all) fused with the decode tokens of all
+// running turns, the weights read once; a turn's first token is sampled with its last chunk. The
+// engine's exact stats replace the scheduler's figures (BackendSequence::ReportStats).
 //
 // A cancelled or failed turn leaves its conversation with a partial reply the session never
 // recorded, so the conversation is dropped and the session's next turn restores the last

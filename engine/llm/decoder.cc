@@ -198,8 +198,9 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
   return out;
 }
 
-Status Decoder::PrefillLayer(int l, std::span<const PrefillPart> parts,
-                             const Tensor& positions, Tensor& x) const {
+Status Decoder::RunLayer(int l, std::span<Sequence* const> decode,
+                         std::span<const PrefillPart> parts, const Tensor& positions,
+                         Tensor& x) const {
   const auto& w = weights_.layers[l];
   const int64_t t = x.dim(0), hid = config_.hidden_size, nh = config_.num_attention_heads,
                 g = config_.num_key_value_heads, d = config_.head_dim;
@@ -223,6 +224,16 @@ Status Decoder::PrefillLayer(int l, std::span<const PrefillPart> parts,
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
 
   FZ_ASSIGN_OR_RETURN(Tensor attn, Alloc({t, nh, d}));
+  if (!decode.empty()) {
+    const int64_t b = static_cast<int64_t>(decode.size());
+    FZ_ASSIGN_OR_RETURN(const Tensor decode_positions, positions.Slice(0, b));
+    FZ_ASSIGN_OR_RETURN(const Tensor decode_q, q.Slice(0, b));
+    FZ_ASSIGN_OR_RETURN(const Tensor decode_k, k.Slice(0, b));
+    FZ_ASSIGN_OR_RETURN(const Tensor decode_v, v.Slice(0, b));
+    FZ_ASSIGN_OR_RETURN(Tensor decode_attn, attn.Slice(0, b));
+    FZ_RETURN_IF_ERROR(
+        AttendDecodeRows(l, decode, decode_positions, decode_q, decode_k, decode_v, decode_attn));
+  }
   for (const PrefillPart& part : parts) {
     const int64_t r0 = part.row0, r1 = part.row0 + part.rows;
     FZ_ASSIGN_OR_RETURN(const Tensor part_positions, positions.Slice(r0, r1));
@@ -352,7 +363,7 @@ StatusOr<Tensor> Decoder::Prefill(Sequence& seq, const Tensor& embeds,
     const PrefillPart part{&seq, 0, t,
                            options.visual.empty() ? nullptr : options.visual.data() + c0};
     for (int64_t l = 0; l < layers; ++l) {
-      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), {&part, 1}, positions, x));
+      FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), {}, {&part, 1}, positions, x));
       if (l + 1 < layers) record(l + 1, x);
     }
     seq.length += t;
@@ -446,7 +457,7 @@ StatusOr<std::vector<Tensor>> Decoder::PrefillBatch(std::span<Sequence* const> s
       }
     }
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-      FZ_RETURN_IF_ERROR(PrefillLayer(static_cast<int>(l), parts, positions, x));
+      FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), {}, parts, positions, x));
     }
     // lm_head only on the rows whose logits are returned, all in one pass.
     logit_rows.clear();
@@ -510,12 +521,6 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
   FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({b, g * d}));
   FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({b, g * d}));
   FZ_ASSIGN_OR_RETURN(Tensor attn2, attn.Reshape({b, nh * d}));
-  const size_t row = static_cast<size_t>(g * d);
-  std::vector<ops::KvSpan> spans;
-  std::vector<int32_t> offsets;
-  std::vector<float> window_k;
-  std::vector<uint8_t> classes;
-
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const auto& w = weights_.layers[l];
     FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.input_layernorm, eps, h));
@@ -524,46 +529,7 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_bias, v2));
     FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, rope));
     FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
-    spans.clear();
-    offsets.assign(1, 0);
-    for (int64_t i = 0; i < b; ++i) {
-      Sequence& s = *seqs[i];
-      const float* ki = k.data<float>() + i * row;
-      const float* vi = v.data<float>() + i * row;
-      const int32_t pos = positions.data<int32_t>()[i];
-      const bool store = s.policy->OnDecodeWrite(static_cast<int>(l), pos);
-      if (store) FZ_RETURN_IF_ERROR(s.kv.Append(static_cast<int>(l), ki, vi, &pos, 1));
-      s.kv.AppendSpans(static_cast<int>(l), spans);
-      if (!store) {
-        // Attended to this step only: one extra f32 span straight from this step's k/v rows.
-        ops::KvSpan unstored;
-        unstored.k = ki;
-        unstored.v = vi;
-        unstored.num_tokens = 1;
-        unstored.format = kv::KvFormat::kF32;
-        spans.push_back(unstored);
-      }
-      offsets.push_back(static_cast<int32_t>(spans.size()));
-    }
-    FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, spans, offsets,
-                                                 ops::PagedDecodeParams{static_cast<int>(g), 0},
-                                                 attn));
-    // Decode residual window (METHODS.md §1.2 / KIVI's R): once a layer holds the policy's window
-    // of full-precision tokens, they are classified and requantised into the class formats. This
-    // step's attention above still read them at full precision.
-    for (int64_t i = 0; i < b; ++i) {
-      Sequence& s = *seqs[i];
-      const int window = s.policy->ResidualWindow();
-      const int li = static_cast<int>(l);
-      if (window <= 0 || s.kv.residual_tokens(li) < window) continue;
-      const int64_t n = s.kv.full_tokens(li);
-      window_k.resize(static_cast<size_t>(n) * row);
-      s.kv.GatherFull(li, window_k.data(), nullptr);
-      classes.clear();
-      FZ_RETURN_IF_ERROR(s.policy->ClassifyResidual(li, q.data<float>() + i * nh * d,
-                                                    window_k.data(), n, classes));
-      FZ_RETURN_IF_ERROR(s.kv.CompressResidual(li, classes));
-    }
+    FZ_RETURN_IF_ERROR(AttendDecodeRows(static_cast<int>(l), seqs, positions, q, k, v, attn));
     FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
     FZ_RETURN_IF_ERROR(AddInPlace(x, h));
     FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_attention_layernorm, eps, h));
@@ -573,6 +539,55 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
   }
   for (Sequence* s : seqs) ++s->length;
   return Logits(x);
+}
+
+Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs, const Tensor& positions,
+                                 const Tensor& q, const Tensor& k, const Tensor& v,
+                                 Tensor& attn) const {
+  const int64_t b = static_cast<int64_t>(seqs.size()), nh = config_.num_attention_heads,
+                g = config_.num_key_value_heads, d = config_.head_dim;
+  const size_t row = static_cast<size_t>(g * d);
+  std::vector<ops::KvSpan> spans;
+  std::vector<int32_t> offsets(1, 0);
+  for (int64_t i = 0; i < b; ++i) {
+    Sequence& s = *seqs[i];
+    const float* ki = k.data<float>() + i * row;
+    const float* vi = v.data<float>() + i * row;
+    const int32_t pos = positions.data<int32_t>()[i];
+    const bool store = s.policy->OnDecodeWrite(l, pos);
+    if (store) FZ_RETURN_IF_ERROR(s.kv.Append(l, ki, vi, &pos, 1));
+    s.kv.AppendSpans(l, spans);
+    if (!store) {
+      // Attended to this step only: one extra f32 span straight from this step's k/v rows.
+      ops::KvSpan unstored;
+      unstored.k = ki;
+      unstored.v = vi;
+      unstored.num_tokens = 1;
+      unstored.format = kv::KvFormat::kF32;
+      spans.push_back(unstored);
+    }
+    offsets.push_back(static_cast<int32_t>(spans.size()));
+  }
+  FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(
+      q, spans, offsets, ops::PagedDecodeParams{static_cast<int>(g), 0}, attn));
+  // Decode residual window (METHODS.md §1.2 / KIVI's R): once a layer holds the policy's window
+  // of full-precision tokens, they are classified and requantised into the class formats. This
+  // step's attention above still read them at full precision.
+  std::vector<float> window_k;
+  std::vector<uint8_t> classes;
+  for (int64_t i = 0; i < b; ++i) {
+    Sequence& s = *seqs[i];
+    const int window = s.policy->ResidualWindow();
+    if (window <= 0 || s.kv.residual_tokens(l) < window) continue;
+    const int64_t n = s.kv.full_tokens(l);
+    window_k.resize(static_cast<size_t>(n) * row);
+    s.kv.GatherFull(l, window_k.data(), nullptr);
+    classes.clear();
+    FZ_RETURN_IF_ERROR(
+        s.policy->ClassifyResidual(l, q.data<float>() + i * nh * d, window_k.data(), n, classes));
+    FZ_RETURN_IF_ERROR(s.kv.CompressResidual(l, classes));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace framezip::engine::llm

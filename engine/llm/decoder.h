@@ -69,6 +69,19 @@ struct PrefillOptions {
   std::span<const uint8_t> visual = {};
 };
 
+// One sequence's share of a mixed step (Decoder::MixedStep): a prefill chunk or one decode token.
+struct StepInput {
+  Sequence* seq = nullptr;
+  // A prefill chunk: rows [t >= 1, H] f32 (token embeddings with visual features merged in) fed at
+  // positions seq->length .. seq->length + t - 1. Undefined: a decode step feeding `token`.
+  Tensor embeds;
+  std::span<const uint8_t> visual = {};  // prefill: [t] 1 at visual rows, or empty
+  // Prefill: whether the chunk's last row needs logits (the prompt's last chunk); lm_head is not
+  // run on a chunk that does not. Decode rows always get logits.
+  bool logits = true;
+  int32_t token = 0;  // decode: the token fed at seq->length
+};
+
 class Decoder {
  public:
   // Checks every tensor's shape against `config` (INVALID_ARGUMENT naming the first bad one).
@@ -131,6 +144,18 @@ class Decoder {
   StatusOr<Tensor> DecodeStep(std::span<Sequence* const> seqs,
                               std::span<const int32_t> tokens) const;
 
+  // One step of continuous batching with chunked prefill: every input is either a prefill chunk
+  // (planned by its sequence's policy and appended exactly as PrefillBatch does one chunk) or one
+  // decode token (exactly DecodeStep's semantics: stored kFull, mixed-format paged attention, the
+  // policy's residual-window recompression). The dense work of every layer (norms, q/k/v/o
+  // projections, MLP) runs ONCE over the rows of all inputs, and lm_head once over the rows that
+  // need logits, so the weights are read once per step however decode and prefill are mixed.
+  // Results equal separate PrefillBatch (one chunk each) and DecodeStep calls up to f32 rounding.
+  // Returns logits [n, V]: row i is inputs[i]'s next-token distribution (its decode token's, or
+  // its chunk's last row's); the rows of chunks with logits = false are zero. Sequences must be
+  // distinct. RESOURCE_EXHAUSTED when the KV pool is full (the step's sequences are then unusable).
+  StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs) const;
+
  private:
   Decoder(model::TextConfig config, DecoderWeights weights);
 
@@ -141,9 +166,17 @@ class Decoder {
     int64_t rows = 0;
     const uint8_t* visual = nullptr;  // [rows] mask of the visual rows, or null
   };
-  // x [T, H] (the parts' rows concatenated) in place through layer `l`; positions [T] i32.
-  Status PrefillLayer(int l, std::span<const PrefillPart> parts, const Tensor& positions,
-                      Tensor& x) const;
+  // x [T, H] in place through layer `l`; positions [T] i32. Rows [0, decode.size()) are one
+  // decode token of each of `decode` (DecodeStep's attention and KV handling), the parts' rows
+  // follow (a prefill chunk each).
+  Status RunLayer(int l, std::span<Sequence* const> decode, std::span<const PrefillPart> parts,
+                  const Tensor& positions, Tensor& x) const;
+  // The per-sequence middle of a decode layer for the batch `seqs` (row i of q/k/v/attn belongs to
+  // seqs[i]): store (or not, as the policy says) each new token kFull, one paged attention over
+  // every sequence's pages, then the residual-window recompression. q [b, nh, d] post-RoPE,
+  // k/v [b, G, d], positions [b]; writes attn [b, nh, d].
+  Status AttendDecodeRows(int l, std::span<Sequence* const> seqs, const Tensor& positions,
+                          const Tensor& q, const Tensor& k, const Tensor& v, Tensor& attn) const;
   // The per-sequence middle of a prefill layer: the policy's plan, attention of this chunk's
   // q [t, nh, d] (post-RoPE) over the sequence's cache plus k/v [t, G, d], the KV append.
   // Writes attn [t, nh, d].

@@ -14,8 +14,9 @@ namespace framezip::engine::runtime {
 StatusOr<ConversationSegment> Engine::ExportConversation(const Conversation& c,
                                                          const kv::SegmentMark& since,
                                                          size_t max_block_bytes) const {
-  if (c.decoding_) {
-    return FailedPreconditionError("cannot export a conversation while it decodes a turn");
+  if (c.decoding_ || c.start_ != nullptr || c.broken_) {
+    return FailedPreconditionError(
+        "cannot export a conversation while it runs a turn (or after one broke off mid-prompt)");
   }
   if (since.history_tokens < 0 || static_cast<size_t>(since.history_tokens) > c.history_.size()) {
     return InvalidArgumentError("export: mark at token {} of a {}-token history",

@@ -45,7 +45,9 @@ void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnSt
 
 }  // namespace
 
-struct Engine::PreparedTurn {
+namespace internal {
+
+struct PreparedTurn {
   std::vector<int32_t> ids;  // everything to prefill, in order
   Tensor embeds;             // [ids.size(), H]
   int64_t prompt_tokens = 0;
@@ -55,12 +57,23 @@ struct Engine::PreparedTurn {
 };
 
 // A turn between BeginTurn and FinishStart.
-struct Engine::PendingStart {
+struct TurnStart {
   PreparedTurn prepared;
   llm::SamplingParams sampling;  // with the model's eos ids added
   double start_ms = 0;
   int64_t cached = 0;  // tokens in the cache before the turn
+  // Chunked starts (MixedStep): prompt rows prefilled so far, and the time of their steps.
+  int64_t fed = 0;
+  double prefill_ms = 0;
 };
+
+}  // namespace internal
+
+Conversation::~Conversation() = default;
+
+int64_t Conversation::prefill_remaining() const {
+  return start_ != nullptr ? static_cast<int64_t>(start_->prepared.ids.size()) - start_->fed : 0;
+}
 
 Engine::~Engine() = default;
 
@@ -231,6 +244,11 @@ StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
                                                  std::span<const Message> messages,
                                                  const TurnOptions& options) {
   if (c.decoding_) return FailedPreconditionError("the conversation is still decoding a turn");
+  if (c.start_ != nullptr) return FailedPreconditionError("the conversation is starting a turn");
+  if (c.broken_) {
+    return FailedPreconditionError(
+        "the conversation's cache holds part of a cancelled turn's prompt; start a new one");
+  }
   FZ_RETURN_IF_ERROR(llm::ValidateSamplingParams(options.sampling));
   PendingStart pending;
   pending.start_ms = NowMs();
@@ -410,7 +428,104 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
   return outs;
 }
 
+Status Engine::PrepareTurn(Conversation& c, std::span<const Message> messages,
+                           const TurnOptions& options) {
+  FZ_ASSIGN_OR_RETURN(PendingStart pending, BeginTurn(c, messages, options));
+  if (pending.prepared.ids.empty()) return InvalidArgumentError("the turn renders to no tokens");
+  c.start_ = std::make_unique<PendingStart>(std::move(pending));
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> work) {
+  std::vector<llm::StepInput> inputs;
+  inputs.reserve(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    Conversation* c = work[i].conversation;
+    if (c == nullptr) return InvalidArgumentError("MixedStep: work item {} has no conversation", i);
+    for (size_t j = 0; j < i; ++j) {
+      if (work[j].conversation == c) {
+        return InvalidArgumentError("MixedStep: conversation {} is given twice", i);
+      }
+    }
+    llm::StepInput in;
+    in.seq = c->sequence_.get();
+    if (work[i].prefill_tokens > 0) {
+      if (c->start_ == nullptr) {
+        return FailedPreconditionError("MixedStep: conversation {} has no turn starting", i);
+      }
+      const PendingStart& s = *c->start_;
+      const int64_t total = static_cast<int64_t>(s.prepared.ids.size());
+      const int64_t rows = std::min(work[i].prefill_tokens, total - s.fed);
+      FZ_ASSIGN_OR_RETURN(in.embeds, s.prepared.embeds.Slice(s.fed, s.fed + rows));
+      if (!s.prepared.visual.empty()) {
+        in.visual = std::span<const uint8_t>(s.prepared.visual).subspan(
+            static_cast<size_t>(s.fed), static_cast<size_t>(rows));
+      }
+      in.logits = s.fed + rows == total;
+    } else {
+      if (!c->decoding_) {
+        return FailedPreconditionError("MixedStep: conversation {} is not decoding", i);
+      }
+      in.token = c->next_token_;
+    }
+    inputs.push_back(in);
+  }
+  // Per-turn prefill statistics start with the turn's first chunk.
+  for (size_t i = 0; i < work.size(); ++i) {
+    Conversation& c = *work[i].conversation;
+    if (inputs[i].embeds.defined() && c.start_->fed == 0) {
+      c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
+    }
+  }
+  const double t0 = NowMs();
+  StatusOr<Tensor> logits = decoder_->MixedStep(inputs);
+  const double step_ms = NowMs() - t0;
+  if (!logits.ok()) {
+    // The step's sequences may hold part of what it appended: none can continue.
+    for (const StepWork& w : work) {
+      if (w.conversation->start_ != nullptr) {
+        w.conversation->broken_ = true;
+        w.conversation->start_.reset();
+      }
+    }
+    return logits.status();
+  }
+  std::vector<StepOutput> outs;
+  outs.reserve(work.size());
+  const int64_t v = logits->dim(1);
+  for (size_t i = 0; i < work.size(); ++i) {
+    Conversation& c = *work[i].conversation;
+    FZ_ASSIGN_OR_RETURN(Tensor row, logits->Slice(static_cast<int64_t>(i),
+                                                  static_cast<int64_t>(i) + 1));
+    if (inputs[i].embeds.defined()) {
+      PendingStart& s = *c.start_;
+      s.fed += inputs[i].embeds.dim(0);
+      s.prefill_ms += step_ms;
+      if (!inputs[i].logits) {
+        StepOutput chunk_only;
+        chunk_only.sampled = false;
+        outs.push_back(std::move(chunk_only));
+        continue;
+      }
+      const std::unique_ptr<PendingStart> start = std::move(c.start_);
+      outs.push_back(FinishStart(c, *start, row, start->prefill_ms));
+      continue;
+    }
+    c.pending_.clear();  // the token just went into the cache
+    c.current_.stats.decode_ms += step_ms;
+    const int32_t token =
+        c.sampler_->Sample(std::span<float>(row.data<float>(), static_cast<size_t>(v)), c.history_);
+    outs.push_back(Accept(c, token));
+  }
+  return outs;
+}
+
 void Engine::Cancel(Conversation& c) {
+  if (c.start_ != nullptr) {
+    if (c.start_->fed > 0) c.broken_ = true;
+    c.start_.reset();
+    return;
+  }
   if (!c.decoding_) return;
   c.decoding_ = false;
   c.current_.stats.stop_reason = llm::StopReason::kCancelled;

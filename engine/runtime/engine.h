@@ -15,6 +15,12 @@
 //      in one batched decoder call (one GEMV pass over the weights for the whole batch) and
 //      reports each one's text delta and whether it finished. RunTurn() is StartTurn + Step loop.
 //      StartTurns() starts several turns with one batched prefill (Decoder::PrefillBatch).
+//   3. PrepareTurn() + MixedStep(): continuous batching with chunked prefill (the server's path).
+//      PrepareTurn() renders, tokenizes and encodes the visuals of a turn (no decoder work);
+//      each MixedStep() then runs, in ONE decoder pass over the weights (Decoder::MixedStep),
+//      the next prompt chunk of any number of starting turns together with one decode token of
+//      any number of decoding conversations. A turn's first token is sampled with its last chunk,
+//      so a long prompt delays the others by one chunk per step, never by the whole prompt.
 //
 // Conversations keep their KV cache between turns: turn N+1 prefills only the tokens of its new
 // messages (plus the template's closing of the previous assistant reply), never the history.
@@ -23,8 +29,10 @@
 // Thread-safety: Engine's methods are thread-compatible per Conversation — a Conversation must
 // be used by one thread at a time, and calls that compute (StartTurn, Step, RunTurn) should be
 // issued from ONE scheduler thread: the CPU ops share one thread pool whose loops are serialised,
-// so concurrent calls are correct but gain nothing. Load() and the const accessors are
-// thread-safe.
+// so concurrent calls are correct but gain nothing. PrepareTurn() is the exception the server
+// makes: it runs on the prepare pool, so a turn's vision tower interleaves with the steps of
+// the running turns (loop by loop) instead of stalling one of them whole. Load() and the const
+// accessors are thread-safe.
 //
 // Errors: INVALID_ARGUMENT for bad requests (unknown policy, frames of the wrong shape, more
 // visual inputs than placeholders, sampling parameters out of range), RESOURCE_EXHAUSTED when the
@@ -128,15 +136,25 @@ struct TurnResult {
 
 // One conversation: its KV cache, position and token history. Create with
 // Engine::NewConversation. Movable only through the unique_ptr.
+namespace internal {
+struct PreparedTurn;  // a turn rendered, tokenized and embedded (engine.cc)
+struct TurnStart;     // a turn between its preparation and its first token (engine.cc)
+}  // namespace internal
+
 class Conversation {
  public:
   Conversation(const Conversation&) = delete;
   Conversation& operator=(const Conversation&) = delete;
+  ~Conversation();
 
   // Tokens in the KV cache (prompt and replies of finished turns, minus the pending tail).
   int64_t cached_tokens() const { return sequence_->length; }
   size_t kv_bytes() const { return sequence_->kv.bytes(); }
   bool decoding() const { return decoding_; }
+  // A turn prepared by Engine::PrepareTurn whose prompt MixedStep has not fully prefilled yet.
+  bool starting() const { return start_ != nullptr; }
+  // Tokens of the starting turn's prompt not prefilled yet (0 when not starting).
+  int64_t prefill_remaining() const;
   const std::string& policy() const { return policy_; }
   // The turn in progress (or the last one): text so far and stats.
   const TurnResult& current() const { return current_; }
@@ -151,6 +169,10 @@ class Conversation {
   std::vector<int32_t> pending_;  // sampled but not yet fed (the last token of a turn)
   bool first_turn_ = true;
   bool decoding_ = false;
+  std::unique_ptr<internal::TurnStart> start_;  // set while starting()
+  // A turn was cancelled or failed part-way through its prompt: the KV cache holds a prefix of a
+  // prompt the history does not, so no further turn can run on this conversation.
+  bool broken_ = false;
   // State of the turn in progress.
   TurnResult current_;
   std::unique_ptr<llm::Sampler> sampler_;
@@ -179,6 +201,16 @@ struct RestoredConversation {
 struct StepOutput {
   std::string delta;  // new text (may be empty: a partial UTF-8 character or a held-back prefix)
   bool finished = false;
+  // A token was sampled. False only for a MixedStep prefill chunk that was not its prompt's last.
+  bool sampled = true;
+};
+
+// One conversation's share of Engine::MixedStep.
+struct StepWork {
+  Conversation* conversation = nullptr;
+  // > 0: prefill up to this many more prompt tokens of a starting() turn (the rest of its prompt
+  // when fewer remain). 0: one decode token of a decoding() conversation.
+  int64_t prefill_tokens = 0;
 };
 
 class Engine {
@@ -234,7 +266,28 @@ class Engine {
   // On an error (KV pool full) the conversations are left unusable for further turns.
   StatusOr<std::vector<StepOutput>> Step(std::span<Conversation* const> conversations);
 
-  // Ends a decoding conversation's turn early (client cancel): stop_reason kCancelled.
+  // Chunked turn start, step 1: BeginTurn's checks plus rendering, tokenizing and encoding the
+  // visuals (the vision tower runs here, once per turn, not inside the steps). The conversation is
+  // then starting() with prefill_remaining() prompt tokens for MixedStep. It runs no decoder
+  // layer and touches neither the KV pools nor any other conversation, so it may run on another
+  // thread while MixedStep advances other conversations (the CPU ops serialise their loops).
+  // Errors as StartTurn's; the conversation is unchanged on an error.
+  Status PrepareTurn(Conversation& conversation, std::span<const Message> messages,
+                     const TurnOptions& options);
+
+  // One step of continuous batching: each work item either prefills the next chunk of a
+  // starting() turn or feeds a decoding() conversation's last sampled token, all through ONE
+  // Decoder::MixedStep. A chunk that ends its prompt samples the turn's first token (TTFT and
+  // stats as StartTurn's; prefill_ms sums the steps that ran its chunks); a decode item samples
+  // the next token as Step does. Outputs are in input order (sampled = false for a chunk that is
+  // not its prompt's last). Conversations must be distinct (INVALID_ARGUMENT) and in the state
+  // their item needs (FAILED_PRECONDITION); nothing runs then. On a decoder error (KV pool full)
+  // every conversation of the step is left unusable for further turns.
+  StatusOr<std::vector<StepOutput>> MixedStep(std::span<const StepWork> work);
+
+  // Ends a decoding conversation's turn early (client cancel): stop_reason kCancelled. A starting
+  // turn is abandoned; when some of its prompt was already prefilled the conversation cannot run
+  // another turn (FAILED_PRECONDITION): drop it.
   void Cancel(Conversation& conversation);
 
   // Teacher forcing (framezip eval --agreement): renders, encodes and prefills `messages` like
@@ -264,8 +317,8 @@ class Engine {
 
  private:
   Engine() = default;
-  struct PreparedTurn;
-  struct PendingStart;
+  using PreparedTurn = internal::PreparedTurn;
+  using PendingStart = internal::TurnStart;
   StatusOr<PreparedTurn> Prepare(Conversation& c, std::span<const Message> messages);
   // StartTurn before the prefill (checks, sampling parameters, Prepare) and after it (history,
   // stats, sampler, the first token from `logits` [1, V]).

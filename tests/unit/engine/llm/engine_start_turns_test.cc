@@ -93,5 +93,116 @@ TEST_CASE("StartTurns batches turn starts with the same tokens as separate turns
   }
 }
 
+// Engine::PrepareTurn + MixedStep (the server's chunked turn start fused with decoding) against
+// turns run one at a time: the same greedy tokens for first and follow-up turns whatever the
+// chunk size, while other conversations decode in the same steps.
+TEST_CASE("MixedStep chunks turn starts among decoding turns with the same tokens",
+          "[unit][engine][runtime]") {
+  SetComputeThreads(2);
+  auto eng = runtime::Engine::Load(testing::SourceDir() / "tests/data/models/tiny-ov-qwen2-f32");
+  INFO((eng.ok() ? "" : MessageOf(eng.status())));
+  REQUIRE(eng.ok());
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 12;
+  opt.ignore_eos = true;  // every turn decodes through the others' chunks
+  const std::vector<std::string> first = {"Hello there", "What is in the video? Describe it.",
+                                          "Count: 1 2 3 4 5 6 7 8 9 10 11 12"};
+  const std::vector<std::string> second = {"And then?", "Say more about the colours, please.",
+                                           "Go on"};
+  const std::vector<int64_t> chunk = {3, 7, 1000};  // per conversation
+
+  std::vector<std::vector<int32_t>> alone[2];
+  std::vector<int64_t> prefilled[2];
+  for (size_t i = 0; i < first.size(); ++i) {
+    auto c = *(*eng)->NewConversation();
+    for (int turn = 0; turn < 2; ++turn) {
+      const runtime::Message m{"user", turn == 0 ? first[i] : second[i], {}};
+      auto r = (*eng)->RunTurn(*c, std::span(&m, 1), opt);
+      REQUIRE(r.ok());
+      alone[turn].push_back(r->token_ids);
+      prefilled[turn].push_back(r->stats.prefilled_tokens);
+    }
+  }
+
+  std::vector<std::unique_ptr<runtime::Conversation>> convs;
+  for (size_t i = 0; i < first.size(); ++i) convs.push_back(*(*eng)->NewConversation());
+  for (int turn = 0; turn < 2; ++turn) {
+    CAPTURE(turn);
+    std::vector<runtime::Message> messages;
+    for (size_t i = 0; i < first.size(); ++i) {
+      messages.push_back({"user", turn == 0 ? first[i] : second[i], {}});
+    }
+    // Conversation i starts at step 2 * i, so starts overlap the others' decoding.
+    size_t started = 0;
+    int sampled_while_starting = 0;
+    for (int step = 0;; ++step) {
+      if (started < convs.size() && step == static_cast<int>(2 * started)) {
+        REQUIRE((*eng)->PrepareTurn(*convs[started], std::span(&messages[started], 1), opt).ok());
+        CHECK(convs[started]->starting());
+        CHECK(convs[started]->prefill_remaining() == prefilled[turn][started]);
+        ++started;
+      }
+      std::vector<runtime::StepWork> work;
+      for (size_t i = 0; i < started; ++i) {
+        runtime::Conversation* c = convs[i].get();
+        if (c->starting()) work.push_back({c, chunk[i]});
+        if (c->decoding()) work.push_back({c, 0});
+      }
+      if (work.empty() && started == convs.size()) break;
+      if (work.empty()) continue;
+      auto outs = (*eng)->MixedStep(work);
+      REQUIRE(outs.ok());
+      bool any_starting = false, any_decoding = false;
+      for (const auto& w : work) (w.prefill_tokens > 0 ? any_starting : any_decoding) = true;
+      if (any_starting && any_decoding) ++sampled_while_starting;
+      for (size_t k = 0; k < work.size(); ++k) {
+        if (work[k].prefill_tokens > 0) {
+          CHECK((*outs)[k].sampled == !work[k].conversation->starting());
+        } else {
+          CHECK((*outs)[k].sampled);
+        }
+      }
+    }
+    CHECK(sampled_while_starting > 0);  // chunks really were fused with decode tokens
+    for (size_t i = 0; i < convs.size(); ++i) {
+      CAPTURE(i);
+      CHECK(convs[i]->current().token_ids == alone[turn][i]);
+      CHECK(convs[i]->current().stats.prefilled_tokens == prefilled[turn][i]);
+      if (turn == 1) CHECK(convs[i]->current().stats.cached_tokens > 0);
+    }
+  }
+}
+
+TEST_CASE("A turn cancelled mid-prompt leaves its conversation refusing new turns",
+          "[unit][engine][runtime]") {
+  SetComputeThreads(2);
+  auto eng = runtime::Engine::Load(testing::SourceDir() / "tests/data/models/tiny-ov-qwen2-f32");
+  REQUIRE(eng.ok());
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 4;
+  const runtime::Message m{"user", "Tell me about the video, in detail please.", {}};
+  auto c = *(*eng)->NewConversation();
+  // Cancelled before any chunk ran: nothing reached the cache, the conversation goes on.
+  REQUIRE((*eng)->PrepareTurn(*c, std::span(&m, 1), opt).ok());
+  CHECK((*eng)->StartTurn(*c, std::span(&m, 1), opt).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  (*eng)->Cancel(*c);
+  CHECK(!c->starting());
+  CHECK(c->cached_tokens() == 0);
+  REQUIRE((*eng)->PrepareTurn(*c, std::span(&m, 1), opt).ok());
+  const runtime::StepWork one_row[] = {{c.get(), 1}};
+  auto out = (*eng)->MixedStep(one_row);
+  REQUIRE(out.ok());
+  CHECK(!(*out)[0].sampled);
+  CHECK(c->cached_tokens() == 1);
+  const runtime::StepWork decode[] = {{c.get(), 0}};
+  CHECK((*eng)->MixedStep(decode).status().code() == absl::StatusCode::kFailedPrecondition);
+  (*eng)->Cancel(*c);
+  CHECK((*eng)->PrepareTurn(*c, std::span(&m, 1), opt).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK((*eng)->ExportConversation(*c, {}, 1 << 20).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace framezip::engine
