@@ -49,7 +49,10 @@ namespace internal {
 
 struct PreparedTurn {
   std::vector<int32_t> ids;  // everything to prefill, in order
-  Tensor embeds;             // [ids.size(), H]
+  // Leading ids already in the conversation's history: the previous reply's last token, which
+  // was recorded when it was sampled and is fed only now (it did not end on a stop token).
+  size_t recorded = 0;
+  Tensor embeds;  // [ids.size(), H]
   int64_t prompt_tokens = 0;
   int64_t visual_tokens = 0;
   std::vector<uint8_t> visual;  // [ids.size()] 1 at rows filled with visual features
@@ -198,7 +201,10 @@ StatusOr<Engine::PreparedTurn> Engine::Prepare(Conversation& c, std::span<const 
     // Close the previous reply as the template would have rendered it. A reply that ended on a
     // stop token already has that token as the close's first token, so it is not fed twice.
     const bool ended_on_stop = c.current_.stats.stop_reason == llm::StopReason::kStopToken;
-    if (!ended_on_stop) p.ids = c.pending_;
+    if (!ended_on_stop) {
+      p.ids = c.pending_;
+      p.recorded = c.pending_.size();
+    }
     FZ_ASSIGN_OR_RETURN(std::vector<int32_t> close, tokenizer_->Encode(assistant_close_, false));
     p.ids.insert(p.ids.end(), close.begin(), close.end());
   }
@@ -269,7 +275,8 @@ StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
 StepOutput Engine::FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
                                double prefill_ms) {
   const PreparedTurn& p = pending.prepared;
-  c.history_.insert(c.history_.end(), p.ids.begin(), p.ids.end());
+  c.history_.insert(c.history_.end(), p.ids.begin() + static_cast<ptrdiff_t>(p.recorded),
+                    p.ids.end());
   c.pending_.clear();
   c.first_turn_ = false;
 
@@ -574,7 +581,8 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
   FZ_ASSIGN_OR_RETURN(Tensor last, decoder_->Prefill(*c.sequence_, p.embeds, prefill));
   const double prefill_ms = NowMs() - t_prefill;
-  c.history_.insert(c.history_.end(), p.ids.begin(), p.ids.end());
+  c.history_.insert(c.history_.end(), p.ids.begin() + static_cast<ptrdiff_t>(p.recorded),
+                    p.ids.end());
   c.pending_.clear();
   c.first_turn_ = false;
 

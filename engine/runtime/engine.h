@@ -151,6 +151,9 @@ class Conversation {
   int64_t cached_tokens() const { return sequence_->length; }
   size_t kv_bytes() const { return sequence_->kv.bytes(); }
   bool decoding() const { return decoding_; }
+  // Every token id fed to the model or sampled by it, each once, in order (what the repetition
+  // penalty looks at): the cached tokens followed by the pending one.
+  const std::vector<int32_t>& history() const { return history_; }
   // A turn prepared by Engine::PrepareTurn whose prompt MixedStep has not fully prefilled yet.
   bool starting() const { return start_ != nullptr; }
   // Tokens of the starting turn's prompt not prefilled yet (0 when not starting).

@@ -206,3 +206,28 @@ TEST_CASE("A turn cancelled mid-prompt leaves its conversation refusing new turn
 
 }  // namespace
 }  // namespace framezip::engine
+
+namespace framezip::engine {
+namespace {
+
+TEST_CASE("A reply cut by max_tokens is recorded once in the history", "[unit][engine][runtime]") {
+  SetComputeThreads(2);
+  auto eng = runtime::Engine::Load(testing::SourceDir() / "tests/data/models/tiny-ov-qwen2-f32");
+  REQUIRE(eng.ok());
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 4;  // the random model never stops by itself this early
+  auto c = *(*eng)->NewConversation();
+  for (const char* text : {"Hello there", "And then?", "Go on"}) {
+    const runtime::Message m{"user", text, {}};
+    auto r = (*eng)->RunTurn(*c, std::span(&m, 1), opt);
+    REQUIRE(r.ok());
+    REQUIRE(r->stats.stop_reason == llm::StopReason::kMaxTokens);
+    // The last sampled token is pending (fed with the next turn's prompt); every other token is
+    // in the cache. Before the fix the pending token was recorded again when it was fed.
+    CHECK(c->history().size() == static_cast<size_t>(c->cached_tokens()) + 1);
+    CHECK(c->history().back() == r->token_ids.back());
+  }
+}
+
+}  // namespace
+}  // namespace framezip::engine
