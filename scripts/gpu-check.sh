@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# gpu-check.sh: runs every [cuda] test (each CUDA op against the CPU op on fresh random inputs)
-# on a GPU machine, well inside 8 minutes, and writes logs and results to $OUT.
+# gpu-check.sh: runs every [cuda] test (each CUDA op against the CPU op on fresh random inputs),
+# then `framezip bench gpu --json` (as the standalone framezip_bench_gpu) and the PyTorch peer
+# bench/gpu/torch_peer.py, on a GPU machine, inside 8 minutes, writing logs and results to $OUT.
 #
 # HOW TO CALL IT
 #   1. Here, on the development machine, before a GPU lease (2 cores: a few minutes, cached after):
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
-#      only) and stages the test binary with the shared libraries a bare CUDA image lacks (abseil,
-#      spdlog, fmt, OpenBLAS, gfortran, quadmath, cudart; ~45 MB) in .gpucheck/ (git-ignored), to be
-#      carried.
+#      + framezip_bench_gpu only) and stages both binaries with the shared libraries a bare CUDA
+#      image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, cudart; ~47 MB) in
+#      .gpucheck/ (git-ignored), to be carried (with the ~9 MB tree: under the 64 MiB limit).
 #   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
 #        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
 #      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
@@ -17,24 +18,40 @@
 #      against the machine's own cuBLAS (libcublas/libcublasLt: 600 MB, never carried).
 #   Options: --prepare (step 1), --build-only (configure + build the subset here, run nothing),
 #   --from-source (refuse the staged binary), --staged (run the staged binary even where the
-#   dependencies are present). Without $OUT, results go to build-gpucheck/out/.
+#   dependencies are present), --tests-only (skip both benchmarks), --quick (the benchmarks'
+#   4k smoke sizes), --no-sanitizer (skip the memcheck pass). Without $OUT, results go to
+#   build-gpucheck/out/.
+#   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
+#   <= 150 s, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one
+#   stuck step cannot eat the others; with time left, a compute-sanitizer memcheck pass over the
+#   [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
 #
 # WHAT COMES BACK (in $OUT): summary.txt (one line per outcome, the device, the seed),
-# gpu-check.log (everything), cuda-tests.txt (Catch2 console report), cuda-tests.xml (JUnit).
-# Exit status: 0 every [cuda] test passed on a GPU; 1 a test failed or the build broke; 2 nothing
-# could be checked (no GPU, or neither a staged binary nor the dependencies to build one).
+# gpu-check.log (everything, the benchmarks' readable lines too), cuda-tests.txt (Catch2 console
+# report), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`), torch-peer.json
+# (torch_peer.py), and when it built here configure.log and build.log: 8 files at most, the
+# device tool's limit. summary.txt ends with dense prefill vs torch SDPA ratios when both ran.
+# Exit status: 0 every [cuda] test passed on a GPU and both benchmarks ran; 1 a test or a
+# benchmark failed or the build broke; 2 nothing could be checked (no GPU, or neither a staged
+# binary nor the dependencies to build one).
 set -uo pipefail
 
 mode=run
 from_source=0
 staged=0
+tests_only=0
+quick=0
+sanitizer=1
 for arg in "$@"; do
   case "$arg" in
     --prepare) mode=prepare ;;
     --build-only) mode=build ;;
     --from-source) from_source=1 ;;
     --staged) staged=1 ;;
-    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    --tests-only) tests_only=1 ;;
+    --quick) quick=1 ;;
+    --no-sanitizer) sanitizer=0 ;;
+    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,17 +100,20 @@ build_subset() {
       -DCMAKE_CUDA_COMPILER="$nvcc_path" >"$out/configure.log" 2>&1 ||
       { note "FAIL configure (see configure.log)"; tail -30 "$out/configure.log"; return 1; }
   fi
-  "${lock[@]}" cmake --build "$build_dir" --target engine_cuda_test -j "$jobs" >"$out/build.log" 2>&1 ||
+  "${lock[@]}" cmake --build "$build_dir" --target engine_cuda_test framezip_bench_gpu_bin \
+    -j "$jobs" >"$out/build.log" 2>&1 ||
     { note "FAIL build (see build.log)"; tail -40 "$out/build.log"; return 1; }
-  note "built $build_dir/tests/engine_cuda_test in $((SECONDS - t0)) s with $jobs jobs"
+  note "built $build_dir/tests/engine_cuda_test and $build_dir/bin/framezip_bench_gpu in" \
+    "$((SECONDS - t0)) s with $jobs jobs"
 }
 
 # Copies the test binary and every shared library it needs that a bare CUDA image lacks: all
 # but glibc's, the C++ runtime's and the CUDA libraries the image's toolkit provides (cuBLAS).
 stage() {
   rm -rf "$stage_dir" && mkdir -p "$stage_dir/bin" "$stage_dir/lib"
-  cp "$build_dir/tests/engine_cuda_test" "$stage_dir/bin/"
-  ldd "$build_dir/tests/engine_cuda_test" | awk '/=> \// {print $1, $3}' |
+  cp "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "$stage_dir/bin/"
+  ldd "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" |
+    awk '/=> \// {print $1, $3}' | sort -u |
     while read -r name path; do
       case "$name" in
         libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | \
@@ -151,14 +171,17 @@ main() {
   [ -n "$nvcc_path" ] && "$nvcc_path" --version | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
 
   bin=""
+  bench_bin=""
   missing=$(missing_deps)
   if [ -z "$missing" ] && [ "$staged" = 0 ]; then
     build_subset || exit 1
     bin="$build_dir/tests/engine_cuda_test"
+    bench_bin="$build_dir/bin/framezip_bench_gpu"
   elif [ "$from_source" = 0 ] && [ -x "$stage_dir/bin/engine_cuda_test" ]; then
     note "not building here (${missing:+missing: $missing}${missing:-asked for --staged});" \
-      "running the binary staged by --prepare"
+      "running the binaries staged by --prepare"
     bin="$stage_dir/bin/engine_cuda_test"
+    bench_bin="$stage_dir/bin/framezip_bench_gpu"
     libs="$repo/$stage_dir/lib"
     cb=$(cublas_dir)
     [ -n "$cb" ] && libs="$libs:$cb" || note "libcublas.so.13 not found; the test will not load"
@@ -173,21 +196,117 @@ main() {
   export FRAMEZIP_TEST_SEED=${FRAMEZIP_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
   note "FRAMEZIP_TEST_SEED=$FRAMEZIP_TEST_SEED"
   t0=$SECONDS
-  "$bin" "[cuda]" --durations yes >"$out/cuda-tests.txt" 2>&1
+  timeout 150 "$bin" "[cuda]" --durations yes >"$out/cuda-tests.txt" 2>&1
   rc=$?
-  "$bin" "[cuda]" -r junit -o "$out/cuda-tests.xml" >/dev/null 2>&1
+  [ "$rc" = 124 ] && note "the [cuda] tests ran past 150 s and were stopped"
+  # The JUnit report only when the tests finished quickly enough to run them twice.
+  [ $((SECONDS - t0)) -lt 60 ] && timeout 60 "$bin" "[cuda]" -r junit -o "$out/cuda-tests.xml" \
+    >/dev/null 2>&1
   tail -25 "$out/cuda-tests.txt"
   if grep -q "SKIPPED: no usable GPU" "$out/cuda-tests.txt"; then
     note "NOTHING CHECKED: $(grep -m1 'SKIPPED: no usable GPU' "$out/cuda-tests.txt")"
     exit 2
   fi
   result=$(grep -E '^(All tests passed|test cases:)' "$out/cuda-tests.txt" | tail -1)
+  status=0
   if [ "$rc" = 0 ]; then
     note "PASS [cuda] tests in $((SECONDS - t0)) s: $result"
-    exit 0
+  else
+    note "FAIL [cuda] tests (exit $rc) in $((SECONDS - t0)) s: $result"
+    status=1
   fi
-  note "FAIL [cuda] tests (exit $rc) in $((SECONDS - t0)) s: $result"
-  exit 1
+  if [ "$tests_only" = 0 ]; then
+    run_benchmarks || status=1
+  fi
+  if [ "$sanitizer" = 1 ]; then
+    run_sanitizer || status=1
+  fi
+  exit "$status"
+}
+
+# Seconds a step may take: its own cap, or what is left of the 450 s budget (at least 10).
+step_limit() {
+  local left=$((450 - SECONDS))
+  [ "$left" -lt 10 ] && left=10
+  echo $(($1 < left ? $1 : left))
+}
+
+# compute-sanitizer memcheck over the [cuda] tests, with whatever time is left (slow: 10-100x).
+run_sanitizer() {
+  local cs
+  cs=$(command -v compute-sanitizer || { [ -x /usr/local/cuda/bin/compute-sanitizer ] &&
+    echo /usr/local/cuda/bin/compute-sanitizer; })
+  [ -n "$cs" ] || { note "SKIP memcheck: no compute-sanitizer"; return 0; }
+  local limit=$((450 - SECONDS))
+  [ "$limit" -lt 45 ] && { note "SKIP memcheck: only ${limit} s left"; return 0; }
+  local t0=$SECONDS
+  timeout "$limit" "$cs" --tool memcheck --error-exitcode 3 "$bin" "[cuda]" \
+    >"$out/memcheck.tmp" 2>&1
+  local rc=$?
+  echo "---- compute-sanitizer memcheck (last 30 lines) ----"
+  tail -30 "$out/memcheck.tmp"
+  rm -f "$out/memcheck.tmp"
+  case "$rc" in
+    0) note "PASS memcheck over the [cuda] tests in $((SECONDS - t0)) s" ;;
+    124) note "memcheck stopped after $((SECONDS - t0)) s (time budget): no verdict" ;;
+    3) note "FAIL memcheck found errors (tail in gpu-check.log)"; return 1 ;;
+    *) note "memcheck exit $rc after $((SECONDS - t0)) s (tests failed or the tool refused)" ;;
+  esac
+  return 0
+}
+
+# `framezip bench gpu --json` and torch_peer.py: the JSON objects (their last lines) go to their
+# files, the readable lines to this log. Then dense prefill vs torch SDPA (issue 9: >= 0.5x).
+run_benchmarks() {
+  local ok=0 t0 rc extra=()
+  [ "$quick" = 1 ] && extra=(--quick)
+  t0=$SECONDS
+  if [ -x "$bench_bin" ]; then
+    timeout "$(step_limit 200)" "$bench_bin" --json "${extra[@]}" | tee "$out/bench-gpu.tmp"
+    rc=${PIPESTATUS[0]}
+    tail -1 "$out/bench-gpu.tmp" | grep '^{' >"$out/bench-gpu.json" || rm -f "$out/bench-gpu.json"
+    rm -f "$out/bench-gpu.tmp"
+    if [ "$rc" = 0 ] && [ -s "$out/bench-gpu.json" ]; then
+      note "PASS framezip bench gpu in $((SECONDS - t0)) s (bench-gpu.json)"
+    else
+      note "FAIL framezip bench gpu (exit $rc) after $((SECONDS - t0)) s"
+      ok=1
+    fi
+  else
+    note "FAIL framezip bench gpu: no binary at $bench_bin"
+    ok=1
+  fi
+  t0=$SECONDS
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    PYTHONUNBUFFERED=1 timeout "$(step_limit 110)" python3 bench/gpu/torch_peer.py "${extra[@]}" \
+      --out "$out/torch-peer.json"
+    rc=$?
+    if [ "$rc" = 0 ]; then
+      note "PASS torch_peer.py in $((SECONDS - t0)) s (torch-peer.json)"
+    else
+      note "FAIL torch_peer.py (exit $rc) after $((SECONDS - t0)) s"
+      ok=1
+    fi
+  else
+    note "SKIP torch_peer.py: python3 has no torch that sees a GPU"
+  fi
+  if [ -s "$out/bench-gpu.json" ] && [ -s "$out/torch-peer.json" ]; then
+    python3 - "$out/bench-gpu.json" "$out/torch-peer.json" <<'EOF' | tee -a "$summary"
+import json, re, sys
+ours = {r["name"]: r["value"] for r in json.load(open(sys.argv[1]))["results"]}
+peer = {r["name"]: r["value"] for r in json.load(open(sys.argv[2]))["results"]}
+for name, value in ours.items():
+    m = re.match(r"dense causal prefill attention "
+                 r"(f32|bf16 tensor cores|bf16 tensor cores pipelined) (.*T=\d+)$", name)
+    if not m:
+        continue
+    ref = peer.get(f"torch SDPA causal bf16 {m.group(2)}")
+    if ref:
+        print(f"dense prefill {m.group(2)}: ours ({m.group(1)}) {value:.2f} vs torch SDPA bf16 "
+              f"{ref:.1f} TFLOP/s = {value / ref:.3f}x (target >= 0.5)")
+EOF
+  fi
+  return "$ok"
 }
 
 # Everything is shown and logged; the pipeline keeps main's exit status.

@@ -5,10 +5,13 @@
 // is queued (a later copy to the host waits for it).
 #pragma once
 
+#include <span>
+
 #include "common/status.h"
 #include "engine/core/tensor.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/paged_attention.h"
 #include "engine/ops/rope.h"
 
 namespace framezip::engine::ops {
@@ -25,5 +28,8 @@ Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
 Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params);
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);
+Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
+                                std::span<const int32_t> span_offsets,
+                                const PagedDecodeParams& params, Tensor& out);
 
 }  // namespace framezip::engine::ops

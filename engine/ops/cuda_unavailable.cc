@@ -3,6 +3,8 @@
 // CheckDeviceUsable() first, so these are reached only by direct calls.)
 #include "engine/ops/cast_backends.h"
 #include "engine/ops/cuda_backends.h"
+#include "engine/ops/kv_quant_cuda.h"
+#include "engine/ops/zipvl_cuda.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -25,6 +27,28 @@ Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Emb
 Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&) { return NoCuda("ApplyRope"); }
 Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {
   return NoCuda("Attention");
+}
+Status PagedDecodeAttentionCuda(const Tensor&, std::span<const KvSpan>, std::span<const int32_t>,
+                                const PagedDecodeParams&, Tensor&) {
+  return NoCuda("PagedDecodeAttention");
+}
+Status QuantizeKvPagesCuda(const Tensor&, const Tensor&, int64_t, int, std::span<void* const>) {
+  return NoCuda("QuantizeKvPages");
+}
+Status ProbeScoresCuda(const Tensor&, const Tensor&, std::span<const int32_t>, bool, Tensor&,
+                       Tensor&, Tensor&) {
+  return NoCuda("ProbeScores");
+}
+StatusOr<int64_t> TopPCuda(const Tensor&, const Tensor&, double, Tensor&) {
+  return NoCuda("TopP");
+}
+Status SparsePrefillCuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                         Tensor&) {
+  return NoCuda("SparsePrefill");
+}
+StatusOr<int64_t> ZipvlSparsePrefillCuda(const Tensor&, const Tensor&, const Tensor&,
+                                         std::span<const int32_t>, double, Tensor&) {
+  return NoCuda("ZipvlSparsePrefill");
 }
 
 }  // namespace framezip::engine::ops

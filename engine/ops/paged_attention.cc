@@ -1,6 +1,7 @@
 #include "engine/ops/paged_attention.h"
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -15,8 +16,7 @@ Status PagedDecodeAttention(const Tensor& q, std::span<const KvSpan> spans,
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "out", out, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckRank(kOp, "q", q, 3));
   FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "q", q, "out", out));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, q));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, out));
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {&out}));
   if (params.num_kv_heads <= 0 || q.dim(1) % params.num_kv_heads != 0) {
     return InvalidArgumentError("PagedDecodeAttention: {} query heads, {} KV heads", q.dim(1),
                                 params.num_kv_heads);
@@ -66,7 +66,10 @@ Status PagedDecodeAttention(const Tensor& q, std::span<const KvSpan> spans,
   if (out.raw_data() == q.raw_data()) {
     return InvalidArgumentError("PagedDecodeAttention: out must not alias q");
   }
-  return PagedDecodeAttentionCpu(q, spans, span_offsets, params, out);
+  if (q.device().is_cpu()) return PagedDecodeAttentionCpu(q, spans, span_offsets, params, out);
+  // CUDA: q and out on the GPU, every span's pointers device pointers (the GPU page pool's).
+  FZ_RETURN_IF_ERROR(CheckDeviceUsable(q.device()));
+  return PagedDecodeAttentionCuda(q, spans, span_offsets, params, out);
 }
 
 }  // namespace framezip::engine::ops

@@ -21,7 +21,9 @@
 // Sequence b attends over spans[span_offsets[b] .. span_offsets[b + 1]); span_offsets has B + 1
 // entries, starts at 0 and is non-decreasing. A sequence with no tokens gets a zero output.
 // Errors: INVALID_ARGUMENT naming the mismatch (a malformed span, d % 32 != 0 with a quantised
-// span); UNIMPLEMENTED for CUDA tensors or other formats (low-rank).
+// span); UNIMPLEMENTED for other formats (low-rank).
+// CUDA: q and out on the GPU and every span pointer a device pointer, pages 16-byte aligned;
+// head_dim 64 or 128 (else UNIMPLEMENTED). Split-K kernel: engine/kernels/cuda/paged_attention.cuh.
 #pragma once
 
 #include <cstdint>

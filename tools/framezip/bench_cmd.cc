@@ -26,6 +26,10 @@ constexpr Suite kSuites[] = {
     {"kvstore", "KV store: put/get MiB/s and p50/p99 per tier, embedded and over gRPC", RunBenchKvstore},
     {"server", "gRPC serving: TTFT/ITL p50/p99 at concurrency 1/4/16, decode tok/s, turn 2/1 TTFT",
      RunBenchServer},
+    {"gpu",
+     "GPU (CUDA builds): copy/GEMM ceilings, dense vs ZipVL sparse prefill attention at "
+     "4k/16k/32k, paged decode over f16 vs int4/int2 KV at 32k",
+     RunBenchGpu},
 };
 
 void PrintSuites(FILE* out) {

@@ -17,6 +17,7 @@ int RunBenchAttention(const std::vector<std::string>& args);
 int RunBenchMedia(const std::vector<std::string>& args);
 int RunBenchKvstore(const std::vector<std::string>& args);
 int RunBenchServer(const std::vector<std::string>& args);
+int RunBenchGpu(const std::vector<std::string>& args);
 int RunChat(const std::vector<std::string>& args);
 int RunEval(const std::vector<std::string>& args);
 

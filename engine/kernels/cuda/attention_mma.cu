@@ -1,0 +1,424 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "engine/kernels/cuda/attention_mma.cuh"
+
+namespace framezip::engine::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerBlock = 16 * kWarps;  // queries per block
+constexpr int kKeys = 64;                   // keys per tile
+constexpr unsigned kFull = 0xffffffffu;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf162(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// 16-byte global-to-shared copy that bypasses the registers; src_bytes 0 writes zeros.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four transposed 8×8 b16 matrices; lane L gives the address of row L % 8 of matrix L / 8 and
+// receives, of each matrix M, M[2·(L%4)][L/4] and M[2·(L%4)+1][L/4]: a B fragment of an
+// m16n8k16 MMA when the matrix rows are its k (keys) and the columns its n (channels).
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// Grid (query blocks, heads, batch). Fragment layouts as in paged_attention_mma.cu
+// (gid = lane / 4, tig = lane % 4).
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaParams p) {
+  constexpr int kSteps = D / 16;           // k-steps of S = Q·Kᵀ
+  constexpr int kNb = D / 8;               // n-blocks of O
+  constexpr int kKPitch = D * 2 + 16;      // bytes per K row in shared memory
+  constexpr int kVPitch = kKeys * 2 + 16;  // bytes per (transposed) V row: one channel's keys
+  __shared__ __align__(16) unsigned char ks[kKeys * kKPitch];
+  __shared__ __align__(16) unsigned char vts[D * kVPitch];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int h = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const int g = h / (p.heads / p.kv_heads);
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t row_lo = i0 + warp * 16 + gid, row_hi = row_lo + 8;  // this lane's two queries
+  const int64_t q_row = static_cast<int64_t>(p.heads) * D;
+  const int64_t kv_row = static_cast<int64_t>(p.kv_heads) * D;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.tq * q_row + h * D;
+  const auto* kg = static_cast<const __nv_bfloat16*>(p.k) + b * p.tk * kv_row + g * D;
+  const auto* vg = static_cast<const __nv_bfloat16*>(p.v) + b * p.tk * kv_row + g * D;
+
+  // Q fragments straight from global memory (rows past tq are zero and never written).
+  uint32_t qa[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const int c = kk * 16 + 2 * tig;
+    auto ld = [&](int64_t row, int col) -> uint32_t {
+      return row < p.tq ? *reinterpret_cast<const uint32_t*>(q + row * q_row + col) : 0u;
+    };
+    qa[kk][0] = ld(row_lo, c);
+    qa[kk][1] = ld(row_hi, c);
+    qa[kk][2] = ld(row_lo, c + 8);
+    qa[kk][3] = ld(row_hi, c + 8);
+  }
+
+  // Keys [0, kend) can be visible to some query of this block.
+  int64_t kend = p.tk;
+  if (p.causal) {
+    const int64_t last = i0 + kRowsPerBlock - 1 + p.q_offset + 1;
+    kend = last < kend ? last : kend;
+  }
+  const float scale = p.scale * kLog2e;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[kNb][4];
+#pragma unroll
+  for (int nb = 0; nb < kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.f;
+
+  for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
+    __syncthreads();  // everyone is done with the previous tile
+    // K tile: 16-byte copies; V tile: transposed to [channel][key] and converted to f16.
+    constexpr int kChunks = kKeys * D / 8;  // 8 elements per chunk
+    for (int idx = threadIdx.x; idx < kChunks; idx += blockDim.x) {
+      const int key = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
+      const int64_t j = j0 + key;
+      uint4 kraw = make_uint4(0, 0, 0, 0), vraw = make_uint4(0, 0, 0, 0);
+      if (j < p.tk) {
+        kraw = *reinterpret_cast<const uint4*>(kg + j * kv_row + c8);
+        vraw = *reinterpret_cast<const uint4*>(vg + j * kv_row + c8);
+      }
+      *reinterpret_cast<uint4*>(ks + key * kKPitch + c8 * 2) = kraw;
+      const __nv_bfloat16* vb = reinterpret_cast<const __nv_bfloat16*>(&vraw);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        reinterpret_cast<__half*>(vts + (c8 + e) * kVPitch)[key] =
+            __float2half_rn(__bfloat162float(vb[e]));
+      }
+    }
+    __syncthreads();
+
+    // S = Q·Kᵀ for 8 blocks of 8 keys, scaled to log2 units and masked.
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
+      s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+      const unsigned char* krow = ks + (nb * 8 + gid) * kKPitch;
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        const int c = kk * 16 + 2 * tig;
+        MmaBf16(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(krow + c * 2),
+                *reinterpret_cast<const uint32_t*>(krow + (c + 8) * 2));
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + nb * 8 + 2 * tig + (e & 1);
+        const int64_t i = e < 2 ? row_lo : row_hi;
+        const bool visible = j < p.tk && (!p.causal || j <= i + p.q_offset);
+        s[nb][e] = visible ? s[nb][e] * scale : -INFINITY;
+      }
+    }
+
+    // Online softmax for rows lo (i = 0) and hi (i = 1); a row's keys are in its quad's lanes.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      // A row that has seen no visible key yet (m_new = -inf: only rows past tq, or a causal
+      // row before its first key, which tile 0 never is) keeps everything at zero.
+      const float corr = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = m_new == -INFINITY ? 0.f : exp2f(s[nb][2 * r + e] - m_new);
+          s[nb][2 * r + e] = pe;
+          sum += pe;
+        }
+      }
+      sum += __shfl_xor_sync(kFull, sum, 1);
+      sum += __shfl_xor_sync(kFull, sum, 2);
+      l[r] = l[r] * corr + sum;
+      m[r] = m_new;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb) {
+        o[nb][2 * r] *= corr;
+        o[nb][2 * r + 1] *= corr;
+      }
+    }
+
+    // O += P·V, 4 k-steps of 16 keys; P's A fragments come from S's C fragments.
+#pragma unroll
+    for (int kst = 0; kst < kKeys / 16; ++kst) {
+      const uint32_t pa[4] = {PackHalf2(s[2 * kst][0], s[2 * kst][1]),
+                              PackHalf2(s[2 * kst][2], s[2 * kst][3]),
+                              PackHalf2(s[2 * kst + 1][0], s[2 * kst + 1][1]),
+                              PackHalf2(s[2 * kst + 1][2], s[2 * kst + 1][3])};
+      const int key = kst * 16 + 2 * tig;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb) {
+        const unsigned char* vrow = vts + (nb * 8 + gid) * kVPitch;
+        MmaF16(o[nb], pa, *reinterpret_cast<const uint32_t*>(vrow + key * 2),
+               *reinterpret_cast<const uint32_t*>(vrow + (key + 8) * 2));
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = r == 0 ? row_lo : row_hi;
+    if (i >= p.tq) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    float* out = p.out + (b * p.tq + i) * q_row + static_cast<int64_t>(h) * D;
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb) {
+      *reinterpret_cast<float2*>(out + nb * 8 + 2 * tig) =
+          make_float2(o[nb][2 * r] * inv, o[nb][2 * r + 1] * inv);
+    }
+  }
+}
+
+// The pipelined variant (params.pipelined): K and V tiles copied row-major with cp.async into
+// two shared-memory stages (tile t+1 loads while tile t computes), V's B fragments through
+// ldmatrix.trans, P·V in bf16 (P rounded to bf16: relative 2^-8).
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(AttentionMmaParams p) {
+  constexpr int kSteps = D / 16;
+  constexpr int kNb = D / 8;
+  constexpr int kPitch = D * 2 + 16;  // bytes per K or V row in shared memory
+  constexpr int kTileBytes = kKeys * kPitch;
+  extern __shared__ __align__(16) unsigned char smem[];  // [2 stages][K tile | V tile]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int h = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const int g = h / (p.heads / p.kv_heads);
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t row_lo = i0 + warp * 16 + gid, row_hi = row_lo + 8;
+  const int64_t q_row = static_cast<int64_t>(p.heads) * D;
+  const int64_t kv_row = static_cast<int64_t>(p.kv_heads) * D;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.tq * q_row + h * D;
+  const auto* kg = static_cast<const __nv_bfloat16*>(p.k) + b * p.tk * kv_row + g * D;
+  const auto* vg = static_cast<const __nv_bfloat16*>(p.v) + b * p.tk * kv_row + g * D;
+
+  uint32_t qa[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const int c = kk * 16 + 2 * tig;
+    auto ld = [&](int64_t row, int col) -> uint32_t {
+      return row < p.tq ? *reinterpret_cast<const uint32_t*>(q + row * q_row + col) : 0u;
+    };
+    qa[kk][0] = ld(row_lo, c);
+    qa[kk][1] = ld(row_hi, c);
+    qa[kk][2] = ld(row_lo, c + 8);
+    qa[kk][3] = ld(row_hi, c + 8);
+  }
+
+  int64_t kend = p.tk;
+  if (p.causal) {
+    const int64_t last = i0 + kRowsPerBlock - 1 + p.q_offset + 1;
+    kend = last < kend ? last : kend;
+  }
+  const int64_t tiles = (kend + kKeys - 1) / kKeys;
+  const float scale = p.scale * kLog2e;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[kNb][4];
+#pragma unroll
+  for (int nb = 0; nb < kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.f;
+
+  // Issues the copies of tile `t` into stage `stage` as one cp.async group (keys past tk: zeros).
+  auto load = [&](int64_t t, int stage) {
+    unsigned char* kd = smem + stage * 2 * kTileBytes;
+    unsigned char* vd = kd + kTileBytes;
+    for (int idx = threadIdx.x; idx < kKeys * D / 8; idx += blockDim.x) {
+      const int key = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
+      const int64_t j = t * kKeys + key;
+      const bool in = j < p.tk;
+      CpAsync16(kd + key * kPitch + c8 * 2, in ? kg + j * kv_row + c8 : kg, in ? 16 : 0);
+      CpAsync16(vd + key * kPitch + c8 * 2, in ? vg + j * kv_row + c8 : vg, in ? 16 : 0);
+    }
+    CpAsyncCommit();
+  };
+  if (tiles > 0) load(0, 0);
+
+  for (int64_t t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) {
+      load(t + 1, static_cast<int>((t + 1) & 1));  // that stage was freed by the last barrier
+      CpAsyncWait<1>();                            // tile t's group has landed
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // everyone's copies of tile t are visible
+    const unsigned char* kt = smem + (t & 1) * 2 * kTileBytes;
+    const unsigned char* vt = kt + kTileBytes;
+    const int64_t j0 = t * kKeys;
+
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
+      s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+      const unsigned char* krow = kt + (nb * 8 + gid) * kPitch;
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        const int c = kk * 16 + 2 * tig;
+        MmaBf16(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(krow + c * 2),
+                *reinterpret_cast<const uint32_t*>(krow + (c + 8) * 2));
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + nb * 8 + 2 * tig + (e & 1);
+        const int64_t i = e < 2 ? row_lo : row_hi;
+        const bool visible = j < p.tk && (!p.causal || j <= i + p.q_offset);
+        s[nb][e] = visible ? s[nb][e] * scale : -INFINITY;
+      }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      const float corr = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = m_new == -INFINITY ? 0.f : exp2f(s[nb][2 * r + e] - m_new);
+          s[nb][2 * r + e] = pe;
+          sum += pe;
+        }
+      }
+      sum += __shfl_xor_sync(kFull, sum, 1);
+      sum += __shfl_xor_sync(kFull, sum, 2);
+      l[r] = l[r] * corr + sum;
+      m[r] = m_new;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb) {
+        o[nb][2 * r] *= corr;
+        o[nb][2 * r + 1] *= corr;
+      }
+    }
+
+    // O += P·V: per 16 keys, ldmatrix.trans gives the B fragments of two 8-channel blocks.
+    const int mat = lane >> 3, mrow = lane & 7;
+#pragma unroll
+    for (int kst = 0; kst < kKeys / 16; ++kst) {
+      const uint32_t pa[4] = {PackBf162(s[2 * kst][0], s[2 * kst][1]),
+                              PackBf162(s[2 * kst][2], s[2 * kst][3]),
+                              PackBf162(s[2 * kst + 1][0], s[2 * kst + 1][1]),
+                              PackBf162(s[2 * kst + 1][2], s[2 * kst + 1][3])};
+      const int key = kst * 16 + (mat & 1) * 8 + mrow;
+#pragma unroll
+      for (int nb = 0; nb < kNb; nb += 2) {
+        uint32_t bv[4];
+        LdMatrixX4Trans(bv, vt + key * kPitch + (nb * 8 + (mat >> 1) * 8) * 2);
+        MmaBf16(o[nb], pa, bv[0], bv[1]);
+        MmaBf16(o[nb + 1], pa, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();  // stage t & 1 is refilled next iteration (with tile t + 2)
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = r == 0 ? row_lo : row_hi;
+    if (i >= p.tq) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    float* out = p.out + (b * p.tq + i) * q_row + static_cast<int64_t>(h) * D;
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb) {
+      *reinterpret_cast<float2*>(out + nb * 8 + 2 * tig) =
+          make_float2(o[nb][2 * r] * inv, o[nb][2 * r + 1] * inv);
+    }
+  }
+}
+
+template <int D>
+cudaError_t LaunchPipelined(const AttentionMmaParams& p, const dim3& grid, cudaStream_t stream) {
+  constexpr int kSmem = 2 * 2 * kKeys * (D * 2 + 16);
+  static std::atomic<uint64_t> opted_in{0};  // the > 48 KB opt-in, once per device
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (opted_in.load(std::memory_order_relaxed) & bit) == 0) {
+    err = cudaFuncSetAttribute(AttentionMmaPipelinedKernel<D>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
+  }
+  AttentionMmaPipelinedKernel<D><<<grid, kWarps * 32, kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchAttentionMma(const AttentionMmaParams& p, cudaStream_t stream) {
+  if ((p.head_dim != 64 && p.head_dim != 128) || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
+      p.heads > 65535 || p.batch > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.batch == 0 || p.tq == 0 || p.heads == 0) return cudaSuccess;
+  const int64_t blocks = (p.tq + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(p.batch));
+  if (p.pipelined) {
+    return p.head_dim == 64 ? LaunchPipelined<64>(p, grid, stream)
+                            : LaunchPipelined<128>(p, grid, stream);
+  }
+  if (p.head_dim == 64) {
+    AttentionMmaKernel<64><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else {
+    AttentionMmaKernel<128><<<grid, kWarps * 32, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace framezip::engine::cuda

@@ -1,0 +1,38 @@
+// Causal/bidirectional prefill attention on tensor cores, FlashAttention-2 style: bf16 q, k, v,
+// f32 output. Per block 64 queries (4 warps × 16 rows) of one head; key tiles of 64 in shared
+// memory (K row-major, V transposed and converted to f16 on the way in); S = Q·Kᵀ as
+// mma.sync.m16n8k16 bf16 with f32 accumulation, online softmax in registers, P (f16, from the S
+// fragments) · V as f16 MMAs. GQA as attention.cuh. No per-query key prefixes (key_limit).
+// The f32 CUDA-core kernel (attention.cuh) stays the reference path; this one is for speed and
+// agrees with it to bf16-input level (P rounded to f16). Not yet run on a GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace framezip::engine::cuda {
+
+struct AttentionMmaParams {
+  const void* q = nullptr;  // bf16 [batch, tq, heads, head_dim]
+  const void* k = nullptr;  // bf16 [batch, tk, kv_heads, head_dim]
+  const void* v = nullptr;  // bf16 [batch, tk, kv_heads, head_dim]
+  float* out = nullptr;     // f32 [batch, tq, heads, head_dim]
+  int64_t batch = 0;
+  int64_t tq = 0;
+  int64_t tk = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;  // 64 or 128
+  float scale = 0;   // already resolved (not 0)
+  bool causal = false;
+  int64_t q_offset = 0;  // causal: key position of query 0
+  // The pipelined variant: K/V tiles double-buffered through cp.async, V fragments by
+  // ldmatrix.trans, P·V in bf16 (P rounded to bf16, so ~4x the error of the default's f16 P).
+  bool pipelined = false;
+};
+
+// Never allocates; cudaErrorInvalidValue for other head dims or bad head counts.
+cudaError_t LaunchAttentionMma(const AttentionMmaParams& params, cudaStream_t stream);
+
+}  // namespace framezip::engine::cuda

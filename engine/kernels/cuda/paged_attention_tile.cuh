@@ -1,0 +1,110 @@
+// Device pieces shared by the two paged decode kernels (paged_attention.cu: CUDA-core FMAs,
+// paged_attention_mma.cu: tensor cores): row sizes per page format and the warp's staging of a
+// tile of K/V rows (and the quantised values' scale/zero) in shared memory. Include from .cu only.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "engine/kernels/cuda/paged_attention.cuh"
+
+namespace framezip::engine::cuda::paged {
+
+inline constexpr int kTileTokens = 32;  // tokens staged per step
+inline constexpr int kLoadBatch = 8;    // 16-byte loads a lane issues before storing them
+inline constexpr unsigned kFull = 0xffffffffu;
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// Bytes of one head's row (one token) of a span in `format`.
+template <int D>
+__host__ __device__ constexpr int RowBytes(int format) {
+  return format == static_cast<int>(PagedKvFormat::kF32)    ? 4 * D
+         : format == static_cast<int>(PagedKvFormat::kF16)  ? 2 * D
+         : format == static_cast<int>(PagedKvFormat::kInt4) ? D / 2
+                                                            : D / 4;
+}
+
+// Bytes of one staged K (or V) tile: 32 f16 rows padded by 16 bytes (16 f32 rows fit).
+template <int D>
+__host__ __device__ constexpr int TileBytes() {
+  return kTileTokens * (2 * D + 16);
+}
+
+template <int D>
+__host__ __device__ constexpr int TileTokens(int format) {
+  const int n = TileBytes<D>() / (RowBytes<D>(format) + 16);
+  return n < kTileTokens ? n : kTileTokens;
+}
+
+__device__ __forceinline__ bool IsQuantized(int format) {
+  return format == static_cast<int>(PagedKvFormat::kInt4) ||
+         format == static_cast<int>(PagedKvFormat::kInt2);
+}
+
+// A code in 0..255 as a float, exactly: 2^23 + code, minus 2^23.
+__device__ __forceinline__ float CodeToFloat(uint32_t code) {
+  return __uint_as_float(0x4B000000u | code) - 8388608.0f;
+}
+
+// One warp copies rows [tok, tok + n) of KV head g of `desc` (K to kt, V to vt, row pitch
+// RowBytes + 16) with 16-byte loads, kLoadBatch in flight per lane; for quantised spans also the
+// values' scale/zero of those slots as f32: vsc/vze [D/32, kTileTokens]. The caller syncs the warp.
+template <int D>
+__device__ __forceinline__ void StageTile(const PagedSpanDesc& desc, int kv_heads, int g, int tok,
+                                          int n, int lane, unsigned char* kt, unsigned char* vt,
+                                          float* vsc, float* vze) {
+  const int fmt = desc.format;
+  const int rb = RowBytes<D>(fmt);
+  const int pitch = rb + 16;
+  const size_t row_stride = static_cast<size_t>(kv_heads) * rb;
+  const unsigned char* kb = static_cast<const unsigned char*>(desc.k) +
+                            static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
+  const unsigned char* vb = static_cast<const unsigned char*>(desc.v) +
+                            static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
+  const int cpr = rb / 16;
+  const int per_mat = n * cpr;
+  const int chunks = 2 * per_mat;
+  for (int base = 0; base < chunks; base += 32 * kLoadBatch) {
+    uint4 buf[kLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int idx = base + u * 32 + lane;
+      if (idx < chunks) {
+        const bool is_v = idx >= per_mat;
+        const int j = is_v ? idx - per_mat : idx;
+        const int row = j / cpr, col = j - row * cpr;
+        buf[u] =
+            __ldg(reinterpret_cast<const uint4*>((is_v ? vb : kb) + row * row_stride + col * 16));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int idx = base + u * 32 + lane;
+      if (idx < chunks) {
+        const bool is_v = idx >= per_mat;
+        const int j = is_v ? idx - per_mat : idx;
+        const int row = j / cpr, col = j - row * cpr;
+        *reinterpret_cast<uint4*>((is_v ? vt : kt) + row * pitch + col * 16) = buf[u];
+      }
+    }
+  }
+  if (IsQuantized(fmt) && lane < n) {  // group-major parameters: a group's slots are adjacent
+    const __half* vs = static_cast<const __half*>(desc.v_scale);
+    const __half* vz = static_cast<const __half*>(desc.v_zero);
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) {
+      const int64_t at = static_cast<int64_t>(g * (D / 32) + i) * desc.v_param_stride + tok + lane;
+      vsc[i * kTileTokens + lane] = __half2float(vs[at]);
+      vze[i * kTileTokens + lane] = __half2float(vz[at]);
+    }
+  }
+}
+
+// Launches the tensor-core kernel's partials (paged_attention_mma.cu); the caller launches the
+// merge. Same contract as the CUDA-core kernel: partial output, max (log2 units) and sum per item
+// and query head in params.workspace.
+template <int D>
+cudaError_t LaunchPagedDecodeMmaPartials(const PagedDecodeLaunch& params, cudaStream_t stream);
+
+}  // namespace framezip::engine::cuda::paged

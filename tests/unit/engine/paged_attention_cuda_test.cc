@@ -1,0 +1,308 @@
+// [cuda]: split-K paged decode attention on the GPU against the CPU op, on fresh random pages of
+// every format (f32, f16, KIVI int4/int2 written by the CPU quantiser) and mixed page tables:
+// ragged sequences, partly filled and empty spans, an empty sequence, GQA with up to 16 query
+// heads per KV head (two warps per KV head), head_dim 64 and 128, and a long sequence that the
+// kernel splits into many work items. Both sides compute in f32 from the same stored bytes (the
+// GPU folds key scales into the query like the CPU's AVX2 path and dequantises values on the
+// fly), so they differ in summation order only: abs 2e-5 + rel 1e-4 on outputs of order 1.
+//
+// The tensor-core variant of the kernel is checked on the same cases with f16-level tolerances.
+// Also [unit] (runs without a GPU): the host-side work splitting covers every token exactly once.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "engine/kernels/cuda/paged_attention.cuh"
+#include "engine/ops/kv_quant.h"
+#include "engine/ops/paged_attention.h"
+#include "tests/unit/engine/cuda_test_util.h"
+#include "tests/unit/engine/llm/op_test_util.h"
+
+namespace framezip::engine::test {
+namespace {
+
+using kv::KvFormat;
+namespace kvq = ops::kvq;
+
+constexpr testing::Tolerance kDecode{2e-5, 1e-4};
+
+// Spans laid out in one host arena (256-byte aligned pieces), mirrored byte for byte on the GPU.
+class SpanArena {
+ public:
+  // Appends a span of n tokens of random K/V [n, G, d] in `format` (page of `page` slots).
+  void Add(KvFormat format, int32_t n, int32_t page, int64_t groups, int64_t d,
+           std::mt19937_64& rng) {
+    Piece piece;
+    piece.format = format;
+    piece.n = n;
+    piece.page = page;
+    const int64_t c = groups * d;
+    const auto k = testing::RandomNormal(static_cast<size_t>(n * c), rng);
+    auto v = testing::RandomNormal(static_cast<size_t>(n * c), rng);
+    switch (format) {
+      case KvFormat::kF32:
+        piece.k = Put(k.data(), k.size() * 4);
+        piece.v = Put(v.data(), v.size() * 4);
+        break;
+      case KvFormat::kF16: {
+        std::vector<Float16> kh(k.size()), vh(v.size());
+        for (size_t i = 0; i < k.size(); ++i) kh[i] = F32ToF16(k[i]);
+        for (size_t i = 0; i < v.size(); ++i) vh[i] = F32ToF16(v[i]);
+        piece.k = Put(kh.data(), kh.size() * 2);
+        piece.v = Put(vh.data(), vh.size() * 2);
+        break;
+      }
+      case KvFormat::kInt4:
+      case KvFormat::kInt2: {
+        const int bits = kv::KvFormatBits(format);
+        const size_t row = kvq::CodeRowBytes(c, bits);
+        std::vector<uint8_t> kc(row * page, 0), vc(row * page, 0);
+        std::vector<Float16> ks(c), kz(c), vs(page * c / 32, Float16{0}),
+            vz(page * c / 32, Float16{0});
+        kvq::QuantizeKeys(k.data(), n, c, bits, kc.data(), ks.data(), kz.data());
+        kvq::QuantizeValues(v.data(), n, c, bits, vc.data(), vs.data(), vz.data(), page);
+        piece.k = Put(kc.data(), kc.size());
+        piece.v = Put(vc.data(), vc.size());
+        piece.ks = Put(ks.data(), ks.size() * 2);
+        piece.kz = Put(kz.data(), kz.size() * 2);
+        piece.vs = Put(vs.data(), vs.size() * 2);
+        piece.vz = Put(vz.data(), vz.size() * 2);
+        break;
+      }
+      case KvFormat::kLowRank:
+        FAIL("not a decodable format");
+    }
+    pieces_.push_back(piece);
+  }
+
+  // Copies the arena to the GPU (call once, after the last Add).
+  void Upload() {
+    auto t = Tensor::Empty({static_cast<int64_t>(bytes_.size())}, DType::kU8, Device::Cuda(0));
+    FZ_CHECK(t.ok());
+    device_ = *t;
+    FZ_CHECK(
+        CopyBytes(device_.raw_data(), Device::Cuda(0), bytes_.data(), Device::Cpu(), bytes_.size())
+            .ok());
+  }
+
+  std::vector<ops::KvSpan> Spans(bool on_gpu) const {
+    const char* base = on_gpu ? static_cast<const char*>(device_.raw_data())
+                              : reinterpret_cast<const char*>(bytes_.data());
+    auto at = [&](size_t off) { return off == kNone ? nullptr : base + off; };
+    std::vector<ops::KvSpan> spans;
+    for (const Piece& p : pieces_) {
+      ops::KvSpan s;
+      s.k = at(p.k);
+      s.v = at(p.v);
+      s.num_tokens = p.n;
+      s.format = p.format;
+      if (kv::IsQuantized(p.format)) {
+        s.k_scale = reinterpret_cast<const Float16*>(at(p.ks));
+        s.k_zero = reinterpret_cast<const Float16*>(at(p.kz));
+        s.v_scale = reinterpret_cast<const Float16*>(at(p.vs));
+        s.v_zero = reinterpret_cast<const Float16*>(at(p.vz));
+        s.v_param_stride = p.page;
+      }
+      spans.push_back(s);
+    }
+    return spans;
+  }
+
+ private:
+  static constexpr size_t kNone = ~size_t{0};
+  struct Piece {
+    KvFormat format = KvFormat::kF16;
+    int32_t n = 0, page = 0;
+    size_t k = kNone, v = kNone, ks = kNone, kz = kNone, vs = kNone, vz = kNone;
+  };
+  size_t Put(const void* data, size_t n) {
+    const size_t off = (bytes_.size() + 255) / 256 * 256;
+    bytes_.resize(off + std::max<size_t>(n, 1), 0);
+    if (n > 0) std::memcpy(bytes_.data() + off, data, n);
+    return off;
+  }
+  std::vector<uint8_t> bytes_;
+  std::vector<Piece> pieces_;
+  Tensor device_;
+};
+
+// The tensor-core kernel (PagedDecodeLaunch::tensor_cores) through the launcher directly: f16
+// operands: q ⊙ key scale, P and dequantised V rounded to 11 bits (relative 2^-11 ≈ 5e-4 each),
+// so a single-token output (v itself) is off by up to |v|·5e-4; longer ones average that down.
+constexpr testing::Tolerance kDecodeMma{5e-4, 4e-3};
+
+Tensor RunTensorCoreKernel(const Tensor& q_host, const std::vector<ops::KvSpan>& gpu_spans,
+                           const std::vector<int32_t>& offsets, int kv_heads) {
+  const int64_t batch = q_host.dim(0), heads = q_host.dim(1), d = q_host.dim(2);
+  std::vector<cuda::PagedSpanDesc> descs;
+  std::vector<int32_t> tokens;
+  for (const ops::KvSpan& s : gpu_spans) {
+    cuda::PagedSpanDesc e;
+    e.k = s.k;
+    e.v = s.v;
+    e.k_scale = s.k_scale;
+    e.k_zero = s.k_zero;
+    e.v_scale = s.v_scale;
+    e.v_zero = s.v_zero;
+    e.num_tokens = s.num_tokens;
+    e.v_param_stride = s.v_param_stride;
+    e.format = static_cast<int32_t>(s.format);
+    descs.push_back(e);
+    tokens.push_back(s.num_tokens);
+  }
+  std::vector<cuda::PagedWorkItem> items;
+  std::vector<int32_t> item_offsets;
+  cuda::BuildPagedWorkItems(tokens.data(), offsets.data(), static_cast<int>(batch), 96, items,
+                            item_offsets);
+  auto upload = [](const void* data, size_t bytes) {
+    Tensor t = MakeEmpty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, DType::kU8);
+    if (bytes > 0) std::memcpy(t.raw_data(), data, bytes);
+    return OnGpu(t);
+  };
+  const Tensor ddesc = upload(descs.data(), descs.size() * sizeof(descs[0]));
+  const Tensor ditems = upload(items.data(), items.size() * sizeof(cuda::PagedWorkItem));
+  const Tensor doffs = upload(item_offsets.data(), item_offsets.size() * sizeof(int32_t));
+  const Tensor ws = OnGpu(MakeEmpty({static_cast<int64_t>(std::max<size_t>(
+      1, cuda::PagedDecodeWorkspaceFloats(static_cast<int32_t>(items.size()),
+                                          static_cast<int>(heads), static_cast<int>(d))))}));
+  const Tensor q = OnGpu(q_host);
+  Tensor out = PoisonedGpu({batch, heads, d});
+  cuda::PagedDecodeLaunch p;
+  p.q = static_cast<const float*>(q.raw_data());
+  p.out = static_cast<float*>(out.raw_data());
+  p.spans = static_cast<const cuda::PagedSpanDesc*>(ddesc.raw_data());
+  p.items = static_cast<const cuda::PagedWorkItem*>(ditems.raw_data());
+  p.item_offsets = static_cast<const int32_t*>(doffs.raw_data());
+  p.num_items = static_cast<int32_t>(items.size());
+  p.workspace = static_cast<float*>(ws.raw_data());
+  p.batch = static_cast<int>(batch);
+  p.heads = static_cast<int>(heads);
+  p.kv_heads = kv_heads;
+  p.head_dim = static_cast<int>(d);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.tensor_cores = true;
+  REQUIRE(cuda::LaunchPagedDecodeAttention(p, nullptr) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  return out;
+}
+
+struct Case {
+  const char* name;
+  int64_t heads, kv_heads, d;
+  std::vector<std::vector<int32_t>> seq_spans;  // tokens per span, per sequence
+  std::vector<KvFormat> formats;                // drawn per span
+};
+
+TEST_CASE("Paged decode attention on the GPU matches the CPU op", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  const std::vector<int32_t> long_seq(70, 32);  // 2240 tokens: many split-K work items
+  const std::vector<Case> cases = {
+      {"f16 GQA 14/2 d64 ragged",
+       14,
+       2,
+       64,
+       {{16, 16, 16, 5}, {}, {16, 0, 16, 1}, long_seq},
+       {KvFormat::kF16}},
+      {"f32 d128", 4, 2, 128, {{16, 16, 7}, {3}}, {KvFormat::kF32}},
+      {"int4 8/2 d128", 8, 2, 128, {{32, 32, 32, 17}, {1}, long_seq}, {KvFormat::kInt4}},
+      {"int2 14/2 d64", 14, 2, 64, {{32, 32, 9}, {32, 32, 32, 32}, long_seq}, {KvFormat::kInt2}},
+      {"mixed formats 16/1 d128 (two warps per KV head)",
+       16,
+       1,
+       128,
+       {{32, 32, 32, 32, 20}, {32, 3}, long_seq},
+       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
+      {"mixed formats 14/2 d64",
+       14,
+       2,
+       64,
+       {{32, 32, 32, 32, 32, 32, 11}, {}, {32, 1}, long_seq},
+       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2}},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      SpanArena arena;
+      std::vector<int32_t> offsets = {0};
+      std::uniform_int_distribution<size_t> pick(0, c.formats.size() - 1);
+      for (const auto& seq : c.seq_spans) {
+        for (int32_t n : seq) arena.Add(c.formats[pick(rng)], n, 32, c.kv_heads, c.d, rng);
+        offsets.push_back(offsets.back() + static_cast<int32_t>(seq.size()));
+      }
+      arena.Upload();
+      const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+      const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
+      const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};
+      Tensor want = MakeEmpty({batch, c.heads, c.d});
+      const auto host_spans = arena.Spans(false);
+      REQUIRE(ops::PagedDecodeAttention(q.tensor, host_spans, offsets, params, want).ok());
+      Tensor got = PoisonedGpu({batch, c.heads, c.d});
+      const auto gpu_spans = arena.Spans(true);
+      const auto st = ops::PagedDecodeAttention(OnGpu(q.tensor), gpu_spans, offsets, params, got);
+      INFO(st.ToString());
+      REQUIRE(st.ok());
+      CheckClose(got, want, kDecode);
+      INFO("tensor-core kernel");
+      const Tensor mma =
+          RunTensorCoreKernel(q.tensor, gpu_spans, offsets, static_cast<int>(c.kv_heads));
+      CheckClose(mma, want, kDecodeMma);
+    }
+  }
+}
+
+TEST_CASE("Paged decode work items cover every token once, in order", "[unit][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_int_distribution<int32_t> len(0, 40), count(0, 9);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int batch = 1 + trial % 5;
+    std::vector<int32_t> tokens, offsets = {0};
+    for (int b = 0; b < batch; ++b) {
+      const int spans = count(rng);
+      for (int s = 0; s < spans; ++s) tokens.push_back(len(rng));
+      offsets.push_back(static_cast<int32_t>(tokens.size()));
+    }
+    const int32_t per_item = 1 + trial % 70;
+    std::vector<cuda::PagedWorkItem> items;
+    std::vector<int32_t> item_offsets;
+    cuda::BuildPagedWorkItems(tokens.data(), offsets.data(), batch, per_item, items, item_offsets);
+    REQUIRE(item_offsets.size() == static_cast<size_t>(batch) + 1);
+    REQUIRE(item_offsets.back() == static_cast<int32_t>(items.size()));
+    for (int b = 0; b < batch; ++b) {
+      // Walk the sequence's items as the kernel does and check they tile its tokens exactly.
+      int32_t span = offsets[b], tok = 0;
+      for (int32_t i = item_offsets[b]; i < item_offsets[b + 1]; ++i) {
+        const cuda::PagedWorkItem& it = items[i];
+        REQUIRE(it.seq == b);
+        REQUIRE(it.num_tokens >= 1);
+        REQUIRE(it.num_tokens <= per_item);
+        while (span < offsets[b + 1] && tok >= tokens[span]) {
+          ++span;
+          tok = 0;
+        }
+        REQUIRE(it.span == span);
+        REQUIRE(it.token == tok);
+        int32_t left = it.num_tokens;
+        while (left > 0) {
+          REQUIRE(span < offsets[b + 1]);
+          const int32_t take = std::min(left, tokens[span] - tok);
+          left -= take;
+          tok += take;
+          if (tok == tokens[span]) {
+            ++span;
+            tok = 0;
+          }
+        }
+      }
+      while (span < offsets[b + 1] && tokens[span] == 0) ++span;
+      REQUIRE(span == offsets[b + 1]);  // nothing left over
+    }
+  }
+  CHECK(cuda::ChoosePagedTokensPerItem(32768, 2, 14, 132) % 32 == 0);
+  CHECK(cuda::ChoosePagedTokensPerItem(10, 2, 14, 132) == 64);
+}
+
+}  // namespace
+}  // namespace framezip::engine::test
