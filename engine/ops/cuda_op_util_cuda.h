@@ -7,19 +7,16 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "engine/core/cuda_status_cuda.h"
 #include "engine/core/tensor.h"
 #include "engine/kernels/cuda/cast.cuh"
 
 namespace framezip::engine::ops {
 
-// RESOURCE_EXHAUSTED for out-of-memory, INTERNAL otherwise, naming the op.
+// RESOURCE_EXHAUSTED for out-of-memory, INTERNAL otherwise, naming the op; a sticky error (illegal
+// address, launch failure, ...) also marks the device unhealthy (engine/core/cuda_error_class.h).
 inline Status CudaStatus(cudaError_t err, std::string_view op) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // not sticky: clear it so the next request can run
-    return ResourceExhaustedError("{} on GPU: out of memory", op);
-  }
-  return InternalError("{} on GPU: {}", op, cudaGetErrorString(err));
+  return CudaErrorToStatus(err, op);
 }
 
 inline cuda::FloatKind KindOf(DType t) {
