@@ -124,23 +124,28 @@ FZ_AVX2 void GemvBlock(const float* x, int64_t ldx, const void* w, int64_t K, in
   }
 }
 
+// R per MM: the most accumulators (R·MM) that still leave registers for the MM x vectors and a
+// weight vector. With 4 x rows, 3 weight rows (12 accumulators) run ~1.45x faster than 2 on
+// this machine's AVX2 cores (a standalone timing of [16, 896] x [4864, 896]^T, bf16): 8 chains
+// could not hide the FMA latency. The accumulation order of each output is the same whatever R,
+// MM or the batch size, so results do not depend on how many rows are batched.
 template <DType T, int MM>
 FZ_AVX2 void GemvRowsMM(const float* x, int64_t ldx, const void* w, int64_t K, int64_t j0,
                         int64_t j1, float* y, int64_t ldy) {
-  constexpr int R = MM == 1 ? 4 : 2;
+  constexpr int R = MM <= 2 ? 4 : 3;
   int64_t j = j0;
   for (; j + R <= j1; j += R) GemvBlock<T, R, MM>(x, ldx, w, K, j, y, ldy);
   for (; j < j1; ++j) GemvBlock<T, 1, MM>(x, ldx, w, K, j, y, ldy);
 }
 
 // Weight rows are taken kRowBlock at a time and every group of x rows runs over the block
-// before the next one: the block (16 rows, <= 160 KB for K <= 4864 in bf16) stays in L1/L2, so
+// before the next one: the block (24 rows, <= 240 KB for K <= 4864 in bf16) stays in L1/L2, so
 // the weights are read from memory once per call, not once per group of 4 x rows — batched
 // decode (M = 16) would otherwise stream them 4 times.
 template <DType T>
 FZ_AVX2 void GemvRowsAvx2(const float* x, int64_t M, int64_t ldx, const void* w, int64_t K,
                           int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  constexpr int64_t kRowBlock = 16;
+  constexpr int64_t kRowBlock = 24;  // a multiple of every R below
   for (int64_t jb = j0; jb < j1; jb += kRowBlock) {
     const int64_t je = std::min(j1, jb + kRowBlock);
     int64_t m = 0;
