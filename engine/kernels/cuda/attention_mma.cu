@@ -64,6 +64,101 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(s));
 }
 
+// The A fragments of this lane's two query rows (row_lo, row_hi) straight from global memory;
+// rows past tq are zero (and never written).
+template <int kSteps>
+__device__ __forceinline__ void LoadQFragments(uint32_t (&qa)[kSteps][4], const __nv_bfloat16* q,
+                                               int64_t q_row, int64_t row_lo, int64_t row_hi,
+                                               int64_t tq, int tig) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const int c = kk * 16 + 2 * tig;
+    auto ld = [&](int64_t row, int col) -> uint32_t {
+      return row < tq ? *reinterpret_cast<const uint32_t*>(q + row * q_row + col) : 0u;
+    };
+    qa[kk][0] = ld(row_lo, c);
+    qa[kk][1] = ld(row_hi, c);
+    qa[kk][2] = ld(row_lo, c + 8);
+    qa[kk][3] = ld(row_hi, c + 8);
+  }
+}
+
+// Keys [0, end) can be visible to some query of the block starting at query i0.
+__device__ __forceinline__ int64_t VisibleKeyEnd(const AttentionMmaParams& p, int64_t i0) {
+  int64_t kend = p.tk;
+  if (p.causal) {
+    const int64_t last = i0 + kRowsPerBlock - 1 + p.q_offset + 1;
+    kend = last < kend ? last : kend;
+  }
+  return kend;
+}
+
+// S = Q·Kᵀ for the kKeys keys of a shared-memory tile (rows kPitch bytes apart, key j0 first),
+// 8 blocks of 8 keys, scaled to log2 units; keys past tk or (causal) after the query are -inf.
+template <int kSteps>
+__device__ __forceinline__ void ScoreTile(float (&s)[kKeys / 8][4], const uint32_t (&qa)[kSteps][4],
+                                          const unsigned char* tile, int kPitch, int gid, int tig,
+                                          int64_t j0, int64_t row_lo, int64_t row_hi,
+                                          const AttentionMmaParams& p, float scale) {
+#pragma unroll
+  for (int nb = 0; nb < kKeys / 8; ++nb) {
+    s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+    const unsigned char* krow = tile + (nb * 8 + gid) * kPitch;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      const int c = kk * 16 + 2 * tig;
+      MmaBf16(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(krow + c * 2),
+              *reinterpret_cast<const uint32_t*>(krow + (c + 8) * 2));
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t j = j0 + nb * 8 + 2 * tig + (e & 1);
+      const int64_t i = e < 2 ? row_lo : row_hi;
+      const bool visible = j < p.tk && (!p.causal || j <= i + p.q_offset);
+      s[nb][e] = visible ? s[nb][e] * scale : -INFINITY;
+    }
+  }
+}
+
+// Online softmax over one tile for rows lo (r = 0) and hi (r = 1); a row's keys are in its
+// quad's lanes. S becomes P (unnormalised, against the new running max); the running max m, sum
+// l and the output accumulator o are rescaled.
+template <int kNb>
+__device__ __forceinline__ void OnlineSoftmaxTile(float (&s)[kKeys / 8][4], float (&m)[2],
+                                                  float (&l)[2], float (&o)[kNb][4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+    const float m_new = fmaxf(m[r], mx);
+    // A row that has seen no visible key yet (m_new = -inf: only rows past tq, or a causal
+    // row before its first key, which tile 0 never is) keeps everything at zero.
+    const float corr = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
+    float sum = 0.f;
+#pragma unroll
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = m_new == -INFINITY ? 0.f : exp2f(s[nb][2 * r + e] - m_new);
+        s[nb][2 * r + e] = pe;
+        sum += pe;
+      }
+    }
+    sum += __shfl_xor_sync(kFull, sum, 1);
+    sum += __shfl_xor_sync(kFull, sum, 2);
+    l[r] = l[r] * corr + sum;
+    m[r] = m_new;
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb) {
+      o[nb][2 * r] *= corr;
+      o[nb][2 * r + 1] *= corr;
+    }
+  }
+}
+
 // Grid (query blocks, heads, batch). Fragment layouts as in paged_attention_mma.cu
 // (gid = lane / 4, tig = lane % 4).
 template <int D>
@@ -87,26 +182,9 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
   const auto* kg = static_cast<const __nv_bfloat16*>(p.k) + b * p.tk * kv_row + g * D;
   const auto* vg = static_cast<const __nv_bfloat16*>(p.v) + b * p.tk * kv_row + g * D;
 
-  // Q fragments straight from global memory (rows past tq are zero and never written).
   uint32_t qa[kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-    const int c = kk * 16 + 2 * tig;
-    auto ld = [&](int64_t row, int col) -> uint32_t {
-      return row < p.tq ? *reinterpret_cast<const uint32_t*>(q + row * q_row + col) : 0u;
-    };
-    qa[kk][0] = ld(row_lo, c);
-    qa[kk][1] = ld(row_hi, c);
-    qa[kk][2] = ld(row_lo, c + 8);
-    qa[kk][3] = ld(row_hi, c + 8);
-  }
-
-  // Keys [0, kend) can be visible to some query of this block.
-  int64_t kend = p.tk;
-  if (p.causal) {
-    const int64_t last = i0 + kRowsPerBlock - 1 + p.q_offset + 1;
-    kend = last < kend ? last : kend;
-  }
+  LoadQFragments<kSteps>(qa, q, q_row, row_lo, row_hi, p.tq, tig);
+  const int64_t kend = VisibleKeyEnd(p, i0);
   const float scale = p.scale * kLog2e;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[kNb][4];
@@ -135,59 +213,9 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
     }
     __syncthreads();
 
-    // S = Q·Kᵀ for 8 blocks of 8 keys, scaled to log2 units and masked.
     float s[kKeys / 8][4];
-#pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb) {
-      s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-      const unsigned char* krow = ks + (nb * 8 + gid) * kKPitch;
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        const int c = kk * 16 + 2 * tig;
-        MmaBf16(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(krow + c * 2),
-                *reinterpret_cast<const uint32_t*>(krow + (c + 8) * 2));
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t j = j0 + nb * 8 + 2 * tig + (e & 1);
-        const int64_t i = e < 2 ? row_lo : row_hi;
-        const bool visible = j < p.tk && (!p.causal || j <= i + p.q_offset);
-        s[nb][e] = visible ? s[nb][e] * scale : -INFINITY;
-      }
-    }
-
-    // Online softmax for rows lo (i = 0) and hi (i = 1); a row's keys are in its quad's lanes.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
-      // A row that has seen no visible key yet (m_new = -inf: only rows past tq, or a causal
-      // row before its first key, which tile 0 never is) keeps everything at zero.
-      const float corr = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
-      float sum = 0.f;
-#pragma unroll
-      for (int nb = 0; nb < kKeys / 8; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = m_new == -INFINITY ? 0.f : exp2f(s[nb][2 * r + e] - m_new);
-          s[nb][2 * r + e] = pe;
-          sum += pe;
-        }
-      }
-      sum += __shfl_xor_sync(kFull, sum, 1);
-      sum += __shfl_xor_sync(kFull, sum, 2);
-      l[r] = l[r] * corr + sum;
-      m[r] = m_new;
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb) {
-        o[nb][2 * r] *= corr;
-        o[nb][2 * r + 1] *= corr;
-      }
-    }
+    ScoreTile<kSteps>(s, qa, ks, kKPitch, gid, tig, j0, row_lo, row_hi, p, scale);
+    OnlineSoftmaxTile<kNb>(s, m, l, o);
 
     // O += P·V, 4 k-steps of 16 keys; P's A fragments come from S's C fragments.
 #pragma unroll
@@ -244,23 +272,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(Atten
   const auto* vg = static_cast<const __nv_bfloat16*>(p.v) + b * p.tk * kv_row + g * D;
 
   uint32_t qa[kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-    const int c = kk * 16 + 2 * tig;
-    auto ld = [&](int64_t row, int col) -> uint32_t {
-      return row < p.tq ? *reinterpret_cast<const uint32_t*>(q + row * q_row + col) : 0u;
-    };
-    qa[kk][0] = ld(row_lo, c);
-    qa[kk][1] = ld(row_hi, c);
-    qa[kk][2] = ld(row_lo, c + 8);
-    qa[kk][3] = ld(row_hi, c + 8);
-  }
-
-  int64_t kend = p.tk;
-  if (p.causal) {
-    const int64_t last = i0 + kRowsPerBlock - 1 + p.q_offset + 1;
-    kend = last < kend ? last : kend;
-  }
+  LoadQFragments<kSteps>(qa, q, q_row, row_lo, row_hi, p.tq, tig);
+  const int64_t kend = VisibleKeyEnd(p, i0);
   const int64_t tiles = (kend + kKeys - 1) / kKeys;
   const float scale = p.scale * kLog2e;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -296,54 +309,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(Atten
     const int64_t j0 = t * kKeys;
 
     float s[kKeys / 8][4];
-#pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb) {
-      s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-      const unsigned char* krow = kt + (nb * 8 + gid) * kPitch;
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        const int c = kk * 16 + 2 * tig;
-        MmaBf16(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(krow + c * 2),
-                *reinterpret_cast<const uint32_t*>(krow + (c + 8) * 2));
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t j = j0 + nb * 8 + 2 * tig + (e & 1);
-        const int64_t i = e < 2 ? row_lo : row_hi;
-        const bool visible = j < p.tk && (!p.causal || j <= i + p.q_offset);
-        s[nb][e] = visible ? s[nb][e] * scale : -INFINITY;
-      }
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
-      const float corr = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
-      float sum = 0.f;
-#pragma unroll
-      for (int nb = 0; nb < kKeys / 8; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = m_new == -INFINITY ? 0.f : exp2f(s[nb][2 * r + e] - m_new);
-          s[nb][2 * r + e] = pe;
-          sum += pe;
-        }
-      }
-      sum += __shfl_xor_sync(kFull, sum, 1);
-      sum += __shfl_xor_sync(kFull, sum, 2);
-      l[r] = l[r] * corr + sum;
-      m[r] = m_new;
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb) {
-        o[nb][2 * r] *= corr;
-        o[nb][2 * r + 1] *= corr;
-      }
-    }
+    ScoreTile<kSteps>(s, qa, kt, kPitch, gid, tig, j0, row_lo, row_hi, p, scale);
+    OnlineSoftmaxTile<kNb>(s, m, l, o);
 
     // O += P·V: per 16 keys, ldmatrix.trans gives the B fragments of two 8-channel blocks.
     const int mat = lane >> 3, mrow = lane & 7;
