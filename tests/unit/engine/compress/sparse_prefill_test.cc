@@ -7,6 +7,7 @@
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
 #include "tests/testing/random.h"
+#include "tests/testing/tiny_decoder.h"
 
 namespace framezip::engine::llm {
 namespace {
@@ -24,19 +25,7 @@ struct Tiny {
 };
 
 Tiny MakeTiny(uint64_t seed) {
-  model::TextConfig c;
-  c.arch = model::TextArch::kQwen2;
-  c.vocab_size = 64;
-  c.hidden_size = 128;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 32;  // quantized pages need a multiple of the group (32)
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e4;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
+  const model::TextConfig c = testing::TinyQwen2Config(/*vocab_size=*/64);
   Tiny t;
   t.random = *MakeRandomDecoderWeights(c, DType::kF32, seed, 0.3f);
   t.decoder = *Decoder::Create(c, t.random.weights);
@@ -46,12 +35,7 @@ Tiny MakeTiny(uint64_t seed) {
   return t;
 }
 
-Tensor RandomEmbeds(int64_t n, int64_t hidden, std::mt19937_64& rng) {
-  Tensor e = *Tensor::Empty({n, hidden}, DType::kF32);
-  const auto v = testing::RandomNormal(static_cast<size_t>(n * hidden), rng);
-  std::copy(v.begin(), v.end(), e.data<float>());
-  return e;
-}
+using testing::RandomEmbeds;
 
 TEST_CASE("Sparse prefill with every token important equals dense prefill", "[unit][compress]") {
   std::mt19937_64 rng(testing::TestSeed());

@@ -15,33 +15,13 @@
 #include "engine/llm/random_weights.h"
 #include "engine/ops/linear.h"
 #include "tests/testing/random.h"
+#include "tests/testing/tiny_decoder.h"
 
 namespace framezip::engine::llm {
 namespace {
 
-model::TextConfig Config() {
-  model::TextConfig c;
-  c.arch = model::TextArch::kQwen2;
-  c.vocab_size = 80;
-  c.hidden_size = 128;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 32;  // int4/int2 pages (kivi, zipvl) need 32-channel groups
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e4;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-Tensor RandomEmbeds(int64_t n, int64_t hidden, std::mt19937_64& rng) {
-  Tensor e = *Tensor::Empty({n, hidden}, DType::kF32);
-  const auto v = testing::RandomNormal(static_cast<size_t>(n * hidden), rng);
-  std::copy(v.begin(), v.end(), e.data<float>());
-  return e;
-}
+model::TextConfig Config() { return testing::TinyQwen2Config(); }
+using testing::RandomEmbeds;
 
 // max |a - b| over max(1, max |b|) on `count` floats.
 double RelativeError(const float* a, const float* b, size_t count) {

@@ -1,0 +1,43 @@
+// What the decoder, batching and sparse-prefill tests share: a small Qwen2-shaped text config and
+// random input rows. Header-only, so the GPU-check build's framezip_testing (engine core only)
+// does not need the model library.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+
+#include "engine/core/tensor.h"
+#include "engine/model/config.h"
+#include "tests/testing/random.h"
+
+namespace framezip::testing {
+
+// 3 layers, hidden 128, MLP 96, 4 query heads over 2 KV heads of 32 channels (int4/int2 pages
+// need 32-channel groups), q/k/v bias and tied embeddings, as Qwen2.
+inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {
+  engine::model::TextConfig c;
+  c.arch = engine::model::TextArch::kQwen2;
+  c.vocab_size = vocab_size;
+  c.hidden_size = 128;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e4;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+// [n, hidden] f32 rows drawn from N(0, 1): stand-ins for token embeddings.
+inline engine::Tensor RandomEmbeds(int64_t n, int64_t hidden, std::mt19937_64& rng) {
+  engine::Tensor e = *engine::Tensor::Empty({n, hidden}, engine::DType::kF32);
+  const auto v = RandomNormal(static_cast<size_t>(n * hidden), rng);
+  std::copy(v.begin(), v.end(), e.data<float>());
+  return e;
+}
+
+}  // namespace framezip::testing
