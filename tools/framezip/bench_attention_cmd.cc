@@ -31,6 +31,7 @@
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
+#include "tools/framezip/video_frames.h"
 
 namespace framezip::cli {
 namespace {
@@ -48,18 +49,8 @@ using LoadedModel = engine::runtime::Engine;
 
 // Every frame of the clip, preprocessed for the vision tower: [N, 3, S, S].
 StatusOr<Tensor> ClipFrames(const LoadedModel& m, const std::filesystem::path& clip) {
-  const std::filesystem::path path = std::filesystem::absolute(clip);
-  const media::PreprocessSpec spec =
-      server::PreprocessSpecFor(m.preprocessor(), m.config().vision.image_size);
-  FZ_ASSIGN_OR_RETURN(
-      media::DecodedMedia decoded,
-      media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
-                         media::FrameSamplingSpec{.num_frames = 32}, spec, media::MediaLimits{}));
-  const media::FrameBatch& fb = decoded.frames;
-  FZ_ASSIGN_OR_RETURN(
-      Tensor t, Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width}, DType::kF32));
-  std::copy(fb.data.begin(), fb.data.end(), t.data<float>());
-  return t;
+  return DecodeVideoFrames(clip, 32,
+                           server::PreprocessSpecFor(m.preprocessor(), m.config().vision.image_size));
 }
 
 // `count` frames from the clip's: pass p over the clip rolls each frame p pixels to the right and

@@ -23,6 +23,7 @@
 #include "tools/eval/synthvid_split.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
+#include "tools/framezip/video_frames.h"
 
 namespace framezip::cli {
 namespace {
@@ -51,21 +52,11 @@ struct EvalOptions {
 // feeds them), preprocessed to the model's spec.
 StatusOr<engine::Tensor> DecodeVideo(const fs::path& file, int frames,
                                      const media::PreprocessSpec& spec) {
-  const fs::path path = fs::absolute(file);
-  FZ_ASSIGN_OR_RETURN(
-      media::DecodedMedia decoded,
-      media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
-                         media::FrameSamplingSpec{.num_frames = frames}, spec,
-                         media::MediaLimits{}));
-  const media::FrameBatch& fb = decoded.frames;
-  if (fb.num_frames != frames) {
-    return InvalidArgumentError("{}: {} frames decoded, {} expected", file.string(), fb.num_frames,
+  FZ_ASSIGN_OR_RETURN(engine::Tensor t, DecodeVideoFrames(file, frames, spec));
+  if (t.dim(0) != frames) {
+    return InvalidArgumentError("{}: {} frames decoded, {} expected", file.string(), t.dim(0),
                                 frames);
   }
-  FZ_ASSIGN_OR_RETURN(engine::Tensor t,
-                      engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
-                                            engine::DType::kF32));
-  std::copy(fb.data.begin(), fb.data.end(), t.data<float>());
   return t;
 }
 

@@ -12,28 +12,13 @@
 #include "server/preprocess_spec.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
+#include "tools/framezip/video_frames.h"
 
 namespace framezip::cli {
 namespace {
 
 std::atomic<bool> g_cancel{false};
 void OnSigint(int) { g_cancel.store(true); }
-
-StatusOr<engine::Tensor> DecodeFrames(const std::string& file, int frames,
-                                      const media::PreprocessSpec& spec) {
-  const std::filesystem::path path = std::filesystem::absolute(file);
-  media::MediaLimits limits;
-  FZ_ASSIGN_OR_RETURN(
-      media::DecodedMedia decoded,
-      media::DecodeMedia(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
-                         media::FrameSamplingSpec{.num_frames = frames}, spec, limits));
-  const media::FrameBatch& fb = decoded.frames;
-  FZ_ASSIGN_OR_RETURN(engine::Tensor t,
-                      engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
-                                            engine::DType::kF32));
-  std::copy(fb.data.begin(), fb.data.end(), t.data<float>());
-  return t;
-}
 
 }  // namespace
 
@@ -86,7 +71,7 @@ int RunRun(const std::vector<std::string>& args) {
   message.text = prompt;
   if (!video.empty() || !image.empty()) {
     const auto spec = server::PreprocessSpecFor((*eng)->preprocessor(), (*eng)->image_size());
-    auto pixels = DecodeFrames(video.empty() ? image : video, video.empty() ? 1 : frames, spec);
+    auto pixels = DecodeVideoFrames(video.empty() ? image : video, video.empty() ? 1 : frames, spec);
     if (!pixels.ok()) return fail(Annotate(pixels.status(), "decoding the media"));
     engine::runtime::VisualInput v;
     v.kind = video.empty() ? engine::runtime::VisualInput::Kind::kImage
