@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "engine/core/device_health.h"
 #include "server/video_chat_service.h"
 
 namespace framezip::server {
@@ -138,10 +139,22 @@ void VideoChatServer::HousekeepingLoop() {
   while (!stopping_) {
     lock.unlock();
     service_->Housekeeping();
+    CheckDeviceHealth();
     lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(config_.housekeeping_ms),
                  [this] { return stopping_; });
   }
+}
+
+void VideoChatServer::CheckDeviceHealth() {
+  if (device_unhealthy_ || engine::DeviceHealthy()) return;
+  device_unhealthy_ = true;
+  auto* health = server_->GetHealthCheckService();
+  health->SetServingStatus(false);
+  health->SetServingStatus(kServiceName, false);
+  FZ_LOG_ERROR("GPU unusable after a sticky CUDA error ({}): health is NOT_SERVING until the "
+               "process restarts",
+               engine::DeviceUnhealthyReason());
 }
 
 void VideoChatServer::Drain(std::chrono::milliseconds grace) {

@@ -46,6 +46,9 @@ class VideoChatServer {
  private:
   VideoChatServer() = default;
   void HousekeepingLoop();
+  // Once the engine's device has had a sticky error (engine/core/device_health.h), every check
+  // reports NOT_SERVING so the orchestrator restarts the process: its CUDA context is unusable.
+  void CheckDeviceHealth();
 
   ServerConfig config_;
   std::unique_ptr<TurnEngine> engine_;
@@ -63,6 +66,7 @@ class VideoChatServer {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool drained_ = false;
+  bool device_unhealthy_ = false;  // housekeeping thread only
   std::thread housekeeping_;
 };
 

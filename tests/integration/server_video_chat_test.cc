@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/core/device_health.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/server_test_util.h"
 #include "tests/testing/child_process.h"
@@ -388,6 +389,17 @@ TEST_CASE("bearer-token auth: off by default, enforced with a token file",
     // Health stays open for load balancers.
     CHECK(HealthOf(server.address()) == "SERVING");
   }
+}
+
+TEST_CASE("a sticky device error turns health NOT_SERVING", "[integration][server]") {
+  InProcessServer server(TestConfig(), FakeModelOptions{});
+  CHECK(HealthOf(server.address()) == "SERVING");
+  engine::MarkDeviceUnhealthy("cudaErrorIllegalAddress in a test");
+  const bool flipped = WaitUntil([&] { return HealthOf(server.address()) == "NOT_SERVING"; });
+  const std::string service_health = HealthOf(server.address(), "framezip.v1.VideoChat");
+  engine::ResetDeviceHealthForTesting();
+  CHECK(flipped);
+  CHECK(service_health == "NOT_SERVING");
 }
 
 TEST_CASE("drain: health NOT_SERVING, new turns UNAVAILABLE, the running turn finishes",
