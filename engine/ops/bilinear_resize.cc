@@ -3,6 +3,7 @@
 #include <initializer_list>
 
 #include "engine/ops/bilinear_resize_backends.h"
+#include "engine/ops/cuda_backends.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -42,8 +43,7 @@ Status BilinearResize(const Tensor& in, Tensor& out, ImageLayout layout) {
       return BilinearResizeCpu(in, out, layout);
     case DeviceKind::kCuda:
       FZ_RETURN_IF_ERROR(CheckDeviceUsable(in.device()));
-      return UnimplementedError(
-          "BilinearResize: no CUDA kernel yet; run the vision path on the CPU");
+      return BilinearResizeCuda(in, out, layout);
   }
   return InternalError("BilinearResize: unknown device kind");
 }

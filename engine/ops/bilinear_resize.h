@@ -25,8 +25,9 @@ enum class ImageLayout {
 // in:  [N, C, H_in, W_in] or [N, H_in, W_in, C] (per `layout`), f32 / f16 / bf16
 // out: [N, C, H_out, W_out] or [N, H_out, W_out, C], same dtype and device; the output size is
 //      taken from out's shape (all sizes >= 1).
-// INVALID_ARGUMENT when ranks, N, C, dtypes or devices disagree or a size is 0;
-// UNIMPLEMENTED on CUDA (CPU only for now).
+// INVALID_ARGUMENT when ranks, N, C, dtypes or devices disagree or a size is 0. On CUDA the
+// result is bit-identical to the CPU's (engine/kernels/cuda/bilinear_resize.cuh); UNIMPLEMENTED
+// in builds without CUDA.
 Status BilinearResize(const Tensor& in, Tensor& out, ImageLayout layout);
 
 // The output size LLaVA-OneVision's video pooling asks for: ceil(in / 2) (27 -> 14).

@@ -11,6 +11,7 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/bilinear_resize.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rope.h"
 
@@ -25,6 +26,7 @@ Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
+Status BilinearResizeCuda(const Tensor& in, Tensor& out, ImageLayout layout);
 Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params);
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);

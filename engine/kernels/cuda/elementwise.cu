@@ -1,4 +1,5 @@
 #include "engine/kernels/cuda/elementwise.cuh"
+#include "engine/kernels/cuda/bilinear_resize.cuh"
 #include "engine/kernels/cuda/float_io.cuh"
 
 namespace framezip::engine::cuda {
@@ -73,6 +74,74 @@ cudaError_t LaunchAddBias(const AddBiasParams& params, cudaStream_t stream) {
   if (params.rows == 0 || params.n == 0) return cudaSuccess;
   AddBiasKernel<<<GridStrideBlocks(params.rows * params.n, kThreads), kThreads, 0, stream>>>(
       params);
+  return cudaGetLastError();
+}
+
+}  // namespace framezip::engine::cuda
+
+// ---- Bilinear resize (bilinear_resize.cuh): here rather than in a .cu of its own, because every
+// translation unit compiles once per CUDA architecture.
+
+namespace framezip::engine::cuda {
+namespace {
+
+struct Tap {
+  int64_t i0, i1;
+  float w0, w1;
+};
+
+// PyTorch's compute_source_index_and_lambda with an explicit size, in float, uncontracted.
+__device__ __forceinline__ Tap AxisTap(int64_t in, int64_t out, int64_t d) {
+  const float scale = __fdiv_rn(static_cast<float>(in), static_cast<float>(out));
+  const float src =
+      fmaxf(__fsub_rn(__fmul_rn(scale, __fadd_rn(static_cast<float>(d), 0.5f)), 0.5f), 0.0f);
+  int64_t i0 = static_cast<int64_t>(floorf(src));
+  i0 = i0 < in - 1 ? i0 : in - 1;
+  const float w1 = fminf(fmaxf(__fsub_rn(src, static_cast<float>(i0)), 0.0f), 1.0f);
+  return {i0, i0 < in - 1 ? i0 + 1 : i0, __fsub_rn(1.0f, w1), w1};
+}
+
+// One thread per output element, grid-stride; the index runs channel-innermost in either layout.
+__global__ void BilinearResizeKernel(BilinearResizeParams p) {
+  const int64_t total = p.n * p.c * p.h_out * p.w_out;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t n, c, y, x;
+    if (p.channels_last) {
+      c = e % p.c;
+      x = (e / p.c) % p.w_out;
+      y = (e / (p.c * p.w_out)) % p.h_out;
+      n = e / (p.c * p.w_out * p.h_out);
+    } else {
+      x = e % p.w_out;
+      y = (e / p.w_out) % p.h_out;
+      c = (e / (p.w_out * p.h_out)) % p.c;
+      n = e / (p.w_out * p.h_out * p.c);
+    }
+    const Tap a = AxisTap(p.h_in, p.h_out, y);
+    const Tap b = AxisTap(p.w_in, p.w_out, x);
+    // Element (n, c, row, col) of the input.
+    auto at = [&](int64_t row, int64_t col) -> int64_t {
+      return p.channels_last ? ((n * p.h_in + row) * p.w_in + col) * p.c + c
+                             : ((n * p.c + c) * p.h_in + row) * p.w_in + col;
+    };
+    const float v00 = LoadAsFloat(p.in, p.kind, at(a.i0, b.i0));
+    const float v01 = LoadAsFloat(p.in, p.kind, at(a.i0, b.i1));
+    const float v10 = LoadAsFloat(p.in, p.kind, at(a.i1, b.i0));
+    const float v11 = LoadAsFloat(p.in, p.kind, at(a.i1, b.i1));
+    const float top = __fadd_rn(__fmul_rn(b.w0, v00), __fmul_rn(b.w1, v01));
+    const float bottom = __fadd_rn(__fmul_rn(b.w0, v10), __fmul_rn(b.w1, v11));
+    StoreFloat(p.out, p.kind, e, __fadd_rn(__fmul_rn(a.w0, top), __fmul_rn(a.w1, bottom)));
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchBilinearResize(const BilinearResizeParams& params, cudaStream_t stream) {
+  const int64_t total = params.n * params.c * params.h_out * params.w_out;
+  if (total == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  BilinearResizeKernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -3,8 +3,10 @@
 // rounding (STYLE.md §4.6: abs 1e-5), plus 1e-5 relative for outputs well above 1 (SwiGLU
 // products, RoPE of large inputs); exp/erf/tanh differ by a few ulp between CUDA and glibc.
 #include <catch2/catch.hpp>
+#include <cstring>
 
 #include "engine/ops/activation.h"
+#include "engine/ops/bilinear_resize.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/rms_norm.h"
@@ -76,6 +78,41 @@ TEST_CASE("ApplyRope on the GPU matches the CPU op (Qwen2 and llama3 frequencies
         Tensor got = OnGpu(x.tensor);
         REQUIRE(ops::ApplyRope(got, OnGpu(positions), params).ok());
         CheckClose(got, want, kF32Ops);
+      }
+    }
+  }
+}
+
+TEST_CASE("BilinearResize on the GPU matches the CPU op bit for bit", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  // 27x27 -> 14x14: LLaVA-OneVision's 2x2 video pooling; 4x4 -> 2x2: framezip-tiny-video's;
+  // 5x7 -> 9x3: an upscale on one axis and a downscale on the other.
+  struct Sizes {
+    int64_t h_in, w_in, h_out, w_out;
+  };
+  for (const Sizes z : {Sizes{27, 27, 14, 14}, Sizes{4, 4, 2, 2}, Sizes{5, 7, 9, 3}}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (ops::ImageLayout layout :
+           {ops::ImageLayout::kChannelsFirst, ops::ImageLayout::kChannelsLast}) {
+        const bool first = layout == ops::ImageLayout::kChannelsFirst;
+        DYNAMIC_SECTION(z.h_in << "x" << z.w_in << " -> " << z.h_out << "x" << z.w_out << " "
+                                << DTypeName(dt) << (first ? " NCHW" : " NHWC")) {
+          const int64_t n = 3, c = 5;
+          const Shape in_shape = first ? Shape{n, c, z.h_in, z.w_in} : Shape{n, z.h_in, z.w_in, c};
+          const Shape out_shape =
+              first ? Shape{n, c, z.h_out, z.w_out} : Shape{n, z.h_out, z.w_out, c};
+          const auto x = MakeRandom(in_shape, dt, rng, 2.f);
+          Tensor want = MakeEmpty(out_shape, dt);
+          REQUIRE(ops::BilinearResize(x.tensor, want, layout).ok());
+          auto host_nan = Tensor::Empty(out_shape, dt);
+          REQUIRE(host_nan.ok());
+          std::memset(host_nan->raw_data(), 0xff, host_nan->nbytes());  // NaN in every float kind
+          Tensor got = OnGpu(*host_nan);
+          REQUIRE(ops::BilinearResize(OnGpu(x.tensor), got, layout).ok());
+          // Same taps, same uncontracted multiply-adds, same rounding: exactly equal.
+          CheckClose(got, want, testing::Tolerance{0.0, 0.0});
+        }
       }
     }
   }
