@@ -27,6 +27,24 @@ void ScatterRows(const float* src, int64_t nh, int64_t d, std::span<const int32_
   }
 }
 
+// The rows of [0, t) outside `imp` (sorted), and for each the number of `imp` rows before it.
+struct RestRowSet {
+  std::vector<int32_t> rows;
+  std::vector<int32_t> important_before;
+};
+
+RestRowSet RowsOutside(std::span<const int32_t> imp, int64_t t) {
+  RestRowSet r;
+  const int64_t p = static_cast<int64_t>(imp.size());
+  for (int64_t i = 0, at = 0; i < t; ++i) {
+    while (at < p && imp[static_cast<size_t>(at)] < i) ++at;
+    if (at < p && imp[static_cast<size_t>(at)] == i) continue;
+    r.rows.push_back(static_cast<int32_t>(i));
+    r.important_before.push_back(static_cast<int32_t>(at));
+  }
+  return r;
+}
+
 }  // namespace
 
 Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -72,14 +90,9 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
     const int64_t h0 = groups == 1 ? 0 : gi * rep, kv0 = groups == 1 ? 0 : gi;
     if (rest_rows.mode == RestRows::Mode::kLocal && p < t) {
       // U rows read the original (uncompacted) keys, so they do not need the gather below.
-      std::vector<int32_t> rest;
-      for (int64_t i = 0, at = 0; i < t; ++i) {
-        while (at < p && imp[static_cast<size_t>(at)] < i) ++at;
-        if (at < p && imp[static_cast<size_t>(at)] == i) continue;
-        rest.push_back(static_cast<int32_t>(i));
-      }
-      FZ_RETURN_IF_ERROR(LocalWindowAttention(q, k, v, past_k, past_v, past, rest, h0, hq,
-                                              rest_rows.local, out));
+      FZ_RETURN_IF_ERROR(LocalWindowAttention(q, k, v, past_k, past_v, past,
+                                              RowsOutside(imp, t).rows, h0, hq, rest_rows.local,
+                                              out));
     }
     if (past + p == 0) continue;  // nothing else to attend to: T is empty and there is no past
     // Keys: past first (all earlier positions), then the compacted chunk keys.
@@ -100,12 +113,11 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
       ScatterRows(oc.data<float>(), hq, d, imp, heads, h0, out.data<float>());
     }
     if (rest_rows.mode != RestRows::Mode::kImportant || p == t) continue;
-    std::vector<int32_t> rest, limit;
-    for (int64_t i = 0, at = 0; i < t; ++i) {
-      while (at < p && imp[static_cast<size_t>(at)] < i) ++at;
-      if (at < p && imp[static_cast<size_t>(at)] == i) continue;
-      rest.push_back(static_cast<int32_t>(i));
-      limit.push_back(static_cast<int32_t>(past + at));  // the past + T rows before row i
+    const RestRowSet outside = RowsOutside(imp, t);
+    const std::vector<int32_t>& rest = outside.rows;
+    std::vector<int32_t> limit;  // key prefix per U row: the past + the T rows before it
+    for (int32_t before : outside.important_before) {
+      limit.push_back(static_cast<int32_t>(past + before));
     }
     const int64_t u = static_cast<int64_t>(rest.size());
     FZ_ASSIGN_OR_RETURN(Tensor qu, Tensor::Empty({1, u, hq, d}, DType::kF32));

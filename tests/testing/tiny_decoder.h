@@ -1,6 +1,6 @@
 // What the decoder, batching and sparse-prefill tests share: a small Qwen2-shaped text config and
 // random input rows. Header-only, so the GPU-check build's framezip_testing (engine core only)
-// does not need the model library.
+// does not need the model and LLM libraries.
 #pragma once
 
 #include <algorithm>
@@ -8,16 +8,17 @@
 #include <random>
 
 #include "engine/core/tensor.h"
+#include "engine/llm/random_weights.h"
 #include "engine/model/config.h"
 #include "tests/testing/random.h"
 
 namespace framezip::testing {
 
-// 3 layers, hidden 128, MLP 96, 4 query heads over 2 KV heads of 32 channels (int4/int2 pages
-// need 32-channel groups), q/k/v bias and tied embeddings, as Qwen2.
+// Qwen2-0.5B's architecture (engine/llm/random_weights.h) shrunk: 3 layers, hidden 128, MLP 96,
+// 4 query heads over 2 KV heads of 32 channels (int4/int2 pages need 32-channel groups),
+// RoPE θ 1e4.
 inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {
-  engine::model::TextConfig c;
-  c.arch = engine::model::TextArch::kQwen2;
+  engine::model::TextConfig c = engine::llm::Qwen2_0_5BConfig();
   c.vocab_size = vocab_size;
   c.hidden_size = 128;
   c.intermediate_size = 96;
@@ -25,10 +26,7 @@ inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 32;
-  c.rms_norm_eps = 1e-6;
   c.rope_theta = 1e4;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
   return c;
 }
 

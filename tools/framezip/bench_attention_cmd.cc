@@ -4,7 +4,7 @@
 //     prefill, the paper's setting), the speedup, the measured kept ratio per layer and the
 //     selection overhead (probe attention + top-p);
 //   - decode tokens/s at the --decode-context length over the f16 cache (none) and the mixed
-//     4/2-bit cache (zipvl), plus kivi (uniform low-bit) when that policy exists, timed in
+//     4/2-bit cache (zipvl), plus kivi (uniform 2-bit), timed in
 //     interleaved rounds so that load changes on a shared machine hit every cache alike;
 //   - KV bytes of each cache and the ratio to f16, and the bytes the embedded KV store holds for
 //     the decode-context length once each cache is committed through the page codec.
@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <numeric>
 
-#include "engine/compress/policy.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/page_codec.h"
@@ -249,7 +248,6 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   auto pools =
       kv::KvPools::Create(m.decoder().KvLayout(kv::KvFormat::kF16), formats, int64_t{2} << 30);
   if (!pools.ok()) return fail(pools.status());
-  const bool have_kivi = engine::compress::CreatePolicy("kivi").ok();
 
   for (const int64_t target : lengths) {
     auto f = FramesFor(m, target);
@@ -300,19 +298,15 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     report.Add(fmt::format("store_ratio_f16_over_zipvl_{}", tag),
                static_cast<double>(*stored_dense) / static_cast<double>(*stored_sparse), "x");
 
-    StatusOr<PrefillRun> kivi = absl::UnavailableError("no kivi run");
-    if (have_kivi) {
-      kivi = RunPrefill(m, **pools, "kivi", *ctx);
-      if (!kivi.ok()) return fail(kivi.status());
-      report.Add(fmt::format("kv_bytes_kivi_{}", tag), static_cast<double>(kivi->seq->kv.bytes()),
-                 "bytes");
-      auto stored_kivi = StoredBytes(*kivi->seq, "kivi", ctx->ids);
-      if (!stored_kivi.ok()) return fail(Annotate(stored_kivi.status(), "storing kivi KV"));
-      report.Add(fmt::format("store_bytes_kivi_{}", tag), static_cast<double>(*stored_kivi),
-                 "bytes");
-    }
-    std::vector<PrefillRun*> runs = {&*dense, &*sparse};
-    if (have_kivi) runs.push_back(&*kivi);
+    auto kivi = RunPrefill(m, **pools, "kivi", *ctx);
+    if (!kivi.ok()) return fail(kivi.status());
+    report.Add(fmt::format("kv_bytes_kivi_{}", tag), static_cast<double>(kivi->seq->kv.bytes()),
+               "bytes");
+    auto stored_kivi = StoredBytes(*kivi->seq, "kivi", ctx->ids);
+    if (!stored_kivi.ok()) return fail(Annotate(stored_kivi.status(), "storing kivi KV"));
+    report.Add(fmt::format("store_bytes_kivi_{}", tag), static_cast<double>(*stored_kivi),
+               "bytes");
+    std::vector<PrefillRun*> runs = {&*dense, &*sparse, &*kivi};
     auto tps = InterleavedDecodeRates(m, runs, decode_steps);
     if (!tps.ok()) return fail(tps.status());
     report.Add(fmt::format("decode_tokens_per_s_f16_{}", tag), (*tps)[0], "tokens/s");
@@ -322,9 +316,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
                1.0);
     report.Add(fmt::format("kv_bytes_zipvl_after_decode_{}", tag),
                static_cast<double>(sparse->seq->kv.bytes()), "bytes");
-    if (have_kivi) {
-      report.Add(fmt::format("decode_tokens_per_s_kivi_{}", tag), (*tps)[2], "tokens/s");
-    }
+    report.Add(fmt::format("decode_tokens_per_s_kivi_{}", tag), (*tps)[2], "tokens/s");
   }
   report.Add("peak_rss", bench::Report::PeakRssMiB(), "MiB");
   if (json) std::printf("%s\n", report.Json().c_str());

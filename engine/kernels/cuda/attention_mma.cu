@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/kernels/cuda/attention_mma.cuh"
+#include "engine/kernels/cuda/mma_fragments.cuh"
 
 namespace framezip::engine::cuda {
 namespace {
@@ -12,35 +13,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRowsPerBlock = 16 * kWarps;  // queries per block
 constexpr int kKeys = 64;                   // keys per tile
-constexpr unsigned kFull = 0xffffffffu;
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackBf162(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
 
 // 16-byte global-to-shared copy that bypasses the registers; src_bytes 0 writes zeros.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
@@ -120,45 +93,6 @@ __device__ __forceinline__ void ScoreTile(float (&s)[kKeys / 8][4], const uint32
   }
 }
 
-// Online softmax over one tile for rows lo (r = 0) and hi (r = 1); a row's keys are in its
-// quad's lanes. S becomes P (unnormalised, against the new running max); the running max m, sum
-// l and the output accumulator o are rescaled.
-template <int kNb>
-__device__ __forceinline__ void OnlineSoftmaxTile(float (&s)[kKeys / 8][4], float (&m)[2],
-                                                  float (&l)[2], float (&o)[kNb][4]) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-    const float m_new = fmaxf(m[r], mx);
-    // A row that has seen no visible key yet (m_new = -inf: only rows past tq, or a causal
-    // row before its first key, which tile 0 never is) keeps everything at zero.
-    const float corr = m_new == -INFINITY ? 1.f : exp2f(m[r] - m_new);
-    float sum = 0.f;
-#pragma unroll
-    for (int nb = 0; nb < kKeys / 8; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pe = m_new == -INFINITY ? 0.f : exp2f(s[nb][2 * r + e] - m_new);
-        s[nb][2 * r + e] = pe;
-        sum += pe;
-      }
-    }
-    sum += __shfl_xor_sync(kFull, sum, 1);
-    sum += __shfl_xor_sync(kFull, sum, 2);
-    l[r] = l[r] * corr + sum;
-    m[r] = m_new;
-#pragma unroll
-    for (int nb = 0; nb < kNb; ++nb) {
-      o[nb][2 * r] *= corr;
-      o[nb][2 * r + 1] *= corr;
-    }
-  }
-}
-
 // Grid (query blocks, heads, batch). Fragment layouts as in paged_attention_mma.cu
 // (gid = lane / 4, tig = lane % 4).
 template <int D>
@@ -215,7 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
 
     float s[kKeys / 8][4];
     ScoreTile<kSteps>(s, qa, ks, kKPitch, gid, tig, j0, row_lo, row_hi, p, scale);
-    OnlineSoftmaxTile<kNb>(s, m, l, o);
+    OnlineSoftmaxTile<kKeys / 8, kNb>(s, m, l, o);
 
     // O += P·V, 4 k-steps of 16 keys; P's A fragments come from S's C fragments.
 #pragma unroll
@@ -310,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(Atten
 
     float s[kKeys / 8][4];
     ScoreTile<kSteps>(s, qa, kt, kPitch, gid, tig, j0, row_lo, row_hi, p, scale);
-    OnlineSoftmaxTile<kNb>(s, m, l, o);
+    OnlineSoftmaxTile<kKeys / 8, kNb>(s, m, l, o);
 
     // O += P·V: per 16 keys, ldmatrix.trans gives the B fragments of two 8-channel blocks.
     const int mat = lane >> 3, mrow = lane & 7;

@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kWarps = 4;  // independent warps per block (no block-wide barrier)
 using paged::CodeToFloat;
+using paged::IsQuantized;
 using paged::kFull;
 using paged::kLog2e;
 using paged::kTileTokens;
@@ -44,6 +45,24 @@ struct WarpSmem {
 };
 
 // Grid: one warp per (work item, KV head, query-head subgroup). See the header for the scheme.
+// s[r] += q_r[blk·32 .. +32) · x for the first nh query rows: one 32-channel block of decoded
+// key codes (the scale was folded into q, the zero point is added later).
+template <int D>
+__device__ __forceinline__ void AccumulateCodeBlock(const float (&x)[32], const float* qf, int blk,
+                                                    int nh, float (&s)[kPagedMaxRep]) {
+#pragma unroll
+  for (int r = 0; r < kPagedMaxRep; ++r) {
+    if (r < nh) {
+      const float* qr = qf + r * D + blk * 32;
+#pragma unroll
+      for (int j = 0; j < 32; j += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(qr + j);
+        s[r] = fmaf(a.x, x[j], fmaf(a.y, x[j + 1], fmaf(a.z, x[j + 2], fmaf(a.w, x[j + 3], s[r]))));
+      }
+    }
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     PagedDecodeKernel(PagedDecodeLaunch p, int subgroups, int per_subgroup) {
@@ -106,8 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       continue;
     }
     const int fmt = desc.format;
-    const bool quant = fmt == static_cast<int>(PagedKvFormat::kInt4) ||
-                       fmt == static_cast<int>(PagedKvFormat::kInt2);
+    const bool quant = IsQuantized(fmt);
     const int rb = RowBytes<D>(fmt);
     const int pitch = rb + 16;
     const int n = min(min(avail, remaining), TileTokens<D>(fmt));
@@ -194,18 +212,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             x[j] = CodeToFloat(byte & 0x0fu);
             x[j + 16] = CodeToFloat(byte >> 4);
           }
-#pragma unroll
-          for (int r = 0; r < kPagedMaxRep; ++r) {
-            if (r < nh) {
-              const float* qr = qf + r * D + blk * 32;
-#pragma unroll
-              for (int j = 0; j < 32; j += 4) {
-                const float4 a = *reinterpret_cast<const float4*>(qr + j);
-                s[r] = fmaf(a.x, x[j],
-                            fmaf(a.y, x[j + 1], fmaf(a.z, x[j + 2], fmaf(a.w, x[j + 3], s[r]))));
-              }
-            }
-          }
+          AccumulateCodeBlock<D>(x, qf, blk, nh, s);
         }
       } else {
         // int2: a block is 8 bytes; byte j holds channels j, j+8, j+16, j+24 (2 bits each).
@@ -221,18 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             for (int sft = 0; sft < 4; ++sft)
               x[j + 8 * sft] = CodeToFloat((byte >> (2 * sft)) & 3u);
           }
-#pragma unroll
-          for (int r = 0; r < kPagedMaxRep; ++r) {
-            if (r < nh) {
-              const float* qr = qf + r * D + blk * 32;
-#pragma unroll
-              for (int j = 0; j < 32; j += 4) {
-                const float4 a = *reinterpret_cast<const float4*>(qr + j);
-                s[r] = fmaf(a.x, x[j],
-                            fmaf(a.y, x[j + 1], fmaf(a.z, x[j + 2], fmaf(a.w, x[j + 3], s[r]))));
-              }
-            }
-          }
+          AccumulateCodeBlock<D>(x, qf, blk, nh, s);
         }
       }
     }

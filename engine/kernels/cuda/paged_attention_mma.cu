@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "engine/kernels/cuda/mma_fragments.cuh"
 #include "engine/kernels/cuda/paged_attention_tile.cuh"
 
 namespace framezip::engine::cuda::paged {
@@ -32,20 +33,6 @@ struct MmaSmem {
   static constexpr int kBytes = kFloats * 4 + 2 * TileBytes<D>();
   static_assert(kFloats % 4 == 0, "16-byte alignment of the tiles");
 };
-
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);  // .x (low 16 bits) = lo
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // B fragment of Kᵀ for k-step kk: channels kk·16 + 2tig (+1) and +8 (+9) of this lane's token row.
 template <int D>
@@ -198,7 +185,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         for (int kk = 0; kk < kSteps; ++kk) {
           uint32_t b0, b1;
           KeyFragment<D>(fmt, row, kk, tig, b0, b1);
-          Mma(s[nb], qa[kk], b0, b1);
+          MmaF16(s[nb], qa[kk], b0, b1);
         }
       }
       const int t0 = nb * 8 + 2 * tig;
@@ -209,35 +196,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     }
 
     // Online softmax per row; a row's 32 scores sit in the 4 lanes of its quad.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float m_new = fmaxf(m[i], mx);  // finite: token 0 of the tile is valid
-      const float corr = exp2f(m[i] - m_new);
-      float sum = 0.f;
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = exp2f(s[nb][2 * i + e] - m_new);  // -inf -> 0
-          s[nb][2 * i + e] = pe;
-          sum += pe;
-        }
-      }
-      sum += __shfl_xor_sync(kFull, sum, 1);
-      sum += __shfl_xor_sync(kFull, sum, 2);
-      l[i] = l[i] * corr + sum;
-      m[i] = m_new;
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb) {
-        o[nb][2 * i] *= corr;
-        o[nb][2 * i + 1] *= corr;
-      }
-    }
+    OnlineSoftmaxTile<4, kNb>(s, m, l, o);
 
     // P·V in two k-steps of 16 tokens.
 #pragma unroll
@@ -255,7 +214,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
                                       Value<D>(fmt, vt, pitch, ta + 1, n, ch, vsc, vze));
         const uint32_t b1 = PackHalf2(Value<D>(fmt, vt, pitch, ta + 8, n, ch, vsc, vze),
                                       Value<D>(fmt, vt, pitch, ta + 9, n, ch, vsc, vze));
-        Mma(o[nb], pa, b0, b1);
+        MmaF16(o[nb], pa, b0, b1);
       }
     }
     __syncwarp();  // the next tile overwrites the staged rows (and, per span, q)
