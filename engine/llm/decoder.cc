@@ -42,20 +42,6 @@ Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, b
   return absl::OkStatus();
 }
 
-ops::RopeParams RopeFor(const model::TextConfig& c) {
-  ops::RopeParams p;
-  p.head_dim = static_cast<int>(c.head_dim);
-  p.theta = c.rope_theta;
-  if (c.rope_scaling.type == model::RopeScaling::Type::kLlama3) {
-    p.llama3_factor = c.rope_scaling.factor;
-    p.llama3_low_freq_factor = c.rope_scaling.low_freq_factor;
-    p.llama3_high_freq_factor = c.rope_scaling.high_freq_factor;
-    p.llama3_original_max_positions =
-        static_cast<double>(c.rope_scaling.original_max_position_embeddings);
-  }
-  return p;
-}
-
 StatusOr<Tensor> Alloc(Shape shape, DType dtype = DType::kF32) {
   return Tensor::Empty(std::move(shape), dtype);
 }
@@ -81,6 +67,20 @@ Status Mlp(const model::TextLayerWeights& w, int64_t inter, const Tensor& h, Ten
 }
 
 }  // namespace
+
+ops::RopeParams RopeParamsOf(const model::TextConfig& c) {
+  ops::RopeParams p;
+  p.head_dim = static_cast<int>(c.head_dim);
+  p.theta = c.rope_theta;
+  if (c.rope_scaling.type == model::RopeScaling::Type::kLlama3) {
+    p.llama3_factor = c.rope_scaling.factor;
+    p.llama3_low_freq_factor = c.rope_scaling.low_freq_factor;
+    p.llama3_high_freq_factor = c.rope_scaling.high_freq_factor;
+    p.llama3_original_max_positions =
+        static_cast<double>(c.rope_scaling.original_max_position_embeddings);
+  }
+  return p;
+}
 
 StatusOr<DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights& weights,
                                                  const model::TextConfig& config) {
@@ -219,7 +219,7 @@ Status Decoder::RunLayer(int l, std::span<Sequence* const> decode,
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_bias, v2));
   }
   // RoPE is per row (each row at its own sequence's position), so it runs on all rows at once.
-  const ops::RopeParams rope = RopeFor(config_);
+  const ops::RopeParams rope = RopeParamsOf(config_);
   FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, rope));
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, rope));
 
@@ -511,7 +511,7 @@ StatusOr<Tensor> Decoder::DecodeStep(std::span<Sequence* const> seqs,
   FZ_ASSIGN_OR_RETURN(Tensor positions, Alloc({b}, DType::kI32));
   for (int64_t i = 0; i < b; ++i)
     positions.data<int32_t>()[i] = static_cast<int32_t>(seqs[i]->length);
-  const ops::RopeParams rope = RopeFor(config_);
+  const ops::RopeParams rope = RopeParamsOf(config_);
   FZ_ASSIGN_OR_RETURN(Tensor h, Alloc({b, hid}));
   FZ_ASSIGN_OR_RETURN(Tensor q, Alloc({b, nh, d}));
   FZ_ASSIGN_OR_RETURN(Tensor k, Alloc({b, g, d}));

@@ -29,6 +29,7 @@
 #include "engine/kv/sequence_kv.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
+#include "engine/ops/rope.h"
 
 namespace framezip::engine::llm {
 
@@ -44,6 +45,9 @@ struct DecoderWeights {
 // Picks the text-model tensors out of a bound LLaVA checkpoint (lm_head already tied by Bind).
 StatusOr<DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights& weights,
                                                  const model::TextConfig& config);
+
+// The RoPE of `config` (rope_theta, and the llama3 band scaling when rope_scaling asks for it).
+ops::RopeParams RopeParamsOf(const model::TextConfig& config);
 
 // One sequence's state: its KV cache, its position and its compression policy.
 struct Sequence {

@@ -1,0 +1,282 @@
+#include "engine/dense/dense_decoder.h"
+
+#include <string>
+
+#include "engine/core/device_memory.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/embedding.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/rms_norm.h"
+
+namespace framezip::engine::dense {
+namespace {
+
+Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, bool optional) {
+  if (!t.defined()) {
+    if (optional) return absl::OkStatus();
+    return InvalidArgumentError("dense decoder: missing tensor {}", name);
+  }
+  if (t.shape() != want) {
+    return InvalidArgumentError("dense decoder: {} has shape {}, expected {}", name,
+                                ShapeString(t.shape()), ShapeString(want));
+  }
+  return absl::OkStatus();
+}
+
+// A device copy of `t` (undefined stays undefined).
+StatusOr<Tensor> ToDevice(const Tensor& t, Device device, size_t& bytes) {
+  if (!t.defined()) return Tensor();
+  bytes += t.nbytes();
+  return t.To(device);
+}
+
+// Copies rows [src_row, src_row + rows) of src [*, ...] to rows [dst_row, ...) of dst (same row
+// size, both contiguous, any devices).
+Status CopyRows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t rows) {
+  const size_t row_bytes = src.nbytes() / static_cast<size_t>(src.dim(0));
+  return CopyBytes(static_cast<char*>(dst.raw_data()) + dst_row * row_bytes, dst.device(),
+                   static_cast<const char*>(src.raw_data()) + src_row * row_bytes, src.device(),
+                   static_cast<size_t>(rows) * row_bytes);
+}
+
+}  // namespace
+
+size_t KvCache::bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : k_) b += t.nbytes();
+  for (const Tensor& t : v_) b += t.nbytes();
+  return b;
+}
+
+StatusOr<std::unique_ptr<DenseDecoder>> DenseDecoder::Create(const DecoderShape& s,
+                                                             const DecoderTensors& t,
+                                                             Device device) {
+  if (s.hidden <= 0 || s.layers <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 ||
+      s.heads % s.kv_heads != 0 || s.head_dim % 2 != 0 || s.intermediate <= 0 || s.vocab <= 0 ||
+      s.rope.head_dim != s.head_dim) {
+    return InvalidArgumentError(
+        "dense decoder: bad shape (hidden {}, layers {}, heads {}, kv heads {}, head_dim {}, "
+        "intermediate {}, vocab {}, rope head_dim {})",
+        s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab,
+        s.rope.head_dim);
+  }
+  if (static_cast<int64_t>(t.layers.size()) != s.layers) {
+    return InvalidArgumentError("dense decoder: {} layers of weights for {} layers",
+                                t.layers.size(), s.layers);
+  }
+  const int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim,
+                im = s.intermediate;
+  FZ_RETURN_IF_ERROR(CheckShape(t.embed, {s.vocab, h}, "embed", false));
+  FZ_RETURN_IF_ERROR(CheckShape(t.norm, {h}, "norm", false));
+  FZ_RETURN_IF_ERROR(CheckShape(t.lm_head, {s.vocab, h}, "lm_head", false));
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    const LayerWeights& L = t.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    FZ_RETURN_IF_ERROR(CheckShape(L.input_norm, {h}, p + "input_norm", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.q, {q, h}, p + "q", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.q_bias, {q}, p + "q_bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.k, {kv, h}, p + "k", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.k_bias, {kv}, p + "k_bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.v, {kv, h}, p + "v", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.v_bias, {kv}, p + "v_bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.o, {h, q}, p + "o", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.o_bias, {h}, p + "o_bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.post_norm, {h}, p + "post_norm", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.gate, {im, h}, p + "gate", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.gate_bias, {im}, p + "gate_bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.up, {im, h}, p + "up", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.up_bias, {im}, p + "up_bias", true));
+    FZ_RETURN_IF_ERROR(CheckShape(L.down, {h, im}, p + "down", false));
+    FZ_RETURN_IF_ERROR(CheckShape(L.down_bias, {h}, p + "down_bias", true));
+  }
+
+  std::unique_ptr<DenseDecoder> d(new DenseDecoder(s, device));
+  size_t& bytes = d->weight_bytes_;
+  FZ_ASSIGN_OR_RETURN(d->w_.embed, ToDevice(t.embed, device, bytes));
+  FZ_ASSIGN_OR_RETURN(d->w_.norm, ToDevice(t.norm, device, bytes));
+  // A tied head is the embedding itself: one device copy serves both (136 M parameters of
+  // Qwen2-0.5B's 494 M).
+  const bool tied = t.lm_head.raw_data() == t.embed.raw_data() &&
+                    t.lm_head.dtype() == t.embed.dtype() && t.lm_head.device() == t.embed.device();
+  if (tied) {
+    d->w_.lm_head = d->w_.embed;
+  } else {
+    FZ_ASSIGN_OR_RETURN(d->w_.lm_head, ToDevice(t.lm_head, device, bytes));
+  }
+  for (const LayerWeights& L : t.layers) {
+    LayerWeights D;
+    FZ_ASSIGN_OR_RETURN(D.input_norm, ToDevice(L.input_norm, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.q, ToDevice(L.q, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.q_bias, ToDevice(L.q_bias, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.k, ToDevice(L.k, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.k_bias, ToDevice(L.k_bias, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.v, ToDevice(L.v, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.v_bias, ToDevice(L.v_bias, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.o, ToDevice(L.o, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.o_bias, ToDevice(L.o_bias, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.post_norm, ToDevice(L.post_norm, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.gate, ToDevice(L.gate, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.gate_bias, ToDevice(L.gate_bias, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.up, ToDevice(L.up, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.up_bias, ToDevice(L.up_bias, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.down, ToDevice(L.down, device, bytes));
+    FZ_ASSIGN_OR_RETURN(D.down_bias, ToDevice(L.down_bias, device, bytes));
+    d->w_.layers.push_back(std::move(D));
+  }
+  return d;
+}
+
+StatusOr<Tensor> DenseDecoder::Empty(Shape shape) const {
+  return Tensor::Empty(std::move(shape), DType::kF32, device_);
+}
+
+StatusOr<std::unique_ptr<KvCache>> DenseDecoder::NewCache(int64_t capacity) const {
+  if (capacity <= 0) return InvalidArgumentError("dense decoder: cache capacity {}", capacity);
+  auto cache = std::make_unique<KvCache>();
+  cache->capacity_ = capacity;
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    FZ_ASSIGN_OR_RETURN(Tensor k, Empty({capacity, shape_.kv_heads, shape_.head_dim}));
+    FZ_ASSIGN_OR_RETURN(Tensor v, Empty({capacity, shape_.kv_heads, shape_.head_dim}));
+    cache->k_.push_back(std::move(k));
+    cache->v_.push_back(std::move(v));
+  }
+  return cache;
+}
+
+StatusOr<Tensor> DenseDecoder::Prefill(KvCache& cache, std::span<const int32_t> ids) const {
+  if (ids.empty()) return InvalidArgumentError("dense decoder: prefill of no tokens");
+  FZ_ASSIGN_OR_RETURN(Tensor host_ids, Tensor::Empty({static_cast<int64_t>(ids.size())},
+                                                     DType::kI32));
+  std::copy(ids.begin(), ids.end(), host_ids.data<int32_t>());
+  FZ_ASSIGN_OR_RETURN(Tensor dev_ids, host_ids.To(device_));
+  FZ_ASSIGN_OR_RETURN(Tensor x, Empty({host_ids.dim(0), shape_.hidden}));
+  FZ_RETURN_IF_ERROR(ops::Embedding(w_.embed, dev_ids, x));
+  return PrefillEmbeds(cache, x);
+}
+
+StatusOr<Tensor> DenseDecoder::PrefillEmbeds(KvCache& cache, const Tensor& embeds) const {
+  if (embeds.rank() != 2 || embeds.dim(1) != shape_.hidden || embeds.dim(0) == 0 ||
+      embeds.dtype() != DType::kF32) {
+    return InvalidArgumentError("dense decoder: embeds {} {}, expected [T >= 1, {}] f32",
+                                ShapeString(embeds.shape()), DTypeName(embeds.dtype()),
+                                shape_.hidden);
+  }
+  const int64_t t = embeds.dim(0);
+  if (cache.length_ + t > cache.capacity_) {
+    return OutOfRangeError("dense decoder: {} tokens do not fit the cache ({} of {} used)", t,
+                           cache.length_, cache.capacity_);
+  }
+  // The forward pass writes x in place: work on a device copy, never on the caller's tensor.
+  FZ_ASSIGN_OR_RETURN(Tensor x, embeds.To(device_));
+  const Part part{&cache, 0, t};
+  return Forward(x, std::span<const Part>(&part, 1));
+}
+
+StatusOr<Tensor> DenseDecoder::DecodeStep(std::span<KvCache* const> caches,
+                                          std::span<const int32_t> tokens) const {
+  if (caches.empty() || caches.size() != tokens.size()) {
+    return InvalidArgumentError("dense decoder: {} caches for {} tokens", caches.size(),
+                                tokens.size());
+  }
+  const int64_t b = static_cast<int64_t>(caches.size());
+  std::vector<Part> parts;
+  for (int64_t i = 0; i < b; ++i) {
+    KvCache* c = caches[static_cast<size_t>(i)];
+    for (const Part& p : parts) {
+      if (p.cache == c) return InvalidArgumentError("dense decoder: cache {} repeated in a step", i);
+    }
+    if (c->length_ + 1 > c->capacity_) {
+      return OutOfRangeError("dense decoder: cache {} is full ({} tokens)", i, c->capacity_);
+    }
+    parts.push_back({c, i, 1});
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor host_ids, Tensor::Empty({b}, DType::kI32));
+  std::copy(tokens.begin(), tokens.end(), host_ids.data<int32_t>());
+  FZ_ASSIGN_OR_RETURN(Tensor dev_ids, host_ids.To(device_));
+  FZ_ASSIGN_OR_RETURN(Tensor x, Empty({b, shape_.hidden}));
+  FZ_RETURN_IF_ERROR(ops::Embedding(w_.embed, dev_ids, x));
+  return Forward(x, parts);
+}
+
+StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) const {
+  const int64_t t = x.dim(0);
+  FZ_ASSIGN_OR_RETURN(Tensor host_pos, Tensor::Empty({t}, DType::kI32));
+  for (const Part& p : parts) {
+    for (int64_t i = 0; i < p.rows; ++i) {
+      host_pos.data<int32_t>()[p.row0 + i] = static_cast<int32_t>(p.cache->length_ + i);
+    }
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor positions, host_pos.To(device_));
+  for (int l = 0; l < shape_.layers; ++l) FZ_RETURN_IF_ERROR(Layer(l, parts, positions, x));
+  for (const Part& p : parts) p.cache->length_ += p.rows;
+
+  // Logits of each part's last row only (a prefill's other rows need none).
+  const int64_t n = static_cast<int64_t>(parts.size());
+  FZ_ASSIGN_OR_RETURN(Tensor last, Empty({n, shape_.hidden}));
+  for (int64_t i = 0; i < n; ++i) {
+    const Part& p = parts[static_cast<size_t>(i)];
+    FZ_RETURN_IF_ERROR(CopyRows(x, p.row0 + p.rows - 1, last, i, 1));
+  }
+  FZ_RETURN_IF_ERROR(ops::RmsNorm(last, w_.norm, shape_.rms_eps, last));
+  FZ_ASSIGN_OR_RETURN(Tensor logits, Empty({n, shape_.vocab}));
+  FZ_RETURN_IF_ERROR(ops::Linear(last, w_.lm_head, Tensor(), logits));
+  return logits;
+}
+
+Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& positions,
+                           Tensor& x) const {
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  const int64_t t = x.dim(0), nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
+
+  // Attention block: h = RMSNorm(x); q/k/v; RoPE; K/V appended to each cache; causal attention
+  // of each sequence's rows over its cache; x += o_proj(attn).
+  FZ_ASSIGN_OR_RETURN(Tensor h, Empty({t, shape_.hidden}));
+  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.input_norm, shape_.rms_eps, h));
+  FZ_ASSIGN_OR_RETURN(Tensor q, Empty({t, nh * d}));
+  FZ_ASSIGN_OR_RETURN(Tensor k, Empty({t, g * d}));
+  FZ_ASSIGN_OR_RETURN(Tensor v, Empty({t, g * d}));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.q, w.q_bias, q));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.k, w.k_bias, k));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.v, w.v_bias, v));
+  FZ_ASSIGN_OR_RETURN(Tensor q3, q.Reshape({t, nh, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor k3, k.Reshape({t, g, d}));
+  FZ_RETURN_IF_ERROR(ops::ApplyRope(q3, positions, shape_.rope));
+  FZ_RETURN_IF_ERROR(ops::ApplyRope(k3, positions, shape_.rope));
+
+  FZ_ASSIGN_OR_RETURN(Tensor attn, Empty({t, nh * d}));
+  for (const Part& p : parts) {
+    KvCache& c = *p.cache;
+    const int64_t past = c.length_, total = past + p.rows;
+    Tensor& ck = c.k_[static_cast<size_t>(l)];
+    Tensor& cv = c.v_[static_cast<size_t>(l)];
+    FZ_RETURN_IF_ERROR(CopyRows(k3, p.row0, ck, past, p.rows));
+    FZ_RETURN_IF_ERROR(CopyRows(v, p.row0, cv, past, p.rows));
+    FZ_ASSIGN_OR_RETURN(Tensor qs, q.Slice(p.row0, p.row0 + p.rows));
+    FZ_ASSIGN_OR_RETURN(Tensor q4, qs.Reshape({1, p.rows, nh, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor ks, ck.Slice(0, total));
+    FZ_ASSIGN_OR_RETURN(Tensor k4, ks.Reshape({1, total, g, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor vs, cv.Slice(0, total));
+    FZ_ASSIGN_OR_RETURN(Tensor v4, vs.Reshape({1, total, g, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor os, attn.Slice(p.row0, p.row0 + p.rows));
+    FZ_ASSIGN_OR_RETURN(Tensor o4, os.Reshape({1, p.rows, nh, d}));
+    ops::AttentionParams ap;
+    ap.causal = true;
+    ap.q_offset = past;
+    FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, ap, o4));
+  }
+  FZ_RETURN_IF_ERROR(ops::Linear(attn, w.o, w.o_bias, h));
+  FZ_RETURN_IF_ERROR(ops::Add(x, h, x));
+
+  // MLP block: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x).
+  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_norm, shape_.rms_eps, h));
+  FZ_ASSIGN_OR_RETURN(Tensor gate, Empty({t, shape_.intermediate}));
+  FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate, w.gate_bias, gate));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.up, w.up_bias, up));
+  FZ_RETURN_IF_ERROR(ops::SiluMul(gate, up, gate));
+  FZ_RETURN_IF_ERROR(ops::Linear(gate, w.down, w.down_bias, h));
+  return ops::Add(x, h, x);
+}
+
+}  // namespace framezip::engine::dense
