@@ -6,12 +6,18 @@
 #include <memory>
 
 #include "common/status.h"
+#include "engine/core/caching_device_allocator.h"
 #include "engine/core/device.h"
 
 namespace framezip::engine {
 
 // RESOURCE_EXHAUSTED when the GPU is out of memory, UNIMPLEMENTED in a CPU-only build.
 StatusOr<std::shared_ptr<void>> AllocateDeviceMemory(Device device, size_t bytes);
+
+// The counters of the caching allocator behind device Buffers (device_memory_cuda.cc), like
+// torch.cuda.memory_stats(). UNIMPLEMENTED in a CPU-only build; FAILED_PRECONDITION when
+// FRAMEZIP_NO_CUDA_MEMORY_CACHING turned the cache off.
+StatusOr<CachingAllocatorStats> DeviceBufferAllocatorStats(Device device);
 
 // Copies between any two of host and device memory (synchronously).
 Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);

@@ -9,6 +9,11 @@ StatusOr<std::shared_ptr<void>> AllocateDeviceMemory(Device device, size_t) {
       fmt::format("cannot allocate on {}: built without CUDA", DeviceName(device)));
 }
 
+StatusOr<CachingAllocatorStats> DeviceBufferAllocatorStats(Device device) {
+  return absl::UnimplementedError(
+      fmt::format("no device allocator for {}: built without CUDA", DeviceName(device)));
+}
+
 Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (!dst_device.is_cpu() || !src_device.is_cpu()) {
     return absl::UnimplementedError("device copies need CUDA: built without CUDA");

@@ -2,7 +2,10 @@
 // cudaMallocAsync, pinned staging round trips, and KV pool sizing from cudaMemGetInfo. Without a
 // usable GPU each case prints SKIPPED and returns (CTest reports it as skipped).
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -72,6 +75,31 @@ TEST_CASE("caching allocator over cudaMalloc reuses, empties and reports out of 
   allocator.Free(*c);
   allocator.EmptyCache();
   CHECK(allocator.stats().reserved_bytes == 0);
+}
+
+TEST_CASE("device Buffers reuse the blocks of the process-wide caching allocator", "[cuda]") {
+  if (test::SkipWithoutGpu()) return;
+  if (const char* env = std::getenv("FRAMEZIP_NO_CUDA_MEMORY_CACHING");
+      env != nullptr && env[0] != '\0' && std::string(env) != "0") {
+    std::cout << "SKIPPED: FRAMEZIP_NO_CUDA_MEMORY_CACHING is set (every Buffer its own cudaMalloc)"
+              << std::endl;
+    return;
+  }
+  auto before = DeviceBufferAllocatorStats(Device::Cuda(0));
+  REQUIRE(before.ok());
+  {
+    auto b = Buffer::Allocate(Device::Cuda(0), 5 * kMiB + 3);
+    REQUIRE(b.ok());
+    CheckRoundTrip(b->data(), 5 * kMiB + 3, testing::TestSeed());
+  }
+  // Freed into the cache, not to the driver: the next request is served without a cudaMalloc.
+  auto again = Buffer::Allocate(Device::Cuda(0), 5 * kMiB);
+  REQUIRE(again.ok());
+  auto after = DeviceBufferAllocatorStats(Device::Cuda(0));
+  REQUIRE(after.ok());
+  CHECK(after->cache_hits >= before->cache_hits + 1);
+  CHECK(after->raw_allocs <= before->raw_allocs + 1);
+  CHECK(after->live_blocks == before->live_blocks + 1);
 }
 
 TEST_CASE("stream-ordered raw allocator serves a caching allocator on a stream", "[cuda]") {
