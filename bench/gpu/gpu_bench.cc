@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/gpu/bench_fill.cuh"
+#include "bench/gpu/model_e2e.h"
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/attention_mma.cuh"
 #include "engine/kernels/cuda/cast.cuh"
@@ -541,7 +542,8 @@ int RunGpuBench(const std::vector<std::string>& args) {
       std::printf(
           "usage: framezip bench gpu [--json] [--quick]\n"
           "  GPU ceilings (copy GB/s, cuBLAS bf16 GEMM), dense vs ZipVL sparse prefill attention\n"
-          "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV.\n"
+          "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV, then the\n"
+          "  Qwen2-0.5B shape end to end (prefill and decode tokens/s, dense::DenseDecoder).\n"
           "  --quick: 4k prefill and 4k decode only (a smoke run). --json: JSON last line.\n");
       return 0;
     } else {
@@ -568,6 +570,9 @@ int RunGpuBench(const std::vector<std::string>& args) {
   GemmTflops(res);
   Prefill(res, quick);
   Decode(res, copy, prop.multiProcessorCount, quick);
+  const std::vector<E2eRow> e2e = ModelEndToEnd(copy, quick);
+  if (e2e.empty()) return 1;
+  for (const E2eRow& r : e2e) res.Add(r.name, r.value, r.unit);
   if (json) {
     std::printf("%s\n",
                 res.Json(gpu, CpuModel(),
@@ -575,7 +580,9 @@ int RunGpuBench(const std::vector<std::string>& args) {
                          "kernel (attention_mma.cuh); ZipVL sparse prefill runs the f32 kernel on "
                          "the kept rows and is compared with the f32 dense; ZipVL scores come from "
                          "the probe kernel on random-but-structured synthetic "
-                         "activations (15% salient tokens), not the tiny model's")
+                         "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
+                         "dense::DenseDecoder with random bf16 weights, f32 activations and KV, "
+                         "logits left on the device (no sampling)")
                     .c_str());
   }
   return 0;

@@ -1,0 +1,198 @@
+#include "bench/gpu/model_e2e.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "engine/core/half.h"
+#include "engine/dense/dense_decoder.h"
+
+namespace framezip::benchgpu {
+namespace {
+
+using engine::DType;
+using engine::Tensor;
+namespace dense = engine::dense;
+
+dense::DecoderShape Qwen2_0_5B() {
+  dense::DecoderShape s;
+  s.hidden = 896;
+  s.layers = 24;
+  s.heads = 14;
+  s.kv_heads = 2;
+  s.head_dim = 64;
+  s.intermediate = 4864;
+  s.vocab = 151936;
+  s.rms_eps = 1e-6f;
+  s.rope.head_dim = 64;
+  s.rope.theta = 1e6;
+  return s;
+}
+
+// Host tensors of uniform values (std `stddev` around `mean`), filled on every core: 494 M
+// parameters take a few seconds on one.
+StatusOr<Tensor> Uniform(engine::Shape shape, DType dtype, uint64_t seed, float stddev,
+                         float mean = 0.f) {
+  FZ_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(std::move(shape), dtype));
+  const int64_t n = t.numel();
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  const float half_width = stddev * 1.7320508f;  // uniform on [-a, a] has std a / sqrt(3)
+  auto fill = [&](int64_t begin, int64_t end, uint64_t state) {
+    for (int64_t i = begin; i < end; ++i) {
+      state += 0x9E3779B97F4A7C15ull;  // splitmix64
+      uint64_t z = state;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const float u = static_cast<float>(z >> 40) * (1.f / 16777216.f);  // [0, 1)
+      const float v = mean + (2.f * u - 1.f) * half_width;
+      if (dtype == DType::kBF16) {
+        t.data<engine::BFloat16>()[i] = engine::F32ToBF16(v);
+      } else {
+        t.data<float>()[i] = v;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const int64_t per = (n + threads - 1) / threads;
+  for (unsigned k = 0; k < threads; ++k) {
+    const int64_t b = std::min<int64_t>(n, k * per), e = std::min<int64_t>(n, b + per);
+    pool.emplace_back(fill, b, e, seed * 1000003 + k);
+  }
+  for (auto& th : pool) th.join();
+  return t;
+}
+
+StatusOr<dense::DecoderTensors> RandomWeights(const dense::DecoderShape& s) {
+  dense::DecoderTensors t;
+  uint64_t seed = 1;
+  const DType bf16 = DType::kBF16;
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  FZ_ASSIGN_OR_RETURN(t.embed, Uniform({s.vocab, s.hidden}, bf16, seed++, 0.02f));
+  t.lm_head = t.embed;  // tied, as Qwen2-0.5B
+  FZ_ASSIGN_OR_RETURN(t.norm, Uniform({s.hidden}, bf16, seed++, 0.02f, 1.f));
+  for (int64_t l = 0; l < s.layers; ++l) {
+    dense::LayerWeights w;
+    FZ_ASSIGN_OR_RETURN(w.input_norm, Uniform({s.hidden}, bf16, seed++, 0.02f, 1.f));
+    FZ_ASSIGN_OR_RETURN(w.post_norm, Uniform({s.hidden}, bf16, seed++, 0.02f, 1.f));
+    FZ_ASSIGN_OR_RETURN(w.q, Uniform({q, s.hidden}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.q_bias, Uniform({q}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.k, Uniform({kv, s.hidden}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.k_bias, Uniform({kv}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.v, Uniform({kv, s.hidden}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.v_bias, Uniform({kv}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.o, Uniform({s.hidden, q}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.gate, Uniform({s.intermediate, s.hidden}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.up, Uniform({s.intermediate, s.hidden}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(w.down, Uniform({s.hidden, s.intermediate}, bf16, seed++, 0.02f));
+    t.layers.push_back(std::move(w));
+  }
+  return t;
+}
+
+std::vector<int32_t> Ids(int64_t n, int64_t vocab, int32_t salt) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919 + salt * 104729) % vocab);
+  return ids;
+}
+
+// Wall seconds of fn() with the device drained before and after (the ops launch on the default
+// stream and some of them synchronise on host copies, so wall time is what a caller sees).
+template <class F>
+double Seconds(F&& fn) {
+  cudaDeviceSynchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  cudaDeviceSynchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool Ok(const Status& s, const char* what) {
+  if (s.ok()) return true;
+  std::fprintf(stderr, "framezip bench gpu: end-to-end %s failed: %s\n", what,
+               std::string(s.message()).c_str());
+  return false;
+}
+
+}  // namespace
+
+std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
+  const dense::DecoderShape shape = Qwen2_0_5B();
+  auto host = RandomWeights(shape);
+  if (!Ok(host.status(), "random weights")) return {};
+  auto dec = dense::DenseDecoder::Create(shape, *host, engine::Device::Cuda(0));
+  if (!Ok(dec.status(), "weights to the GPU")) return {};
+  const dense::DenseDecoder& d = **dec;
+
+  const int64_t prompt = quick ? 1024 : 4096, batch_context = quick ? 256 : 1024;
+  const int steps = quick ? 8 : 32, batch = 16;
+  std::vector<E2eRow> rows;
+
+  // Warm-up: cuBLAS handles, the caching allocator's segments, module loading.
+  {
+    auto warm = d.NewCache(256 + 4);
+    if (!Ok(warm.status(), "warm-up cache")) return {};
+    if (!Ok(d.Prefill(**warm, Ids(256, shape.vocab, 9)).status(), "warm-up prefill")) return {};
+  }
+
+  auto cache = d.NewCache(prompt + steps + 4);
+  if (!Ok(cache.status(), "cache")) return {};
+  Status st;
+  const double prefill_s = Seconds([&] { st = d.Prefill(**cache, Ids(prompt, shape.vocab, 1)).status(); });
+  if (!Ok(st, "prefill")) return {};
+  rows.push_back({"end-to-end prefill, Qwen2-0.5B shape bf16, " + std::to_string(prompt) +
+                      "-token prompt",
+                  static_cast<double>(prompt) / prefill_s, "tokens/s"});
+
+  // Batch 1 after the long prompt: one token per step, logits left on the device.
+  {
+    dense::KvCache* one[] = {cache->get()};
+    const int32_t token[] = {42};
+    if (!Ok(d.DecodeStep(one, token).status(), "decode warm-up")) return {};
+    const double s = Seconds([&] {
+      for (int i = 0; i < steps && st.ok(); ++i) st = d.DecodeStep(one, token).status();
+    });
+    if (!Ok(st, "decode batch 1")) return {};
+    const double per_step = s / steps;
+    rows.push_back({"end-to-end decode batch 1 at " + std::to_string(prompt) + " context",
+                    1.0 / per_step, "tokens/s"});
+    const double gbps = static_cast<double>(d.weight_bytes()) / per_step * 1e-9;
+    rows.push_back({"end-to-end decode batch 1 weight bytes read", gbps, "GB/s"});
+    if (copy_gbps > 0) {
+      rows.push_back({"end-to-end decode batch 1 fraction of copy ceiling", gbps / copy_gbps,
+                      "fraction"});
+    }
+  }
+
+  // Batch 16: sixteen sequences of batch_context tokens each, one token each per step.
+  {
+    std::vector<std::unique_ptr<dense::KvCache>> caches;
+    std::vector<dense::KvCache*> ptrs;
+    for (int b = 0; b < batch; ++b) {
+      auto c = d.NewCache(batch_context + steps + 4);
+      if (!Ok(c.status(), "batch cache")) return {};
+      if (!Ok(d.Prefill(**c, Ids(batch_context, shape.vocab, 100 + b)).status(), "batch prefill")) {
+        return {};
+      }
+      ptrs.push_back(c->get());
+      caches.push_back(std::move(*c));
+    }
+    std::vector<int32_t> tokens(batch, 42);
+    if (!Ok(d.DecodeStep(ptrs, tokens).status(), "batch decode warm-up")) return {};
+    const double s = Seconds([&] {
+      for (int i = 0; i < steps && st.ok(); ++i) st = d.DecodeStep(ptrs, tokens).status();
+    });
+    if (!Ok(st, "decode batch 16")) return {};
+    rows.push_back({"end-to-end decode batch 16 at " + std::to_string(batch_context) +
+                        " context (aggregate)",
+                    batch * steps / s, "tokens/s"});
+  }
+  return rows;
+}
+
+}  // namespace framezip::benchgpu
