@@ -6,6 +6,8 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "engine/ops/sample.h"
+
 namespace framezip::engine::llm {
 
 Status ValidateSamplingParams(const SamplingParams& p) {
@@ -28,61 +30,24 @@ Status ValidateSamplingParams(const SamplingParams& p) {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
-  const int64_t v = static_cast<int64_t>(logits.size());
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  ops::RowSampling row;
+  row.greedy = !params_.do_sample;
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  row.repetition_penalty = params_.repetition_penalty;
   if (params_.repetition_penalty != 1.0f) {
     // HF gathers the scores of the history tokens, penalises each once (duplicates collapse).
     std::unordered_set<int32_t> seen;
     for (int32_t t : history) {
-      if (t < 0 || t >= v || !seen.insert(t).second) continue;
-      float& s = logits[t];
-      s = s < 0 ? s * params_.repetition_penalty : s / params_.repetition_penalty;
+      if (seen.insert(t).second) row.penalized.push_back(t);
     }
   }
-  if (!params_.do_sample) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // One draw per sampled token, as uniform_real_distribution<double>(0, total) takes it.
+  if (params_.do_sample) {
+    row.uniform = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
   }
-  if (params_.temperature != 1.0f) {
-    for (float& s : logits) s /= params_.temperature;
-  }
-  if (params_.top_k > 0 && params_.top_k < v) {
-    std::vector<float> copy(logits.begin(), logits.end());
-    std::nth_element(copy.begin(), copy.begin() + (params_.top_k - 1), copy.end(),
-                     std::greater<float>());
-    const float kth = copy[params_.top_k - 1];
-    for (float& s : logits)
-      if (s < kth) s = kNegInf;
-  }
-  const float max = *std::max_element(logits.begin(), logits.end());
-  if (params_.top_p < 1.0f) {
-    order_.resize(static_cast<size_t>(v));
-    std::iota(order_.begin(), order_.end(), 0);
-    std::stable_sort(order_.begin(), order_.end(),
-                     [&](int32_t a, int32_t b) { return logits[a] < logits[b]; });
-    double total = 0;
-    for (float s : logits) total += std::exp(static_cast<double>(s) - max);
-    double cum = 0;
-    // Ascending: remove while cumulative probability <= 1 - top_p; keep the last (the max).
-    for (int64_t i = 0; i + 1 < v; ++i) {
-      cum += std::exp(static_cast<double>(logits[order_[i]]) - max) / total;
-      if (cum <= 1.0 - params_.top_p) {
-        logits[order_[i]] = kNegInf;
-      } else {
-        break;
-      }
-    }
-  }
-  double total = 0;
-  for (float s : logits) total += std::exp(static_cast<double>(s) - max);
-  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-  int32_t last_ok = 0;
-  for (int64_t i = 0; i < v; ++i) {
-    if (logits[i] == kNegInf) continue;
-    last_ok = static_cast<int32_t>(i);
-    r -= std::exp(static_cast<double>(logits[i]) - max);
-    if (r < 0) return static_cast<int32_t>(i);
-  }
-  return last_ok;  // rounding at the very end of the range
+  return ops::SampleRowCpu(logits, row);
 }
 
 std::string_view StopReasonName(StopReason r) {

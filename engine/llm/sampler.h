@@ -54,7 +54,6 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> order_;  // scratch
 };
 
 // Why a turn stopped.

@@ -11,6 +11,7 @@
 #include "engine/ops/attention.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rope.h"
+#include "engine/ops/sample.h"
 
 namespace framezip::engine::ops {
 
@@ -29,5 +30,8 @@ Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
 Status PagedDecodeAttentionCpu(const Tensor& q, std::span<const KvSpan> spans,
                                std::span<const int32_t> span_offsets,
                                const PagedDecodeParams& params, Tensor& out);
+
+Status SampleTokensCpu(Tensor& logits, std::span<const RowSampling> rows,
+                       std::span<int32_t> tokens);
 
 }  // namespace framezip::engine::ops

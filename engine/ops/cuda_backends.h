@@ -14,6 +14,7 @@
 #include "engine/ops/bilinear_resize.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rope.h"
+#include "engine/ops/sample.h"
 
 namespace framezip::engine::ops {
 
@@ -33,5 +34,8 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
 Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
                                 std::span<const int32_t> span_offsets,
                                 const PagedDecodeParams& params, Tensor& out);
+
+Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
+                        std::span<int32_t> tokens);
 
 }  // namespace framezip::engine::ops

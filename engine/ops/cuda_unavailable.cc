@@ -24,6 +24,9 @@ Status GeluCuda(const Tensor&, GeluApproximation, Tensor&) { return NoCuda("Gelu
 Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluMul"); }
 Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
 Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
+Status SampleTokensCuda(Tensor&, std::span<const RowSampling>, std::span<int32_t>) {
+  return NoCuda("SampleTokens");
+}
 Status BilinearResizeCuda(const Tensor&, Tensor&, ImageLayout) { return NoCuda("BilinearResize"); }
 Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&) { return NoCuda("ApplyRope"); }
 Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "engine/core/tensor.h"
+#include "engine/ops/sample.h"
 #include "tests/testing/random.h"
 
 namespace framezip::engine::llm {
@@ -67,6 +69,53 @@ TEST_CASE("top_k and top_p restrict the candidates", "[unit][engine][sampler]") 
   }
   CHECK(counts[2] == 0);
   CHECK(std::fabs(counts[0] / 20000.0 - 0.625) < 0.02);
+}
+
+TEST_CASE("SampleTokens on the CPU gives llm::Sampler's token for the draw the Sampler takes",
+          "[unit][engine][sampler]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t v = 300, b = 24;
+  auto logits = Tensor::Empty({b, v}, DType::kF32);
+  REQUIRE(logits.ok());
+  std::vector<float> original(static_cast<size_t>(b * v));
+  std::normal_distribution<float> normal(0.f, 3.f);
+  for (float& x : original) x = normal(rng);
+  std::copy(original.begin(), original.end(), logits->data<float>());
+  std::vector<ops::RowSampling> rows(b);
+  std::vector<int32_t> want(b);
+  const std::vector<int32_t> history = {5, 7, 7, 299, 5, 12};
+  for (int64_t i = 0; i < b; ++i) {
+    SamplingParams p;
+    p.do_sample = i % 6 != 0;
+    p.temperature = i % 3 == 0 ? 1.0f : 0.7f;
+    p.top_k = i % 4 == 1 ? 20 : 0;
+    p.top_p = i % 5 >= 2 ? 0.8f : 1.0f;
+    p.repetition_penalty = i % 2 == 0 ? 1.3f : 1.0f;
+    p.seed = rng();
+    std::vector<float> row(original.begin() + i * v, original.begin() + (i + 1) * v);
+    Sampler sampler(p);
+    want[i] = sampler.Sample(row, history);
+    ops::RowSampling& r = rows[i];
+    r.greedy = !p.do_sample;
+    r.temperature = p.temperature;
+    r.top_k = p.top_k;
+    r.top_p = p.top_p;
+    r.repetition_penalty = p.repetition_penalty;
+    r.penalized = {5, 7, 299, 12};
+    std::mt19937_64 same(p.seed);
+    if (p.do_sample) r.uniform = std::generate_canonical<double, 53>(same);
+  }
+  std::vector<int32_t> got(b);
+  REQUIRE(ops::SampleTokens(*logits, rows, got).ok());
+  CHECK(got == want);
+
+  SECTION("a bad parameter is named with its row") {
+    rows[3].greedy = false;
+    rows[3].top_p = 0;
+    auto st = ops::SampleTokens(*logits, rows, got);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(st.message()), Catch::Contains("row 3: top_p"));
+  }
 }
 
 TEST_CASE("StopCondition stops on stop ids, stop strings and max tokens",
