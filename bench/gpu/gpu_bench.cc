@@ -582,7 +582,7 @@ int RunGpuBench(const std::vector<std::string>& args) {
                          "the probe kernel on random-but-structured synthetic "
                          "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
                          "dense::DenseDecoder with random bf16 weights, f32 activations and KV, "
-                         "logits left on the device (no sampling)")
+                         "greedy tokens picked on the device (ops::SampleTokens)")
                     .c_str());
   }
   return 0;
