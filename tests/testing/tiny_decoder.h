@@ -30,6 +30,25 @@ inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {
   return c;
 }
 
+// A 3-layer decoder, hidden 64, 4 query heads over 2 KV heads of 16, vocabulary 97: Qwen2-style
+// (q/k/v biases, tied head, θ 1e6) or Llama-style (no biases, untied, θ 5e5).
+inline engine::model::TextConfig TinyDecoderConfig(bool qwen2) {
+  engine::model::TextConfig c;
+  c.arch = qwen2 ? engine::model::TextArch::kQwen2 : engine::model::TextArch::kLlama;
+  c.vocab_size = 97;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = qwen2 ? 1e6 : 5e5;
+  c.qkv_bias = qwen2;
+  c.tie_word_embeddings = qwen2;
+  return c;
+}
+
 // [n, hidden] f32 rows drawn from N(0, 1): stand-ins for token embeddings.
 inline engine::Tensor RandomEmbeds(int64_t n, int64_t hidden, std::mt19937_64& rng) {
   engine::Tensor e = *engine::Tensor::Empty({n, hidden}, engine::DType::kF32);

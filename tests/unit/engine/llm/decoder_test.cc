@@ -7,29 +7,13 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/llm/random_weights.h"
+#include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
 namespace framezip::engine::llm {
 namespace {
 
 using testing::ToFloatVector;
-
-model::TextConfig TinyConfig(bool qwen2) {
-  model::TextConfig c;
-  c.arch = qwen2 ? model::TextArch::kQwen2 : model::TextArch::kLlama;
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = qwen2 ? 1e6 : 5e5;
-  c.qkv_bias = qwen2;
-  c.tie_word_embeddings = qwen2;
-  return c;
-}
 
 std::vector<double> F64(const Tensor& t) {
   const auto f = ToFloatVector(t);
@@ -136,7 +120,7 @@ struct TinyModel {
 
 TinyModel MakeTiny(bool qwen2, DType wdtype, kv::KvFormat format, uint64_t seed) {
   TinyModel m;
-  m.config = TinyConfig(qwen2);
+  m.config = testing::TinyDecoderConfig(qwen2);
   m.random = *MakeRandomDecoderWeights(m.config, wdtype, seed, 0.15f);
   auto dec = Decoder::Create(m.config, m.random.weights);
   FZ_CHECK(dec.ok());
@@ -230,7 +214,7 @@ TEST_CASE("One batched decode step equals separate steps of each sequence", "[un
 }
 
 TEST_CASE("Decoder refuses weights of the wrong shape, naming the tensor", "[unit][engine][llm]") {
-  auto c = TinyConfig(true);
+  auto c = testing::TinyDecoderConfig(true);
   auto r = *MakeRandomDecoderWeights(c, DType::kF32, 1);
   r.weights.layers[1].k_proj = *Tensor::Empty({16, 64}, DType::kF32);
   auto dec = Decoder::Create(c, r.weights);
@@ -239,7 +223,7 @@ TEST_CASE("Decoder refuses weights of the wrong shape, naming the tensor", "[uni
 }
 
 TEST_CASE("A full KV pool is RESOURCE_EXHAUSTED, not a crash", "[unit][engine][llm]") {
-  auto c = TinyConfig(true);
+  auto c = testing::TinyDecoderConfig(true);
   auto r = *MakeRandomDecoderWeights(c, DType::kF32, 2);
   auto dec = *Decoder::Create(c, r.weights);
   auto pool = *kv::PagePool::Create(dec->KvLayout(kv::KvFormat::kF16, 8), 5);

@@ -17,29 +17,13 @@
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 #include "tests/testing/random.h"
+#include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
 namespace framezip::engine::llm {
 namespace {
 
 using testing::ToFloatVector;
-
-model::TextConfig TinyConfig(bool qwen2) {
-  model::TextConfig c;
-  c.arch = qwen2 ? model::TextArch::kQwen2 : model::TextArch::kLlama;
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = qwen2 ? 1e6 : 5e5;
-  c.qkv_bias = qwen2;
-  c.tie_word_embeddings = qwen2;
-  return c;
-}
 
 // Row-wise comparison of logits [n, V]: every element within 1e-4 of the row's largest magnitude
 // (both run f32 activations over the same weights; only the attention kernels differ: paged
@@ -135,7 +119,7 @@ TEST_CASE("DenseDecoder on the CPU matches llm::Decoder (prefill, continued pref
   const DType wdtype = GENERATE(DType::kF32, DType::kBF16);
   CAPTURE(qwen2, DTypeName(wdtype));
   std::mt19937_64 rng(testing::TestSeed());
-  const model::TextConfig config = TinyConfig(qwen2);
+  const model::TextConfig config = testing::TinyDecoderConfig(qwen2);
   auto random = MakeRandomDecoderWeights(config, wdtype, rng(), 0.15f);
   REQUIRE(random.ok());
   CompareOnScript(config, random->weights, rng, 41, 9, 4);
@@ -162,7 +146,7 @@ TEST_CASE("DenseDecoder names what is wrong and leaves a cache unchanged on erro
           "[unit][engine][llm]") {
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
-  const model::TextConfig config = TinyConfig(true);
+  const model::TextConfig config = testing::TinyDecoderConfig(true);
   auto random = MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.15f);
   REQUIRE(random.ok());
 
