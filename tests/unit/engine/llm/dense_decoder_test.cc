@@ -111,9 +111,8 @@ void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weig
   CHECK(cache_a->length() == a + steps);
 }
 
-TEST_CASE("DenseDecoder on the CPU matches llm::Decoder (prefill, continued prefill, batched "
-          "decode)",
-          "[unit][engine][llm]") {
+// Prefill, prefill continued on the cache, batched decode.
+TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on random models", "[unit][engine][llm]") {
   SetComputeThreads(2);
   const bool qwen2 = GENERATE(true, false);
   const DType wdtype = GENERATE(DType::kF32, DType::kBF16);
