@@ -7,6 +7,7 @@
 #include "engine/ops/attention.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/paged_attention.h"
 #include "engine/ops/rms_norm.h"
 
 namespace framezip::engine::dense {
@@ -245,13 +246,42 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k3, positions, shape_.rope));
 
   FZ_ASSIGN_OR_RETURN(Tensor attn, Empty({t, nh * d}));
+  bool decode_only = true;
+  for (const Part& p : parts) {
+    KvCache& c = *p.cache;
+    FZ_RETURN_IF_ERROR(CopyRows(k3, p.row0, c.k_[static_cast<size_t>(l)], c.length_, p.rows));
+    FZ_RETURN_IF_ERROR(CopyRows(v, p.row0, c.v_[static_cast<size_t>(l)], c.length_, p.rows));
+    decode_only = decode_only && p.rows == 1;
+  }
+  if (decode_only) {
+    // One paged decode call for the whole batch (the split-K kernel on a GPU), each sequence's
+    // cache one f32 span; where that kernel is not built (a GPU head_dim other than 64 or 128)
+    // the per-sequence attention below does the same work.
+    std::vector<ops::KvSpan> spans;
+    std::vector<int32_t> offsets = {0};
+    for (const Part& p : parts) {
+      ops::KvSpan span;
+      span.k = p.cache->k_[static_cast<size_t>(l)].raw_data();
+      span.v = p.cache->v_[static_cast<size_t>(l)].raw_data();
+      span.num_tokens = static_cast<int32_t>(p.cache->length_ + 1);
+      span.format = kv::KvFormat::kF32;
+      spans.push_back(span);
+      offsets.push_back(static_cast<int32_t>(spans.size()));
+    }
+    FZ_ASSIGN_OR_RETURN(Tensor attn3, attn.Reshape({t, nh, d}));
+    ops::PagedDecodeParams pp;
+    pp.num_kv_heads = static_cast<int>(g);
+    const Status paged = ops::PagedDecodeAttention(q3, spans, offsets, pp, attn3);
+    if (paged.code() != absl::StatusCode::kUnimplemented) {
+      FZ_RETURN_IF_ERROR(paged);
+      return Finish(w, attn, h, x);
+    }
+  }
   for (const Part& p : parts) {
     KvCache& c = *p.cache;
     const int64_t past = c.length_, total = past + p.rows;
     Tensor& ck = c.k_[static_cast<size_t>(l)];
     Tensor& cv = c.v_[static_cast<size_t>(l)];
-    FZ_RETURN_IF_ERROR(CopyRows(k3, p.row0, ck, past, p.rows));
-    FZ_RETURN_IF_ERROR(CopyRows(v, p.row0, cv, past, p.rows));
     FZ_ASSIGN_OR_RETURN(Tensor qs, q.Slice(p.row0, p.row0 + p.rows));
     FZ_ASSIGN_OR_RETURN(Tensor q4, qs.Reshape({1, p.rows, nh, d}));
     FZ_ASSIGN_OR_RETURN(Tensor ks, ck.Slice(0, total));
@@ -265,6 +295,12 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
     ap.q_offset = past;
     FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, ap, o4));
   }
+  return Finish(w, attn, h, x);
+}
+
+Status DenseDecoder::Finish(const LayerWeights& w, const Tensor& attn, Tensor& h,
+                            Tensor& x) const {
+  const int64_t t = x.dim(0);
   FZ_RETURN_IF_ERROR(ops::Linear(attn, w.o, w.o_bias, h));
   FZ_RETURN_IF_ERROR(ops::Add(x, h, x));
 

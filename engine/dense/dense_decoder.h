@@ -4,7 +4,9 @@
 // its tensors, so the class runs unchanged on the CPU, where tests check it against llm::Decoder).
 //
 // What it leaves out, on purpose: compression policies and the paged, quantised KV cache. Its
-// cache is contiguous and f32, [capacity, G, d] per layer and per K/V, reserved up front. It is
+// cache is contiguous and f32, [capacity, G, d] per layer and per K/V, reserved up front. Prefill
+// attends with ops::Attention per sequence; a decode step attends with ONE ops::PagedDecodeAttention
+// call for the batch (each cache a single f32 span; the split-K kernel on a GPU). It is
 // the whole-model GPU path the [cuda] tests compare with the CPU, and what `framezip bench gpu`
 // times end to end on the Qwen2-0.5B shape; the compressed engine stays on llm::Decoder.
 //
@@ -108,6 +110,9 @@ class DenseDecoder {
   // x [T, H] through every layer in place, then the logits of each part's last row [parts, V].
   StatusOr<Tensor> Forward(Tensor& x, std::span<const Part> parts) const;
   Status Layer(int l, std::span<const Part> parts, const Tensor& positions, Tensor& x) const;
+  // The rest of a layer after attention: x += o_proj(attn); x += MLP(RMSNorm(x)). h [T, H] is
+  // scratch.
+  Status Finish(const LayerWeights& w, const Tensor& attn, Tensor& h, Tensor& x) const;
   StatusOr<Tensor> Empty(Shape shape) const;
 
   DecoderShape shape_;

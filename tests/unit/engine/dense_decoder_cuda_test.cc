@@ -1,8 +1,9 @@
 // [cuda]: the whole decoder on the GPU (dense::DenseDecoder with every tensor on the device)
 // against the same class on the CPU — which dense_decoder_test.cc checks against llm::Decoder —
-// on a model of framezip-tiny-video's text shape (hidden 128, 4 layers, 4/2 heads of 32,
-// intermediate 384, vocabulary 448, q/k/v biases, tied head) with fresh random f32 or bf16
-// weights: prefill, prefill continued on the cache, and batched decode of two sequences.
+// on a model of framezip-tiny-video's text shape (hidden 128, 4 layers, 4/2 heads of 32 — or of
+// 64 as in Qwen2-0.5B —, intermediate 384, vocabulary 448, q/k/v biases, tied head) with fresh
+// random f32 or bf16 weights: prefill, prefill continued on the cache, and batched decode of two
+// sequences.
 //
 // Tolerances on the logits, relative to their RMS (a wrong position, mask or cache row gives
 // errors of the order of the RMS itself):
@@ -26,18 +27,18 @@ struct TinyText {
   dense::DecoderTensors tensors;
 };
 
-TinyText MakeTinyText(DType dtype, std::mt19937_64& rng) {
+TinyText MakeTinyText(DType dtype, int64_t head_dim, std::mt19937_64& rng) {
   TinyText m;
   dense::DecoderShape& s = m.shape;
   s.hidden = 128;
   s.layers = 4;
   s.heads = 4;
   s.kv_heads = 2;
-  s.head_dim = 32;
+  s.head_dim = head_dim;
   s.intermediate = 384;
   s.vocab = 448;
   s.rms_eps = 1e-6f;
-  s.rope.head_dim = 32;
+  s.rope.head_dim = static_cast<int>(head_dim);
   s.rope.theta = 1e4;
   auto norm = [&] {
     RandomTensor t = MakeRandom({s.hidden}, DType::kF32, rng, 0.1f);
@@ -88,11 +89,14 @@ void CheckLogits(const Tensor& gpu, const Tensor& cpu, LogitTolerance tol) {
 TEST_CASE("The whole decoder on the GPU matches the CPU (tiny-video text shape)", "[cuda][llm]") {
   if (SkipWithoutGpu()) return;
   const DType dtype = GENERATE(DType::kF32, DType::kBF16);
-  CAPTURE(DTypeName(dtype));
+  // 32: the shipped model's heads (decode falls back to per-sequence attention on the GPU);
+  // 64: Qwen2-0.5B's, where decode runs the split-K paged kernel.
+  const int64_t head_dim = GENERATE(32, 64);
+  CAPTURE(DTypeName(dtype), head_dim);
   const LogitTolerance tol = dtype == DType::kF32 ? LogitTolerance{1e-3, 3e-4}
                                                   : LogitTolerance{1e-1, 3e-2};
   std::mt19937_64 rng(testing::TestSeed());
-  const TinyText m = MakeTinyText(dtype, rng);
+  const TinyText m = MakeTinyText(dtype, head_dim, rng);
   auto cpu = dense::DenseDecoder::Create(m.shape, m.tensors, Device::Cpu());
   auto gpu = dense::DenseDecoder::Create(m.shape, m.tensors, Device::Cuda(0));
   INFO((gpu.ok() ? "" : MessageOf(gpu.status())));
