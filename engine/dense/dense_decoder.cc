@@ -209,7 +209,10 @@ StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) c
     }
   }
   FZ_ASSIGN_OR_RETURN(Tensor positions, host_pos.To(device_));
-  for (int l = 0; l < shape_.layers; ++l) FZ_RETURN_IF_ERROR(Layer(l, parts, positions, x));
+  const std::span<const int32_t> checked(host_pos.data<int32_t>(), static_cast<size_t>(t));
+  for (int l = 0; l < shape_.layers; ++l) {
+    FZ_RETURN_IF_ERROR(Layer(l, parts, positions, checked, x));
+  }
   for (const Part& p : parts) p.cache->length_ += p.rows;
 
   // Logits of each part's last row only (a prefill's other rows need none).
@@ -226,7 +229,7 @@ StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) c
 }
 
 Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& positions,
-                           Tensor& x) const {
+                           std::span<const int32_t> host_positions, Tensor& x) const {
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const int64_t t = x.dim(0), nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
 
@@ -242,8 +245,8 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
   FZ_RETURN_IF_ERROR(ops::Linear(h, w.v, w.v_bias, v));
   FZ_ASSIGN_OR_RETURN(Tensor q3, q.Reshape({t, nh, d}));
   FZ_ASSIGN_OR_RETURN(Tensor k3, k.Reshape({t, g, d}));
-  FZ_RETURN_IF_ERROR(ops::ApplyRope(q3, positions, shape_.rope));
-  FZ_RETURN_IF_ERROR(ops::ApplyRope(k3, positions, shape_.rope));
+  FZ_RETURN_IF_ERROR(ops::ApplyRope(q3, positions, shape_.rope, host_positions));
+  FZ_RETURN_IF_ERROR(ops::ApplyRope(k3, positions, shape_.rope, host_positions));
 
   FZ_ASSIGN_OR_RETURN(Tensor attn, Empty({t, nh * d}));
   bool decode_only = true;

@@ -109,7 +109,9 @@ class DenseDecoder {
 
   // x [T, H] through every layer in place, then the logits of each part's last row [parts, V].
   StatusOr<Tensor> Forward(Tensor& x, std::span<const Part> parts) const;
-  Status Layer(int l, std::span<const Part> parts, const Tensor& positions, Tensor& x) const;
+  // positions [T] on the device; host_positions the same values on the host (checked there).
+  Status Layer(int l, std::span<const Part> parts, const Tensor& positions,
+               std::span<const int32_t> host_positions, Tensor& x) const;
   // The rest of a layer after attention: x += o_proj(attn); x += MLP(RMSNorm(x)). h [T, H] is
   // scratch.
   Status Finish(const LayerWeights& w, const Tensor& attn, Tensor& h, Tensor& x) const;

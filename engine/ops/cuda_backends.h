@@ -28,7 +28,9 @@ Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
 Status BilinearResizeCuda(const Tensor& in, Tensor& out, ImageLayout layout);
-Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params);
+// positions_checked: the caller checked the positions on the host already.
+Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params,
+                     bool positions_checked);
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);
 Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,

@@ -28,7 +28,9 @@ Status SampleTokensCuda(Tensor&, std::span<const RowSampling>, std::span<int32_t
   return NoCuda("SampleTokens");
 }
 Status BilinearResizeCuda(const Tensor&, Tensor&, ImageLayout) { return NoCuda("BilinearResize"); }
-Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&) { return NoCuda("ApplyRope"); }
+Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&, bool) {
+  return NoCuda("ApplyRope");
+}
 Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {
   return NoCuda("Attention");
 }

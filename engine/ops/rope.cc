@@ -36,6 +36,11 @@ std::vector<float> RopeInverseFrequencies(const RopeParams& params) {
 }
 
 Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params) {
+  return ApplyRope(x, positions, params, {});
+}
+
+Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params,
+                 std::span<const int32_t> host_positions) {
   constexpr std::string_view kOp = "ApplyRope";
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "x", x));
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "positions", positions));
@@ -50,14 +55,23 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params) {
     return InvalidArgumentError("ApplyRope: positions has shape {}, want [{}]",
                                 ShapeString(positions.shape()), x.dim(0));
   }
+  if (!host_positions.empty() && static_cast<int64_t>(host_positions.size()) != x.dim(0)) {
+    return InvalidArgumentError("ApplyRope: {} host positions for {} tokens",
+                                host_positions.size(), x.dim(0));
+  }
   FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&positions}));
+  if (x.device().is_cpu() && host_positions.empty()) {
+    host_positions = std::span<const int32_t>(positions.data<int32_t>(), x.dim(0));
+  }
+  for (size_t t = 0; t < host_positions.size(); ++t) {
+    if (host_positions[t] < 0) {
+      return InvalidArgumentError("ApplyRope: position {} of token {}", host_positions[t], t);
+    }
+  }
   if (!x.device().is_cpu()) {
     FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
-    return ApplyRopeCuda(x, positions, params);  // validates the positions itself
-  }
-  const int32_t* pos = positions.data<int32_t>();
-  for (int64_t t = 0; t < x.dim(0); ++t) {
-    if (pos[t] < 0) return InvalidArgumentError("ApplyRope: position {} of token {}", pos[t], t);
+    // Without host positions the backend copies them back to check them.
+    return ApplyRopeCuda(x, positions, params, !host_positions.empty());
   }
   return ApplyRopeCpu(x, positions, params);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -35,5 +36,11 @@ std::vector<float> RopeInverseFrequencies(const RopeParams& params);
 // mismatch or a negative position; x and positions on one device (on a GPU, head_dim <= 512 and
 // the positions are copied to the host to be checked); UNIMPLEMENTED/UNAVAILABLE as for every op.
 Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params);
+
+// The same, for a caller that made `positions` from host values: `host_positions` ([T], equal to
+// `positions`) is checked instead, so on a GPU no copy comes back — that round trip drains the
+// stream twice per layer in a decode step (dense::DenseDecoder).
+Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params,
+                 std::span<const int32_t> host_positions);
 
 }  // namespace framezip::engine::ops

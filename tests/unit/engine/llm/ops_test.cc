@@ -188,6 +188,28 @@ TEST_CASE("RoPE rotates half-split pairs by position, as HF rotate_half", "[unit
   RequireClose(x.tensor, want, 2e-3);
 }
 
+TEST_CASE("RoPE with host-checked positions rotates the same and checks the host copy",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const ops::RopeParams p{.head_dim = 32, .theta = 1e4};
+  auto x = MakeRandom({5, 2, 32}, DType::kF32, rng);
+  Tensor plain = *x.tensor.To(Device::Cpu());
+  const std::vector<int32_t> pos = {0, 3, 17, 400, 9};
+  const Tensor positions = test::MakeI32(pos);
+  REQUIRE(ops::ApplyRope(plain, positions, p).ok());
+  REQUIRE(ops::ApplyRope(x.tensor, positions, p, pos).ok());
+  RequireClose(x.tensor, std::vector<double>(plain.data<float>(), plain.data<float>() + 320), 0);
+
+  const std::vector<int32_t> short_copy = {0, 3};
+  auto st = ops::ApplyRope(x.tensor, positions, p, short_copy);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("2 host positions for 5 tokens"));
+  const std::vector<int32_t> negative = {0, 3, -1, 400, 9};
+  st = ops::ApplyRope(x.tensor, positions, p, negative);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("position -1 of token 2"));
+}
+
 // Naive f64 attention: q [B,Tq,H,d], k/v [B,Tk,G,d].
 std::vector<double> NaiveAttention(const test::RandomTensor& q, const test::RandomTensor& k,
                                    const test::RandomTensor& v, int64_t B, int64_t tq, int64_t tk,
