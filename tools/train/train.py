@@ -185,6 +185,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", default=None, help="state_dict to start from (stage 1 output)")
+    ap.add_argument("--vision-lr-scale", type=float, default=1.0,
+                    help="with --freeze-vision 0: the tower's learning rate relative to --lr")
     ap.add_argument("--freeze-vision", type=int, default=1,
                     help="keep the stage-1 vision tower fixed (as LLaVA does); projector and "
                          "decoder train")
@@ -238,11 +240,25 @@ def main():
         for p in model.model.vision_tower.parameters():
             p.requires_grad_(False)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in trainable if p.ndim >= 2 and "embed" not in n]
-    no_decay = [p for n, p in trainable if not (p.ndim >= 2 and "embed" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    def is_decayed(n, p):
+        return p.ndim >= 2 and "embed" not in n
+
+    def is_vision(n):
+        return ".vision_tower." in f".{n}"
+
+    # A trainable tower (--freeze-vision 0) may get its own, smaller learning rate: at the
+    # decoder's 2e-3 it unlearns its stage-1 features (see README.md).
+    split = not args.freeze_vision and args.vision_lr_scale != 1.0
+    groups = []
+    for vision in ([False, True] if split else [None]):
+        for decayed in (True, False):
+            params = [p for n, p in trainable if is_decayed(n, p) == decayed and
+                      (vision is None or is_vision(n) == vision)]
+            groups.append({"params": params,
+                           "weight_decay": args.weight_decay if decayed else 0.0,
+                           "lr_scale": args.vision_lr_scale if vision else 1.0})
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
 
     ckpt_path = os.path.join(args.out, "ckpt.pt")
     log_path = os.path.join(args.out, "training_log.jsonl")
@@ -309,7 +325,7 @@ def main():
         warm = min(1.0, (state["step"] + 1) / args.warmup)
         lr = args.lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
         out = model(**b)
         out.loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], 1.0)
