@@ -7,6 +7,7 @@
 #include "engine/ops/attention.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/op_checks.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rms_norm.h"
 
@@ -14,15 +15,7 @@ namespace framezip::engine::dense {
 namespace {
 
 Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, bool optional) {
-  if (!t.defined()) {
-    if (optional) return absl::OkStatus();
-    return InvalidArgumentError("dense decoder: missing tensor {}", name);
-  }
-  if (t.shape() != want) {
-    return InvalidArgumentError("dense decoder: {} has shape {}, expected {}", name,
-                                ShapeString(t.shape()), ShapeString(want));
-  }
-  return absl::OkStatus();
+  return ops::CheckWeightShape("dense decoder", t, want, name, optional);
 }
 
 // A device copy of `t` (undefined stays undefined).

@@ -10,6 +10,7 @@
 #include "engine/ops/attention_sparse.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/op_checks.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rms_norm.h"
 #include "engine/ops/rope.h"
@@ -31,15 +32,7 @@ ops::RestRows RestRowsOf(const compress::PrefillLayerPlan& plan) {
 }
 
 Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, bool optional) {
-  if (!t.defined()) {
-    if (optional) return absl::OkStatus();
-    return InvalidArgumentError("decoder weights: missing tensor {}", name);
-  }
-  if (t.shape() != want) {
-    return InvalidArgumentError("decoder weights: {} has shape {}, expected {}", name,
-                                ShapeString(t.shape()), ShapeString(want));
-  }
-  return absl::OkStatus();
+  return ops::CheckWeightShape("decoder weights", t, want, name, optional);
 }
 
 StatusOr<Tensor> Alloc(Shape shape, DType dtype = DType::kF32) {

@@ -74,6 +74,21 @@ inline Status CheckOnDevice(std::string_view op, Device device,
   return absl::OkStatus();
 }
 
+// A model weight against the shape the config implies: INVALID_ARGUMENT "<who>: missing tensor
+// <name>" (unless optional) or "<who>: <name> has shape [..], expected [..]".
+inline Status CheckWeightShape(std::string_view who, const Tensor& t, const Shape& want,
+                               std::string_view name, bool optional) {
+  if (!t.defined()) {
+    if (optional) return absl::OkStatus();
+    return InvalidArgumentError("{}: missing tensor {}", who, name);
+  }
+  if (t.shape() != want) {
+    return InvalidArgumentError("{}: {} has shape {}, expected {}", who, name,
+                                ShapeString(t.shape()), ShapeString(want));
+  }
+  return absl::OkStatus();
+}
+
 // x [..., D] f32, y like x, `param` [D] f32/bf16/f16 (LayerNorm's gamma, RmsNorm's weight).
 Status CheckNormArgs(std::string_view op, const Tensor& x, const Tensor& param,
                      std::string_view param_name, const Tensor& y);
