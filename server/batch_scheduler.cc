@@ -426,15 +426,17 @@ bool BatchScheduler::ApplyToken(Turn& turn, const StepItem& item) {
     deliver = deliver > turn.max_stop_length - 1 ? deliver - (turn.max_stop_length - 1) : 0;
   }
   deliver = Utf8SafeLength(turn.text, std::max(deliver, turn.sent_length));
-  if (deliver > turn.sent_length || (finished && !turn.unsent_ids.empty())) {
-    std::string delta = turn.text.substr(turn.sent_length, deliver - turn.sent_length);
+  std::string delta;
+  if (deliver > turn.sent_length) {
+    delta = turn.text.substr(turn.sent_length, deliver - turn.sent_length);
     turn.sent_length = deliver;
-    if (!delta.empty() || finished) {
-      if (turn.callbacks.on_delta && (!delta.empty() || !turn.unsent_ids.empty())) {
-        turn.callbacks.on_delta(std::move(delta), std::move(turn.unsent_ids));
-      }
-      turn.unsent_ids.clear();
-    }
+  }
+  // Every token reaches the client when it is generated: its id at once, its text as soon as the
+  // text is deliverable. So a client sees progress, and can time tokens, even while text waits
+  // (a partial UTF-8 character, a possible stop string, or tokens that decode to nothing).
+  if (!delta.empty() || !turn.unsent_ids.empty()) {
+    if (turn.callbacks.on_delta) turn.callbacks.on_delta(std::move(delta), std::move(turn.unsent_ids));
+    turn.unsent_ids.clear();
   }
   return finished;
 }

@@ -18,14 +18,18 @@ struct Result {
   std::string text;
   Status status;
   TurnStats stats;
+  int64_t ids = 0;             // token ids received over all deltas
+  int64_t id_only_deltas = 0;  // deltas with ids but no text yet
 };
 
 // Collects one turn's callbacks; Wait() blocks the test thread (not an engine thread).
 class Collector {
  public:
   TurnCallbacks Callbacks() {
-    return {[this](std::string text, std::vector<uint32_t>) {
+    return {[this](std::string text, std::vector<uint32_t> ids) {
               std::lock_guard lock(mu_);
+              result_.ids += static_cast<int64_t>(ids.size());
+              if (text.empty() && !ids.empty()) ++result_.id_only_deltas;
               result_.text += text;
               ++deltas_;
               cv_.notify_all();
@@ -184,6 +188,11 @@ TEST_CASE("stop strings and max_tokens end a turn", "[unit][server]") {
     REQUIRE(r.status.ok());
     CHECK(r.text == "You said ");
     CHECK(r.stats.finish_reason == FinishReason::kStop);
+    // Text is held back by the stop string's length less one (4 characters, one per token), so
+    // the first 4 tokens had no deliverable text: they still reached the client as they came,
+    // as ids alone (before, the ids waited for text). Every generated token's id arrived.
+    CHECK(r.ids == r.stats.generated_tokens);
+    CHECK(r.id_only_deltas >= 4);
   }
   SECTION("max tokens") {
     Collector c;
