@@ -138,15 +138,25 @@ StatusOr<std::unique_ptr<KvCache>> DenseDecoder::NewCache(int64_t capacity) cons
   return cache;
 }
 
+Status DenseDecoder::CheckRoom(const KvCache& cache, int64_t tokens) const {
+  if (cache.length_ + tokens > cache.capacity_) {
+    return OutOfRangeError("dense decoder: {} tokens do not fit the cache ({} of {} used)", tokens,
+                           cache.length_, cache.capacity_);
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<Tensor> DenseDecoder::Prefill(KvCache& cache, std::span<const int32_t> ids) const {
   if (ids.empty()) return InvalidArgumentError("dense decoder: prefill of no tokens");
-  FZ_ASSIGN_OR_RETURN(Tensor host_ids, Tensor::Empty({static_cast<int64_t>(ids.size())},
-                                                     DType::kI32));
+  const int64_t t = static_cast<int64_t>(ids.size());
+  FZ_RETURN_IF_ERROR(CheckRoom(cache, t));
+  FZ_ASSIGN_OR_RETURN(Tensor host_ids, Tensor::Empty({t}, DType::kI32));
   std::copy(ids.begin(), ids.end(), host_ids.data<int32_t>());
   FZ_ASSIGN_OR_RETURN(Tensor dev_ids, host_ids.To(device_));
-  FZ_ASSIGN_OR_RETURN(Tensor x, Empty({host_ids.dim(0), shape_.hidden}));
+  FZ_ASSIGN_OR_RETURN(Tensor x, Empty({t, shape_.hidden}));
   FZ_RETURN_IF_ERROR(ops::Embedding(w_.embed, dev_ids, x));
-  return PrefillEmbeds(cache, x);
+  const Part part{&cache, 0, t};
+  return Forward(x, std::span<const Part>(&part, 1));
 }
 
 StatusOr<Tensor> DenseDecoder::PrefillEmbeds(KvCache& cache, const Tensor& embeds) const {
@@ -157,10 +167,7 @@ StatusOr<Tensor> DenseDecoder::PrefillEmbeds(KvCache& cache, const Tensor& embed
                                 shape_.hidden);
   }
   const int64_t t = embeds.dim(0);
-  if (cache.length_ + t > cache.capacity_) {
-    return OutOfRangeError("dense decoder: {} tokens do not fit the cache ({} of {} used)", t,
-                           cache.length_, cache.capacity_);
-  }
+  FZ_RETURN_IF_ERROR(CheckRoom(cache, t));
   // The forward pass writes x in place: work on a device copy, never on the caller's tensor.
   FZ_ASSIGN_OR_RETURN(Tensor x, embeds.To(device_));
   const Part part{&cache, 0, t};
@@ -201,19 +208,26 @@ StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) c
       host_pos.data<int32_t>()[p.row0 + i] = static_cast<int32_t>(p.cache->length_ + i);
     }
   }
-  FZ_ASSIGN_OR_RETURN(Tensor positions, host_pos.To(device_));
+  Tensor positions = host_pos;
+  if (!device_.is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(positions, host_pos.To(device_));
+  }
   const std::span<const int32_t> checked(host_pos.data<int32_t>(), static_cast<size_t>(t));
   for (int l = 0; l < shape_.layers; ++l) {
     FZ_RETURN_IF_ERROR(Layer(l, parts, positions, checked, x));
   }
   for (const Part& p : parts) p.cache->length_ += p.rows;
 
-  // Logits of each part's last row only (a prefill's other rows need none).
+  // Logits of each part's last row only (a prefill's other rows need none). In a decode step
+  // every row is its part's last, so x itself is what the head reads.
   const int64_t n = static_cast<int64_t>(parts.size());
-  FZ_ASSIGN_OR_RETURN(Tensor last, Empty({n, shape_.hidden}));
-  for (int64_t i = 0; i < n; ++i) {
-    const Part& p = parts[static_cast<size_t>(i)];
-    FZ_RETURN_IF_ERROR(CopyRows(x, p.row0 + p.rows - 1, last, i, 1));
+  Tensor last = x;
+  if (n != t) {
+    FZ_ASSIGN_OR_RETURN(last, Empty({n, shape_.hidden}));
+    for (int64_t i = 0; i < n; ++i) {
+      const Part& p = parts[static_cast<size_t>(i)];
+      FZ_RETURN_IF_ERROR(CopyRows(x, p.row0 + p.rows - 1, last, i, 1));
+    }
   }
   FZ_RETURN_IF_ERROR(ops::RmsNorm(last, w_.norm, shape_.rms_eps, last));
   FZ_ASSIGN_OR_RETURN(Tensor logits, Empty({n, shape_.vocab}));
@@ -249,7 +263,7 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
     FZ_RETURN_IF_ERROR(CopyRows(v, p.row0, c.v_[static_cast<size_t>(l)], c.length_, p.rows));
     decode_only = decode_only && p.rows == 1;
   }
-  if (decode_only) {
+  if (decode_only && !paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
     // One paged decode call for the whole batch (the split-K kernel on a GPU), each sequence's
     // cache one f32 span; where that kernel is not built (a GPU head_dim other than 64 or 128)
     // the per-sequence attention below does the same work.
@@ -272,6 +286,7 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
       FZ_RETURN_IF_ERROR(paged);
       return Finish(w, attn, h, x);
     }
+    paged_decode_unbuilt_.store(true, std::memory_order_relaxed);  // not asked again
   }
   for (const Part& p : parts) {
     KvCache& c = *p.cache;

@@ -14,6 +14,7 @@
 // subset (scripts/gpu-check.sh); llm/dense_adapter.h builds its inputs from a loaded checkpoint.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -116,11 +117,16 @@ class DenseDecoder {
   // scratch.
   Status Finish(const LayerWeights& w, const Tensor& attn, Tensor& h, Tensor& x) const;
   StatusOr<Tensor> Empty(Shape shape) const;
+  // OUT_OF_RANGE unless `tokens` more fit in `cache`.
+  Status CheckRoom(const KvCache& cache, int64_t tokens) const;
 
   DecoderShape shape_;
   Device device_;
   DecoderTensors w_;  // on device_
   size_t weight_bytes_ = 0;
+  // Set once PagedDecodeAttention answered UNIMPLEMENTED for this head size on this device, so
+  // later steps go straight to per-sequence attention.
+  mutable std::atomic<bool> paged_decode_unbuilt_{false};
 };
 
 }  // namespace framezip::engine::dense

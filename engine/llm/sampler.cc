@@ -1,9 +1,8 @@
 #include "engine/llm/sampler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <numeric>
+#include <random>
 #include <unordered_set>
 
 #include "engine/ops/sample.h"

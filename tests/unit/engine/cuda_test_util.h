@@ -61,4 +61,22 @@ inline void CheckClose(const Tensor& got, const Tensor& want, testing::Tolerance
   CHECK(r.ok);
 }
 
+// Tolerances relative to the CPU result's RMS, for outputs whose scale the data sets (sums over
+// K, logits): every element within element·RMS, and ‖got − want‖ / ‖want‖ <= l2.
+struct RmsTolerance {
+  double element;
+  double l2;
+};
+
+inline void CheckWithinRms(const Tensor& got, const Tensor& want, RmsTolerance tol) {
+  const auto want_v = testing::ToFloatVector(want);
+  const auto got_v = testing::ToFloatVector(got);
+  const double rms = Rms(want_v);
+  REQUIRE(rms > 0);
+  CheckClose(got, want, {tol.element * rms, 0.0});
+  const double l2 = RelativeL2(got_v, want_v);
+  INFO("relative L2 error " << l2);
+  CHECK(l2 <= tol.l2);
+}
+
 }  // namespace framezip::engine::test

@@ -16,12 +16,7 @@
 namespace framezip::engine::test {
 namespace {
 
-struct GemmTolerance {
-  double element;  // times RMS(want)
-  double l2;       // relative L2
-};
-
-GemmTolerance ForWeights(DType t) {
+RmsTolerance ForWeights(DType t) {
   switch (t) {
     case DType::kBF16:
       return {2e-2, 5e-3};
@@ -33,15 +28,7 @@ GemmTolerance ForWeights(DType t) {
 }
 
 void CheckGemm(const Tensor& got_gpu, const Tensor& want, DType weight_dtype) {
-  const auto want_v = testing::ToFloatVector(want);
-  const auto got_v = testing::ToFloatVector(got_gpu);
-  const GemmTolerance tol = ForWeights(weight_dtype);
-  const double rms = Rms(want_v);
-  REQUIRE(rms > 0);
-  CheckClose(got_gpu, want, {tol.element * rms, 0.0});
-  const double l2 = RelativeL2(got_v, want_v);
-  INFO("relative L2 error " << l2);
-  CHECK(l2 <= tol.l2);
+  CheckWithinRms(got_gpu, want, ForWeights(weight_dtype));
 }
 
 TEST_CASE("Linear on the GPU matches the CPU op for f32 bf16 and f16 weights", "[cuda][ops]") {
