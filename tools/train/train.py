@@ -22,6 +22,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fzmodel  # noqa: E402
+import object_targets  # noqa: E402
+import synthvid  # noqa: E402
 
 
 def log(fh, rec):
@@ -32,10 +34,22 @@ def log(fh, rec):
 
 
 class Data:
-    def __init__(self, cache_dir, split, tok, tpf):
+    def __init__(self, cache_dir, split, tok, tpf, object_facts=False):
         with open(os.path.join(cache_dir, f"{split}.json")) as f:
             meta = json.load(f)
         self.items = meta["items"]
+        # Per-item [F * tpf, WIDTH] object facts for the auxiliary probes (object_targets.py),
+        # from re-running the deterministic scene generator (no rendering).
+        self.facts = None
+        if object_facts:
+            grid = math.isqrt(tpf)
+            self.facts = {}
+            for it in self.items:
+                index = int(it["id"].split("-")[1])
+                _, _, F, objs, _, _, _ = synthvid.make_scene(split, index)
+                assert F == it["num_frames"], it["id"]
+                self.facts[it["id"]] = object_targets.scene_targets(objs, F, grid).reshape(
+                    F * tpf, object_targets.WIDTH)
         S = meta["image_size"]
         self.frames = np.memmap(os.path.join(cache_dir, f"{split}.u8"), dtype=np.uint8, mode="r",
                                 shape=(meta["total_frames"], 3, S, S))
@@ -101,7 +115,15 @@ class Data:
             labels[b, :len(l)] = torch.tensor(l)
             mask[b, :len(i)] = 1
         pv = torch.stack([self.pixels(it) for it, _ in batch])
-        return dict(input_ids=input_ids, attention_mask=mask, labels=labels, pixel_values_videos=pv)
+        out = dict(input_ids=input_ids, attention_mask=mask, labels=labels, pixel_values_videos=pv)
+        if self.facts is not None:
+            facts = torch.zeros((B, L, object_targets.WIDTH))
+            for b, (it, _) in enumerate(batch):
+                j = seqs[b][0].index(self.video_id)
+                f = self.facts[it["id"]]
+                facts[b, j:j + len(f)] = torch.from_numpy(f)
+            out["object_facts"] = facts
+        return out
 
 
 def sample_turns(rng, it):
@@ -194,6 +216,11 @@ def main():
                     help="JSONL (stage 1 log) copied to the head of training_log.jsonl")
     ap.add_argument("--curriculum", type=int, default=1,
                     help="first epoch in order of increasing frame count")
+    ap.add_argument("--facts-weight", type=float, default=0.0,
+                    help="weight of the auxiliary object-facts loss at the video tokens "
+                         "(object_targets.py); 0 = answers only")
+    ap.add_argument("--facts-layers", default="2",
+                    help="decoder layers (outputs, 1-based) whose video tokens are probed")
     args = ap.parse_args()
 
     import torch
@@ -210,7 +237,7 @@ def main():
     processor = fzmodel.build_processor(tok)
     cfg = fzmodel.build_config(tok)
     tpf = fzmodel.video_tokens_per_frame()
-    train = Data(args.cache, "train", tok, tpf)
+    train = Data(args.cache, "train", tok, tpf, object_facts=args.facts_weight > 0)
     val = Data(args.cache, "val", tok, tpf)
 
     # The hand-rendered prompt must equal the chat template, and the <video> expansion the
@@ -240,6 +267,14 @@ def main():
         for p in model.model.vision_tower.parameters():
             p.requires_grad_(False)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    # Linear probes reading object facts from the residual stream; discarded at export.
+    facts_layers = [int(x) for x in args.facts_layers.split(",")] if args.facts_weight > 0 else []
+    H = cfg.text_config.hidden_size
+    probes = torch.nn.ModuleDict({
+        str(layer): torch.nn.Sequential(torch.nn.LayerNorm(H),
+                                        torch.nn.Linear(H, object_targets.PROBE_WIDTH))
+        for layer in facts_layers})
+    trainable += [(f"probe.{n}", p) for n, p in probes.named_parameters()]
 
     def is_decayed(n, p):
         return p.ndim >= 2 and "embed" not in n
@@ -266,6 +301,8 @@ def main():
     if args.resume and os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(ck["model"])
+        if "probes" in ck:
+            probes.load_state_dict(ck["probes"])
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
     fh = open(log_path, "a" if args.resume else "w")
@@ -293,6 +330,7 @@ def main():
                            ascending=args.curriculum and state["epoch"] == 0)
     bi = state.get("batch_index", 0)
     loss_acc, n_acc = 0.0, 0
+    facts_acc = {}
 
     def progress():
         return max(state["step"] / args.max_steps, (time.time() - t_start) / budget)
@@ -306,6 +344,7 @@ def main():
                  "n": n, "acc": round(overall, 4), "per_task": {k: round(v, 4) for k, v in acc.items()},
                  "final": final})
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                    "probes": probes.state_dict(),
                     "state": dict(state, batch_index=bi)}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
         export(model, processor, args.export, extra_files=[log_path])
@@ -326,8 +365,18 @@ def main():
         lr = args.lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr * g.get("lr_scale", 1.0)
-        out = model(**b)
-        out.loss.backward()
+        facts = b.pop("object_facts", None)
+        out = model(**b, output_hidden_states=facts is not None)
+        loss = out.loss
+        if facts is not None:
+            sel = facts[..., object_targets.MASK] > 0
+            for layer, probe in probes.items():
+                h = out.hidden_states[int(layer)][sel]
+                aux, metrics = object_targets.probe_loss(probe(h), facts[sel])
+                loss = loss + args.facts_weight * aux / len(probes)
+                for k, v in metrics.items():
+                    facts_acc.setdefault(f"L{layer}_{k}", []).append(v)
+        loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -339,8 +388,10 @@ def main():
             log(fh, {"type": "train", "step": state["step"], "epoch": state["epoch"],
                      "samples": state["samples"], "loss": round(loss_acc / n_acc, 5),
                      "lr": round(lr, 7), "grad_norm": round(float(gn), 4),
-                     "elapsed_s": round(time.time() - t_start, 1), "progress": round(p, 4)})
+                     "elapsed_s": round(time.time() - t_start, 1), "progress": round(p, 4)}
+                | {k: round(float(np.mean(v)), 4) for k, v in facts_acc.items()})
             loss_acc, n_acc = 0.0, 0
+            facts_acc = {}
         if time.time() - last_eval > args.eval_every_min * 60:
             save_and_eval()
             last_eval = time.time()
