@@ -40,10 +40,15 @@ WIDTH = 8
 PROBE_WIDTH = 1 + COUNT_CLASSES + 2 + RANK_CLASSES + len(COLORS) + len(SHAPES)
 
 
+def quadrant_token(p, grid: int) -> int:
+    """Index of the pooled video token (row-major grid x grid) whose quadrant holds centre p."""
+    cell = synthvid.CANVAS / grid
+    return min(int(p[1] // cell), grid - 1) * grid + min(int(p[0] // cell), grid - 1)
+
+
 def scene_targets(objs, num_frames: int, grid: int) -> np.ndarray:
     """[F, grid*grid, WIDTH] float32 targets for one scene (objects with per-frame tracks)."""
     F = num_frames
-    cell = synthvid.CANVAS / grid
     out = np.zeros((F, grid * grid, WIDTH), np.float32)
     first = []
     for o in objs:
@@ -52,15 +57,14 @@ def scene_targets(objs, num_frames: int, grid: int) -> np.ndarray:
     for i, o in enumerate(objs):
         rank = sum(1 for j in range(len(objs)) if j != i and first[j] < first[i])
         onsets = 0
+        p0 = o.track[first[i]] if first[i] < F else None
         for t in range(F):
             p = o.track[t]
             if p is None:
                 continue
             onset = t == 0 or o.track[t - 1] is None
             onsets += int(onset)
-            p0 = o.track[first[i]]
-            k = min(int(p[1] // cell), grid - 1) * grid + min(int(p[0] // cell), grid - 1)
-            row = out[t, k]
+            row = out[t, quadrant_token(p, grid)]
             row[MASK] += 1.0  # counts objects in this quadrant; > 1 is masked below
             row[ONSET] = float(onset)
             row[COUNT] = float(min(onsets, COUNT_CLASSES - 1))

@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fzmodel  # noqa: E402
+import object_targets  # noqa: E402
 import synthvid  # noqa: E402
 
 
@@ -77,7 +78,6 @@ def main():
     # Object tracks come from re-running the deterministic scene generator (no rendering).
     g = fzmodel.ARCH["image_size"] // fzmodel.ARCH["patch_size"]
     pg = (g + 1) // 2
-    cell = synthvid.CANVAS / pg
     rows, labels = [], []
     for it in meta["items"]:
         index = int(it["id"].split("-")[1])
@@ -90,7 +90,7 @@ def main():
                 p = o.track[t]
                 if p is None:
                     continue
-                k = min(int(p[1] // cell), pg - 1) * pg + min(int(p[0] // cell), pg - 1)
+                k = object_targets.quadrant_token(p, pg)
                 ci = colors.index(o.color)
                 if not pairs:
                     y[k, ci] = 1
