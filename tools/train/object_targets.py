@@ -114,3 +114,24 @@ def probe_loss(logits, targets):
             metrics["count_acc_2plus"] = (count_logits[many].argmax(-1)
                                           == targets[many, COUNT].long()).float().mean().item()
     return onset + count + disp + rank + identity, metrics
+
+
+def named_object_tokens(question: str, facts: np.ndarray) -> np.ndarray:
+    """Bool [n_tokens]: the video tokens (rows of `facts`) that show an object the question names.
+
+    A question names an object by its colour, its shape or both ("the red circle"); colours and
+    shapes are unique within a scene, so either word picks the one object (an order question
+    names two). Only tokens with exactly one object centred in them count (MASK > 0)."""
+    words = {w.strip("?,.").lower() for w in question.split()}
+    colors = [COLORS.index(w) for w in words if w in COLORS]
+    shapes = [SHAPES.index(w) for w in words if w in SHAPES]
+    seen = facts[:, MASK] > 0
+    hit = np.isin(facts[:, COLOR], colors) | np.isin(facts[:, SHAPE], shapes)
+    return seen & hit
+
+
+def retrieval_loss(attn_rows, key_mask):
+    """attn_rows [Q, L] attention probabilities of answer positions over all keys; key_mask [Q, L]
+    the named object's tokens -> mean -log(attention mass on them)."""
+    mass = (attn_rows * key_mask).sum(-1)
+    return -mass.clamp_min(1e-6).log().mean(), mass.mean().item()

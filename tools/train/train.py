@@ -123,7 +123,32 @@ class Data:
                 f = self.facts[it["id"]]
                 facts[b, j:j + len(f)] = torch.from_numpy(f)
             out["object_facts"] = facts
+            out["retrieval"] = self.retrieval_targets(batch, seqs, L)
         return out
+
+    def retrieval_targets(self, batch, seqs, L):
+        """(batch row, position, key mask [L]) for every turn whose question names an object: the
+        position is the last prompt token, whose next-token prediction starts the answer."""
+        import torch
+        rows, positions, masks = [], [], []
+        for b, (it, turns) in enumerate(batch):
+            ids, labels = seqs[b]
+            starts = [t for t in range(1, len(labels)) if labels[t] != -100 and labels[t - 1] == -100]
+            assert len(starts) == len(turns), (it["id"], starts)
+            j = ids.index(self.video_id)
+            f = self.facts[it["id"]]
+            for (q, _), start in zip(turns, starts):
+                keys = object_targets.named_object_tokens(q, f)
+                if not keys.any():
+                    continue
+                m = torch.zeros(L, dtype=torch.bool)
+                m[j:j + len(f)] = torch.from_numpy(keys)
+                rows.append(b)
+                positions.append(start - 1)
+                masks.append(m)
+        if not rows:
+            return None
+        return torch.tensor(rows), torch.tensor(positions), torch.stack(masks)
 
 
 def sample_turns(rng, it):
@@ -221,6 +246,12 @@ def main():
                          "(object_targets.py); 0 = answers only")
     ap.add_argument("--facts-layers", default="2",
                     help="decoder layers (outputs, 1-based) whose video tokens are probed")
+    ap.add_argument("--retrieval-weight", type=float, default=0.0,
+                    help="weight of the loss that makes one attention head at the answer position "
+                         "look at the object the question names (needs --facts-weight > 0)")
+    ap.add_argument("--retrieval-layer", type=int, default=4,
+                    help="decoder layer (1-based) of the supervised retrieval head")
+    ap.add_argument("--retrieval-head", type=int, default=0)
     args = ap.parse_args()
 
     import torch
@@ -366,8 +397,16 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr * g.get("lr_scale", 1.0)
         facts = b.pop("object_facts", None)
-        out = model(**b, output_hidden_states=facts is not None)
+        retrieval = b.pop("retrieval", None)
+        use_retrieval = args.retrieval_weight > 0 and retrieval is not None
+        out = model(**b, output_hidden_states=facts is not None, output_attentions=use_retrieval)
         loss = out.loss
+        if use_retrieval:
+            rows, positions, key_mask = retrieval
+            attn = out.attentions[args.retrieval_layer - 1][rows, args.retrieval_head, positions]
+            aux, mass = object_targets.retrieval_loss(attn, key_mask)
+            loss = loss + args.retrieval_weight * aux
+            facts_acc.setdefault("retrieval_mass", []).append(mass)
         if facts is not None:
             sel = facts[..., object_targets.MASK] > 0
             for layer, probe in probes.items():
