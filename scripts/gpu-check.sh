@@ -122,11 +122,20 @@ stage() {
       esac
     done
   grep -qxF "/$stage_dir/" .git/info/exclude 2>/dev/null || echo "/$stage_dir/" >>.git/info/exclude
+  source_stamp >"$stage_dir/STAMP"
   local newest_glibc
   newest_glibc=$(objdump -T "$stage_dir"/bin/* "$stage_dir"/lib/* 2>/dev/null |
     grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
   note "staged $stage_dir ($(du -sh "$stage_dir" | cut -f1)); needs ${newest_glibc:-?} and" \
     "libcublas.so.13 on the GPU machine"
+}
+
+# A hash of every source the staged binaries are built from. --prepare writes it into the stage;
+# a run compares it with the working tree it was carried with, so binaries staged before the last
+# engine or test change are never mistaken for a check of the current code.
+source_stamp() {
+  find engine tests/unit/engine bench CMakeLists.txt cmake -type f 2>/dev/null | LC_ALL=C sort |
+    xargs sha1sum | sha1sum | cut -d' ' -f1
 }
 
 # Where the GPU machine keeps libcublas.so.13: the toolkit, or the nvidia-cublas wheel of its
@@ -177,15 +186,22 @@ main() {
     build_subset || exit 1
     bin="$build_dir/tests/engine_cuda_test"
     bench_bin="$build_dir/bin/framezip_bench_gpu"
-  elif [ "$from_source" = 0 ] && [ -x "$stage_dir/bin/engine_cuda_test" ]; then
+  elif [ "$from_source" = 0 ] && [ -f "$stage_dir/bin/engine_cuda_test" ]; then
     note "not building here (${missing:+missing: $missing}${missing:-asked for --staged});" \
       "running the binaries staged by --prepare"
+    if [ "$(cat "$stage_dir/STAMP" 2>/dev/null)" != "$(source_stamp)" ]; then
+      note "WARNING: the staged binaries were built from other sources than this tree" \
+        "(run scripts/gpu-check.sh --prepare after the last change); results are for those"
+    fi
+    chmod +x "$stage_dir"/bin/*  # in case the copy to this machine dropped the bit
     bin="$stage_dir/bin/engine_cuda_test"
     bench_bin="$stage_dir/bin/framezip_bench_gpu"
     libs="$repo/$stage_dir/lib"
     cb=$(cublas_dir)
     [ -n "$cb" ] && libs="$libs:$cb" || note "libcublas.so.13 not found; the test will not load"
-    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # Only our binaries get the staged libraries: exported, they would come before the CUDA
+    # runtime of torch's own wheels in the torch peer script.
+    staged_libs="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   else
     note "NOTHING CHECKED: cannot build here (missing: $missing) and no staged binary;" \
       "run scripts/gpu-check.sh --prepare on the development machine and carry .gpucheck"
@@ -196,11 +212,11 @@ main() {
   export FRAMEZIP_TEST_SEED=${FRAMEZIP_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
   note "FRAMEZIP_TEST_SEED=$FRAMEZIP_TEST_SEED"
   t0=$SECONDS
-  timeout 150 "$bin" "[cuda]" --durations yes >"$out/cuda-tests.txt" 2>&1
+  with_libs timeout 150 "$bin" "[cuda]" --durations yes >"$out/cuda-tests.txt" 2>&1
   rc=$?
   [ "$rc" = 124 ] && note "the [cuda] tests ran past 150 s and were stopped"
   # The JUnit report only when the tests finished quickly enough to run them twice.
-  [ $((SECONDS - t0)) -lt 60 ] && timeout 60 "$bin" "[cuda]" -r junit -o "$out/cuda-tests.xml" \
+  [ $((SECONDS - t0)) -lt 60 ] && with_libs timeout 60 "$bin" "[cuda]" -r junit -o "$out/cuda-tests.xml" \
     >/dev/null 2>&1
   tail -25 "$out/cuda-tests.txt"
   if grep -q "SKIPPED: no usable GPU" "$out/cuda-tests.txt"; then
@@ -224,6 +240,16 @@ main() {
   exit "$status"
 }
 
+# Runs a command with the staged libraries first on the library path (when running staged
+# binaries), leaving the rest of the script's environment alone.
+with_libs() {
+  if [ -n "${staged_libs:-}" ]; then
+    LD_LIBRARY_PATH="$staged_libs" "$@"
+  else
+    "$@"
+  fi
+}
+
 # Seconds a step may take: its own cap, or what is left of the 450 s budget (at least 10).
 step_limit() {
   local left=$((450 - SECONDS))
@@ -242,8 +268,11 @@ run_sanitizer() {
   local t0=$SECONDS
   # Caching off, so an overrun past a temporary is reported instead of landing in a neighbouring
   # block of a cached segment (engine/core/device_memory_cuda.cc).
+  # API errors are not reported: the [cuda] tests check every CUDA result themselves, and one
+  # test provokes cudaErrorMemoryAllocation on purpose (the out-of-memory path).
   FRAMEZIP_NO_CUDA_MEMORY_CACHING=1 \
-    timeout "$limit" "$cs" --tool memcheck --error-exitcode 3 "$bin" "[cuda]" \
+    with_libs timeout "$limit" "$cs" --tool memcheck --report-api-errors no --error-exitcode 3 \
+    "$bin" "[cuda]" \
     >"$out/memcheck.tmp" 2>&1
   local rc=$?
   echo "---- compute-sanitizer memcheck (last 30 lines) ----"
@@ -265,7 +294,7 @@ run_benchmarks() {
   [ "$quick" = 1 ] && extra=(--quick)
   t0=$SECONDS
   if [ -x "$bench_bin" ]; then
-    timeout "$(step_limit 200)" "$bench_bin" --json "${extra[@]}" | tee "$out/bench-gpu.tmp"
+    with_libs timeout "$(step_limit 200)" "$bench_bin" --json "${extra[@]}" | tee "$out/bench-gpu.tmp"
     rc=${PIPESTATUS[0]}
     tail -1 "$out/bench-gpu.tmp" | grep '^{' >"$out/bench-gpu.json" || rm -f "$out/bench-gpu.json"
     rm -f "$out/bench-gpu.tmp"
