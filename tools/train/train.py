@@ -306,6 +306,14 @@ def main():
                                         torch.nn.Linear(H, object_targets.PROBE_WIDTH))
         for layer in facts_layers})
     trainable += [(f"probe.{n}", p) for n, p in probes.named_parameters()]
+    # The supervised retrieval head's attention probabilities, taken from its layer's eager
+    # attention (which returns them anyway) rather than by output_attentions=True, which returns
+    # every layer's, the vision tower's included.
+    retrieval_attn = {}
+    if args.retrieval_weight > 0:
+        attn_module = model.model.language_model.layers[args.retrieval_layer - 1].self_attn
+        attn_module.register_forward_hook(
+            lambda _module, _inputs, output: retrieval_attn.__setitem__("weights", output[1]))
 
     def is_decayed(n, p):
         return p.ndim >= 2 and "embed" not in n
@@ -398,12 +406,11 @@ def main():
             g["lr"] = lr * g.get("lr_scale", 1.0)
         facts = b.pop("object_facts", None)
         retrieval = b.pop("retrieval", None)
-        use_retrieval = args.retrieval_weight > 0 and retrieval is not None
-        out = model(**b, output_hidden_states=facts is not None, output_attentions=use_retrieval)
+        out = model(**b, output_hidden_states=facts is not None)
         loss = out.loss
-        if use_retrieval:
+        if args.retrieval_weight > 0 and retrieval is not None:
             rows, positions, key_mask = retrieval
-            attn = out.attentions[args.retrieval_layer - 1][rows, args.retrieval_head, positions]
+            attn = retrieval_attn["weights"][rows, args.retrieval_head, positions]
             aux, mass = object_targets.retrieval_loss(attn, key_mask)
             loss = loss + args.retrieval_weight * aux
             facts_acc.setdefault("retrieval_mass", []).append(mass)
