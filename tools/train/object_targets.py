@@ -116,6 +116,15 @@ def probe_loss(logits, targets):
     return onset + count + disp + rank + identity, metrics
 
 
+def named_words(question: str) -> tuple[int, int]:
+    """(colour index, shape index) the question names, -1 where it names none or more than one
+    (an order question names two objects)."""
+    words = [w.strip("?,.").lower() for w in question.split()]
+    colors = [COLORS.index(w) for w in words if w in COLORS]
+    shapes = [SHAPES.index(w) for w in words if w in SHAPES]
+    return (colors[0] if len(colors) == 1 else -1, shapes[0] if len(shapes) == 1 else -1)
+
+
 def named_object_tokens(question: str, facts: np.ndarray) -> np.ndarray:
     """Bool [n_tokens]: the video tokens (rows of `facts`) that show an object the question names.
 
@@ -135,3 +144,26 @@ def retrieval_loss(attn_rows, key_mask):
     the named object's tokens -> mean -log(attention mass on them)."""
     mass = (attn_rows * key_mask).sum(-1)
     return -mass.clamp_min(1e-6).log().mean(), mass.mean().item()
+
+
+def word_probe_loss(h, color_targets, shape_targets, color_emb, shape_emb, scale):
+    """Colour and shape read from hidden states h [N, H] through the decoder's own (frozen here)
+    embeddings of the colour and shape words: logits = scale · rms_norm(h) · E[word]. Targets are
+    class indices, -1 = none. Putting the video tokens' identity and the answer position's
+    question words in the words' embedding directions makes "the token of the object the question
+    names" a match of one direction against the same direction -> (loss, accuracy)."""
+    import torch
+    import torch.nn.functional as fn
+
+    hn = fn.rms_norm(h, (h.shape[-1],))
+    loss, hits, n = h.new_zeros(()), 0, 0
+    for targets, emb in ((color_targets, color_emb), (shape_targets, shape_emb)):
+        keep = targets >= 0
+        if not keep.any():
+            continue
+        logits = scale * hn[keep] @ emb.T
+        loss = loss + fn.cross_entropy(logits, targets[keep])
+        with torch.no_grad():
+            hits += (logits.argmax(-1) == targets[keep]).sum().item()
+            n += int(keep.sum())
+    return loss, hits / max(1, n)

@@ -127,10 +127,11 @@ class Data:
         return out
 
     def retrieval_targets(self, batch, seqs, L):
-        """(batch row, position, key mask [L]) for every turn whose question names an object: the
-        position is the last prompt token, whose next-token prediction starts the answer."""
+        """(batch row, position, key mask [L], named colour, named shape) for every turn whose
+        question names an object: the position is the last prompt token, whose next-token
+        prediction starts the answer; colour/shape are object_targets.named_words'."""
         import torch
-        rows, positions, masks = [], [], []
+        rows, positions, masks, named = [], [], [], []
         for b, (it, turns) in enumerate(batch):
             ids, labels = seqs[b]
             starts = [t for t in range(1, len(labels)) if labels[t] != -100 and labels[t - 1] == -100]
@@ -146,9 +147,12 @@ class Data:
                 rows.append(b)
                 positions.append(start - 1)
                 masks.append(m)
+                named.append(object_targets.named_words(q))
         if not rows:
             return None
-        return torch.tensor(rows), torch.tensor(positions), torch.stack(masks)
+        named = torch.tensor(named, dtype=torch.long)
+        return (torch.tensor(rows), torch.tensor(positions), torch.stack(masks), named[:, 0],
+                named[:, 1])
 
 
 def sample_turns(rng, it):
@@ -252,6 +256,11 @@ def main():
     ap.add_argument("--retrieval-layer", type=int, default=4,
                     help="decoder layer (1-based) of the supervised retrieval head")
     ap.add_argument("--retrieval-head", type=int, default=0)
+    ap.add_argument("--word-probe-weight", type=float, default=0.0,
+                    help="weight of the word probes at the retrieval layer's input: the video "
+                         "tokens' colour and shape, and the answer position's named colour and "
+                         "shape, read through the embeddings of those words (needs "
+                         "--retrieval-weight > 0)")
     args = ap.parse_args()
 
     import torch
@@ -310,6 +319,14 @@ def main():
     # attention (which returns them anyway) rather than by output_attentions=True, which returns
     # every layer's, the vision tower's included.
     retrieval_attn = {}
+    # Word probes: the colour and shape words as the questions tokenise them (" red", " circle").
+    word_ids = {kind: [tok(" " + w, add_special_tokens=False)["input_ids"] for w in words]
+                for kind, words in (("color", object_targets.COLORS),
+                                    ("shape", object_targets.SHAPES))}
+    assert all(len(i) == 1 for ids in word_ids.values() for i in ids), word_ids
+    word_scale = torch.nn.Parameter(torch.tensor(10.0))
+    if args.word_probe_weight > 0:
+        trainable.append(("probe.word_scale", word_scale))
     if args.retrieval_weight > 0:
         attn_module = model.model.language_model.layers[args.retrieval_layer - 1].self_attn
         attn_module.register_forward_hook(
@@ -409,11 +426,28 @@ def main():
         out = model(**b, output_hidden_states=facts is not None)
         loss = out.loss
         if args.retrieval_weight > 0 and retrieval is not None:
-            rows, positions, key_mask = retrieval
+            rows, positions, key_mask, named_color, named_shape = retrieval
             attn = retrieval_attn["weights"][rows, args.retrieval_head, positions]
             aux, mass = object_targets.retrieval_loss(attn, key_mask)
             loss = loss + args.retrieval_weight * aux
             facts_acc.setdefault("retrieval_mass", []).append(mass)
+            if args.word_probe_weight > 0:
+                # The retrieval layer's input: the keys of the video tokens and the query of the
+                # answer position are projections of it.
+                h = out.hidden_states[args.retrieval_layer - 1]
+                emb = model.get_input_embeddings().weight.detach()
+                color_emb = emb[[i[0] for i in word_ids["color"]]]
+                shape_emb = emb[[i[0] for i in word_ids["shape"]]]
+                sel = facts[..., object_targets.MASK] > 0
+                key_loss, key_acc = object_targets.word_probe_loss(
+                    h[sel], facts[sel][:, object_targets.COLOR].long(),
+                    facts[sel][:, object_targets.SHAPE].long(), color_emb, shape_emb, word_scale)
+                query_loss, query_acc = object_targets.word_probe_loss(
+                    h[rows, positions], named_color, named_shape, color_emb, shape_emb,
+                    word_scale)
+                loss = loss + args.word_probe_weight * (key_loss + query_loss)
+                facts_acc.setdefault("word_key_acc", []).append(key_acc)
+                facts_acc.setdefault("word_query_acc", []).append(query_acc)
         if facts is not None:
             sel = facts[..., object_targets.MASK] > 0
             for layer, probe in probes.items():
