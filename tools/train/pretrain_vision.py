@@ -6,16 +6,17 @@ discover object colour/shape inside cluttered, textured frames through a random 
 tower and projector are trained alone on single frames with a dense target for each pooled video
 token (exactly the tokens the decoder will see: tower last layer, no post-LN, projector, 2x2
 bilinear pooling), read by a temporary linear head. Two target sets (--targets):
-  - separate (the shipped model's): the colours and the shapes of the objects centred in the
+  - separate (the first shipped model's, 2026-11-30): the colours and the shapes of the objects centred in the
     token's quadrant, as two multi-label sets. With two objects in one quadrant this loses which
     colour goes with which shape — the shipped model answers colour/shape questions perfectly
     with one object and at chance between the objects with two or three (bench/RESULTS.md).
   - pairs: which (colour, shape) pairs are centred in the quadrant (multi-label over the 24
     pairs), and for each colour centred there the object's position in the frame (x, y in [0, 1],
     masked regression), so binding and motion are linearly readable. It reaches 93 % exact
-    frames and ~1 px position error in 12 min, but in a 55-min stage 2 the frozen-tower decoder
-    did not learn to use the binding any faster than with `separate` (55.7 % vs ~58 % val at the
-    same time; .data/train5, 2026-11-30).
+    frames and ~1 px position error in 12 min. Alone, a 55-min stage 2 on it did not use the
+    binding any better than with `separate` (55.7 % vs ~58 % val; .data/train5, 2026-11-30);
+    with stage 2's auxiliary losses (train.py --facts-weight, --retrieval-weight) it is the
+    stage 1 of the shipped model (2026-12-01), and tools/train/train.sh passes it.
 The head is thrown away; the tower and projector initialize stage 2 (where they stay frozen).
 """
 

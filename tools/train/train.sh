@@ -40,12 +40,16 @@ wait
 echo "[3/4] stage 1 (vision tower + projector alignment) then stage 2 (chat) -> $RUN, export -> $EXPORT"
 mkdir -p "$RUN"
 rm -f "$RUN/stage1_log.jsonl"
+# Stage 1 on (colour, shape) pairs keeps the binding; stage 2 adds the object-fact probes at
+# decoder layer 2 and the supervised retrieval head in layer 4 (README.md, "Stage 2 auxiliary
+# losses").
 $N $PY tools/train/pretrain_vision.py --cache "$CACHE" --out "$RUN/stage1.pt" \
   --log "$RUN/stage1_log.jsonl" --seed "$SEED" --steps "$STAGE1_STEPS" \
-  --time-budget-min "$STAGE1_BUDGET_MIN"
+  --time-budget-min "$STAGE1_BUDGET_MIN" --targets pairs
 $N $PY tools/train/train.py --cache "$CACHE" --out "$RUN" --export "$EXPORT" --seed "$SEED" \
   --init "$RUN/stage1.pt" --prepend-log "$RUN/stage1_log.jsonl" \
-  --time-budget-min "$TIME_BUDGET_MIN" --max-steps "$MAX_STEPS"
+  --time-budget-min "$TIME_BUDGET_MIN" --max-steps "$MAX_STEPS" \
+  --facts-weight 0.3 --facts-layers 2 --retrieval-weight 0.3 --retrieval-layer 4
 
 echo "[4/4] evaluate the exported model on the test split (HF processor + generate)"
 $N $PY tools/train/evaluate.py --model "$EXPORT" --data "$DATA" --split test \
