@@ -116,12 +116,17 @@ def probe_loss(logits, targets):
     return onset + count + disp + rank + identity, metrics
 
 
+def _named(question: str) -> tuple[list[int], list[int]]:
+    """Indices of the colours and of the shapes the question's words name, in order."""
+    words = [w.strip("?,.").lower() for w in question.split()]
+    return ([COLORS.index(w) for w in words if w in COLORS],
+            [SHAPES.index(w) for w in words if w in SHAPES])
+
+
 def named_words(question: str) -> tuple[int, int]:
     """(colour index, shape index) the question names, -1 where it names none or more than one
     (an order question names two objects)."""
-    words = [w.strip("?,.").lower() for w in question.split()]
-    colors = [COLORS.index(w) for w in words if w in COLORS]
-    shapes = [SHAPES.index(w) for w in words if w in SHAPES]
+    colors, shapes = _named(question)
     return (colors[0] if len(colors) == 1 else -1, shapes[0] if len(shapes) == 1 else -1)
 
 
@@ -131,9 +136,7 @@ def named_object_tokens(question: str, facts: np.ndarray) -> np.ndarray:
     A question names an object by its colour, its shape or both ("the red circle"); colours and
     shapes are unique within a scene, so either word picks the one object (an order question
     names two). Only tokens with exactly one object centred in them count (MASK > 0)."""
-    words = {w.strip("?,.").lower() for w in question.split()}
-    colors = [COLORS.index(w) for w in words if w in COLORS]
-    shapes = [SHAPES.index(w) for w in words if w in SHAPES]
+    colors, shapes = _named(question)
     seen = facts[:, MASK] > 0
     hit = np.isin(facts[:, COLOR], colors) | np.isin(facts[:, SHAPE], shapes)
     return seen & hit

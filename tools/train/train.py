@@ -262,6 +262,11 @@ def main():
                          "shape, read through the embeddings of those words (needs "
                          "--retrieval-weight > 0)")
     args = ap.parse_args()
+    # The retrieval targets come with the object facts, the word probes with the retrieval head.
+    if args.retrieval_weight > 0 and args.facts_weight <= 0:
+        ap.error("--retrieval-weight needs --facts-weight > 0")
+    if args.word_probe_weight > 0 and args.retrieval_weight <= 0:
+        ap.error("--word-probe-weight needs --retrieval-weight > 0")
 
     import torch
     import transformers
@@ -319,6 +324,10 @@ def main():
     # attention (which returns them anyway) rather than by output_attentions=True, which returns
     # every layer's, the vision tower's included.
     retrieval_attn = {}
+    if args.retrieval_weight > 0:
+        attn_module = model.model.language_model.layers[args.retrieval_layer - 1].self_attn
+        attn_module.register_forward_hook(
+            lambda _module, _inputs, output: retrieval_attn.__setitem__("weights", output[1]))
     # Word probes: the colour and shape words as the questions tokenise them (" red", " circle").
     word_ids = {kind: [tok(" " + w, add_special_tokens=False)["input_ids"] for w in words]
                 for kind, words in (("color", object_targets.COLORS),
@@ -327,10 +336,6 @@ def main():
     word_scale = torch.nn.Parameter(torch.tensor(10.0))
     if args.word_probe_weight > 0:
         trainable.append(("probe.word_scale", word_scale))
-    if args.retrieval_weight > 0:
-        attn_module = model.model.language_model.layers[args.retrieval_layer - 1].self_attn
-        attn_module.register_forward_hook(
-            lambda _module, _inputs, output: retrieval_attn.__setitem__("weights", output[1]))
 
     def is_decayed(n, p):
         return p.ndim >= 2 and "embed" not in n
@@ -359,6 +364,8 @@ def main():
         model.load_state_dict(ck["model"])
         if "probes" in ck:
             probes.load_state_dict(ck["probes"])
+        if "word_scale" in ck:
+            word_scale.data.copy_(ck["word_scale"])
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
     fh = open(log_path, "a" if args.resume else "w")
@@ -400,7 +407,7 @@ def main():
                  "n": n, "acc": round(overall, 4), "per_task": {k: round(v, 4) for k, v in acc.items()},
                  "final": final})
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                    "probes": probes.state_dict(),
+                    "probes": probes.state_dict(), "word_scale": word_scale.detach(),
                     "state": dict(state, batch_index=bi)}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
         export(model, processor, args.export, extra_files=[log_path])
