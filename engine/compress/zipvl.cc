@@ -47,6 +47,7 @@ StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& o) {
   z.u_rows = kURows[u_rows];
   FZ_ASSIGN_OR_RETURN(z.u_window, o.Int("u_window", z.u_window, 1, 1 << 20));
   FZ_ASSIGN_OR_RETURN(z.u_sinks, o.Int("u_sinks", z.u_sinks, 0, 1 << 20));
+  FZ_ASSIGN_OR_RETURN(z.dense_layers, o.Int("dense_layers", z.dense_layers, 0, 1 << 10));
   // 16 = the sequence's full-precision format (f16/f32): no quantization for that class.
   constexpr int kHighBits[] = {4, 2, 16};
   constexpr int kLowBits[] = {2, 4, 16, 0};
@@ -97,7 +98,8 @@ Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerP
                   ProbeScoringParams{heads_, kv_heads_, head_dim_, options_.per_kv_head}));
   const uint8_t rest = options_.low_bits == 0 ? kv::kDrop : kv::kRest;
   plan.classes.assign(static_cast<size_t>(n), rest);
-  plan.sparse = true;
+  // The first dense_layers layers keep their selection (the KV classes) but attend densely.
+  plan.sparse = in.layer >= options_.dense_layers;
   plan.u_rows = options_.u_rows;
   plan.u_window = options_.u_window;
   plan.u_sinks = options_.u_sinks;

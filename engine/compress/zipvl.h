@@ -23,7 +23,8 @@
 // Options ("zipvl:key=value,..."): tau (0.975), keep_recent (64), probes_recent (64), probes_random (64),
 // per_head (0|1: per-KV-head selection), u_rows (local|skip|attend), u_window (64) and u_sinks (4)
 // (local: each U row attends to the u_window tokens ending at itself, all of them, plus the
-// first u_sinks tokens; ops::LocalWindowAttention), high_bits (4|2|16), low_bits
+// first u_sinks tokens; ops::LocalWindowAttention), dense_layers (0: layers [0, N) attend densely
+// in prefill but still classify their tokens for the KV cache), high_bits (4|2|16), low_bits
 // (2|4|16|evict; 16 = the full-precision format, no quantization), window (100, decode
 // recompression interval), seed (probe RNG, 0).
 #pragma once
@@ -47,6 +48,11 @@ struct ZipVlOptions {
   URows u_rows = URows::kLocal;
   int64_t u_window = 64;
   int64_t u_sinks = 4;
+  // Layers [0, dense_layers) attend densely in prefill; their tokens are still classified. On
+  // the 2026-12-01 framezip-tiny-video (4 layers), 2 recovers full accuracy (91.0 % vs 89.2 %):
+  // its running object facts form in layers 0-1 (bench/RESULTS.md). Off by default: on a
+  // 4-layer model it makes half the prefill dense.
+  int64_t dense_layers = 0;
   int high_bits = 4;  // 4, 2 or 16 (full precision)
   int low_bits = 2;   // 4, 2, 16 or 0 = evict U (ZipVL v2)
   int window = 100;

@@ -99,6 +99,30 @@ TEST_CASE("ZipVL plans a sparse layer: T important, U rest or dropped", "[unit][
   }
 }
 
+TEST_CASE("ZipVL dense_layers attends densely in the first layers and classifies as before",
+          "[unit][compress]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t n = 300;
+  Tensor q = Random({n, 4, 16}, rng), k = Random({n, 2, 16}, rng), v = Random({n, 2, 16}, rng);
+  std::vector<int32_t> pos(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
+  auto sparse_everywhere = *CreatePolicy("zipvl:tau=0.9");
+  auto dense_first_two = *CreatePolicy("zipvl:tau=0.9,dense_layers=2");
+  CHECK_FALSE(CreatePolicy("zipvl:dense_layers=-1").ok());
+  for (int layer = 0; layer < 4; ++layer) {
+    INFO("layer " << layer);
+    PrefillLayerPlan want, got;
+    want.classes.assign(n, kv::kFull);
+    got.classes.assign(n, kv::kFull);
+    const PrefillLayerInputs in{layer, &q, &k, &v, pos.data(), 0};
+    REQUIRE(sparse_everywhere->PlanPrefillLayer(in, want).ok());
+    REQUIRE(dense_first_two->PlanPrefillLayer(in, got).ok());
+    CHECK(got.sparse == (layer >= 2));
+    CHECK(got.classes == want.classes);  // the KV cache is compressed the same way
+    CHECK(got.important == want.important);
+  }
+}
+
 TEST_CASE("ZipVL decode window classification keeps the attention mass", "[unit][compress]") {
   std::mt19937_64 rng(testing::TestSeed());
   ZipVlPolicy policy(ZipVlOptions{.tau = 0.8});
