@@ -142,6 +142,18 @@ def named_object_tokens(question: str, facts: np.ndarray) -> np.ndarray:
     return seen & hit
 
 
+def last_appearance(keys: np.ndarray, facts: np.ndarray, tokens_per_frame: int) -> np.ndarray:
+    """The part of `keys` (one object's tokens) from the frame of its last onset on: where the
+    running count of appearances is the answer to "how many times does it appear?"."""
+    onsets = np.flatnonzero(keys & (facts[:, ONSET] > 0))
+    if len(onsets) == 0:
+        return keys
+    first_row = (onsets[-1] // tokens_per_frame) * tokens_per_frame
+    out = keys.copy()
+    out[:first_row] = False
+    return out
+
+
 def retrieval_loss(attn_rows, key_mask):
     """attn_rows [Q, L] attention probabilities of answer positions over all keys; key_mask [Q, L]
     the named object's tokens -> mean -log(attention mass on them)."""

@@ -41,6 +41,7 @@ class Data:
         # Per-item [F * tpf, WIDTH] object facts for the auxiliary probes (object_targets.py),
         # from re-running the deterministic scene generator (no rendering).
         self.facts = None
+        self.count_on_last = False  # set by main() from --retrieval-count-last
         if object_facts:
             grid = math.isqrt(tpf)
             self.facts = {}
@@ -140,6 +141,8 @@ class Data:
             f = self.facts[it["id"]]
             for (q, _), start in zip(turns, starts):
                 keys = object_targets.named_object_tokens(q, f)
+                if self.count_on_last and q.startswith("How many"):
+                    keys = object_targets.last_appearance(keys, f, self.tpf)
                 if not keys.any():
                     continue
                 m = torch.zeros(L, dtype=torch.bool)
@@ -256,6 +259,9 @@ def main():
     ap.add_argument("--retrieval-layer", type=int, default=4,
                     help="decoder layer (1-based) of the supervised retrieval head")
     ap.add_argument("--retrieval-head", type=int, default=0)
+    ap.add_argument("--retrieval-count-last", type=int, default=0,
+                    help="1: for count questions the retrieval head is trained on the object's "
+                         "last appearance only, where its running count is the answer")
     ap.add_argument("--word-probe-weight", type=float, default=0.0,
                     help="weight of the word probes at the retrieval layer's input: the video "
                          "tokens' colour and shape, and the answer position's named colour and "
@@ -284,6 +290,7 @@ def main():
     tpf = fzmodel.video_tokens_per_frame()
     train = Data(args.cache, "train", tok, tpf, object_facts=args.facts_weight > 0)
     val = Data(args.cache, "val", tok, tpf)
+    train.count_on_last = bool(args.retrieval_count_last)
 
     # The hand-rendered prompt must equal the chat template, and the <video> expansion the
     # processor's.
