@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fzmodel  # noqa: E402
-import object_targets  # noqa: E402
 import synthvid  # noqa: E402
 import train  # noqa: E402
 
@@ -45,16 +43,12 @@ def main():
     model.load_state_dict(torch.load(os.path.join(args.run, "ckpt.pt"), weights_only=False)["model"])
     model.eval()
     tpf = fzmodel.video_tokens_per_frame()
-    data = train.Data(args.cache, "val", tok, tpf)
+    data = train.Data(args.cache, "val", tok, tpf, object_facts=True)  # the retrieval targets
     items = [it for it in data.items
              if it["task"] in ("color", "shape") and it["num_frames"] <= args.max_frames]
     items = items[:args.items]
-    data.facts, objects = {}, {}
-    for it in items:
-        _, _, F, objs, _, _, _ = synthvid.make_scene("val", int(it["id"].split("-")[1]))
-        data.facts[it["id"]] = object_targets.scene_targets(objs, F, math.isqrt(tpf)).reshape(
-            F * tpf, object_targets.WIDTH)
-        objects[it["id"]] = len(objs)
+    objects = {it["id"]: len(synthvid.make_scene("val", int(it["id"].split("-")[1]))[3])
+               for it in items}
     captured = {}
     model.model.language_model.layers[args.layer - 1].self_attn.register_forward_hook(
         lambda _m, _i, output: captured.__setitem__("weights", output[1]))
