@@ -3,8 +3,6 @@
 // rows and the truth in the JSONL, every frame of each file fed to the model, teacher-forced
 // agreement of full attention with itself (exactly 1, KL 0: ScoreTurn reproduces greedy decoding),
 // and the message when the split is missing and cannot be generated.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -13,41 +11,16 @@
 #include <string>
 
 #include "engine/compress/policy.h"
+#include "tests/testing/cli_run.h"
 #include "tests/testing/temp_dir.h"
 
 namespace framezip {
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string stdout_text;
-  std::string stderr_text;
-};
-
-Run RunFramezip(const std::string& args, const std::string& env = "") {
-  testing::TempDir tmp;
-  const std::string err = (tmp / "stderr").string();
-  const std::string cmd =
-      env + " " + (testing::BinaryDir() / "bin/framezip").string() + " " + args + " 2>" + err;
-  Run run;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) run.stdout_text.append(buf, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err);
-  run.stderr_text.assign(std::istreambuf_iterator<char>(in), {});
-  return run;
-}
-
-nlohmann::json LastLineJson(const Run& run) {
+nlohmann::json LastLineJson(const testing::CliRun& run) {
   INFO(run.stderr_text << run.stdout_text);
   REQUIRE(run.exit_code == 0);
-  std::string text = run.stdout_text;
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  const size_t nl = text.rfind('\n');
-  return nlohmann::json::parse(nl == std::string::npos ? text : text.substr(nl + 1));
+  return nlohmann::json::parse(testing::LastLine(run.stdout_text));
 }
 
 std::string EvalOn(const std::filesystem::path& data) {
@@ -81,7 +54,7 @@ TEST_CASE("framezip eval scores the committed synthvid sample", "[integration][e
   const auto truth = SampleTruth();
   REQUIRE(truth.size() == 6);
   const nlohmann::json j =
-      LastLineJson(RunFramezip(ModelAndData() + " --json --items --agreement --turn2"));
+      LastLineJson(testing::RunFramezipCli(ModelAndData() + " --json --items --agreement --turn2"));
 
   CHECK(j["suite"] == "synthvid");
   CHECK(j["split"] == "test");
@@ -134,8 +107,8 @@ TEST_CASE("framezip eval runs every compression policy with agreement", "[integr
   for (const std::string& policy : engine::compress::PolicyNames()) {
     if (policy == "none") continue;
     CAPTURE(policy);
-    const nlohmann::json j = LastLineJson(
-        RunFramezip(ModelAndData() + " --limit 2 --json --agreement --policy " + policy));
+    const nlohmann::json j = LastLineJson(testing::RunFramezipCli(
+        ModelAndData() + " --limit 2 --json --agreement --policy " + policy));
     CHECK(j["policy"] == policy);
     CHECK(j["items"] == 2);
     const double top1 = j["agreement"]["top1"].get<double>();
@@ -148,12 +121,12 @@ TEST_CASE("framezip eval runs every compression policy with agreement", "[integr
 TEST_CASE("framezip eval says how to generate a split it cannot find or make",
           "[integration][eval]") {
   testing::TempDir empty;
-  const Run run =
-      RunFramezip(EvalOn(empty.path()) + " --split val", "FRAMEZIP_PYTHON=/nonexistent/python");
+  const testing::CliRun run = testing::RunFramezipCli(EvalOn(empty.path()) + " --split val",
+                                                      "FRAMEZIP_PYTHON=/nonexistent/python");
   CHECK(run.exit_code == 1);
   CHECK(run.stderr_text.find("synthvid.py --split val") != std::string::npos);
   CHECK(run.stderr_text.find("FRAMEZIP_PYTHON") != std::string::npos);
-  CHECK(RunFramezip(ModelAndData() + " --suite nope").exit_code == 2);
+  CHECK(testing::RunFramezipCli(ModelAndData() + " --suite nope").exit_code == 2);
 }
 
 }  // namespace

@@ -11,8 +11,10 @@
 // session's first over the window from the earliest first token to the latest last one, from the
 // server's per-turn stats), the all-running decode throughput (tokens that arrive while every
 // session is decoding: from the latest first token to the earliest last one), and the latter at
-// the highest level over the lowest (continuous batching; target >= 4x for 16 vs 1). --ignore-eos (default on) makes
-// every turn generate exactly --max-tokens tokens so levels compare like for like.
+// the highest level over the lowest (continuous batching; target >= 4x for 16 vs 1). --ignore-eos
+// (default on) makes every turn generate exactly --max-tokens tokens so levels compare like for
+// like. --rounds N runs the whole sweep N times; the scaling is then the median of the rounds' own
+// ratios.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -39,7 +41,8 @@ using SteadyClock = std::chrono::steady_clock;
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
   return v[i];
 }
 
@@ -196,6 +199,99 @@ double AllRunningDecodeRate(
   return static_cast<double>(tokens) / std::chrono::duration<double>(end - begin).count();
 }
 
+// What one level of one round measured.
+struct LevelResult {
+  std::vector<double> ttft[2];  // per turn number
+  std::vector<double> itl;
+  double decode = 0;       // turn-2 tokens over the turn-2 phase
+  double steady = 0;       // 0 when the window is empty
+  double all_running = 0;  // 0 when the window is empty
+};
+
+// The highest level's decode rate over the lowest's in one round, both through the narrowest
+// window that both have: all running, else steady, else the turn-2 phase.
+double ScalingRatio(const LevelResult& low, const LevelResult& high) {
+  auto ratio = [](double a, double b) { return a > 0 ? b / a : 0; };
+  if (low.all_running > 0 && high.all_running > 0) return ratio(low.all_running, high.all_running);
+  if (low.steady > 0 && high.steady > 0) return ratio(low.steady, high.steady);
+  return ratio(low.decode, high.decode);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// `c` sessions through upload, turn 1, turn 2 and delete, in lockstep phases.
+StatusOr<LevelResult> MeasureLevel(v1::VideoChat::Stub& stub, const SessionPlan& plan, int c) {
+  Samples samples;
+  // Phases: upload | turn 1 | turn 2 | delete; the main thread times turn 2's phase.
+  SteadyClock::time_point turn2_start, turn2_end;
+  int phase_number = 0;
+  std::barrier phase(c, [&]() noexcept {
+    ++phase_number;
+    if (phase_number == 2) turn2_start = SteadyClock::now();
+    if (phase_number == 3) turn2_end = SteadyClock::now();
+  });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < c; ++i) {
+    threads.emplace_back([&] { RunSession(stub, plan, phase, samples); });
+  }
+  for (auto& t : threads) t.join();
+  if (samples.failures > 0) {
+    return UnavailableError("{} of {} sessions failed: {}", samples.failures, c,
+                            samples.first_error);
+  }
+  LevelResult r;
+  r.ttft[0] = std::move(samples.ttft[0]);
+  r.ttft[1] = std::move(samples.ttft[1]);
+  r.itl = std::move(samples.itl);
+  const double turn2_seconds = std::chrono::duration<double>(turn2_end - turn2_start).count();
+  r.decode = turn2_seconds > 0 ? static_cast<double>(samples.generated[1]) / turn2_seconds : 0;
+  // Steady-state decode: tokens after each session's first, over the window from the earliest
+  // first token to the latest last token. The phase figure above also holds every session's
+  // turn-2 prefill (run one sequence at a time), which this one leaves out.
+  if (samples.decode_end > samples.decode_begin) {
+    r.steady = static_cast<double>(samples.decoded_after_first) /
+               std::chrono::duration<double>(samples.decode_end - samples.decode_begin).count();
+  }
+  r.all_running = AllRunningDecodeRate(samples.turn2_arrivals);
+  return r;
+}
+
+// One level's figures over its rounds: latency percentiles over the pooled samples, rates as
+// the median of the rounds' rates.
+void AddLevel(bench::Report& report, int c, const std::vector<LevelResult>& rounds) {
+  std::vector<double> ttft[2], itl, decode, steady, all_running;
+  for (const LevelResult& r : rounds) {
+    for (int turn = 0; turn < 2; ++turn) {
+      ttft[turn].insert(ttft[turn].end(), r.ttft[turn].begin(), r.ttft[turn].end());
+    }
+    itl.insert(itl.end(), r.itl.begin(), r.itl.end());
+    decode.push_back(r.decode);
+    if (r.steady > 0) steady.push_back(r.steady);
+    if (r.all_running > 0) all_running.push_back(r.all_running);
+  }
+  std::vector<double> both = ttft[0];
+  both.insert(both.end(), ttft[1].begin(), ttft[1].end());
+  report.Add(fmt::format("ttft_p50_c{}", c), Percentile(both, 0.5), "s", std::nullopt, true);
+  report.Add(fmt::format("ttft_p99_c{}", c), Percentile(both, 0.99), "s", std::nullopt, true);
+  report.Add(fmt::format("turn1_ttft_p50_c{}", c), Percentile(ttft[0], 0.5), "s", std::nullopt,
+             true);
+  report.Add(fmt::format("turn2_ttft_p50_c{}", c), Percentile(ttft[1], 0.5), "s", std::nullopt,
+             true);
+  report.Add(fmt::format("itl_p50_c{}", c), Percentile(itl, 0.5), "s", std::nullopt, true);
+  report.Add(fmt::format("itl_p99_c{}", c), Percentile(itl, 0.99), "s", std::nullopt, true);
+  report.Add(fmt::format("decode_tok_s_c{}", c), Median(decode), "tok/s");
+  if (!steady.empty())
+    report.Add(fmt::format("decode_tok_s_steady_c{}", c), Median(steady), "tok/s");
+  if (!all_running.empty()) {
+    report.Add(fmt::format("decode_tok_s_all_running_c{}", c), Median(all_running), "tok/s");
+  }
+}
+
 // framezip-server's code in this process on `model_dir` (loopback, port 0, no metrics port).
 StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::string& model_dir,
                                                                   int max_running) {
@@ -219,6 +315,7 @@ int RunBenchServer(const std::vector<std::string>& args) {
   int max_tokens = 32;
   int frames = 64;
   bool ignore_eos = true;
+  int rounds = 1;
   bool json = false;
   FlagSet flags("framezip bench server",
                 "Serving benchmark against a running framezip-server (--server) or the server's "
@@ -232,11 +329,19 @@ int RunBenchServer(const std::vector<std::string>& args) {
   flags.Int("max-tokens", &max_tokens, "tokens generated per turn at most");
   flags.Bool("ignore-eos", &ignore_eos,
              "generate max-tokens tokens every turn (do not stop at end-of-turn)");
+  flags.Int("rounds", &rounds,
+            "run every level this many times, interleaved; rates and ratios are the median over "
+            "rounds, latency percentiles are over all rounds' samples");
   flags.Bool("json", &json, "print one JSON object as the last line");
   if (auto code = ParseOrExit(flags, args)) return *code;
+  if (rounds < 1) {
+    std::fprintf(stderr, "framezip bench server: --rounds must be at least 1, got %d\n", rounds);
+    return 2;
+  }
   if (server.empty() == model_dir.empty()) {
-    std::fprintf(stderr, "framezip bench server: give exactly one of --server ADDR (a running "
-                         "framezip-server) or --model DIR (start one in this process)\n");
+    std::fprintf(stderr,
+                 "framezip bench server: give exactly one of --server ADDR (a running "
+                 "framezip-server) or --model DIR (start one in this process)\n");
     return 2;
   }
   std::string video;
@@ -280,72 +385,45 @@ int RunBenchServer(const std::vector<std::string>& args) {
   machine.threads = static_cast<int>(std::thread::hardware_concurrency());
   bench::Report report("server", machine);
   const SessionPlan plan{&video, video.empty() ? 0 : frames, max_tokens, ignore_eos};
-  double ratio = 0;
-  double decode_first = 0, decode_last = 0;
-  for (int c : concurrency) {
-    Samples samples;
-    // Phases: upload | turn 1 | turn 2 | delete; the main thread times turn 2's phase.
-    SteadyClock::time_point turn2_start, turn2_end;
-    int phase_number = 0;
-    std::barrier phase(c, [&]() noexcept {
-      ++phase_number;
-      if (phase_number == 2) turn2_start = SteadyClock::now();
-      if (phase_number == 3) turn2_end = SteadyClock::now();
-    });
-    std::vector<std::thread> threads;
-    for (int i = 0; i < c; ++i) {
-      threads.emplace_back([&] { RunSession(*stub, plan, phase, samples); });
-    }
-    for (auto& t : threads) t.join();
-    if (samples.failures > 0) {
-      std::fprintf(stderr, "framezip bench server: %d of %d sessions failed: %s\n",
-                   samples.failures, c, samples.first_error.c_str());
-      return 1;
-    }
-    const double turn2_seconds = std::chrono::duration<double>(turn2_end - turn2_start).count();
-    std::vector<double> ttft = samples.ttft[0];
-    ttft.insert(ttft.end(), samples.ttft[1].begin(), samples.ttft[1].end());
-    report.Add(fmt::format("ttft_p50_c{}", c), Percentile(ttft, 0.5), "s", std::nullopt, true);
-    report.Add(fmt::format("ttft_p99_c{}", c), Percentile(ttft, 0.99), "s", std::nullopt, true);
-    report.Add(fmt::format("turn1_ttft_p50_c{}", c), Percentile(samples.ttft[0], 0.5), "s",
-               std::nullopt, true);
-    report.Add(fmt::format("turn2_ttft_p50_c{}", c), Percentile(samples.ttft[1], 0.5), "s",
-               std::nullopt, true);
-    report.Add(fmt::format("itl_p50_c{}", c), Percentile(samples.itl, 0.5), "s", std::nullopt,
-               true);
-    report.Add(fmt::format("itl_p99_c{}", c), Percentile(samples.itl, 0.99), "s", std::nullopt,
-               true);
-    const double decode =
-        turn2_seconds > 0 ? static_cast<double>(samples.generated[1]) / turn2_seconds : 0;
-    report.Add(fmt::format("decode_tok_s_c{}", c), decode, "tok/s");
-    // Steady-state decode: tokens after each session's first, over the window from the earliest
-    // first token to the latest last token. The phase figure above also holds every session's
-    // turn-2 prefill (run one sequence at a time), which this one leaves out.
-    double steady = 0;
-    if (samples.decode_end > samples.decode_begin) {
-      steady = static_cast<double>(samples.decoded_after_first) /
-               std::chrono::duration<double>(samples.decode_end - samples.decode_begin).count();
-      report.Add(fmt::format("decode_tok_s_steady_c{}", c), steady, "tok/s");
-    }
-    const double all_running = AllRunningDecodeRate(samples.turn2_arrivals);
-    if (all_running > 0) {
-      report.Add(fmt::format("decode_tok_s_all_running_c{}", c), all_running, "tok/s");
-    }
-    const double scaled = all_running > 0 ? all_running : steady > 0 ? steady : decode;
-    if (decode_first == 0) decode_first = scaled;
-    decode_last = scaled;
-    if (ratio == 0) {
-      const double t1 = Percentile(samples.ttft[0], 0.5);
-      const double t2 = Percentile(samples.ttft[1], 0.5);
-      ratio = t2 > 0 ? t1 / t2 : 0;
+  // Every round runs every level once, in order, so each round's levels are measured minutes
+  // apart on the same host; the scaling is each round's own ratio, and with --rounds > 1 its
+  // median over rounds is the headline (a shared host's speed drifts between minutes).
+  std::vector<std::vector<LevelResult>> by_level(concurrency.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t li = 0; li < concurrency.size(); ++li) {
+      StatusOr<LevelResult> level = MeasureLevel(*stub, plan, concurrency[li]);
+      if (!level.ok()) {
+        std::fprintf(stderr, "framezip bench server: %s\n", MessageOf(level.status()).c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "round %d/%d, %d sessions: decode %.2f tok/s (all running %.2f)\n",
+                   round + 1, rounds, concurrency[li], level->decode, level->all_running);
+      by_level[li].push_back(std::move(*level));
     }
   }
+  for (size_t li = 0; li < concurrency.size(); ++li) {
+    AddLevel(report, concurrency[li], by_level[li]);
+  }
   // At the first concurrency level: turn 1 reads the video, turn 2 reuses the session's KV.
-  report.Add("turn1_over_turn2_ttft", ratio, "x", video.empty() ? std::nullopt
-                                                                 : std::optional<double>(10.0));
+  std::vector<double> ttft_ratios;
+  for (const LevelResult& r : by_level.front()) {
+    const double t1 = Percentile(r.ttft[0], 0.5), t2 = Percentile(r.ttft[1], 0.5);
+    ttft_ratios.push_back(t2 > 0 ? t1 / t2 : 0);
+  }
+  report.Add("turn1_over_turn2_ttft", Median(ttft_ratios), "x",
+             video.empty() ? std::nullopt : std::optional<double>(10.0));
   if (concurrency.size() > 1) {
-    report.Add(fmt::format("decode_scaling_c{}_over_c{}", concurrency.back(), concurrency.front()),
-               decode_first > 0 ? decode_last / decode_first : 0, "x",
+    std::vector<double> scaling;
+    for (int round = 0; round < rounds; ++round) {
+      scaling.push_back(ScalingRatio(by_level.front()[round], by_level.back()[round]));
+    }
+    const std::string name =
+        fmt::format("decode_scaling_c{}_over_c{}", concurrency.back(), concurrency.front());
+    if (rounds > 1) {
+      report.Add(name + "_min", *std::min_element(scaling.begin(), scaling.end()), "x");
+      report.Add(name + "_max", *std::max_element(scaling.begin(), scaling.end()), "x");
+    }
+    report.Add(name, Median(scaling), "x",
                concurrency.back() >= 16 && concurrency.front() == 1 ? std::optional<double>(4.0)
                                                                     : std::nullopt);
   }
