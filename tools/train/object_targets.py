@@ -78,15 +78,23 @@ def scene_targets(objs, num_frames: int, grid: int) -> np.ndarray:
     return out
 
 
-def probe_loss(logits, targets):
-    """logits [N, PROBE_WIDTH] and targets [N, WIDTH] of the unmasked tokens -> (loss, metrics)."""
+def probe_loss(logits, targets, count_2plus_weight: float = 1.0):
+    """logits [N, PROBE_WIDTH] and targets [N, WIDTH] of the unmasked tokens -> (loss, metrics).
+
+    count_2plus_weight scales the count loss of the tokens whose running count is 2 or more: they
+    are the few percent of tokens that need counting (most objects appear once), and the count
+    answer is read from them."""
     import torch
     import torch.nn.functional as fn
 
     onset = fn.binary_cross_entropy_with_logits(logits[:, 0], targets[:, ONSET])
     c0 = 1
     count_logits = logits[:, c0:c0 + COUNT_CLASSES]
-    count = fn.cross_entropy(count_logits, targets[:, COUNT].long())
+    count_per_token = fn.cross_entropy(count_logits, targets[:, COUNT].long(), reduction="none")
+    if count_2plus_weight != 1.0:
+        count_per_token = count_per_token * torch.where(targets[:, COUNT] >= 2,
+                                                        count_2plus_weight, 1.0)
+    count = count_per_token.mean()
     d0 = c0 + COUNT_CLASSES
     disp = ((logits[:, d0:d0 + 2] - targets[:, DX:DY + 1]) ** 2).sum(-1).mean()
     r0 = d0 + 2

@@ -253,6 +253,9 @@ def main():
                          "(object_targets.py); 0 = answers only")
     ap.add_argument("--facts-layers", default="2",
                     help="decoder layers (outputs, 1-based) whose video tokens are probed")
+    ap.add_argument("--count-2plus-weight", type=float, default=1.0,
+                    help="weight of the count probe's loss at tokens of an object's second or "
+                         "later appearance, relative to the others")
     ap.add_argument("--retrieval-weight", type=float, default=0.0,
                     help="weight of the loss that makes one attention head at the answer position "
                          "look at the object the question names (needs --facts-weight > 0)")
@@ -466,7 +469,8 @@ def main():
             sel = facts[..., object_targets.MASK] > 0
             for layer, probe in probes.items():
                 h = out.hidden_states[int(layer)][sel]
-                aux, metrics = object_targets.probe_loss(probe(h), facts[sel])
+                aux, metrics = object_targets.probe_loss(probe(h), facts[sel],
+                                                          args.count_2plus_weight)
                 loss = loss + args.facts_weight * aux / len(probes)
                 for k, v in metrics.items():
                     facts_acc.setdefault(f"L{layer}_{k}", []).append(v)
