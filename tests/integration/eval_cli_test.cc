@@ -4,7 +4,6 @@
 // agreement of full attention with itself (exactly 1, KL 0: ScoreTurn reproduces greedy decoding),
 // and the message when the split is missing and cannot be generated.
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>

@@ -285,8 +285,9 @@ void AddLevel(bench::Report& report, int c, const std::vector<LevelResult>& roun
   report.Add(fmt::format("itl_p50_c{}", c), Percentile(itl, 0.5), "s", std::nullopt, true);
   report.Add(fmt::format("itl_p99_c{}", c), Percentile(itl, 0.99), "s", std::nullopt, true);
   report.Add(fmt::format("decode_tok_s_c{}", c), Median(decode), "tok/s");
-  if (!steady.empty())
+  if (!steady.empty()) {
     report.Add(fmt::format("decode_tok_s_steady_c{}", c), Median(steady), "tok/s");
+  }
   if (!all_running.empty()) {
     report.Add(fmt::format("decode_tok_s_all_running_c{}", c), Median(all_running), "tok/s");
   }
