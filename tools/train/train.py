@@ -42,6 +42,7 @@ class Data:
         # from re-running the deterministic scene generator (no rendering).
         self.facts = None
         self.count_on_last = False  # set by main() from --retrieval-count-last
+        self.skip_count = False  # set by main() from --retrieval-skip-count
         if object_facts:
             grid = math.isqrt(tpf)
             self.facts = {}
@@ -128,20 +129,24 @@ class Data:
         return out
 
     def retrieval_targets(self, batch, seqs, L):
-        """(batch row, position, key mask [L], named colour, named shape) for every turn whose
-        question names an object: the position is the last prompt token, whose next-token
-        prediction starts the answer; colour/shape are object_targets.named_words'."""
+        """(batch row, position, key mask [L], named colour, named shape, count) for every turn
+        whose question names an object: the position is the last prompt token, whose next-token
+        prediction starts the answer; colour/shape are object_targets.named_words'; count is the
+        answer of a count question, -1 for the others."""
         import torch
-        rows, positions, masks, named = [], [], [], []
+        rows, positions, masks, named, counts = [], [], [], [], []
         for b, (it, turns) in enumerate(batch):
             ids, labels = seqs[b]
             starts = [t for t in range(1, len(labels)) if labels[t] != -100 and labels[t - 1] == -100]
             assert len(starts) == len(turns), (it["id"], starts)
             j = ids.index(self.video_id)
             f = self.facts[it["id"]]
-            for (q, _), start in zip(turns, starts):
+            for (q, a), start in zip(turns, starts):
+                is_count = q.startswith("How many")
+                if self.skip_count and is_count:
+                    continue
                 keys = object_targets.named_object_tokens(q, f)
-                if self.count_on_last and q.startswith("How many"):
+                if self.count_on_last and is_count:
                     keys = object_targets.last_appearance(keys, f, self.tpf)
                 if not keys.any():
                     continue
@@ -151,11 +156,12 @@ class Data:
                 positions.append(start - 1)
                 masks.append(m)
                 named.append(object_targets.named_words(q))
+                counts.append(int(a) if is_count else -1)
         if not rows:
             return None
         named = torch.tensor(named, dtype=torch.long)
         return (torch.tensor(rows), torch.tensor(positions), torch.stack(masks), named[:, 0],
-                named[:, 1])
+                named[:, 1], torch.tensor(counts, dtype=torch.long))
 
 
 def sample_turns(rng, it):
@@ -265,6 +271,13 @@ def main():
     ap.add_argument("--retrieval-count-last", type=int, default=0,
                     help="1: for count questions the retrieval head is trained on the object's "
                          "last appearance only, where its running count is the answer")
+    ap.add_argument("--retrieval-skip-count", type=int, default=0,
+                    help="1: count questions get no retrieval target; the head is left to find "
+                         "what counting needs from the answer loss alone")
+    ap.add_argument("--answer-count-probe-weight", type=float, default=0.0,
+                    help="weight of a linear probe that reads a count question's answer from the "
+                         "retrieval head's output (its slice of o_proj's input) at the answer "
+                         "position (needs --retrieval-weight > 0)")
     ap.add_argument("--word-probe-weight", type=float, default=0.0,
                     help="weight of the word probes at the retrieval layer's input: the video "
                          "tokens' colour and shape, and the answer position's named colour and "
@@ -276,6 +289,10 @@ def main():
         ap.error("--retrieval-weight needs --facts-weight > 0")
     if args.word_probe_weight > 0 and args.retrieval_weight <= 0:
         ap.error("--word-probe-weight needs --retrieval-weight > 0")
+    if args.answer_count_probe_weight > 0 and (args.retrieval_weight <= 0
+                                               or args.retrieval_skip_count):
+        ap.error("--answer-count-probe-weight needs --retrieval-weight > 0 and count questions "
+                 "in the retrieval targets")
 
     import torch
     import transformers
@@ -294,6 +311,7 @@ def main():
     train = Data(args.cache, "train", tok, tpf, object_facts=args.facts_weight > 0)
     val = Data(args.cache, "val", tok, tpf)
     train.count_on_last = bool(args.retrieval_count_last)
+    train.skip_count = bool(args.retrieval_skip_count)
 
     # The hand-rendered prompt must equal the chat template, and the <video> expansion the
     # processor's.
@@ -338,6 +356,14 @@ def main():
         attn_module = model.model.language_model.layers[args.retrieval_layer - 1].self_attn
         attn_module.register_forward_hook(
             lambda _module, _inputs, output: retrieval_attn.__setitem__("weights", output[1]))
+    # The answer-count probe reads the retrieval head's output: its head_dim slice of the
+    # concatenated heads that o_proj mixes.
+    head_dim = H // cfg.text_config.num_attention_heads
+    count_probe = torch.nn.Linear(head_dim, object_targets.COUNT_CLASSES)
+    if args.answer_count_probe_weight > 0:
+        attn_module.o_proj.register_forward_pre_hook(
+            lambda _module, inputs: retrieval_attn.__setitem__("heads", inputs[0]))
+        trainable += [(f"probe.count.{n}", p) for n, p in count_probe.named_parameters()]
     # Word probes: the colour and shape words as the questions tokenise them (" red", " circle").
     word_ids = {kind: [tok(" " + w, add_special_tokens=False)["input_ids"] for w in words]
                 for kind, words in (("color", object_targets.COLORS),
@@ -374,6 +400,8 @@ def main():
         model.load_state_dict(ck["model"])
         if "probes" in ck:
             probes.load_state_dict(ck["probes"])
+        if "count_probe" in ck:
+            count_probe.load_state_dict(ck["count_probe"])
         if "word_scale" in ck:
             word_scale.data.copy_(ck["word_scale"])
         opt.load_state_dict(ck["opt"])
@@ -418,6 +446,7 @@ def main():
                  "final": final})
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
                     "probes": probes.state_dict(), "word_scale": word_scale.detach(),
+                    "count_probe": count_probe.state_dict(),
                     "state": dict(state, batch_index=bi)}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
         export(model, processor, args.export, extra_files=[log_path])
@@ -443,11 +472,21 @@ def main():
         out = model(**b, output_hidden_states=facts is not None)
         loss = out.loss
         if args.retrieval_weight > 0 and retrieval is not None:
-            rows, positions, key_mask, named_color, named_shape = retrieval
+            rows, positions, key_mask, named_color, named_shape, counts = retrieval
             attn = retrieval_attn["weights"][rows, args.retrieval_head, positions]
             aux, mass = object_targets.retrieval_loss(attn, key_mask)
             loss = loss + args.retrieval_weight * aux
             facts_acc.setdefault("retrieval_mass", []).append(mass)
+            asked = counts >= 0
+            if args.answer_count_probe_weight > 0 and asked.any():
+                h0 = args.retrieval_head * head_dim
+                heads = retrieval_attn["heads"][rows[asked], positions[asked], h0:h0 + head_dim]
+                count_logits = count_probe(heads)
+                target = counts[asked].clamp_max(object_targets.COUNT_CLASSES - 1)
+                loss = loss + args.answer_count_probe_weight * torch.nn.functional.cross_entropy(
+                    count_logits, target)
+                facts_acc.setdefault("answer_count_acc", []).append(
+                    (count_logits.argmax(-1) == target).float().mean().item())
             if args.word_probe_weight > 0:
                 # The retrieval layer's input: the keys of the video tokens and the query of the
                 # answer position are projections of it.
