@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Where does the supervised retrieval head look, and does the answer follow?
 
-For colour and shape questions of the val split (videos of up to --max-frames frames), by number of
-objects in the video: the retrieval head's attention mass, at the answer position, on the tokens
-of the object the question names, and the teacher-forced exact-answer accuracy (train.evaluate's
-rule). A mass near 1/objects means the head cannot tell the named object from the others.
+For the questions of the val split's --tasks (videos of up to --max-frames frames), by task and
+number of objects in the video: the retrieval head's attention mass, at the answer position, on
+the tokens of the object the question names, and the teacher-forced exact-answer accuracy
+(train.evaluate's rule). A mass near 1/objects means the head cannot tell the named object from
+the others. For count questions also the mass on the object's last appearance (from its last
+onset on, where the running count is the answer: the --retrieval-count-last target).
 
   diagnose_retrieval.py --run .data/train10 --layer 4 [--head 0] [--items 120]
+  diagnose_retrieval.py --run .data/train17 --tasks count --max-frames 64 --items 100
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main():
     ap.add_argument("--head", type=int, default=0)
     ap.add_argument("--items", type=int, default=120)
     ap.add_argument("--max-frames", type=int, default=24)
+    ap.add_argument("--tasks", default="color,shape", help="comma-separated synthvid tasks")
     args = ap.parse_args()
 
     import torch
@@ -45,7 +49,7 @@ def main():
     tpf = fzmodel.video_tokens_per_frame()
     data = train.Data(args.cache, "val", tok, tpf, object_facts=True)  # the retrieval targets
     items = [it for it in data.items
-             if it["task"] in ("color", "shape") and it["num_frames"] <= args.max_frames]
+             if it["task"] in args.tasks.split(",") and it["num_frames"] <= args.max_frames]
     items = items[:args.items]
     objects = {it["id"]: len(synthvid.make_scene("val", int(it["id"].split("-")[1]))[3])
                for it in items}
@@ -60,22 +64,29 @@ def main():
         for group in by_frames.values():
             for i in range(0, len(group), 8):
                 batch = group[i:i + 8]
-                b = data.collate([(it, [(it["question"], it["answer"])]) for it in batch])
+                turns = [(it, [(it["question"], it["answer"])]) for it in batch]
+                data.count_on_last = True
+                last_mask = data.collate(turns)["retrieval"][2]  # differs for count questions only
+                data.count_on_last = False
+                b = data.collate(turns)
                 b.pop("object_facts")
                 rows, positions, key_mask = b.pop("retrieval")[:3]
                 labels = b.pop("labels")
                 logits = model(**b).logits
                 pred, target = logits[:, :-1].argmax(-1), labels[:, 1:]
                 correct = ((pred == target) | (target == -100)).all(-1)
-                mass = (captured["weights"][rows, args.head, positions] * key_mask).sum(-1)
+                attn = captured["weights"][rows, args.head, positions]
+                mass = (attn * key_mask).sum(-1)
+                mass_last = (attn * last_mask).sum(-1)
                 for k, r in enumerate(rows.tolist()):
                     it = batch[r]
                     stats[(it["task"], objects[it["id"]])].append(
-                        (mass[k].item(), bool(correct[r])))
-    print("task   objects  items  mass on the named object  accuracy")
+                        (mass[k].item(), mass_last[k].item(), bool(correct[r])))
+    print("task       objects  items  mass on the named object  on its last appearance  accuracy")
     for (task, n), v in sorted(stats.items()):
-        print(f"{task:6} {n:7} {len(v):6}  {sum(m for m, _ in v) / len(v):24.2f}  "
-              f"{sum(o for _, o in v) / len(v):8.2f}")
+        last = f"{sum(m for _, m, _ in v) / len(v):.2f}" if task == "count" else "-"
+        print(f"{task:10} {n:7} {len(v):6}  {sum(m for m, _, _ in v) / len(v):24.2f}  "
+              f"{last:>22}  {sum(o for _, _, o in v) / len(v):8.2f}")
 
 
 if __name__ == "__main__":
