@@ -65,9 +65,9 @@ def main():
             for i in range(0, len(group), 8):
                 batch = group[i:i + 8]
                 turns = [(it, [(it["question"], it["answer"])]) for it in batch]
-                data.count_on_last = True
+                data.count_target = "last"
                 last_mask = data.collate(turns)["retrieval"][2]  # differs for count questions only
-                data.count_on_last = False
+                data.count_target = "object"
                 b = data.collate(turns)
                 b.pop("object_facts")
                 rows, positions, key_mask = b.pop("retrieval")[:3]

@@ -124,6 +124,11 @@ def probe_loss(logits, targets, count_2plus_weight: float = 1.0):
     return onset + count + disp + rank + identity, metrics
 
 
+def is_count_question(question: str) -> bool:
+    """Whether the question is synthvid's count template ("How many times does ... appear?")."""
+    return question.startswith(synthvid.QUESTION["count"].split("{")[0])
+
+
 def _named(question: str) -> tuple[list[int], list[int]]:
     """Indices of the colours and of the shapes the question's words name, in order."""
     words = [w.strip("?,.").lower() for w in question.split()]
@@ -167,6 +172,17 @@ def retrieval_loss(attn_rows, key_mask):
     the named object's tokens -> mean -log(attention mass on them)."""
     mass = (attn_rows * key_mask).sum(-1)
     return -mass.clamp_min(1e-6).log().mean(), mass.mean().item()
+
+
+def answer_count_loss(logits, counts):
+    """logits [Q, COUNT_CLASSES] read at count questions' answer positions, counts [Q] their
+    answers (counts from COUNT_CLASSES - 1 on share the last class, as in the facts) ->
+    (loss, accuracy)."""
+    import torch.nn.functional as fn
+
+    target = counts.clamp_max(COUNT_CLASSES - 1)
+    accuracy = (logits.argmax(-1) == target).float().mean().item()
+    return fn.cross_entropy(logits, target), accuracy
 
 
 def word_probe_loss(h, color_targets, shape_targets, color_emb, shape_emb, scale):

@@ -41,8 +41,9 @@ class Data:
         # Per-item [F * tpf, WIDTH] object facts for the auxiliary probes (object_targets.py),
         # from re-running the deterministic scene generator (no rendering).
         self.facts = None
-        self.count_on_last = False  # set by main() from --retrieval-count-last
-        self.skip_count = False  # set by main() from --retrieval-skip-count
+        # The retrieval target of count questions: "object" (all of the named object's tokens),
+        # "last" (its last appearance, --retrieval-count-last) or "none" (--retrieval-skip-count).
+        self.count_target = "object"
         if object_facts:
             grid = math.isqrt(tpf)
             self.facts = {}
@@ -142,11 +143,11 @@ class Data:
             j = ids.index(self.video_id)
             f = self.facts[it["id"]]
             for (q, a), start in zip(turns, starts):
-                is_count = q.startswith("How many")
-                if self.skip_count and is_count:
+                is_count = object_targets.is_count_question(q)
+                if is_count and self.count_target == "none":
                     continue
                 keys = object_targets.named_object_tokens(q, f)
-                if self.count_on_last and is_count:
+                if is_count and self.count_target == "last":
                     keys = object_targets.last_appearance(keys, f, self.tpf)
                 if not keys.any():
                     continue
@@ -289,6 +290,8 @@ def main():
         ap.error("--retrieval-weight needs --facts-weight > 0")
     if args.word_probe_weight > 0 and args.retrieval_weight <= 0:
         ap.error("--word-probe-weight needs --retrieval-weight > 0")
+    if args.retrieval_count_last and args.retrieval_skip_count:
+        ap.error("--retrieval-count-last and --retrieval-skip-count exclude each other")
     if args.answer_count_probe_weight > 0 and (args.retrieval_weight <= 0
                                                or args.retrieval_skip_count):
         ap.error("--answer-count-probe-weight needs --retrieval-weight > 0 and count questions "
@@ -310,8 +313,8 @@ def main():
     tpf = fzmodel.video_tokens_per_frame()
     train = Data(args.cache, "train", tok, tpf, object_facts=args.facts_weight > 0)
     val = Data(args.cache, "val", tok, tpf)
-    train.count_on_last = bool(args.retrieval_count_last)
-    train.skip_count = bool(args.retrieval_skip_count)
+    train.count_target = ("last" if args.retrieval_count_last else
+                          "none" if args.retrieval_skip_count else "object")
 
     # The hand-rendered prompt must equal the chat template, and the <video> expansion the
     # processor's.
@@ -481,12 +484,9 @@ def main():
             if args.answer_count_probe_weight > 0 and asked.any():
                 h0 = args.retrieval_head * head_dim
                 heads = retrieval_attn["heads"][rows[asked], positions[asked], h0:h0 + head_dim]
-                count_logits = count_probe(heads)
-                target = counts[asked].clamp_max(object_targets.COUNT_CLASSES - 1)
-                loss = loss + args.answer_count_probe_weight * torch.nn.functional.cross_entropy(
-                    count_logits, target)
-                facts_acc.setdefault("answer_count_acc", []).append(
-                    (count_logits.argmax(-1) == target).float().mean().item())
+                aux, acc = object_targets.answer_count_loss(count_probe(heads), counts[asked])
+                loss = loss + args.answer_count_probe_weight * aux
+                facts_acc.setdefault("answer_count_acc", []).append(acc)
             if args.word_probe_weight > 0:
                 # The retrieval layer's input: the keys of the video tokens and the query of the
                 # answer position are projections of it.
