@@ -22,4 +22,8 @@ StatusOr<CachingAllocatorStats> DeviceBufferAllocatorStats(Device device);
 // Copies between any two of host and device memory (synchronously).
 Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
+// Zero-fills `bytes` at `dst`. On a GPU the memset is queued on the default stream, where every op
+// launches, so later ops see the zeros without a host wait.
+Status ZeroBytes(void* dst, Device device, size_t bytes);
+
 }  // namespace framezip::engine

@@ -6,9 +6,8 @@
 #include <memory>
 #include <mutex>
 
-#include "engine/core/device_memory.h"
-
 #include "engine/core/cuda_raw_allocator.h"
+#include "engine/core/device_memory.h"
 
 namespace framezip::engine {
 namespace {
@@ -104,6 +103,16 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
     return absl::OkStatus();
   }
   return FromCuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+Status ZeroBytes(void* dst, Device device, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (device.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return absl::OkStatus();
+  }
+  DeviceGuard guard(device.index);  // the default stream of the tensor's own device
+  return FromCuda(cudaMemsetAsync(dst, 0, bytes, nullptr), "cudaMemsetAsync");
 }
 
 }  // namespace framezip::engine

@@ -22,4 +22,11 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
   return absl::OkStatus();
 }
 
+Status ZeroBytes(void* dst, Device device, size_t bytes) {
+  if (!device.is_cpu())
+    return absl::UnimplementedError("device memset needs CUDA: built without CUDA");
+  if (bytes != 0) std::memset(dst, 0, bytes);
+  return absl::OkStatus();
+}
+
 }  // namespace framezip::engine

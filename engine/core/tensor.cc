@@ -36,11 +36,8 @@ StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Device device) {
 }
 
 StatusOr<Tensor> Tensor::Zeros(Shape shape, DType dtype, Device device) {
-  if (!device.is_cpu()) {
-    return absl::UnimplementedError("Tensor::Zeros is host-only; fill device tensors with an op");
-  }
   FZ_ASSIGN_OR_RETURN(Tensor t, Empty(std::move(shape), dtype, device));
-  std::memset(t.raw_data(), 0, t.nbytes());
+  FZ_RETURN_IF_ERROR(ZeroBytes(t.raw_data(), device, t.nbytes()));
   return t;
 }
 

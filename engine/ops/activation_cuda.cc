@@ -1,7 +1,8 @@
-// Gelu, SiluMul and Add on the GPU: adapters to engine/kernels/cuda/elementwise.cuh.
+// Gelu, QuickGelu, SiluMul and Add on the GPU: adapters to engine/kernels/cuda/elementwise.cuh.
 #include "engine/kernels/cuda/elementwise.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
+#include "engine/ops/quick_gelu_backends.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -25,6 +26,16 @@ Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y) {
   p.n = y.numel();
   p.form = approximation == GeluApproximation::kErf ? cuda::GeluForm::kErf : cuda::GeluForm::kTanh;
   return CudaStatus(cuda::LaunchGelu(p, nullptr), "Gelu");
+}
+
+Status QuickGeluCuda(const Tensor& x, Tensor& y) {
+  ScopedCudaDevice scope(x.device());
+  cuda::GeluParams p;
+  p.x = static_cast<const float*>(x.raw_data());
+  p.y = static_cast<float*>(y.raw_data());
+  p.n = y.numel();
+  p.form = cuda::GeluForm::kQuick;
+  return CudaStatus(cuda::LaunchGelu(p, nullptr), "QuickGelu");
 }
 
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y) {

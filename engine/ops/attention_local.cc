@@ -1,20 +1,15 @@
-// Direct loops: each row's key set is at most sinks + window keys (dozens), too small for the
-// blocked attention kernel to pay off, and the rows are independent, so they are spread over the
-// compute pool.
 #include "engine/ops/attention_local.h"
 
-#include <algorithm>
-#include <cmath>
-#include <vector>
-
-#include "engine/core/thread_pool.h"
+#include "engine/ops/attention_local_backends.h"
+#include "engine/ops/cuda_backends.h"
+#include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
 
-Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                            const float* past_k, const float* past_v, int64_t past,
-                            std::span<const int32_t> rows, int64_t h0, int64_t nh,
-                            const LocalWindow& params, Tensor& out) {
+Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, const float* past_k,
+                            const float* past_v, int64_t past, std::span<const int32_t> rows,
+                            int64_t h0, int64_t nh, const LocalWindow& params, Tensor& out) {
+  constexpr std::string_view kOp = "LocalWindowAttention";
   if (q.rank() != 3 || k.rank() != 3 || k.shape() != v.shape() || q.shape() != out.shape() ||
       q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) || q.dtype() != DType::kF32 ||
       k.dtype() != DType::kF32 || v.dtype() != DType::kF32 || out.dtype() != DType::kF32) {
@@ -24,7 +19,8 @@ Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v,
         ShapeString(q.shape()), ShapeString(k.shape()), ShapeString(v.shape()),
         ShapeString(out.shape()));
   }
-  const int64_t t = q.dim(0), heads = q.dim(1), g = k.dim(1), d = q.dim(2);
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {&k, &v, &out}));
+  const int64_t t = q.dim(0), heads = q.dim(1), g = k.dim(1);
   if (g <= 0 || heads % g != 0 || h0 < 0 || nh < 0 || h0 + nh > heads) {
     return InvalidArgumentError("LocalWindowAttention: heads [{}, {}) of {} with {} KV heads", h0,
                                 h0 + nh, heads, g);
@@ -33,6 +29,7 @@ Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v,
     return InvalidArgumentError("LocalWindowAttention: window {} must be >= 1 and sinks {} >= 0",
                                 params.window, params.sinks);
   }
+  if (past < 0) return InvalidArgumentError("LocalWindowAttention: past {} is negative", past);
   if (past > 0 && (past_k == nullptr || past_v == nullptr)) {
     return InvalidArgumentError("LocalWindowAttention: {} past tokens without their K/V", past);
   }
@@ -42,56 +39,14 @@ Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v,
           "LocalWindowAttention: rows must be sorted, distinct and in [0, {})", t);
     }
   }
-  const int64_t rep = heads / g;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* qd = q.data<float>();
-  const float* kd = k.data<float>();
-  const float* vd = v.data<float>();
-  float* od = out.data<float>();
-  // Key j of the layer's sequence (earlier chunks, then this chunk), KV head kvh.
-  auto key = [&](int64_t j, int64_t kvh) {
-    return j < past ? past_k + (j * g + kvh) * d : kd + ((j - past) * g + kvh) * d;
-  };
-  auto value = [&](int64_t j, int64_t kvh) {
-    return j < past ? past_v + (j * g + kvh) * d : vd + ((j - past) * g + kvh) * d;
-  };
-  const int64_t n = static_cast<int64_t>(rows.size());
-  ComputePool().ParallelFor(n, 16, [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> keys;
-    std::vector<float> s;
-    std::vector<float> acc(static_cast<size_t>(d));
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t i = rows[static_cast<size_t>(r)];
-      const int64_t p = past + i;
-      const int64_t lo = std::max<int64_t>(0, p - params.window + 1);
-      keys.clear();
-      for (int64_t j = 0; j < std::min(params.sinks, lo); ++j) keys.push_back(j);
-      for (int64_t j = lo; j <= p; ++j) keys.push_back(j);
-      s.resize(keys.size());
-      for (int64_t h = h0; h < h0 + nh; ++h) {
-        const int64_t kvh = h / rep;
-        const float* qi = qd + (i * heads + h) * d;
-        float mx = -INFINITY;
-        for (size_t jj = 0; jj < keys.size(); ++jj) {
-          const float* kj = key(keys[jj], kvh);
-          float dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
-          s[jj] = dot * scale;
-          mx = std::max(mx, s[jj]);
-        }
-        float sum = 0;
-        for (float& x : s) sum += (x = std::exp(x - mx));
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (size_t jj = 0; jj < keys.size(); ++jj) {
-          const float* vj = value(keys[jj], kvh);
-          const float w = s[jj] / sum;
-          for (int64_t e = 0; e < d; ++e) acc[static_cast<size_t>(e)] += w * vj[e];
-        }
-        std::copy(acc.begin(), acc.end(), od + (i * heads + h) * d);
-      }
-    }
-  });
-  return absl::OkStatus();
+  switch (q.device().kind) {
+    case DeviceKind::kCpu:
+      return LocalWindowAttentionCpu(q, k, v, past_k, past_v, past, rows, h0, nh, params, out);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(q.device()));
+      return LocalWindowAttentionCuda(q, k, v, past_k, past_v, past, rows, h0, nh, params, out);
+  }
+  return InternalError("LocalWindowAttention: unknown device kind");
 }
 
 }  // namespace framezip::engine::ops

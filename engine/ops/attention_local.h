@@ -15,6 +15,9 @@
 // all f32 row-major; `rows` are chunk rows, sorted ascending; only the heads [h0, h0 + nh) of
 // those rows are written (a per-KV-head selection calls it once per head group). Every other
 // element of `out` is left untouched.
+// Devices: q, k, v and out on one device, CPU or GPU; past_k and past_v point into that same
+// device's memory (device pointers for GPU tensors), `rows` is always a host span. On the GPU
+// head_dim is at most 256 (UNIMPLEMENTED beyond).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +33,8 @@ struct LocalWindow {
   int64_t sinks = 4;    // leading keys of the sequence; >= 0
 };
 
-Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                            const float* past_k, const float* past_v, int64_t past,
-                            std::span<const int32_t> rows, int64_t h0, int64_t nh,
-                            const LocalWindow& params, Tensor& out);
+Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, const float* past_k,
+                            const float* past_v, int64_t past, std::span<const int32_t> rows,
+                            int64_t h0, int64_t nh, const LocalWindow& params, Tensor& out);
 
 }  // namespace framezip::engine::ops

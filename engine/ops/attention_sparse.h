@@ -16,7 +16,9 @@
 // the query heads of KV head g use list g).
 //
 // Shapes: q, out [T, H, d]; k, v [T, G, d]; past_k, past_v [past, G, d] (null when past = 0);
-// all f32, row-major. Errors: INVALID_ARGUMENT naming the mismatch or the bad index.
+// all f32, row-major, on one device (past_k and past_v are device pointers when q is on a GPU).
+// Errors: INVALID_ARGUMENT naming the mismatch or the bad index; on a GPU, what the ops it calls
+// answer (RESOURCE_EXHAUSTED for the temporaries, UNIMPLEMENTED beyond the kernels' head_dim).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,7 @@ struct RestRows {
 
 Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
                               const float* past_k, const float* past_v, int64_t past,
-                              std::span<const std::vector<int32_t>> important,
-                              const RestRows& rest, Tensor& out);
+                              std::span<const std::vector<int32_t>> important, const RestRows& rest,
+                              Tensor& out);
 
 }  // namespace framezip::engine::ops

@@ -11,9 +11,11 @@
 #include "engine/core/tensor.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/attention_local.h"
 #include "engine/ops/bilinear_resize.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rope.h"
+#include "engine/ops/row_slices.h"
 #include "engine/ops/sample.h"
 
 namespace framezip::engine::ops {
@@ -23,6 +25,7 @@ Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c)
 Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                      Tensor& y);
+Status SoftmaxCuda(const Tensor& x, Tensor& y);
 Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
@@ -36,6 +39,14 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
 Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
                                 std::span<const int32_t> span_offsets,
                                 const PagedDecodeParams& params, Tensor& out);
+// past_k and past_v are device pointers.
+Status LocalWindowAttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const float* past_k, const float* past_v, int64_t past,
+                                std::span<const int32_t> rows, int64_t h0, int64_t nh,
+                                const LocalWindow& params, Tensor& out);
+
+Status CopyRowSlicesCuda(Device device, int64_t count, int64_t width, const SourceRows& src,
+                         const DestinationRows& dst);
 
 Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
                         std::span<int32_t> tokens);

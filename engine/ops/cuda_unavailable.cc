@@ -4,6 +4,7 @@
 #include "engine/ops/cast_backends.h"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/kv_quant_cuda.h"
+#include "engine/ops/quick_gelu_backends.h"
 #include "engine/ops/zipvl_cuda.h"
 
 namespace framezip::engine::ops {
@@ -20,10 +21,15 @@ Status RmsNormCuda(const Tensor&, const Tensor&, float, Tensor&) { return NoCuda
 Status LayerNormCuda(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {
   return NoCuda("LayerNorm");
 }
+Status SoftmaxCuda(const Tensor&, Tensor&) { return NoCuda("Softmax"); }
 Status GeluCuda(const Tensor&, GeluApproximation, Tensor&) { return NoCuda("Gelu"); }
+Status QuickGeluCuda(const Tensor&, Tensor&) { return NoCuda("QuickGelu"); }
 Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluMul"); }
 Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
 Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
+Status CopyRowSlicesCuda(Device, int64_t, int64_t, const SourceRows&, const DestinationRows&) {
+  return NoCuda("CopyRowSlices");
+}
 Status SampleTokensCuda(Tensor&, std::span<const RowSampling>, std::span<int32_t>) {
   return NoCuda("SampleTokens");
 }
@@ -38,6 +44,11 @@ Status PagedDecodeAttentionCuda(const Tensor&, std::span<const KvSpan>, std::spa
                                 const PagedDecodeParams&, Tensor&) {
   return NoCuda("PagedDecodeAttention");
 }
+Status LocalWindowAttentionCuda(const Tensor&, const Tensor&, const Tensor&, const float*,
+                                const float*, int64_t, std::span<const int32_t>, int64_t, int64_t,
+                                const LocalWindow&, Tensor&) {
+  return NoCuda("LocalWindowAttention");
+}
 Status QuantizeKvPagesCuda(const Tensor&, const Tensor&, int64_t, int, std::span<void* const>) {
   return NoCuda("QuantizeKvPages");
 }
@@ -45,9 +56,7 @@ Status ProbeScoresCuda(const Tensor&, const Tensor&, std::span<const int32_t>, b
                        Tensor&, Tensor&) {
   return NoCuda("ProbeScores");
 }
-StatusOr<int64_t> TopPCuda(const Tensor&, const Tensor&, double, Tensor&) {
-  return NoCuda("TopP");
-}
+StatusOr<int64_t> TopPCuda(const Tensor&, const Tensor&, double, Tensor&) { return NoCuda("TopP"); }
 Status SparsePrefillCuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
                          Tensor&) {
   return NoCuda("SparsePrefill");

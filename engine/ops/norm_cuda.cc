@@ -1,4 +1,4 @@
-// RmsNorm and LayerNorm on the GPU: adapters to engine/kernels/cuda/norm.cuh.
+// RmsNorm, LayerNorm and Softmax on the GPU: adapters to engine/kernels/cuda/norm.cuh.
 #include "engine/kernels/cuda/norm.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -34,6 +34,16 @@ Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
     p.bias_kind = KindOf(beta.dtype());
   }
   return CudaStatus(cuda::LaunchLayerNorm(p, nullptr), "LayerNorm");
+}
+
+Status SoftmaxCuda(const Tensor& x, Tensor& y) {
+  ScopedCudaDevice scope(x.device());
+  cuda::SoftmaxParams p;
+  p.x = static_cast<const float*>(x.raw_data());
+  p.y = static_cast<float*>(y.raw_data());
+  p.n = x.dim(-1);
+  p.rows = p.n == 0 ? 0 : x.numel() / p.n;
+  return CudaStatus(cuda::LaunchSoftmax(p, nullptr), "Softmax");
 }
 
 }  // namespace framezip::engine::ops

@@ -22,7 +22,7 @@ Status QuickGelu(const Tensor& x, Tensor& y) {
       return QuickGeluCpu(x, y);
     case DeviceKind::kCuda:
       FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
-      return UnimplementedError("QuickGelu: no CUDA kernel yet");
+      return QuickGeluCuda(x, y);
   }
   return InternalError("QuickGelu: unknown device kind");
 }

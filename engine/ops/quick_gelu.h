@@ -2,7 +2,8 @@
 // (transformers QuickGELUActivation; CLIP ViT-L/14 MLP, MODELS.md §3.2).
 //
 // x, y: f32, same shape; y may be x (in place).
-// Errors: INVALID_ARGUMENT when shapes differ or a tensor is not f32; UNIMPLEMENTED on CUDA.
+// Errors: INVALID_ARGUMENT when shapes differ, devices differ or a tensor is not f32; on a CUDA
+// device UNIMPLEMENTED in a CPU-only build, UNAVAILABLE without a GPU.
 #pragma once
 
 #include "common/status.h"

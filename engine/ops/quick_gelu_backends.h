@@ -7,5 +7,6 @@
 namespace framezip::engine::ops {
 
 Status QuickGeluCpu(const Tensor& x, Tensor& y);
+Status QuickGeluCuda(const Tensor& x, Tensor& y);
 
 }  // namespace framezip::engine::ops

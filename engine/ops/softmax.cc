@@ -1,6 +1,7 @@
 #include "engine/ops/softmax.h"
 
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cuda_backends.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
@@ -13,9 +14,15 @@ Status Softmax(const Tensor& x, Tensor& y) {
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "y", y, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "y", y));
   if (x.rank() < 1) return InvalidArgumentError("Softmax: x must have rank >= 1");
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, x));
-  FZ_RETURN_IF_ERROR(CheckCpu(kOp, y));
-  return SoftmaxCpu(x, y);
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&y}));
+  switch (x.device().kind) {
+    case DeviceKind::kCpu:
+      return SoftmaxCpu(x, y);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
+      return SoftmaxCuda(x, y);
+  }
+  return InternalError("Softmax: unknown device kind");
 }
 
 }  // namespace framezip::engine::ops

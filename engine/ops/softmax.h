@@ -1,6 +1,7 @@
 // Softmax over the last dimension, max-subtracted, in f32. x [..., N] f32; y same shape, may be x.
 // -inf entries get probability 0; a row of all -inf becomes all zeros (not NaN).
-// Errors: INVALID_ARGUMENT on shape/dtype mismatch; UNIMPLEMENTED on CUDA tensors.
+// Errors: INVALID_ARGUMENT on shape/dtype/device mismatch; on a CUDA device UNIMPLEMENTED in a
+// CPU-only build, UNAVAILABLE without a GPU.
 #pragma once
 
 #include "common/status.h"

@@ -1,5 +1,5 @@
-#include "engine/kernels/cuda/elementwise.cuh"
 #include "engine/kernels/cuda/bilinear_resize.cuh"
+#include "engine/kernels/cuda/elementwise.cuh"
 #include "engine/kernels/cuda/float_io.cuh"
 
 namespace framezip::engine::cuda {
@@ -31,6 +31,10 @@ __global__ void GeluKernel(GeluParams p) {
     const float x = p.x[i];
     if (p.form == GeluForm::kErf) {
       p.y[i] = 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    } else if (p.form == GeluForm::kQuick) {
+      // The CPU op's x / (1 + e^(-1.702x)): for x -> -inf the denominator overflows to inf and
+      // the result is -0, where x · sigmoid would be -inf · 0 = NaN.
+      p.y[i] = x / (1.0f + expf(-1.702f * x));
     } else {
       constexpr float kBeta = 0.79788456080286536f;  // sqrt(2/pi)
       p.y[i] = 0.5f * x * (1.0f + tanhf(kBeta * (x + 0.044715f * x * x * x)));

@@ -1,7 +1,8 @@
 // Element-wise f32 kernels of the decoder and the vision tower:
 //   SiluMul:  y = gate / (1 + e^−gate) · up      (SwiGLU)
 //   Add:      y = a + b                          (residual adds)
-//   Gelu:     erf or tanh form                   (projector, SigLIP MLP)
+//   Gelu:     erf or tanh form                   (projector, SigLIP MLP), or CLIP's quick form
+//             x · sigmoid(1.702x)                (QuickGELU, CLIP ViT MLP)
 //   AddBias:  y[r, j] += bias[j]                 (Linear's bias after the GEMM)
 // Outputs may alias inputs. Grid-stride loops; none allocates.
 #pragma once
@@ -21,7 +22,7 @@ struct BinaryParams {
   int64_t n = 0;
 };
 
-enum class GeluForm : uint8_t { kErf, kTanh };
+enum class GeluForm : uint8_t { kErf, kTanh, kQuick };
 
 struct GeluParams {
   const float* x = nullptr;
@@ -31,8 +32,8 @@ struct GeluParams {
 };
 
 struct AddBiasParams {
-  float* y = nullptr;            // [rows, n], updated in place
-  const void* bias = nullptr;    // [n] of bias_kind
+  float* y = nullptr;          // [rows, n], updated in place
+  const void* bias = nullptr;  // [n] of bias_kind
   FloatKind bias_kind = FloatKind::kF32;
   int64_t rows = 0;
   int64_t n = 0;

@@ -18,6 +18,18 @@ __device__ float BlockSum(float v, float* scratch) {
   return total;
 }
 
+// Maximum of `v` over the block; every thread gets the result.
+__device__ float BlockMax(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
 template <bool kLayerNorm>
 __global__ void __launch_bounds__(kThreads) NormKernel(NormParams p) {
   __shared__ float scratch[kThreads / 32];
@@ -44,6 +56,25 @@ __global__ void __launch_bounds__(kThreads) NormKernel(NormParams p) {
   }
 }
 
+// One block per row, three passes over it (max, sum, write), as the CPU op: e^(x − max) is
+// recomputed in the last pass rather than stored, so y == x is safe and nothing is allocated.
+__global__ void __launch_bounds__(kThreads) SoftmaxKernel(SoftmaxParams p) {
+  __shared__ float scratch[kThreads / 32];
+  const float* x = p.x + blockIdx.x * p.n;
+  float* y = p.y + blockIdx.x * p.n;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < p.n; i += kThreads) m = fmaxf(m, x[i]);
+  const float max = BlockMax(m, scratch);
+  if (max == -INFINITY) {  // fully masked row: zeros, not the NaN of 0/0
+    for (int64_t i = threadIdx.x; i < p.n; i += kThreads) y[i] = 0.0f;
+    return;
+  }
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < p.n; i += kThreads) s += expf(x[i] - max);
+  const float inv_sum = 1.0f / BlockSum(s, scratch);
+  for (int64_t i = threadIdx.x; i < p.n; i += kThreads) y[i] = expf(x[i] - max) * inv_sum;
+}
+
 template <bool kLayerNorm>
 cudaError_t Launch(const NormParams& params, cudaStream_t stream) {
   if (params.rows == 0 || params.d == 0) return cudaSuccess;
@@ -60,6 +91,13 @@ cudaError_t LaunchRmsNorm(const NormParams& params, cudaStream_t stream) {
 
 cudaError_t LaunchLayerNorm(const NormParams& params, cudaStream_t stream) {
   return Launch<true>(params, stream);
+}
+
+cudaError_t LaunchSoftmax(const SoftmaxParams& params, cudaStream_t stream) {
+  if (params.rows == 0 || params.n == 0) return cudaSuccess;
+  if (params.rows > 0x7fffffff) return cudaErrorInvalidValue;
+  SoftmaxKernel<<<static_cast<unsigned>(params.rows), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
 }
 
 }  // namespace framezip::engine::cuda

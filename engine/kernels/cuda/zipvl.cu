@@ -137,21 +137,15 @@ __global__ void FlagKernel(const int32_t* order, int64_t n, const int32_t* count
   }
 }
 
-__global__ void GatherKernel(const float* src, int64_t width, const int32_t* idx, int64_t m,
-                             float* dst) {
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < m * width;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = e / width, c = e % width;
-    dst[e] = src[static_cast<int64_t>(idx[i]) * width + c];
-  }
-}
-
-__global__ void ScatterKernel(const float* src, int64_t width, const int32_t* idx, int64_t m,
-                              float* dst) {
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < m * width;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = e / width, c = e % width;
-    dst[static_cast<int64_t>(idx[i]) * width + c] = src[e];
+// One thread per element, grid-stride; consecutive threads walk a row's columns, so both the
+// read and the write of a row are coalesced.
+__global__ void CopyRowSlicesKernel(RowSliceCopy p) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       e < p.rows * p.width; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / p.width, c = e % p.width;
+    const int64_t from = p.src_rows != nullptr ? p.src_rows[i] : i;
+    const int64_t to = p.dst_rows != nullptr ? p.dst_rows[i] : i;
+    p.dst[to * p.dst_stride + p.dst_col0 + c] = p.src[from * p.src_stride + p.src_col0 + c];
   }
 }
 
@@ -273,18 +267,35 @@ cudaError_t LaunchTopP(const TopPLaunch& p, cudaStream_t stream) {
   return cub::DeviceSelect::Flagged(cub_tmp, bytes, iota, flags, p.indices, selected, num, stream);
 }
 
+cudaError_t LaunchCopyRowSlices(const RowSliceCopy& params, cudaStream_t stream) {
+  if (params.rows <= 0 || params.width <= 0) return cudaSuccess;
+  CopyRowSlicesKernel<<<GridStrideBlocks(params.rows * params.width, 256), 256, 0, stream>>>(
+      params);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchGatherRows(const float* src, int64_t width, const int32_t* idx, int64_t m,
                              float* dst, cudaStream_t stream) {
-  if (m <= 0 || width <= 0) return cudaSuccess;
-  GatherKernel<<<GridStrideBlocks(m * width, 256), 256, 0, stream>>>(src, width, idx, m, dst);
-  return cudaGetLastError();
+  return LaunchCopyRowSlices({.src = src,
+                              .src_stride = width,
+                              .src_rows = idx,
+                              .dst = dst,
+                              .dst_stride = width,
+                              .rows = m,
+                              .width = width},
+                             stream);
 }
 
 cudaError_t LaunchScatterRows(const float* src, int64_t width, const int32_t* idx, int64_t m,
                               float* dst, cudaStream_t stream) {
-  if (m <= 0 || width <= 0) return cudaSuccess;
-  ScatterKernel<<<GridStrideBlocks(m * width, 256), 256, 0, stream>>>(src, width, idx, m, dst);
-  return cudaGetLastError();
+  return LaunchCopyRowSlices({.src = src,
+                              .src_stride = width,
+                              .dst = dst,
+                              .dst_stride = width,
+                              .dst_rows = idx,
+                              .rows = m,
+                              .width = width},
+                             stream);
 }
 
 }  // namespace framezip::engine::cuda

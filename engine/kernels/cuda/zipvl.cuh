@@ -51,7 +51,27 @@ struct TopPLaunch {
 
 cudaError_t LaunchTopP(const TopPLaunch& params, cudaStream_t stream);
 
-// dst[i, :] = src[idx[i], :] for i < m (rows of `width` floats).
+// The general row move: for i < rows and c < width,
+//   dst[drow(i) · dst_stride + dst_col0 + c] = src[srow(i) · src_stride + src_col0 + c]
+// with srow(i) = src_rows[i] (device) or i when src_rows is null, and drow likewise. A column
+// range is a head range of a [tokens, heads · d] matrix: per-KV-head selection moves one group's
+// heads. Distinct destination rows are the caller's duty.
+struct RowSliceCopy {
+  const float* src = nullptr;
+  int64_t src_stride = 0;
+  int64_t src_col0 = 0;
+  const int32_t* src_rows = nullptr;
+  float* dst = nullptr;
+  int64_t dst_stride = 0;
+  int64_t dst_col0 = 0;
+  const int32_t* dst_rows = nullptr;
+  int64_t rows = 0;
+  int64_t width = 0;
+};
+
+cudaError_t LaunchCopyRowSlices(const RowSliceCopy& params, cudaStream_t stream);
+
+// Whole rows of `width` floats: dst[i, :] = src[idx[i], :] for i < m.
 cudaError_t LaunchGatherRows(const float* src, int64_t width, const int32_t* idx, int64_t m,
                              float* dst, cudaStream_t stream);
 // dst[idx[i], :] = src[i, :] for i < m; other rows of dst untouched.

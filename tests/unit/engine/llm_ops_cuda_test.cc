@@ -1,7 +1,8 @@
-// [cuda]: the decoder's and vision tower's element-wise and row ops on the GPU against the CPU
-// ops, on fresh random inputs. All are f32 arithmetic on both sides, so tolerances are f32
-// rounding (STYLE.md §4.6: abs 1e-5), plus 1e-5 relative for outputs well above 1 (SwiGLU
-// products, RoPE of large inputs); exp/erf/tanh differ by a few ulp between CUDA and glibc.
+// [cuda]: the decoder's and vision tower's element-wise and row ops (norms, RoPE, resize, SwiGLU,
+// GELU, QuickGELU, softmax, embedding) on the GPU against the CPU ops, on fresh random inputs.
+// All are f32 arithmetic on both sides, so tolerances are f32 rounding (STYLE.md §4.6: abs 1e-5),
+// plus 1e-5 relative for outputs well above 1 (SwiGLU products, RoPE of large inputs);
+// exp/erf/tanh differ by a few ulp between CUDA and glibc (and the CPU softmax's AVX2 exp).
 #include <catch2/catch.hpp>
 #include <cstring>
 
@@ -9,8 +10,10 @@
 #include "engine/ops/bilinear_resize.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/layer_norm.h"
+#include "engine/ops/quick_gelu.h"
 #include "engine/ops/rms_norm.h"
 #include "engine/ops/rope.h"
+#include "engine/ops/softmax.h"
 #include "tests/unit/engine/cuda_test_util.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
@@ -54,8 +57,7 @@ TEST_CASE("RmsNorm and LayerNorm on the GPU match the CPU ops", "[cuda][ops]") {
   }
 }
 
-TEST_CASE("ApplyRope on the GPU matches the CPU op (Qwen2 and llama3 frequencies)",
-          "[cuda][ops]") {
+TEST_CASE("ApplyRope on the GPU matches the CPU op (Qwen2 and llama3 frequencies)", "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed() + 1);
   std::uniform_int_distribution<int32_t> pos_dist(0, 32767);
@@ -97,7 +99,7 @@ TEST_CASE("BilinearResize on the GPU matches the CPU op bit for bit", "[cuda][op
            {ops::ImageLayout::kChannelsFirst, ops::ImageLayout::kChannelsLast}) {
         const bool first = layout == ops::ImageLayout::kChannelsFirst;
         DYNAMIC_SECTION(z.h_in << "x" << z.w_in << " -> " << z.h_out << "x" << z.w_out << " "
-                                << DTypeName(dt) << (first ? " NCHW" : " NHWC")) {
+                               << DTypeName(dt) << (first ? " NCHW" : " NHWC")) {
           const int64_t n = 3, c = 5;
           const Shape in_shape = first ? Shape{n, c, z.h_in, z.w_in} : Shape{n, z.h_in, z.w_in, c};
           const Shape out_shape =
@@ -151,6 +153,46 @@ TEST_CASE("SiluMul Add and Gelu on the GPU match the CPU ops", "[cuda][ops]") {
     Tensor g = PoisonedGpu(shape);
     REQUIRE(ops::Gelu(OnGpu(a.tensor), form, g).ok());
     CheckClose(g, want, kF32Ops);
+  }
+}
+
+TEST_CASE("QuickGelu and Softmax on the GPU match the CPU ops", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 6);
+  // QuickGelu (CLIP's MLP): random values plus the tails, where e^(-1.702x) overflows and the
+  // result must be -0 (not NaN) on both sides.
+  const Shape shape = {3, 33335};
+  auto a = MakeRandom(shape, DType::kF32, rng, 3.f);
+  float* av = a.tensor.data<float>();
+  av[0] = -100.f;
+  av[1] = 100.f;
+  av[2] = -60.f;
+  Tensor want = MakeEmpty(shape);
+  REQUIRE(ops::QuickGelu(a.tensor, want).ok());
+  Tensor got = PoisonedGpu(shape);
+  REQUIRE(ops::QuickGelu(OnGpu(a.tensor), got).ok());
+  CheckClose(got, want, kF32Ops);
+  Tensor inplace = OnGpu(a.tensor);
+  REQUIRE(ops::QuickGelu(inplace, inplace).ok());
+  CheckClose(inplace, want, kF32Ops);
+
+  // Softmax over rows longer than a block (1000, 5000) and shorter than a warp (7), with -inf
+  // entries and one fully masked row, which must come out as zeros.
+  for (int64_t n : {1000, 5000, 7}) {
+    DYNAMIC_SECTION("softmax rows of " << n) {
+      auto x = MakeRandom({6, n}, DType::kF32, rng, 4.f);
+      float* xv = x.tensor.data<float>();
+      for (int64_t i = 0; i < 6 * n; i += 5) xv[i] = -INFINITY;
+      for (int64_t i = 2 * n; i < 3 * n; ++i) xv[i] = -INFINITY;
+      Tensor sm_want = MakeEmpty({6, n});
+      REQUIRE(ops::Softmax(x.tensor, sm_want).ok());
+      Tensor sm_got = PoisonedGpu({6, n});
+      REQUIRE(ops::Softmax(OnGpu(x.tensor), sm_got).ok());
+      CheckClose(sm_got, sm_want, kF32Ops);
+      Tensor sm_inplace = OnGpu(x.tensor);
+      REQUIRE(ops::Softmax(sm_inplace, sm_inplace).ok());
+      CheckClose(sm_inplace, sm_want, kF32Ops);
+    }
   }
 }
 

@@ -8,6 +8,9 @@
 //   * Sparse prefill over a given important set against the CPU ops::SparsePrefillAttention
 //     (RestRows::kZero), abs 2e-5 + rel 1e-4 as dense attention; and the whole GPU step (scores,
 //     top-p, sparse prefill) against the CPU op over the important set the GPU steps chose.
+//   * ops::SparsePrefillAttention itself on GPU tensors (every rest-row mode, head-shared and per
+//     KV head, with past keys) against the same op on the CPU, same tolerance; and the row moves
+//     under it (ops::CopyRowSlices) bit for bit.
 #include "engine/ops/zipvl_cuda.h"
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "engine/ops/attention_sparse.h"
+#include "engine/ops/row_slices.h"
 #include "tests/unit/engine/cuda_test_util.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
@@ -197,6 +201,96 @@ TEST_CASE("ZipVL sparse prefill pipeline on the GPU wires its steps together", "
   REQUIRE(kept.ok());
   CHECK(*kept == *p);
   CheckClose(got, want, testing::Tolerance{2e-5, 1e-4});
+}
+
+TEST_CASE("CopyRowSlices on the GPU moves exactly the CPU op's elements", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 7);
+  // A head range [2, 5) of chosen rows of a [40, 6 heads · 8] matrix, gathered, then scattered
+  // into another matrix's heads [1, 4); the identity rows copy a prefix (the past keys' case).
+  const int64_t n = 40, stride = 48, width = 24;
+  const auto src = MakeRandom({n, stride}, DType::kF32, rng);
+  const std::vector<int32_t> rows = RandomSortedSubset(n, 13, rng);
+  const int64_t m = static_cast<int64_t>(rows.size());
+  for (bool identity : {false, true}) {
+    DYNAMIC_SECTION((identity ? "identity rows" : "chosen rows")) {
+      const std::span<const int32_t> picked = identity ? std::span<const int32_t>() : rows;
+      Tensor want = MakeEmpty({m, width});
+      REQUIRE(ops::CopyRowSlices(
+                  Device::Cpu(), m, width,
+                  {.data = src.tensor.data<float>(), .stride = stride, .col0 = 16, .rows = picked},
+                  {.data = want.data<float>(), .stride = width})
+                  .ok());
+      const Tensor src_gpu = OnGpu(src.tensor);
+      Tensor got = PoisonedGpu({m, width});
+      REQUIRE(ops::CopyRowSlices(src_gpu.device(), m, width,
+                                 {.data = static_cast<const float*>(src_gpu.raw_data()),
+                                  .stride = stride,
+                                  .col0 = 16,
+                                  .rows = picked},
+                                 {.data = static_cast<float*>(got.raw_data()), .stride = width})
+                  .ok());
+      CheckClose(got, want, testing::Tolerance{0.0, 0.0});
+
+      // Scatter back into a matrix whose other elements must keep their values.
+      const auto base = MakeRandom({n, stride}, DType::kF32, rng);
+      Tensor scattered_want = *base.tensor.To(Device::Cpu());
+      REQUIRE(
+          ops::CopyRowSlices(
+              Device::Cpu(), m, width, {.data = want.data<float>(), .stride = width},
+              {.data = scattered_want.data<float>(), .stride = stride, .col0 = 8, .rows = picked})
+              .ok());
+      Tensor scattered = OnGpu(base.tensor);
+      REQUIRE(
+          ops::CopyRowSlices(scattered.device(), m, width,
+                             {.data = static_cast<const float*>(got.raw_data()), .stride = width},
+                             {.data = static_cast<float*>(scattered.raw_data()),
+                              .stride = stride,
+                              .col0 = 8,
+                              .rows = picked})
+              .ok());
+      CheckClose(scattered, scattered_want, testing::Tolerance{0.0, 0.0});
+    }
+  }
+}
+
+TEST_CASE("SparsePrefillAttention on GPU tensors matches the CPU op in every mode", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 8);
+  const int64_t t = 150, heads = 8, g = 2, d = GENERATE(64, 128);
+  const int64_t past = GENERATE(0, 37);
+  const bool per_kv_head = GENERATE(false, true);
+  const auto q = MakeRandom({t, heads, d}, DType::kF32, rng);
+  const auto k = MakeRandom({t, g, d}, DType::kF32, rng);
+  const auto v = MakeRandom({t, g, d}, DType::kF32, rng);
+  const auto past_k = MakeRandom({std::max<int64_t>(past, 1), g, d}, DType::kF32, rng);
+  const auto past_v = MakeRandom({std::max<int64_t>(past, 1), g, d}, DType::kF32, rng);
+  std::vector<std::vector<int32_t>> important = {RandomSortedSubset(t, 61, rng)};
+  if (per_kv_head) important.push_back(RandomSortedSubset(t, 23, rng));
+  const Tensor q_gpu = OnGpu(q.tensor), k_gpu = OnGpu(k.tensor), v_gpu = OnGpu(v.tensor);
+  const Tensor pk_gpu = OnGpu(past_k.tensor), pv_gpu = OnGpu(past_v.tensor);
+  using Mode = ops::RestRows::Mode;
+  for (Mode mode : {Mode::kZero, Mode::kImportant, Mode::kLocal}) {
+    DYNAMIC_SECTION("d=" << d << " past=" << past << " per_kv_head=" << per_kv_head << " mode "
+                         << static_cast<int>(mode)) {
+      ops::RestRows rest;
+      rest.mode = mode;
+      rest.local = {.window = 16, .sinks = 4};
+      Tensor want = MakeEmpty({t, heads, d});
+      REQUIRE(ops::SparsePrefillAttention(
+                  q.tensor, k.tensor, v.tensor, past > 0 ? past_k.tensor.data<float>() : nullptr,
+                  past > 0 ? past_v.tensor.data<float>() : nullptr, past, important, rest, want)
+                  .ok());
+      Tensor got = PoisonedGpu({t, heads, d});
+      const auto st = ops::SparsePrefillAttention(
+          q_gpu, k_gpu, v_gpu, past > 0 ? static_cast<const float*>(pk_gpu.raw_data()) : nullptr,
+          past > 0 ? static_cast<const float*>(pv_gpu.raw_data()) : nullptr, past, important, rest,
+          got);
+      INFO(st.ToString());
+      REQUIRE(st.ok());
+      CheckClose(got, want, testing::Tolerance{2e-5, 1e-4});
+    }
+  }
 }
 
 }  // namespace
