@@ -53,14 +53,6 @@ inline Status CheckSameShape(std::string_view op, std::string_view a_name, const
   return absl::OkStatus();
 }
 
-// OK when `t` is a CPU tensor; UNIMPLEMENTED for CUDA (kernels for this op are not written yet).
-inline Status CheckCpu(std::string_view op, const Tensor& t) {
-  if (t.defined() && !t.device().is_cpu()) {
-    return UnimplementedError("{}: no CUDA kernel yet (tensor on {})", op, DeviceName(t.device()));
-  }
-  return absl::OkStatus();
-}
-
 // OK when every defined tensor in `tensors` lives on `device`: ops never move data between
 // devices, the caller does (Tensor::To).
 inline Status CheckOnDevice(std::string_view op, Device device,

@@ -1,5 +1,4 @@
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <atomic>
 #include <cmath>
@@ -127,7 +126,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
 
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
     __syncthreads();  // everyone is done with the previous tile
-    // K tile: 16-byte copies; V tile: transposed to [channel][key] and converted to f16.
+    // K tile: 16-byte copies; V tile: transposed to [channel][key], still bf16 (an f16 copy
+    // would hold 3 more mantissa bits but overflow above 65504, which bf16 activations reach).
     constexpr int kChunks = kKeys * D / 8;  // 8 elements per chunk
     for (int idx = threadIdx.x; idx < kChunks; idx += blockDim.x) {
       const int key = idx / (D / 8), c8 = (idx % (D / 8)) * 8;
@@ -141,8 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
       const __nv_bfloat16* vb = reinterpret_cast<const __nv_bfloat16*>(&vraw);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        reinterpret_cast<__half*>(vts + (c8 + e) * kVPitch)[key] =
-            __float2half_rn(__bfloat162float(vb[e]));
+        reinterpret_cast<__nv_bfloat16*>(vts + (c8 + e) * kVPitch)[key] = vb[e];
       }
     }
     __syncthreads();
@@ -151,19 +150,20 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
     ScoreTile<kSteps>(s, qa, ks, kKPitch, gid, tig, j0, row_lo, row_hi, p, scale);
     OnlineSoftmaxTile<kKeys / 8, kNb>(s, m, l, o);
 
-    // O += P·V, 4 k-steps of 16 keys; P's A fragments come from S's C fragments.
+    // O += P·V in bf16 (as FlashAttention-2 for bf16 inputs), 4 k-steps of 16 keys; P's A
+    // fragments come from S's C fragments.
 #pragma unroll
     for (int kst = 0; kst < kKeys / 16; ++kst) {
-      const uint32_t pa[4] = {PackHalf2(s[2 * kst][0], s[2 * kst][1]),
-                              PackHalf2(s[2 * kst][2], s[2 * kst][3]),
-                              PackHalf2(s[2 * kst + 1][0], s[2 * kst + 1][1]),
-                              PackHalf2(s[2 * kst + 1][2], s[2 * kst + 1][3])};
+      const uint32_t pa[4] = {PackBf162(s[2 * kst][0], s[2 * kst][1]),
+                              PackBf162(s[2 * kst][2], s[2 * kst][3]),
+                              PackBf162(s[2 * kst + 1][0], s[2 * kst + 1][1]),
+                              PackBf162(s[2 * kst + 1][2], s[2 * kst + 1][3])};
       const int key = kst * 16 + 2 * tig;
 #pragma unroll
       for (int nb = 0; nb < kNb; ++nb) {
         const unsigned char* vrow = vts + (nb * 8 + gid) * kVPitch;
-        MmaF16(o[nb], pa, *reinterpret_cast<const uint32_t*>(vrow + key * 2),
-               *reinterpret_cast<const uint32_t*>(vrow + (key + 8) * 2));
+        MmaBf16(o[nb], pa, *reinterpret_cast<const uint32_t*>(vrow + key * 2),
+                *reinterpret_cast<const uint32_t*>(vrow + (key + 8) * 2));
       }
     }
   }
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
 
 // The pipelined variant (params.pipelined): K and V tiles copied row-major with cp.async into
 // two shared-memory stages (tile t+1 loads while tile t computes), V's B fragments through
-// ldmatrix.trans, P·V in bf16 (P rounded to bf16: relative 2^-8).
+// ldmatrix.trans, P·V in bf16 as the default variant.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(AttentionMmaParams p) {
   constexpr int kSteps = D / 16;

@@ -1,10 +1,11 @@
 // Causal/bidirectional prefill attention on tensor cores, FlashAttention-2 style: bf16 q, k, v,
 // f32 output. Per block 64 queries (4 warps × 16 rows) of one head; key tiles of 64 in shared
-// memory (K row-major, V transposed and converted to f16 on the way in); S = Q·Kᵀ as
-// mma.sync.m16n8k16 bf16 with f32 accumulation, online softmax in registers, P (f16, from the S
-// fragments) · V as f16 MMAs. GQA as attention.cuh. No per-query key prefixes (key_limit).
+// memory (K row-major, V transposed on the way in); S = Q·Kᵀ as mma.sync.m16n8k16 bf16 with f32
+// accumulation, online softmax in registers, P (bf16, from the S fragments) · V as bf16 MMAs, as
+// FlashAttention-2 does for bf16 inputs (f16 would keep 3 more bits of P but overflow on V above
+// 65504). GQA as attention.cuh. No per-query key prefixes (key_limit).
 // The f32 CUDA-core kernel (attention.cuh) stays the reference path; this one is for speed and
-// agrees with it to bf16-input level (P rounded to f16). Not yet run on a GPU.
+// agrees with it to bf16 level (P rounded to bf16). Not yet run on a GPU.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,7 +29,7 @@ struct AttentionMmaParams {
   bool causal = false;
   int64_t q_offset = 0;  // causal: key position of query 0
   // The pipelined variant: K/V tiles double-buffered through cp.async, V fragments by
-  // ldmatrix.trans, P·V in bf16 (P rounded to bf16, so ~4x the error of the default's f16 P).
+  // ldmatrix.trans; the same arithmetic as the default.
   bool pipelined = false;
 };
 

@@ -1,9 +1,12 @@
 // [cuda]: the tensor-core prefill attention (kernels/cuda/attention_mma.cuh) against the CPU
 // Attention op on the same bf16-rounded inputs: causal prefill with GQA, a causal chunk after
-// earlier keys, bidirectional, head dims 64 and 128, lengths that leave partial tiles. The GPU
-// rounds P to f16 (relative 2^-11) and accumulates in f32: abs 1e-3 + rel 4e-3 on outputs of
-// order 1, plus a relative L2 error under 2e-3; the pipelined variant (cp.async, ldmatrix, bf16
-// P) gets four times that.
+// earlier keys, bidirectional, head dims 64 and 128, lengths that leave partial tiles, and values
+// beyond f16's range (bf16 activations reach them). Both variants (the pipelined one adds cp.async
+// and ldmatrix) round P to bf16 for P·V, as FlashAttention-2 does for bf16 inputs, and accumulate
+// in f32. That rounding is at most 2^-8 relative per weight; with one dominant key the output
+// inherits it whole (3.9e-3 · |v|), otherwise it averages out. Tolerance, in units of the values'
+// scale: abs 4e-3 + rel 1.6e-2, and a relative L2 error under 8e-3 (about 3x the RMS rounding
+// error u/sqrt(3) of a single dominant key).
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -19,6 +22,7 @@ struct Case {
   const char* name;
   int64_t batch, tq, tk, heads, kv_heads, d;
   bool causal;
+  float v_scale = 1.f;  // the values' standard deviation
 };
 
 // The bf16 tensor's values as an f32 tensor (what the CPU reference computes on).
@@ -36,12 +40,15 @@ TEST_CASE("Tensor-core prefill attention matches the CPU op", "[cuda][ops]") {
       {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true},
       {"bidirectional 4/4 d128, 130 tokens", 1, 130, 130, 4, 4, 128, false},
       {"causal 8/1 d64, 33 tokens", 1, 33, 33, 8, 1, 64, true},
+      // 2^17: most |v| above f16's largest finite 65504, where an f16 copy of V would be inf.
+      {"causal 4/2 d128, 100 tokens, values beyond f16's range", 1, 100, 100, 4, 2, 128, true,
+       131072.f},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
       const auto q = MakeRandom({c.batch, c.tq, c.heads, c.d}, DType::kBF16, rng);
       const auto k = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kBF16, rng);
-      const auto v = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kBF16, rng);
+      const auto v = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kBF16, rng, c.v_scale);
       ops::AttentionParams params;
       params.causal = c.causal;
       params.q_offset = c.causal ? c.tk - c.tq : 0;
@@ -50,7 +57,7 @@ TEST_CASE("Tensor-core prefill attention matches the CPU op", "[cuda][ops]") {
 
       const Tensor gq = OnGpu(q.tensor), gk = OnGpu(k.tensor), gv = OnGpu(v.tensor);
       for (const bool pipelined : {false, true}) {
-        INFO((pipelined ? "pipelined variant (bf16 P)" : "default variant (f16 P)"));
+        INFO((pipelined ? "pipelined variant" : "default variant"));
         Tensor got = PoisonedGpu({c.batch, c.tq, c.heads, c.d});
         cuda::AttentionMmaParams p;
         p.q = gq.raw_data();
@@ -69,12 +76,10 @@ TEST_CASE("Tensor-core prefill attention matches the CPU op", "[cuda][ops]") {
         p.pipelined = pipelined;
         REQUIRE(cuda::LaunchAttentionMma(p, nullptr) == cudaSuccess);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        // bf16 P rounds at 2^-9 relative, f16 P at 2^-11: four times the tolerance.
-        const double loose = pipelined ? 4.0 : 1.0;
-        CheckClose(got, want, testing::Tolerance{1e-3 * loose, 4e-3 * loose});
+        CheckClose(got, want, testing::Tolerance{4e-3 * c.v_scale, 1.6e-2});
         const double rel = RelativeL2(testing::ToFloatVector(got), testing::ToFloatVector(want));
         INFO("relative L2 error " << rel);
-        CHECK(rel < 2e-3 * loose);
+        CHECK(rel < 8e-3);
       }
     }
   }
