@@ -305,6 +305,14 @@ cudaError_t LaunchAttentionMma(const AttentionMmaParams& p, cudaStream_t stream)
       p.heads > 65535 || p.batch > 65535) {
     return cudaErrorInvalidValue;
   }
+  // k and v are read in 16-byte pieces (uint4 loads, cp.async), q in pairs, out written in pairs:
+  // a misaligned view would fault inside the kernel, so refuse it here.
+  const auto misaligned = [](const void* ptr, uintptr_t bytes) {
+    return (reinterpret_cast<uintptr_t>(ptr) & (bytes - 1)) != 0;
+  };
+  if (misaligned(p.k, 16) || misaligned(p.v, 16) || misaligned(p.q, 4) || misaligned(p.out, 8)) {
+    return cudaErrorInvalidValue;
+  }
   if (p.batch == 0 || p.tq == 0 || p.heads == 0) return cudaSuccess;
   const int64_t blocks = (p.tq + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;

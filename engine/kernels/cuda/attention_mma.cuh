@@ -33,7 +33,8 @@ struct AttentionMmaParams {
   bool pipelined = false;
 };
 
-// Never allocates; cudaErrorInvalidValue for other head dims or bad head counts.
+// Never allocates; cudaErrorInvalidValue for other head dims, bad head counts, or k/v not 16-byte
+// aligned (q 4-byte, out 8-byte).
 cudaError_t LaunchAttentionMma(const AttentionMmaParams& params, cudaStream_t stream);
 
 }  // namespace framezip::engine::cuda

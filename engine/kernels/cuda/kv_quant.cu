@@ -38,7 +38,9 @@ __device__ __forceinline__ void ChooseParams(float lo, float hi, int bits, uint1
                       static_cast<double>((1 << bits) - 1);
   float s = __double2float_rn(want);
   if (static_cast<double>(s) < want) s = nextafterf(s, INFINITY);
-  scale = RoundUpF16(fmaxf(s, 0.f));
+  // std::max(s, 0.f) exactly: s when !(s < 0), so a -0 scale stays -0 as on the CPU (fmaxf may
+  // return either zero).
+  scale = RoundUpF16(s < 0.f ? 0.f : s);
 }
 
 // kvq::QuantizeOne.

@@ -12,9 +12,10 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 
-// Monotone map of a float's bits to uint32 (a < b  <=>  Key(a) < Key(b)), −inf included.
+// Monotone map of a float's bits to uint32 (a < b  <=>  Key(a) < Key(b)), −inf included. −0
+// maps to +0's key: the CPU compares floats, where −0 == +0, so a cut at 0 keeps both.
 __device__ __forceinline__ uint32_t Key(float x) {
-  const uint32_t b = __float_as_uint(x);
+  const uint32_t b = __float_as_uint(x == 0.f ? 0.f : x);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
@@ -60,8 +61,7 @@ __device__ int64_t BlockArgmax(const float* s, int64_t n, float* vals, int64_t* 
       const float ov = vals[threadIdx.x + stride];
       const int64_t oi = idxs[threadIdx.x + stride];
       const int64_t mi = idxs[threadIdx.x];
-      if (oi >= 0 && (mi < 0 || ov > vals[threadIdx.x] ||
-                      (ov == vals[threadIdx.x] && oi < mi))) {
+      if (oi >= 0 && (mi < 0 || ov > vals[threadIdx.x] || (ov == vals[threadIdx.x] && oi < mi))) {
         vals[threadIdx.x] = ov;
         idxs[threadIdx.x] = oi;
       }
@@ -201,14 +201,15 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
     for (int w = 0; w < warp; ++w) before += warp_totals[w];
     double chunk = 0;
     for (int w = 0; w < kWarps; ++w) chunk += warp_totals[w];
-    if (e > 0 && before + incl > r) atomicMin(reinterpret_cast<unsigned long long*>(&found),
-                                             static_cast<unsigned long long>(i));
+    if (e > 0 && before + incl > r)
+      atomicMin(reinterpret_cast<unsigned long long*>(&found), static_cast<unsigned long long>(i));
     __syncthreads();
     if (found >= 0) break;
     running += chunk;
   }
   if (threadIdx.x == 0) {
-    p.tokens[blockIdx.x] = static_cast<int32_t>(found >= 0 ? found : (last_kept >= 0 ? last_kept : 0));
+    p.tokens[blockIdx.x] =
+        static_cast<int32_t>(found >= 0 ? found : (last_kept >= 0 ? last_kept : 0));
   }
 }
 

@@ -108,7 +108,8 @@ __global__ void IotaToDoubleKernel(const float* sorted, int64_t n, int32_t* iota
 }
 
 // p = min{k : Σ_{r<k} sorted(r) >= τ·total} = 1 + #{r : prefix(r) < τ·total} (prefix is
-// non-decreasing: scores are >= 0), capped at n; τ >= 1: the count of positive scores.
+// non-decreasing: scores are >= 0), capped at n, or 0 when τ·total <= 0; τ >= 1: the count of
+// positive scores.
 __global__ void __launch_bounds__(1024)
     CountKernel(const float* sorted, const double* prefix, int64_t n, double tau, int32_t* count) {
   __shared__ int red[32];
@@ -124,7 +125,8 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) {
     int64_t c = 0;
     for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) c += red[w];
-    if (tau < 1.0) c = total <= 0 ? 0 : (c + 1 < n ? c + 1 : n);
+    // A threshold <= 0 (tau <= 0) is met by the empty prefix: 0, as compress::AdaptiveCount.
+    if (tau < 1.0) c = total <= 0 || threshold <= 0 ? 0 : (c + 1 < n ? c + 1 : n);
     *count = static_cast<int32_t>(c);
   }
 }

@@ -2,7 +2,7 @@
 //   * Probe scores (a, ã, c) against an f64 reference of compress/probe_scoring.h's definition
 //     (the CPU ScoreProbes lives in engine/compress, outside the GPU-check build, so the
 //     definition is restated here in f64): column sums of causal softmax rows, head-shared and per
-//     KV head. f32 on the GPU with atomics: rel 1e-4 of the largest score.
+//     KV head. f32 on the GPU with atomics: rel 1e-4 per element (abs floor 1e-6 of the largest).
 //   * Top-p: count and the important set exactly equal to a restatement of compress/top_p.cc
 //     (f64 prefix over the descending sort; ties by lower index), with planted ties.
 //   * Sparse prefill over a given important set against the CPU ops::SparsePrefillAttention
@@ -112,8 +112,10 @@ TEST_CASE("ZipVL probe scores on the GPU match the f64 definition", "[cuda][ops]
   INFO(st.ToString());
   REQUIRE(st.ok());
   const double amax = *std::max_element(a.begin(), a.end());
-  RequireClose(ga, a, 1e-4 * amax);
-  RequireClose(gn, want_norm, 1e-4 * amax);
+  // Per element (a column far below the attention sink's must be right too): f32 sums of at most
+  // probes × heads softmax terms against f64, well inside 1e-4 relative.
+  RequireClose(ga, a, 1e-6 * amax, 1e-4);
+  RequireClose(gn, want_norm, 1e-6 * amax, 1e-4);
   const auto counts = HostI32(gc);
   for (int64_t j = 0; j < n; ++j) REQUIRE(counts[j] == static_cast<int32_t>(want_counts[j]));
 }
