@@ -51,17 +51,29 @@ Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
   for (const auto& [name, t] :
        {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}, {"c", &c}}) {
     FZ_RETURN_IF_ERROR(CheckDefined(kOp, name, *t));
-    FZ_RETURN_IF_ERROR(CheckDType(kOp, name, *t, DType::kF32));
-    FZ_RETURN_IF_ERROR(CheckRank(kOp, name, *t, 2));
+    if (t->rank() < 2) {
+      return InvalidArgumentError("MatMul: {} has shape {}; want rank >= 2", name,
+                                  ShapeString(t->shape()));
+    }
   }
+  FZ_RETURN_IF_ERROR(CheckFloat(kOp, "a", a));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "b", b, a.dtype()));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "c", c, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, a.device(), {&b, &c}));
-  const int64_t m = a.dim(0), k = a.dim(1);
-  const int64_t kb = transpose_b ? b.dim(1) : b.dim(0);
-  const int64_t n = transpose_b ? b.dim(0) : b.dim(1);
-  if (kb != k || c.dim(0) != m || c.dim(1) != n) {
+  const int64_t m = a.dim(-2), k = a.dim(-1);
+  const int64_t kb = transpose_b ? b.dim(-1) : b.dim(-2);
+  const int64_t n = transpose_b ? b.dim(-2) : b.dim(-1);
+  const Shape batch(a.shape().begin(), a.shape().end() - 2);
+  const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
+  const Shape c_batch(c.shape().begin(), c.shape().end() - 2);
+  if (kb != k || c.dim(-2) != m || c.dim(-1) != n || c_batch != batch ||
+      (!b_batch.empty() && b_batch != batch)) {
     return InvalidArgumentError("MatMul: shapes a {} b {}{} c {} do not chain",
                                 ShapeString(a.shape()), ShapeString(b.shape()),
                                 transpose_b ? "ᵀ" : "", ShapeString(c.shape()));
+  }
+  if (c.raw_data() == a.raw_data() || c.raw_data() == b.raw_data()) {
+    return InvalidArgumentError("MatMul: c must not alias a or b");
   }
   switch (a.device().kind) {
     case DeviceKind::kCpu:

@@ -1,10 +1,14 @@
 // Linear and MatMul: the GEMMs of the decoder and the vision tower.
 //
 //   Linear:  y[..., N] = x[..., K] · W[N, K]ᵀ (+ b[N])     (torch.nn.Linear; W stored [out, in])
-//   MatMul:  c[M, N]   = a[M, K] · b[K, N]   (or b[N, K]ᵀ when transpose_b)
+//   MatMul:  c[B.., M, N] = a[B.., M, K] · b[B.., K, N]   (or b[B.., N, K]ᵀ when transpose_b)
+//            batched over the leading dims (one strided-batched GEMM on the GPU); a rank-2 b is
+//            shared by every batch entry.
 //
-// dtypes: activations x, y, a, b, c are f32. The weight W (and bias b) may be f32, bf16 or f16;
-// 16-bit weights stay 16-bit in memory. CPU strategy:
+// dtypes: activations x, y, c are f32. The weight W (and bias b) may be f32, bf16 or f16;
+// 16-bit weights stay 16-bit in memory. MatMul's a and b share one dtype, f32, bf16 or f16: a
+// product of two 16-bit values is exact in f32, so 16-bit operands differ from f32 ones only in
+// how they were rounded before the call. CPU strategy:
 //   - M >= kLinearGemvMaxRows (prefill, ViT): W is converted tile by tile (a few hundred rows at a
 //     time, inside each thread) to f32 and multiplied with OpenBLAS sgemm; tiles run in parallel
 //     on ComputePool() with OpenBLAS single-threaded.
@@ -31,7 +35,8 @@ inline constexpr int64_t kLinearGemvMaxRows = 16;
 // y [..., N] f32 (same leading dims as x).
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
-// a [M, K] f32; b [K, N] f32 (or [N, K] when transpose_b); c [M, N] f32.
+// a [B.., M, K]; b [B.., K, N] (or [B.., N, K] when transpose_b) with a's leading dims, or rank 2
+// for every batch entry; a and b f32, bf16 or f16 (the same); c [B.., M, N] f32, not aliasing.
 Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);
 
 }  // namespace framezip::engine::ops

@@ -87,24 +87,41 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
   return absl::OkStatus();
 }
 
+// 16-bit operands are widened to f32 once (exact), then every batch entry is tiled like one
+// plain GEMM; tiles of all entries share one parallel loop.
 Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
   cpu::EnsureBlasSingleThreaded();
-  const int64_t m = a.dim(0), k = a.dim(1), n = c.dim(1);
-  const float* ap = a.data<float>();
-  const float* bp = b.data<float>();
+  const int64_t m = a.dim(-2), k = a.dim(-1), n = c.dim(-1);
+  const int64_t batch = m * n == 0 ? 0 : c.numel() / (m * n);
+  const bool b_shared = b.rank() == 2;
+  std::vector<float> a32, b32;  // the widened copies, when a and b are 16-bit
+  const float* ap = static_cast<const float*>(a.raw_data());
+  const float* bp = static_cast<const float*>(b.raw_data());
+  if (a.dtype() != DType::kF32) {
+    a32.resize(static_cast<size_t>(a.numel()));
+    b32.resize(static_cast<size_t>(b.numel()));
+    cpu::ToF32(a.raw_data(), a.dtype(), a.numel(), a32.data());
+    cpu::ToF32(b.raw_data(), b.dtype(), b.numel(), b32.data());
+    ap = a32.data();
+    bp = b32.data();
+  }
   float* cp = c.data<float>();
   const int64_t tiles_m = (m + kTileM - 1) / kTileM;
   const int64_t tiles_n = (n + kTileN - 1) / kTileN;
-  ComputePool().ParallelFor(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
+  const int64_t per_entry = tiles_m * tiles_n;
+  ComputePool().ParallelFor(batch * per_entry, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t tn = t / tiles_m, tm = t % tiles_m;
+      const int64_t e = t / per_entry, tile = t % per_entry;
+      const int64_t tn = tile / tiles_m, tm = tile % tiles_m;
       const int64_t j0 = tn * kTileN, j1 = std::min(n, j0 + kTileN);
       const int64_t m0 = tm * kTileM, m1 = std::min(m, m0 + kTileM);
-      const float* bt = transpose_b ? bp + j0 * k : bp + j0;
+      const float* ae = ap + e * m * k;
+      const float* be = b_shared ? bp : bp + e * k * n;
+      const float* bt = transpose_b ? be + j0 * k : be + j0;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
                   static_cast<int>(m1 - m0), static_cast<int>(j1 - j0), static_cast<int>(k), 1.0f,
-                  ap + m0 * k, static_cast<int>(k), bt, static_cast<int>(transpose_b ? k : n), 0.0f,
-                  cp + m0 * n + j0, static_cast<int>(n));
+                  ae + m0 * k, static_cast<int>(k), bt, static_cast<int>(transpose_b ? k : n), 0.0f,
+                  cp + e * m * n + m0 * n + j0, static_cast<int>(n));
     }
   });
   return absl::OkStatus();

@@ -1,4 +1,5 @@
-// Linear and MatMul on the GPU through cuBLAS (cublasGemmEx), f32 accumulation throughout.
+// Linear and MatMul on the GPU through cuBLAS (cublasGemmEx; MatMul batched and strided with
+// cublasGemmStridedBatchedEx), f32 accumulation throughout.
 //
 // Weights stay in their dtype. f32 weights: a full-f32 GEMM (CUBLAS_COMPUTE_32F, no TF32), equal
 // to the CPU op up to summation order. bf16/f16 weights: cuBLAS needs both operands in one type,
@@ -62,7 +63,7 @@ Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   const void* a = x.raw_data();
   Tensor x_rounded;  // x in the weight's dtype; freed (after the GEMM: cudaFree synchronises)
   if (weight.dtype() != DType::kF32) {
-    // A temporary per call until the caching device allocator lands (issue 9, memory).
+    // A temporary per call: the caching device allocator (device_memory.h) makes it cheap.
     FZ_ASSIGN_OR_RETURN(x_rounded, Tensor::Empty(x.shape(), weight.dtype(), x.device()));
     cuda::CastParams cast;
     cast.in = x.raw_data();
@@ -86,23 +87,31 @@ Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 }
 
 Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
-  const int64_t m = a.dim(0), k = a.dim(1), n = c.dim(1);
+  const int64_t m = a.dim(-2), k = a.dim(-1), n = c.dim(-1);
+  const int64_t batch = m * n == 0 ? 0 : c.numel() / (m * n);
   FZ_RETURN_IF_ERROR(CheckGemmDims("MatMul", m, n, k));
-  if (m == 0 || n == 0) return absl::OkStatus();
+  if (batch > INT_MAX) {
+    return InvalidArgumentError("MatMul: {} batch entries exceed cuBLAS's 32-bit count", batch);
+  }
+  if (batch == 0) return absl::OkStatus();
   ScopedCudaDevice scope(a.device());
   if (k == 0) return CudaStatus(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), nullptr), "MatMul");
   FZ_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandleForCurrentDevice());
-  // Column-major cᵀ[N,M] = op(b)ᵀ·aᵀ: b row-major [K,N] is column-major [N,K] (ld N) as is;
-  // b row-major [N,K] is column-major [K,N] (ld K) and is read transposed.
+  // Column-major cᵀ[N,M] = op(b)ᵀ·aᵀ per entry: b row-major [K,N] is column-major [N,K] (ld N) as
+  // is; b row-major [N,K] is column-major [K,N] (ld K) and is read transposed. A shared rank-2 b
+  // has batch stride 0. 16-bit a and b go to the tensor cores as they are, accumulating in f32.
   const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t type = CudaType(a.dtype());
   const int ldb = static_cast<int>(transpose_b ? k : n);
+  const long long stride_b = b.rank() == 2 ? 0 : k * n;
   FZ_RETURN_IF_ERROR(CublasStatus(
-      cublasGemmEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                   static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                   b.raw_data(), CUDA_R_32F, ldb, a.raw_data(), CUDA_R_32F, static_cast<int>(k),
-                   &beta, c.raw_data(), CUDA_R_32F, static_cast<int>(n), CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT),
-      "MatMul: cublasGemmEx"));
+      cublasGemmStridedBatchedEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                                 static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                 &alpha, b.raw_data(), type, ldb, stride_b, a.raw_data(), type,
+                                 static_cast<int>(k), m * k, &beta, c.raw_data(), CUDA_R_32F,
+                                 static_cast<int>(n), m * n, static_cast<int>(batch),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "MatMul: cublasGemmStridedBatchedEx"));
   return absl::OkStatus();
 }
 

@@ -90,6 +90,33 @@ TEST_CASE("MatMul on the GPU matches the CPU op with and without transposed b", 
   }
 }
 
+TEST_CASE("Batched MatMul on the GPU matches the CPU op for f32 and 16-bit operands",
+          "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 4);
+  const int64_t batch = 5, m = 33, k = 70, n = 41;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool transpose_b : {false, true}) {
+      for (bool shared_b : {false, true}) {
+        DYNAMIC_SECTION(DTypeName(dtype)
+                        << (transpose_b ? " bT" : " b") << (shared_b ? " shared" : " batched")) {
+          const auto a = MakeRandom({batch, m, k}, dtype, rng);
+          const Shape mat = transpose_b ? Shape{n, k} : Shape{k, n};
+          const auto b = MakeRandom(shared_b ? mat : Shape{batch, mat[0], mat[1]}, dtype, rng);
+          Tensor want = MakeEmpty({batch, m, n});
+          REQUIRE(ops::MatMul(a.tensor, b.tensor, transpose_b, want).ok());
+          Tensor got = PoisonedGpu({batch, m, n});
+          REQUIRE(ops::MatMul(OnGpu(a.tensor), OnGpu(b.tensor), transpose_b, got).ok());
+          // 16-bit operands: exact products on both sides and f32 sums in another order; the
+          // tensor cores' internal accumulation is not specified to be IEEE f32, so 16-bit
+          // operands get Linear's 16-bit tolerance rather than the f32 one.
+          CheckGemm(got, want, dtype);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("Linear refuses tensors split between the CPU and the GPU", "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed() + 3);

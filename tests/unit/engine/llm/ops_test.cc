@@ -73,6 +73,52 @@ TEST_CASE("MatMul matches f64, plain and transposed", "[unit][engine][ops]") {
   RequireClose(c, want, 1e-4, 1e-5);
 }
 
+TEST_CASE("MatMul batches over leading dims, shares a rank-2 b, takes 16-bit operands",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const bool transpose = GENERATE(false, true);
+  const bool shared_b = GENERATE(false, true);
+  const DType dtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16);
+  const int64_t batch0 = 2, batch1 = 3, m = 19, k = 40, n = 23;
+  const int64_t entries = batch0 * batch1;
+  auto a = MakeRandom({batch0, batch1, m, k}, dtype, rng);
+  const Shape b_mat = transpose ? Shape{n, k} : Shape{k, n};
+  const Shape b_shape = shared_b ? b_mat : Shape{batch0, batch1, b_mat[0], b_mat[1]};
+  auto b = MakeRandom(b_shape, dtype, rng);
+  Tensor c = MakeEmpty({batch0, batch1, m, n});
+  INFO("transpose " << transpose << " shared b " << shared_b << " " << DTypeName(dtype));
+  REQUIRE(ops::MatMul(a.tensor, b.tensor, transpose, c).ok());
+  // The f64 reference on the operands' (rounded) values: 16-bit products are exact in f32, so
+  // every dtype gets the f32 tolerance.
+  std::vector<double> want(static_cast<size_t>(entries * m * n));
+  for (int64_t e = 0; e < entries; ++e) {
+    const double* ae = a.values.data() + e * m * k;
+    const double* be = b.values.data() + (shared_b ? 0 : e * k * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          s += ae[i * k + kk] * (transpose ? be[j * k + kk] : be[kk * n + j]);
+        }
+        want[static_cast<size_t>((e * m + i) * n + j)] = s;
+      }
+    }
+  }
+  RequireClose(c, want, 1e-4, 1e-5);
+}
+
+TEST_CASE("MatMul names operands that do not chain or mix dtypes", "[unit][engine][ops]") {
+  Tensor a = MakeEmpty({2, 3, 4}), c = MakeEmpty({2, 3, 5});
+  Tensor b_wrong_batch = MakeEmpty({3, 4, 5});
+  const Status batch = ops::MatMul(a, b_wrong_batch, false, c);
+  CHECK(batch.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(MessageOf(batch), Catch::Contains("[3, 4, 5]"));
+  Tensor b16 = *Tensor::Empty({4, 5}, DType::kBF16);
+  CHECK(ops::MatMul(a, b16, false, c).code() == absl::StatusCode::kInvalidArgument);
+  Tensor vec = MakeEmpty({4});
+  CHECK(ops::MatMul(vec, b16, false, c).code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("RmsNorm and LayerNorm match f64 with 16-bit parameters", "[unit][engine][ops]") {
   std::mt19937_64 rng(testing::TestSeed());
   const DType pdtype = GENERATE(DType::kF32, DType::kBF16);
