@@ -185,7 +185,8 @@ StatusOr<Tensor> DenseDecoder::DecodeStep(std::span<KvCache* const> caches,
   for (int64_t i = 0; i < b; ++i) {
     KvCache* c = caches[static_cast<size_t>(i)];
     for (const Part& p : parts) {
-      if (p.cache == c) return InvalidArgumentError("dense decoder: cache {} repeated in a step", i);
+      if (p.cache == c)
+        return InvalidArgumentError("dense decoder: cache {} repeated in a step", i);
     }
     if (c->length_ + 1 > c->capacity_) {
       return OutOfRangeError("dense decoder: cache {} is full ({} tokens)", i, c->capacity_);
@@ -309,14 +310,13 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
   return Finish(w, attn, h, x);
 }
 
-Status DenseDecoder::Finish(const LayerWeights& w, const Tensor& attn, Tensor& h,
-                            Tensor& x) const {
+Status DenseDecoder::Finish(const LayerWeights& w, const Tensor& attn, Tensor& h, Tensor& x) const {
   const int64_t t = x.dim(0);
   FZ_RETURN_IF_ERROR(ops::Linear(attn, w.o, w.o_bias, h));
-  FZ_RETURN_IF_ERROR(ops::Add(x, h, x));
+  // x += h and h = RMSNorm(x) in one pass over the rows.
+  FZ_RETURN_IF_ERROR(ops::AddRmsNorm(x, h, w.post_norm, shape_.rms_eps, h));
 
-  // MLP block: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x).
-  FZ_RETURN_IF_ERROR(ops::RmsNorm(x, w.post_norm, shape_.rms_eps, h));
+  // MLP block: x += down(silu(gate(h)) * up(h)).
   FZ_ASSIGN_OR_RETURN(Tensor gate, Empty({t, shape_.intermediate}));
   FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));
   FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate, w.gate_bias, gate));

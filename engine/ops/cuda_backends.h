@@ -23,6 +23,8 @@ namespace framezip::engine::ops {
 Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);
 Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                      Tensor& y);
 Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                      Tensor& y);
 Status SoftmaxCuda(const Tensor& x, Tensor& y);

@@ -18,6 +18,9 @@ Status CastCuda(const Tensor&, Tensor&) { return NoCuda("Cast"); }
 Status LinearCuda(const Tensor&, const Tensor&, const Tensor&, Tensor&) { return NoCuda("Linear"); }
 Status MatMulCuda(const Tensor&, const Tensor&, bool, Tensor&) { return NoCuda("MatMul"); }
 Status RmsNormCuda(const Tensor&, const Tensor&, float, Tensor&) { return NoCuda("RmsNorm"); }
+Status AddRmsNormCuda(Tensor&, const Tensor&, const Tensor&, float, Tensor&) {
+  return NoCuda("AddRmsNorm");
+}
 Status LayerNormCuda(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {
   return NoCuda("LayerNorm");
 }

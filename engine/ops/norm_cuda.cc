@@ -1,4 +1,5 @@
-// RmsNorm, LayerNorm and Softmax on the GPU: adapters to engine/kernels/cuda/norm.cuh.
+// RmsNorm (alone or fused with the residual add), LayerNorm and Softmax on the GPU: adapters to
+// engine/kernels/cuda/norm.cuh.
 #include "engine/kernels/cuda/norm.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -23,6 +24,14 @@ cuda::NormParams Params(const Tensor& x, const Tensor& weight, float eps, Tensor
 Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
   ScopedCudaDevice scope(x.device());
   return CudaStatus(cuda::LaunchRmsNorm(Params(x, weight, eps, y), nullptr), "RmsNorm");
+}
+
+Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                      Tensor& y) {
+  ScopedCudaDevice scope(residual.device());
+  cuda::NormParams p = Params(x, weight, eps, y);
+  p.residual = static_cast<float*>(residual.raw_data());
+  return CudaStatus(cuda::LaunchRmsNorm(p, nullptr), "AddRmsNorm");
 }
 
 Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,

@@ -15,4 +15,11 @@ namespace framezip::engine::ops {
 
 Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 
+// The residual add fused with the RMSNorm that follows it (vLLM's fused_add_rms_norm):
+//   residual += x;  y = RMSNorm(residual) · weight
+// On a GPU one kernel reads each row once instead of an Add and an RmsNorm reading it twice; on
+// the CPU it is exactly Add then RmsNorm. residual, x, y [..., D] f32, one shape; y may be x, not
+// residual.
+Status AddRmsNorm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+
 }  // namespace framezip::engine::ops

@@ -35,6 +35,13 @@ __global__ void __launch_bounds__(kThreads) NormKernel(NormParams p) {
   __shared__ float scratch[kThreads / 32];
   const float* x = p.x + blockIdx.x * p.d;
   float* y = p.y + blockIdx.x * p.d;
+  if (p.residual != nullptr) {
+    // Fused residual add: the row to normalise is residual + x, stored back as the new residual;
+    // from here on it is what the thread reads (its own elements, so y == x stays safe).
+    float* residual = p.residual + blockIdx.x * p.d;
+    for (int64_t i = threadIdx.x; i < p.d; i += kThreads) residual[i] += x[i];
+    x = residual;
+  }
   const float inv_d = 1.0f / static_cast<float>(p.d);
   float mean = 0;
   if constexpr (kLayerNorm) {

@@ -1,5 +1,6 @@
 // Row normalisations over the last dimension, f32 activations, 16- or 32-bit parameters:
 //   RMSNorm:   y = x · rsqrt(mean(x²) + eps) · weight                  (Qwen2RMSNorm)
+//              optionally after residual += x, with the sum normalised (fused residual add)
 //   LayerNorm: y = (x − mean) · rsqrt(var + eps) · gamma + beta         (nn.LayerNorm, biased var)
 //   Softmax:   y = e^(x − max) · (1 / Σ e^(x − max)); a row of all −inf becomes zeros
 //   (ops/softmax.h)
@@ -17,6 +18,7 @@ namespace framezip::engine::cuda {
 struct NormParams {
   const float* x = nullptr;      // [rows, d]
   float* y = nullptr;            // [rows, d]; may equal x
+  float* residual = nullptr;     // RMSNorm only: [rows, d], += x first, then normalised; not y
   const void* weight = nullptr;  // [d] of weight_kind (RMSNorm weight, LayerNorm gamma)
   const void* bias = nullptr;    // [d] of bias_kind, LayerNorm beta; nullptr for none
   FloatKind weight_kind = FloatKind::kF32;

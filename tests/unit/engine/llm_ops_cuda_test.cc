@@ -22,7 +22,7 @@ namespace {
 
 constexpr testing::Tolerance kF32Ops{1e-5, 1e-5};
 
-TEST_CASE("RmsNorm and LayerNorm on the GPU match the CPU ops", "[cuda][ops]") {
+TEST_CASE("RmsNorm AddRmsNorm and LayerNorm on the GPU match the CPU ops", "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed());
   // 896: Qwen2-0.5B's hidden size; 1000: not a multiple of the block; 64: less than one block.
@@ -42,6 +42,17 @@ TEST_CASE("RmsNorm and LayerNorm on the GPU match the CPU ops", "[cuda][ops]") {
         Tensor inplace = OnGpu(x.tensor);
         REQUIRE(ops::RmsNorm(inplace, OnGpu(w.tensor), 1e-6f, inplace).ok());
         CheckClose(inplace, want, kF32Ops);
+
+        // Fused with the residual add, the output over the addend as DenseDecoder calls it.
+        const auto add = MakeRandom({7, d}, DType::kF32, rng, 3.f);
+        Tensor residual_want = *x.tensor.To(Device::Cpu());
+        Tensor fused_want = MakeEmpty({7, d});
+        REQUIRE(ops::AddRmsNorm(residual_want, add.tensor, w.tensor, 1e-6f, fused_want).ok());
+        Tensor residual = OnGpu(x.tensor);
+        Tensor fused = OnGpu(add.tensor);
+        REQUIRE(ops::AddRmsNorm(residual, fused, OnGpu(w.tensor), 1e-6f, fused).ok());
+        CheckClose(residual, residual_want, {0.0, 0.0});  // one f32 add on both sides
+        CheckClose(fused, fused_want, kF32Ops);
 
         for (bool with_beta : {false, true}) {
           const Tensor b = with_beta ? beta.tensor : Tensor();

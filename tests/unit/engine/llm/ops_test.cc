@@ -1,6 +1,7 @@
 // Every CPU op against a straightforward f64 reference on fresh random inputs.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "engine/core/thread_pool.h"
@@ -117,6 +118,31 @@ TEST_CASE("MatMul names operands that do not chain or mix dtypes", "[unit][engin
   CHECK(ops::MatMul(a, b16, false, c).code() == absl::StatusCode::kInvalidArgument);
   Tensor vec = MakeEmpty({4});
   CHECK(ops::MatMul(vec, b16, false, c).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("AddRmsNorm is the residual add then RmsNorm, output over the addend",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t rows = 9, d = 200;
+  auto x = MakeRandom({rows, d}, DType::kF32, rng, 3.f);
+  auto h = MakeRandom({rows, d}, DType::kF32, rng, 3.f);
+  auto w = MakeRandom({d}, DType::kBF16, rng);
+  // Unfused: r = x + h; y = RmsNorm(r).
+  Tensor r = MakeEmpty({rows, d}), y = MakeEmpty({rows, d});
+  REQUIRE(ops::Add(x.tensor, h.tensor, r).ok());
+  REQUIRE(ops::RmsNorm(r, w.tensor, 1e-6f, y).ok());
+  // Fused, writing y over h as the decoder does.
+  Tensor residual = *x.tensor.To(Device::Cpu());
+  Tensor out = *h.tensor.To(Device::Cpu());
+  REQUIRE(ops::AddRmsNorm(residual, out, w.tensor, 1e-6f, out).ok());
+  CHECK(std::memcmp(residual.raw_data(), r.raw_data(), r.nbytes()) == 0);
+  CHECK(std::memcmp(out.raw_data(), y.raw_data(), y.nbytes()) == 0);
+  // The sum must survive: y over the residual is refused.
+  const Status alias = ops::AddRmsNorm(residual, h.tensor, w.tensor, 1e-6f, residual);
+  CHECK(alias.code() == absl::StatusCode::kInvalidArgument);
+  Tensor narrow = MakeEmpty({rows, d - 1});
+  CHECK(ops::AddRmsNorm(residual, narrow, w.tensor, 1e-6f, out).code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("RmsNorm and LayerNorm match f64 with 16-bit parameters", "[unit][engine][ops]") {
