@@ -18,22 +18,6 @@ StatusOr<Activation> ParseActivation(std::string_view name) {
   return UnimplementedError("unsupported activation '{}'", name);
 }
 
-std::string_view ActivationName(Activation act) {
-  switch (act) {
-    case Activation::kSilu:
-      return "silu";
-    case Activation::kGeluErf:
-      return "gelu";
-    case Activation::kGeluTanh:
-      return "gelu_pytorch_tanh";
-    case Activation::kQuickGelu:
-      return "quick_gelu";
-    case Activation::kRelu:
-      return "relu";
-  }
-  return "?";
-}
-
 StatusOr<std::string> ReadFileToString(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {

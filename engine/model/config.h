@@ -37,7 +37,22 @@ enum class Activation {
 };
 // Maps an HF activation name; UNIMPLEMENTED naming it when unknown.
 StatusOr<Activation> ParseActivation(std::string_view name);
-std::string_view ActivationName(Activation act);
+// The canonical HF name (inline: the vision tower uses it without linking the config parser).
+inline std::string_view ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGeluErf:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_pytorch_tanh";
+    case Activation::kQuickGelu:
+      return "quick_gelu";
+    case Activation::kRelu:
+      return "relu";
+  }
+  return "?";
+}
 
 enum class TextArch { kQwen2, kLlama };
 enum class VisionArch { kSiglip, kClip };

@@ -35,8 +35,8 @@ float RoundTo(DType dtype, float x) {
   }
 }
 
-StatusOr<Tensor> NewF32(Shape shape, const char* what) {
-  StatusOr<Tensor> t = Tensor::Empty(std::move(shape), DType::kF32);
+StatusOr<Tensor> NewF32(Shape shape, const char* what, Device device) {
+  StatusOr<Tensor> t = Tensor::Empty(std::move(shape), DType::kF32, device);
   if (!t.ok()) return Annotate(t.status(), fmt::format("vision: allocating {}", what));
   return t;
 }

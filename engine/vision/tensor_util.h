@@ -1,4 +1,5 @@
-// Small host-side helpers shared by the vision files (internal to engine/vision).
+// Small helpers shared by the vision files (internal to engine/vision); all but NewF32 read host
+// memory.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ std::vector<float> ToF32(const Tensor& t);
 // x rounded to `dtype`'s precision and back (f32: unchanged).
 float RoundTo(DType dtype, float x);
 
-// A new uninitialised f32 CPU tensor, with the allocation error annotated by `what`.
-StatusOr<Tensor> NewF32(Shape shape, const char* what);
+// A new uninitialised f32 tensor on `device`, with the allocation error annotated by `what`.
+StatusOr<Tensor> NewF32(Shape shape, const char* what, Device device = Device::Cpu());
 
 }  // namespace framezip::engine::vision

@@ -4,10 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/core/device_memory.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/cast.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/row_slices.h"
 #include "engine/vision/activation.h"
 #include "engine/vision/tensor_util.h"
 
@@ -22,23 +25,35 @@ struct Scratch {
   Tensor mlp;            // [B·T, I]
 };
 
-StatusOr<Scratch> NewScratch(int64_t rows, int64_t D, int64_t I) {
+StatusOr<Scratch> NewScratch(int64_t rows, int64_t D, int64_t I, Device device) {
   Scratch s;
-  FZ_ASSIGN_OR_RETURN(s.x, NewF32({rows, D}, "tower hidden states"));
-  FZ_ASSIGN_OR_RETURN(s.h, NewF32({rows, D}, "tower hidden states"));
-  FZ_ASSIGN_OR_RETURN(s.q, NewF32({rows, D}, "attention q"));
-  FZ_ASSIGN_OR_RETURN(s.k, NewF32({rows, D}, "attention k"));
-  FZ_ASSIGN_OR_RETURN(s.v, NewF32({rows, D}, "attention v"));
-  FZ_ASSIGN_OR_RETURN(s.attn, NewF32({rows, D}, "attention output"));
-  FZ_ASSIGN_OR_RETURN(s.mlp, NewF32({rows, I}, "mlp activations"));
+  FZ_ASSIGN_OR_RETURN(s.x, NewF32({rows, D}, "tower hidden states", device));
+  FZ_ASSIGN_OR_RETURN(s.h, NewF32({rows, D}, "tower hidden states", device));
+  FZ_ASSIGN_OR_RETURN(s.q, NewF32({rows, D}, "attention q", device));
+  FZ_ASSIGN_OR_RETURN(s.k, NewF32({rows, D}, "attention k", device));
+  FZ_ASSIGN_OR_RETURN(s.v, NewF32({rows, D}, "attention v", device));
+  FZ_ASSIGN_OR_RETURN(s.attn, NewF32({rows, D}, "attention output", device));
+  FZ_ASSIGN_OR_RETURN(s.mlp, NewF32({rows, I}, "mlp activations", device));
   return s;
 }
 
-// Patch embedding + class token + position embedding (+ CLIP's pre_layrnorm) into s.x.
+// The tower runs where its weights are.
+Device TowerDevice(const VisionTowerWeights& w) { return w.patch_weight.device(); }
+
+// An f32 copy of a weight table on its own device (position and class embeddings).
+StatusOr<Tensor> F32Copy(const Tensor& t, const char* what) {
+  FZ_ASSIGN_OR_RETURN(Tensor out, NewF32(t.shape(), what, t.device()));
+  FZ_RETURN_IF_ERROR(ops::Cast(t, out));
+  return out;
+}
+
+// Patch embedding + class token + position embedding (+ CLIP's pre_layrnorm) into s.x. The patch
+// unfold reads the pixels on the host; the GEMM and everything after run on the tower's device.
 Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Tensor& pixels,
              int64_t first, int64_t B, Scratch& s) {
   const int64_t C = c.num_channels, S = c.image_size, P = c.patch_size, G = S / P;
   const int64_t D = c.hidden_size, T = c.num_positions(), K = C * P * P;
+  const Device device = TowerDevice(w);
   const float* px = pixels.data<float>() + first * C * S * S;
   // Unfold: row (b, gy, gx), column (ch, ky, kx), matching the conv weight [D, C, P, P].
   FZ_ASSIGN_OR_RETURN(Tensor cols, NewF32({B * G * G, K}, "unfolded patches"));
@@ -58,22 +73,36 @@ Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Te
       }
     }
   }
-  FZ_ASSIGN_OR_RETURN(Tensor patches, NewF32({B * G * G, D}, "patch embeddings"));
+  if (!device.is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(cols, cols.To(device));
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor patches, NewF32({B * G * G, D}, "patch embeddings", device));
   FZ_RETURN_IF_ERROR(ops::Linear(cols, w.patch_weight, w.patch_bias, patches));
 
-  const std::vector<float> pos = ToF32(w.position_embedding);  // [T, D]
-  const bool cls = c.has_class_embedding();
-  const std::vector<float> cls_emb = cls ? ToF32(w.class_embedding) : std::vector<float>();
-  const float* pe = patches.data<float>();
-  float* x = s.x.data<float>();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* dst = x + (b * T + t) * D;
-      const float* p = pos.data() + t * D;
-      const float* src =
-          cls ? (t == 0 ? cls_emb.data() : pe + (b * G * G + t - 1) * D) : pe + (b * G * G + t) * D;
-      for (int64_t d = 0; d < D; ++d) dst[d] = src[d] + p[d];
+  // x[b] = [cls;] patches[b], then x[b] += position embedding, image by image.
+  float* x = static_cast<float*>(s.x.raw_data());
+  if (c.has_class_embedding()) {
+    FZ_ASSIGN_OR_RETURN(Tensor cls, F32Copy(w.class_embedding, "class embedding"));
+    std::vector<int32_t> cls_rows, patch_rows;
+    for (int64_t b = 0; b < B; ++b) {
+      cls_rows.push_back(static_cast<int32_t>(b * T));
+      for (int64_t p = 0; p < G * G; ++p) patch_rows.push_back(static_cast<int32_t>(b * T + 1 + p));
     }
+    const std::vector<int32_t> same_row(static_cast<size_t>(B), 0);
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
+        device, B, D,
+        {.data = static_cast<const float*>(cls.raw_data()), .stride = D, .rows = same_row},
+        {.data = x, .stride = D, .rows = cls_rows}));
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
+        device, B * G * G, D, {.data = static_cast<const float*>(patches.raw_data()), .stride = D},
+        {.data = x, .stride = D, .rows = patch_rows}));
+  } else {
+    FZ_RETURN_IF_ERROR(CopyBytes(x, device, patches.raw_data(), device, patches.nbytes()));
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor pos, F32Copy(w.position_embedding, "position embedding"));
+  for (int64_t b = 0; b < B; ++b) {
+    FZ_ASSIGN_OR_RETURN(Tensor image, s.x.Slice(b * T, (b + 1) * T));
+    FZ_RETURN_IF_ERROR(ops::Add(image, pos, image));
   }
   if (c.has_pre_layernorm()) {
     FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.pre_ln_weight, w.pre_ln_bias,
@@ -152,25 +181,29 @@ StatusOr<std::vector<Tensor>> VisionTowerHiddenStates(const model::VisionConfig&
   }
 
   const int64_t chunk = std::max<int64_t>(1, options.max_images_per_batch);
-  FZ_ASSIGN_OR_RETURN(Scratch s, NewScratch(std::min(chunk, N) * T, D, config.intermediate_size));
+  const Device device = TowerDevice(weights);
+  FZ_ASSIGN_OR_RETURN(Scratch s,
+                      NewScratch(std::min(chunk, N) * T, D, config.intermediate_size, device));
   for (int64_t first = 0; first < N; first += chunk) {
     const int64_t B = std::min(chunk, N - first);
     Scratch view = s;  // same buffers, shapes cut to this batch
     for (Tensor* t : {&view.x, &view.h, &view.q, &view.k, &view.v, &view.attn, &view.mlp}) {
       FZ_ASSIGN_OR_RETURN(*t, t->Slice(0, B * T));
     }
-    auto keep = [&](int64_t index) {
+    auto keep = [&](int64_t index) -> Status {
       for (size_t i = 0; i < layers.size(); ++i) {
         if (layers[i] != index) continue;
-        std::memcpy(out[i].data<float>() + first * T * D, view.x.data<float>(),
-                    static_cast<size_t>(B * T * D) * sizeof(float));
+        FZ_RETURN_IF_ERROR(CopyBytes(out[i].data<float>() + first * T * D, Device::Cpu(),
+                                     view.x.raw_data(), device,
+                                     static_cast<size_t>(B * T * D) * sizeof(float)));
       }
+      return absl::OkStatus();
     };
     FZ_RETURN_IF_ERROR(Embed(config, weights, pixels, first, B, view));
-    keep(0);
+    FZ_RETURN_IF_ERROR(keep(0));
     for (int64_t l = 0; l < deepest; ++l) {
       FZ_RETURN_IF_ERROR(EncoderLayer(config, weights.layers[l], B, view));
-      keep(l + 1);
+      FZ_RETURN_IF_ERROR(keep(l + 1));
     }
   }
   return out;
@@ -207,6 +240,42 @@ StatusOr<Tensor> VisionTowerFeatures(const model::LlavaConfig& config,
         std::memcpy(dst + ((n * Ts + t) * nL + l) * D, hs[l].data<float>() + (n * T + t + skip) * D,
                     static_cast<size_t>(D) * sizeof(float));
       }
+    }
+  }
+  return out;
+}
+
+StatusOr<VisionTowerWeights> VisionTowerWeightsOn(const VisionTowerWeights& weights,
+                                                  Device device) {
+  auto on = [&](const Tensor& t) -> StatusOr<Tensor> {
+    if (!t.defined()) return Tensor();
+    StatusOr<Tensor> copy = t.To(device);
+    if (!copy.ok()) {
+      return Annotate(copy.status(),
+                      fmt::format("vision tower: copying weights to {}", DeviceName(device)));
+    }
+    return copy;
+  };
+  VisionTowerWeights out;
+  FZ_ASSIGN_OR_RETURN(out.patch_weight, on(weights.patch_weight));
+  FZ_ASSIGN_OR_RETURN(out.patch_bias, on(weights.patch_bias));
+  FZ_ASSIGN_OR_RETURN(out.class_embedding, on(weights.class_embedding));
+  FZ_ASSIGN_OR_RETURN(out.position_embedding, on(weights.position_embedding));
+  FZ_ASSIGN_OR_RETURN(out.pre_ln_weight, on(weights.pre_ln_weight));
+  FZ_ASSIGN_OR_RETURN(out.pre_ln_bias, on(weights.pre_ln_bias));
+  for (const EncoderLayerWeights& l : weights.layers) {
+    EncoderLayerWeights& o = out.layers.emplace_back();
+    const std::pair<const Tensor*, Tensor*> pairs[] = {
+        {&l.ln1_weight, &o.ln1_weight}, {&l.ln1_bias, &o.ln1_bias},
+        {&l.q_weight, &o.q_weight},     {&l.q_bias, &o.q_bias},
+        {&l.k_weight, &o.k_weight},     {&l.k_bias, &o.k_bias},
+        {&l.v_weight, &o.v_weight},     {&l.v_bias, &o.v_bias},
+        {&l.out_weight, &o.out_weight}, {&l.out_bias, &o.out_bias},
+        {&l.ln2_weight, &o.ln2_weight}, {&l.ln2_bias, &o.ln2_bias},
+        {&l.fc1_weight, &o.fc1_weight}, {&l.fc1_bias, &o.fc1_bias},
+        {&l.fc2_weight, &o.fc2_weight}, {&l.fc2_bias, &o.fc2_bias}};
+    for (const auto& [from, to] : pairs) {
+      FZ_ASSIGN_OR_RETURN(*to, on(*from));
     }
   }
   return out;

@@ -16,7 +16,11 @@
 // The conv (kernel = stride = patch) is a GEMM over unfolded patches; pixels beyond the last whole
 // patch are ignored (384 = 27·14 + 6). Pixels are rounded to the conv weight's dtype first, as the
 // reference casts pixel_values to it. Activations are f32 throughout; weights are read in their
-// stored dtype by ops::Linear. CPU only (the ops it calls are CPU-only for now).
+// stored dtype by ops::Linear.
+//
+// Device: the tower runs where its weights are (VisionTowerWeightsOn copies them to a GPU). Pixels
+// and results stay on the host: the patch unfold reads the pixels there and is uploaded, every
+// layer runs on the device, and the hidden states asked for are copied back.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +54,11 @@ StatusOr<std::vector<Tensor>> VisionTowerHiddenStates(const model::VisionConfig&
 StatusOr<Tensor> VisionTowerFeatures(const model::LlavaConfig& config,
                                      const VisionTowerWeights& weights, const Tensor& pixels,
                                      const VisionRunOptions& options = {});
+
+// The tower's weights copied to `device` (in their dtype), for running the tower there.
+// RESOURCE_EXHAUSTED when the device memory runs out; UNIMPLEMENTED / UNAVAILABLE for a GPU
+// without CUDA / without a GPU.
+StatusOr<VisionTowerWeights> VisionTowerWeightsOn(const VisionTowerWeights& weights, Device device);
 
 // Tokens per image that VisionTowerFeatures returns: positions, minus 1 for "default".
 int64_t SelectedTokensPerImage(const model::LlavaConfig& config);

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "engine/vision/anyres.h"
 #include "engine/vision/llava_vision.h"
@@ -110,6 +111,36 @@ TEST_CASE("Vision tower hidden states match the f64 reference", "[unit][engine][
       for (size_t i = 0; i < layers.size(); ++i) {
         ExpectClose((*hs)[i], want[layers[i]], fmt::format("hidden_states[{}]", layers[i]));
       }
+    }
+  }
+}
+
+TEST_CASE("A tower whose weights VisionTowerWeightsOn copied gives the same hidden states",
+          "[unit][engine][vision]") {
+  // On the CPU the copy is a deep copy: every tensor the tower reads must be carried over (a
+  // missing one fails the run), and the results must not move by a bit. The GPU side of the same
+  // path is vision_tower_cuda_test.cc.
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (const LlavaConfig& config : {TinySiglip(), TinyClip()}) {
+    INFO((config.vision.arch == model::VisionArch::kSiglip ? "siglip" : "clip"));
+    LlavaConfig all = config;
+    all.vision_feature_layers = {-1};
+    auto ckpt = RandomVisionCheckpoint(all, DType::kBF16, seed + 11, 0.15f);
+    REQUIRE(ckpt.ok());
+    auto weights = BindLlavaVisionWeights(all, MapLookup(*ckpt));
+    REQUIRE(weights.ok());
+    auto copied = VisionTowerWeightsOn(weights->tower, Device::Cpu());
+    REQUIRE(copied.ok());
+    CHECK(copied->patch_weight.raw_data() != weights->tower.patch_weight.raw_data());
+    const Tensor pixels = RandomPixels(3, config, rng);
+    const std::vector<int64_t> layers = {3, 0};
+    auto want = VisionTowerHiddenStates(config.vision, weights->tower, pixels, layers);
+    auto got = VisionTowerHiddenStates(config.vision, *copied, pixels, layers);
+    REQUIRE(want.ok());
+    REQUIRE(got.ok());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      CHECK(std::memcmp((*got)[i].raw_data(), (*want)[i].raw_data(), (*want)[i].nbytes()) == 0);
     }
   }
 }
