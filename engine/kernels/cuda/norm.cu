@@ -1,3 +1,4 @@
+#include "engine/kernels/cuda/block_reduce.cuh"
 #include "engine/kernels/cuda/float_io.cuh"
 #include "engine/kernels/cuda/norm.cuh"
 
@@ -5,30 +6,6 @@ namespace framezip::engine::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // 8 warps per row: a Qwen2 row (896..3584) is 4..14 loads a thread
-
-// Sum of `v` over the block; every thread gets the result. `scratch` holds one float per warp.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read by a previous BlockSum
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
-  return total;
-}
-
-// Maximum of `v` over the block; every thread gets the result.
-__device__ float BlockMax(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float m = scratch[0];
-  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, scratch[w]);
-  return m;
-}
 
 template <bool kLayerNorm>
 __global__ void __launch_bounds__(kThreads) NormKernel(NormParams p) {
@@ -47,14 +24,14 @@ __global__ void __launch_bounds__(kThreads) NormKernel(NormParams p) {
   if constexpr (kLayerNorm) {
     float s = 0;
     for (int64_t i = threadIdx.x; i < p.d; i += kThreads) s += x[i];
-    mean = BlockSum(s, scratch) * inv_d;
+    mean = BlockSum<kThreads>(s, scratch) * inv_d;
   }
   float sq = 0;
   for (int64_t i = threadIdx.x; i < p.d; i += kThreads) {
     const float c = x[i] - mean;
     sq += c * c;
   }
-  const float inv = rsqrtf(BlockSum(sq, scratch) * inv_d + p.eps);
+  const float inv = rsqrtf(BlockSum<kThreads>(sq, scratch) * inv_d + p.eps);
   // Each thread rewrites only the elements it read, so y == x is safe.
   for (int64_t i = threadIdx.x; i < p.d; i += kThreads) {
     float v = (x[i] - mean) * inv * LoadAsFloat(p.weight, p.weight_kind, i);
@@ -71,14 +48,14 @@ __global__ void __launch_bounds__(kThreads) SoftmaxKernel(SoftmaxParams p) {
   float* y = p.y + blockIdx.x * p.n;
   float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < p.n; i += kThreads) m = fmaxf(m, x[i]);
-  const float max = BlockMax(m, scratch);
+  const float max = BlockMax<kThreads>(m, scratch);
   if (max == -INFINITY) {  // fully masked row: zeros, not the NaN of 0/0
     for (int64_t i = threadIdx.x; i < p.n; i += kThreads) y[i] = 0.0f;
     return;
   }
   float s = 0;
   for (int64_t i = threadIdx.x; i < p.n; i += kThreads) s += expf(x[i] - max);
-  const float inv_sum = 1.0f / BlockSum(s, scratch);
+  const float inv_sum = 1.0f / BlockSum<kThreads>(s, scratch);
   for (int64_t i = threadIdx.x; i < p.n; i += kThreads) y[i] = expf(x[i] - max) * inv_sum;
 }
 

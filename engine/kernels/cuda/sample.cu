@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "engine/kernels/cuda/block_reduce.cuh"
 #include "engine/kernels/cuda/sample.cuh"
 
 namespace framezip::engine::cuda {
@@ -17,29 +18,6 @@ constexpr int kWarps = kThreads / 32;
 __device__ __forceinline__ uint32_t Key(float x) {
   const uint32_t b = __float_as_uint(x == 0.f ? 0.f : x);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-template <class T>
-__device__ T BlockSum(T v, T* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read by the previous reduction
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  T total = 0;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  return total;
-}
-
-__device__ float BlockMax(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, scratch[w]);
-  return m;
 }
 
 // Argmax, the lowest index on ties (std::max_element).
@@ -77,7 +55,7 @@ __device__ int64_t BlockArgmax(const float* s, int64_t n, float* vals, int64_t* 
 __device__ int64_t CountAtLeast(const float* s, int64_t n, uint32_t t, int64_t* scratch) {
   int64_t c = 0;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) c += Key(s[i]) >= t ? 1 : 0;
-  return BlockSum<int64_t>(c, scratch);
+  return BlockSum<kThreads, int64_t>(c, scratch);
 }
 
 // Σ exp(s − max) over the logits whose key is <= t (−inf contributes 0).
@@ -87,7 +65,7 @@ __device__ double MassAtMost(const float* s, int64_t n, float max, uint32_t t, d
     const float x = s[i];
     if (Key(x) <= t) m += exp(static_cast<double>(x) - max);
   }
-  return BlockSum<double>(m, scratch);
+  return BlockSum<kThreads, double>(m, scratch);
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
@@ -144,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
   float local_max = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) local_max = fmaxf(local_max, s[i]);
-  const float max = BlockMax(local_max, fscratch);
+  const float max = BlockMax<kThreads>(local_max, fscratch);
   // 5. Top-p: keep keys >= the smallest t with mass(key <= t) > (1 − top_p) · total.
   if (rp.top_p < 1.f) {
     const double total = MassAtMost(s, n, max, 0xffffffffu, dscratch);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cub/cub.cuh>
 
+#include "engine/kernels/cuda/block_reduce.cuh"
 #include "engine/kernels/cuda/float_io.cuh"
 #include "engine/kernels/cuda/zipvl.cuh"
 
@@ -10,27 +11,6 @@ namespace {
 
 constexpr int kProbeThreads = 128;
 constexpr int kMaxProbeHeadDim = 256;
-
-__device__ __forceinline__ float BlockMax(float v, float* red) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < warps; ++w) r = fmaxf(r, red[w]);
-  __syncthreads();
-  return r;
-}
-__device__ __forceinline__ float BlockSum(float v, float* red) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float r = 0.f;
-  for (int w = 0; w < warps; ++w) r += red[w];
-  __syncthreads();
-  return r;
-}
 
 // One block per (probe row, query head): the row's causal softmax, computed twice (max/sum, then
 // the probabilities) and added into the group's column sums. No [H, |P|, n] matrix exists.
@@ -68,8 +48,8 @@ __global__ void __launch_bounds__(kProbeThreads) ProbeRowKernel(ProbeScoresLaunc
     sum = sum * expf(m - m_new) + expf(s - m_new);
     m = m_new;
   }
-  const float row_max = BlockMax(m, red);  // finite: visible >= 1
-  const float total = BlockSum(m == -INFINITY ? 0.f : sum * expf(m - row_max), red);
+  const float row_max = BlockMax<kProbeThreads>(m, red);  // finite: visible >= 1
+  const float total = BlockSum<kProbeThreads>(m == -INFINITY ? 0.f : sum * expf(m - row_max), red);
   const float inv = 1.f / total;
   float* a = p.a + (p.per_kv_head ? static_cast<int64_t>(g) * p.n : 0);
   for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
