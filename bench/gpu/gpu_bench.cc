@@ -542,8 +542,10 @@ int RunGpuBench(const std::vector<std::string>& args) {
       std::printf(
           "usage: framezip bench gpu [--json] [--quick]\n"
           "  GPU ceilings (copy GB/s, cuBLAS bf16 GEMM), dense vs ZipVL sparse prefill attention\n"
-          "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV, then the\n"
-          "  Qwen2-0.5B shape end to end (prefill and decode tokens/s, dense::DenseDecoder).\n"
+          "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV, then "
+          "the\n"
+          "  Qwen2-0.5B shape end to end (prefill and decode tokens/s, dense::DenseDecoder) and\n"
+          "  OV's SigLIP-so400m vision tower (frames/s).\n"
           "  --quick: 4k prefill and 4k decode only (a smoke run). --json: JSON last line.\n");
       return 0;
     } else {
@@ -574,6 +576,8 @@ int RunGpuBench(const std::vector<std::string>& args) {
   // in the JSON; the exit status says it failed.
   const std::vector<E2eRow> e2e = ModelEndToEnd(copy, quick);
   for (const E2eRow& r : e2e) res.Add(r.name, r.value, r.unit);
+  const std::vector<E2eRow> vision = VisionEndToEnd(quick);
+  for (const E2eRow& r : vision) res.Add(r.name, r.value, r.unit);
   if (json) {
     std::printf("%s\n",
                 res.Json(gpu, CpuModel(),
@@ -583,10 +587,12 @@ int RunGpuBench(const std::vector<std::string>& args) {
                          "the probe kernel on random-but-structured synthetic "
                          "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
                          "dense::DenseDecoder with random bf16 weights, f32 activations and KV, "
-                         "greedy tokens picked on the device (ops::SampleTokens)")
+                         "greedy tokens picked on the device (ops::SampleTokens); vision row: "
+                         "vision::VisionTowerHiddenStates with random bf16 weights on the GPU, "
+                         "host pixels in, last hidden state back to the host")
                     .c_str());
   }
-  return e2e.empty() ? 1 : 0;
+  return e2e.empty() || vision.empty() ? 1 : 0;
 }
 
 }  // namespace framezip::benchgpu

@@ -13,6 +13,7 @@
 #include "engine/core/half.h"
 #include "engine/dense/dense_decoder.h"
 #include "engine/ops/sample.h"
+#include "engine/vision/vision_tower.h"
 
 namespace framezip::benchgpu {
 namespace {
@@ -130,7 +131,80 @@ bool Ok(const Status& s, const char* what) {
   return false;
 }
 
+// LLaVA-OneVision's tower: SigLIP-so400m-patch14-384 as OV runs it (26 layers, MODELS.md §1).
+engine::model::VisionConfig SiglipSo400m() {
+  engine::model::VisionConfig c;
+  c.arch = engine::model::VisionArch::kSiglip;
+  c.hidden_size = 1152;
+  c.intermediate_size = 4304;
+  c.num_hidden_layers = 26;
+  c.num_attention_heads = 16;
+  c.head_dim = 72;
+  c.image_size = 384;
+  c.patch_size = 14;
+  c.hidden_act = engine::model::Activation::kGeluTanh;
+  return c;
+}
+
+StatusOr<engine::vision::VisionTowerWeights> RandomTower(const engine::model::VisionConfig& c) {
+  engine::vision::VisionTowerWeights w;
+  uint64_t seed = 1000;
+  const DType bf16 = DType::kBF16;
+  const int64_t D = c.hidden_size, I = c.intermediate_size, K = 3 * c.patch_size * c.patch_size;
+  FZ_ASSIGN_OR_RETURN(w.patch_weight, Uniform({D, K}, bf16, seed++, 0.02f));
+  FZ_ASSIGN_OR_RETURN(w.patch_bias, Uniform({D}, bf16, seed++, 0.02f));
+  FZ_ASSIGN_OR_RETURN(w.position_embedding, Uniform({c.num_positions(), D}, bf16, seed++, 0.02f));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    engine::vision::EncoderLayerWeights e;
+    FZ_ASSIGN_OR_RETURN(e.ln1_weight, Uniform({D}, bf16, seed++, 0.02f, 1.f));
+    FZ_ASSIGN_OR_RETURN(e.ln1_bias, Uniform({D}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.ln2_weight, Uniform({D}, bf16, seed++, 0.02f, 1.f));
+    FZ_ASSIGN_OR_RETURN(e.ln2_bias, Uniform({D}, bf16, seed++, 0.02f));
+    for (Tensor* t : {&e.q_weight, &e.k_weight, &e.v_weight, &e.out_weight}) {
+      FZ_ASSIGN_OR_RETURN(*t, Uniform({D, D}, bf16, seed++, 0.02f));
+    }
+    for (Tensor* t : {&e.q_bias, &e.k_bias, &e.v_bias, &e.out_bias, &e.fc2_bias}) {
+      FZ_ASSIGN_OR_RETURN(*t, Uniform({D}, bf16, seed++, 0.02f));
+    }
+    FZ_ASSIGN_OR_RETURN(e.fc1_weight, Uniform({I, D}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.fc1_bias, Uniform({I}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.fc2_weight, Uniform({D, I}, bf16, seed++, 0.02f));
+    w.layers.push_back(std::move(e));
+  }
+  return w;
+}
+
 }  // namespace
+
+std::vector<E2eRow> VisionEndToEnd(bool quick) {
+  const engine::model::VisionConfig config = SiglipSo400m();
+  auto host = RandomTower(config);
+  if (!Ok(host.status(), "random vision weights")) return {};
+  auto tower = engine::vision::VisionTowerWeightsOn(*host, engine::Device::Cuda(0));
+  if (!Ok(tower.status(), "vision weights to the GPU")) return {};
+  // Video frames as the server sends them: preprocessed pixels on the host, 8 per batch (the
+  // default VisionRunOptions), the last hidden state back on the host.
+  const int64_t frames = quick ? 8 : 32;
+  auto pixels = Uniform({frames, 3, config.image_size, config.image_size}, DType::kF32, 7, 0.5f);
+  if (!Ok(pixels.status(), "pixels")) return {};
+  const std::vector<int64_t> last = {config.num_hidden_layers};
+  Status st;
+  auto run = [&](int64_t n) {
+    auto batch = pixels->Slice(0, n);
+    if (!batch.ok()) {
+      st = batch.status();
+      return;
+    }
+    st = engine::vision::VisionTowerHiddenStates(config, *tower, *batch, last).status();
+  };
+  run(8);  // warm-up: cuBLAS handles, allocator segments, module loading
+  if (!Ok(st, "vision warm-up")) return {};
+  const double s = Seconds([&] { run(frames); });
+  if (!Ok(st, "vision tower")) return {};
+  return {{"end-to-end vision tower, SigLIP-so400m (OV) bf16, 384 px, " + std::to_string(frames) +
+               " frames in batches of 8",
+           static_cast<double>(frames) / s, "frames/s"}};
+}
 
 std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
   const dense::DecoderShape shape = Qwen2_0_5B();
@@ -154,11 +228,12 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
   auto cache = d.NewCache(prompt + steps + 4);
   if (!Ok(cache.status(), "cache")) return {};
   Status st;
-  const double prefill_s = Seconds([&] { st = d.Prefill(**cache, Ids(prompt, shape.vocab, 1)).status(); });
+  const double prefill_s =
+      Seconds([&] { st = d.Prefill(**cache, Ids(prompt, shape.vocab, 1)).status(); });
   if (!Ok(st, "prefill")) return {};
-  rows.push_back({"end-to-end prefill, Qwen2-0.5B shape bf16, " + std::to_string(prompt) +
-                      "-token prompt",
-                  static_cast<double>(prompt) / prefill_s, "tokens/s"});
+  rows.push_back(
+      {"end-to-end prefill, Qwen2-0.5B shape bf16, " + std::to_string(prompt) + "-token prompt",
+       static_cast<double>(prompt) / prefill_s, "tokens/s"});
 
   // Batch 1 after the long prompt: one token per step, picked on the device.
   {
@@ -175,8 +250,8 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
     const double gbps = static_cast<double>(d.weight_bytes()) / per_step * 1e-9;
     rows.push_back({"end-to-end decode batch 1 weight bytes read", gbps, "GB/s"});
     if (copy_gbps > 0) {
-      rows.push_back({"end-to-end decode batch 1 fraction of copy ceiling", gbps / copy_gbps,
-                      "fraction"});
+      rows.push_back(
+          {"end-to-end decode batch 1 fraction of copy ceiling", gbps / copy_gbps, "fraction"});
     }
   }
 
@@ -199,9 +274,9 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
       for (int i = 0; i < steps && st.ok(); ++i) st = Step(d, ptrs, tokens);
     });
     if (!Ok(st, "decode batch 16")) return {};
-    rows.push_back({"end-to-end decode batch 16 at " + std::to_string(batch_context) +
-                        " context (aggregate)",
-                    batch * steps / s, "tokens/s"});
+    rows.push_back(
+        {"end-to-end decode batch 16 at " + std::to_string(batch_context) + " context (aggregate)",
+         batch * steps / s, "tokens/s"});
   }
   return rows;
 }

@@ -1,8 +1,9 @@
 // End-to-end section of `framezip bench gpu`: the Qwen2-0.5B text model (hidden 896, 24 layers,
 // 14/2 heads of 64, intermediate 4864, vocabulary 151936, tied head) with random bf16 weights,
 // run whole on the GPU by dense::DenseDecoder: prefill tokens/s of one long prompt, decode
-// tokens/s at batch 1 and 16 (each step: forward pass + greedy pick on the device, ids back), and batch-1 decode's weight bytes per second against the copy
-// ceiling (decode is a pass over all weights per step).
+// tokens/s at batch 1 and 16 (each step: forward pass + greedy pick on the device, ids back), and
+// batch-1 decode's weight bytes per second against the copy ceiling (decode is a pass over all
+// weights per step). Also the vision tower of the same model family (VisionEndToEnd).
 #pragma once
 
 #include <string>
@@ -19,5 +20,10 @@ struct E2eRow {
 // `copy_gbps`: the device copy ceiling measured first. quick: 1k-token prompts and fewer steps.
 // On a failure, prints what failed and returns an empty list.
 std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick);
+
+// LLaVA-OneVision's vision tower (SigLIP-so400m, 26 layers, 729 tokens per 384-px frame) with
+// random bf16 weights on the GPU (vision::VisionTowerWeightsOn): frames/s of host pixels to the
+// last hidden state back on the host. quick: 8 frames instead of 32. Empty on a failure.
+std::vector<E2eRow> VisionEndToEnd(bool quick);
 
 }  // namespace framezip::benchgpu
