@@ -4,10 +4,13 @@
 // pre_layrnorm, quick_gelu), with f32 or bf16 weights, several images per batch and a partial last
 // batch. Every hidden state asked for comes back to the host.
 //
-// Tolerances relative to the CPU result's RMS: f32 weights differ only in summation order
-// (attention, GEMMs, norms): 1e-4 per element, 3e-5 in relative L2. bf16 weights: every GEMM on
-// the GPU rounds its f32 input to bf16 (linear_cuda_test.cc), compounded over the patch GEMM and 2
-// layers of 6 GEMMs: 3e-2 per element, 1e-2 in relative L2.
+// Tolerances relative to the CPU result's RMS, those of the whole-decoder test
+// (dense_decoder_cuda_test.cc), whose ops these are too (a wrong row, head or mask gives errors of
+// the order of the RMS itself): f32 weights differ only in summation order and in the last bit
+// of exp/tanh (attention, GEMMs, norms, GELU): 1e-3 per element, 3e-4 in relative L2. bf16
+// weights: every GEMM on the GPU rounds its f32 input to bf16 (linear_cuda_test.cc: ~1e-3 of the
+// output's RMS per GEMM), compounded over the patch GEMM and 2 layers of 6 GEMMs: 1e-1 per
+// element, 3e-2 in relative L2.
 #include <catch2/catch.hpp>
 #include <random>
 
@@ -83,7 +86,7 @@ TEST_CASE("The whole vision tower on the GPU matches the CPU (SigLIP and CLIP sh
   const DType dtype = GENERATE(DType::kF32, DType::kBF16);
   CAPTURE(arch == model::VisionArch::kClip ? "clip" : "siglip", DTypeName(dtype));
   const RmsTolerance tol =
-      dtype == DType::kF32 ? RmsTolerance{1e-4, 3e-5} : RmsTolerance{3e-2, 1e-2};
+      dtype == DType::kF32 ? RmsTolerance{1e-3, 3e-4} : RmsTolerance{1e-1, 3e-2};
   std::mt19937_64 rng(testing::TestSeed());
   const TinyTower m = MakeTinyTower(arch, dtype, rng);
   auto on_gpu = vision::VisionTowerWeightsOn(m.weights, Device::Cuda(0));
