@@ -336,6 +336,15 @@ for name, value in ours.items():
     if ref:
         print(f"dense prefill {m.group(2)}: ours ({m.group(1)}) {value:.2f} vs torch SDPA bf16 "
               f"{ref:.1f} TFLOP/s = {value / ref:.3f}x (target >= 0.5)")
+# The vision tower rows: same frames, batches and direction of copies on both sides.
+for name, value in ours.items():
+    m = re.match(r"end-to-end vision tower, SigLIP-so400m \(OV\) bf16, 384 px, (\d+) frames", name)
+    if not m:
+        continue
+    for peer_name, ref in peer.items():
+        if peer_name.startswith("torch eager SigLIP-so400m") and f" {m.group(1)} frames" in peer_name:
+            print(f"vision tower {m.group(1)} frames: ours {value:.1f} vs torch eager {ref:.1f} "
+                  f"frames/s = {value / ref:.3f}x")
 EOF
   fi
   return "$ok"

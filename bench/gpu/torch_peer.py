@@ -6,7 +6,10 @@
     dense prefill figure (2·T²·d·H for causal: QKᵀ and PV, half the matrix);
   * an eager Qwen2-0.5B-shaped decoder in plain torch (random weights; 24 layers, hidden 896,
     14/2 heads, d64, MLP 4864, vocab 151936; RMSNorm, RoPE, GQA through SDPA, SwiGLU): prefill
-    tokens/s at 4096 tokens and decode tokens/s at batch 1 and 16 over a 4096-token KV cache.
+    tokens/s at 4096 tokens and decode tokens/s at batch 1 and 16 over a 4096-token KV cache;
+  * an eager SigLIP-so400m tower as LLaVA-OneVision runs it (26 layers, hidden 1152, 16 heads of
+    72, MLP 4304, gelu tanh, 384-px frames of 729 patches, random bf16 weights): frames/s over 32
+    frames in batches of 8, host pixels in and the last hidden state back, as framezip's row.
 
 Timing: torch.cuda.Event around each call after warm-up, median of repeats; random inputs.
 Usage: python3 bench/gpu/torch_peer.py [--quick] [--out FILE]   (scripts/gpu-check.sh runs it)
@@ -155,6 +158,59 @@ def bench_decoder(results, quick):
         print(f"{results[-1]['name']}: {results[-1]['value']:.0f} tokens/s", flush=True)
 
 
+class SiglipShaped(torch.nn.Module):
+    """SigLIP-so400m's tower (OV's 26 layers) in eager torch with random weights."""
+
+    def __init__(self, layers=26, hidden=1152, heads=16, mlp=4304, patch=14, image=384):
+        super().__init__()
+        self.heads, self.patch = heads, patch
+        grid = image // patch
+        self.patch_embed = torch.nn.Conv2d(3, hidden, patch, stride=patch)
+        self.pos = torch.nn.Parameter(torch.randn(grid * grid, hidden) * 0.02)
+        self.layers = torch.nn.ModuleList()
+        for _ in range(layers):
+            layer = torch.nn.Module()
+            layer.ln1 = torch.nn.LayerNorm(hidden, eps=1e-6)
+            layer.qkv = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(3))
+            layer.out = torch.nn.Linear(hidden, hidden)
+            layer.ln2 = torch.nn.LayerNorm(hidden, eps=1e-6)
+            layer.fc1 = torch.nn.Linear(hidden, mlp)
+            layer.fc2 = torch.nn.Linear(mlp, hidden)
+            self.layers.append(layer)
+
+    @torch.no_grad()
+    def forward(self, pixels):
+        # pixels [B, 3, 384, 384] -> last hidden state [B, 729, hidden] (no post-LN, as OV).
+        x = self.patch_embed(pixels).flatten(2).transpose(1, 2) + self.pos
+        b, t, hidden = x.shape
+        for layer in self.layers:
+            h = layer.ln1(x)
+            q, k, v = (p(h).view(b, t, self.heads, -1).transpose(1, 2) for p in layer.qkv)
+            attn = F.scaled_dot_product_attention(q, k, v)
+            x = x + layer.out(attn.transpose(1, 2).reshape(b, t, hidden))
+            x = x + layer.fc2(F.gelu(layer.fc1(layer.ln2(x)), approximate="tanh"))
+        return x
+
+
+def bench_vision(results, quick):
+    dtype = torch.bfloat16
+    with torch.device("cuda"):
+        model = SiglipShaped().to(dtype).eval()
+    frames = 8 if quick else 32
+    pixels = torch.randn(frames, 3, 384, 384).pin_memory()
+
+    def run():
+        for b in range(0, frames, 8):
+            batch = pixels[b:b + 8].to("cuda", non_blocking=True).to(dtype)
+            model(batch).float().cpu()
+
+    ms = median_ms(run, 1, 3)
+    results.append({"name": f"torch eager SigLIP-so400m (OV) bf16, 384 px, {frames} frames in "
+                            "batches of 8",
+                    "value": frames / (ms * 1e-3), "unit": "frames/s"})
+    print(f"{results[-1]['name']}: {results[-1]['value']:.1f} frames/s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="4k SDPA and a 1k-token model only")
@@ -167,6 +223,7 @@ def main():
     results = []
     bench_sdpa(results, args.quick)
     bench_decoder(results, args.quick)
+    bench_vision(results, args.quick)
     report = {"suite": "gpu-torch-peer",
               "machine": {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__},
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
