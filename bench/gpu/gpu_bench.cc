@@ -587,6 +587,7 @@ int RunGpuBench(const std::vector<std::string>& args) {
                          "the probe kernel on random-but-structured synthetic "
                          "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
                          "dense::DenseDecoder with random bf16 weights, f32 activations and KV, "
+                         "prefill attention on bf16 tensor cores (pipelined kernel), "
                          "greedy tokens picked on the device (ops::SampleTokens); vision row: "
                          "vision::VisionTowerHiddenStates with random bf16 weights on the GPU, "
                          "host pixels in, last hidden state back to the host")

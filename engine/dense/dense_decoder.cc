@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<DenseDecoder>> DenseDecoder::Create(const DecoderShape&
   }
 
   std::unique_ptr<DenseDecoder> d(new DenseDecoder(s, device));
+  d->bf16_attention_ = !t.layers.empty() && t.layers[0].q.dtype() != DType::kF32;
   size_t& bytes = d->weight_bytes_;
   FZ_ASSIGN_OR_RETURN(d->w_.embed, ToDevice(t.embed, device, bytes));
   FZ_ASSIGN_OR_RETURN(d->w_.norm, ToDevice(t.norm, device, bytes));
@@ -305,6 +306,7 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
     ops::AttentionParams ap;
     ap.causal = true;
     ap.q_offset = past;
+    ap.allow_bf16_tensor_cores = bf16_attention_;
     FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, ap, o4));
   }
   return Finish(w, attn, h, x);

@@ -5,10 +5,10 @@
 //
 // What it leaves out, on purpose: compression policies and the paged, quantised KV cache. Its
 // cache is contiguous and f32, [capacity, G, d] per layer and per K/V, reserved up front. Prefill
-// attends with ops::Attention per sequence; a decode step attends with ONE ops::PagedDecodeAttention
-// call for the batch (each cache a single f32 span; the split-K kernel on a GPU). It is
-// the whole-model GPU path the [cuda] tests compare with the CPU, and what `framezip bench gpu`
-// times end to end on the Qwen2-0.5B shape; the compressed engine stays on llm::Decoder.
+// attends with ops::Attention per sequence; a decode step attends with ONE
+// ops::PagedDecodeAttention call for the batch (each cache a single f32 span; the split-K kernel on
+// a GPU). It is the whole-model GPU path the [cuda] tests compare with the CPU, and what `framezip
+// bench gpu` times end to end on the Qwen2-0.5B shape; the compressed engine stays on llm::Decoder.
 //
 // It depends on the core and the ops only (no model loader), so it builds in the GPU-check
 // subset (scripts/gpu-check.sh); llm/dense_adapter.h builds its inputs from a loaded checkpoint.
@@ -40,19 +40,19 @@ struct DecoderShape {
 
 // Optional biases are undefined tensors. Weights may be f32, bf16 or f16 (ops::Linear).
 struct LayerWeights {
-  Tensor input_norm;                // [H]
-  Tensor q, q_bias;                 // [heads·d, H]
-  Tensor k, k_bias;                 // [G·d, H]
-  Tensor v, v_bias;                 // [G·d, H]
-  Tensor o, o_bias;                 // [H, heads·d]
-  Tensor post_norm;                 // [H]
+  Tensor input_norm;                    // [H]
+  Tensor q, q_bias;                     // [heads·d, H]
+  Tensor k, k_bias;                     // [G·d, H]
+  Tensor v, v_bias;                     // [G·d, H]
+  Tensor o, o_bias;                     // [H, heads·d]
+  Tensor post_norm;                     // [H]
   Tensor gate, gate_bias, up, up_bias;  // [I, H]
-  Tensor down, down_bias;           // [H, I]
+  Tensor down, down_bias;               // [H, I]
 };
 
 struct DecoderTensors {
-  Tensor embed;  // [V, H]
-  Tensor norm;   // [H]
+  Tensor embed;    // [V, H]
+  Tensor norm;     // [H]
   Tensor lm_head;  // [V, H]; may share storage with `embed` (tied), copied once then
   std::vector<LayerWeights> layers;
 };
@@ -124,6 +124,9 @@ class DenseDecoder {
   Device device_;
   DecoderTensors w_;  // on device_
   size_t weight_bytes_ = 0;
+  // 16-bit projection weights: the activations already carry bf16-level error, so prefill
+  // attention may take the GPU's bf16 tensor cores (ops::AttentionParams).
+  bool bf16_attention_ = false;
   // Set once PagedDecodeAttention answered UNIMPLEMENTED for this head size on this device, so
   // later steps go straight to per-sequence attention.
   mutable std::atomic<bool> paged_decode_unbuilt_{false};

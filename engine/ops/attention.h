@@ -18,7 +18,8 @@
 //   k,v [B, Tk, G, d]      H % G == 0
 //   out [B, Tq, H, d]      must not alias q, k or v
 // CUDA (attention_cuda.cc): the same tiling and online softmax in f32, head_dim <= 128;
-// key_limit stays a host array and is uploaded per call.
+// key_limit stays a host array and is uploaded per call. allow_bf16_tensor_cores selects the
+// tensor-core kernel where it applies (see AttentionParams).
 // Errors: INVALID_ARGUMENT naming the mismatch (tensors on different devices too); on a CUDA
 // device UNIMPLEMENTED in a CPU-only build or for head_dim > 128, UNAVAILABLE without a GPU.
 #pragma once
@@ -38,7 +39,16 @@ struct AttentionParams {
   // for every batch row; a query that sees no key gets 0). Sparse prefill uses it for rows that
   // attend to a compacted key set by original position.
   const int32_t* key_limit = nullptr;
+  // GPU only, opt-in: with head_dim 64 or 128, no key_limit and at least kTensorCoreMinQueries
+  // queries, run on bf16 tensor cores (attention_mma.cuh, pipelined variant): q, k, v rounded to
+  // bf16, P·V in bf16, f32 accumulation and output. For callers whose activations already carry
+  // bf16-level error (16-bit weights); it agrees with the f32 kernel to that level. Elsewhere, and
+  // on the CPU, the f32 kernel runs.
+  bool allow_bf16_tensor_cores = false;
 };
+
+// Fewer queries than one tensor-core block (64 rows) leave most of it idle: the f32 kernel then.
+inline constexpr int64_t kTensorCoreMinQueries = 64;
 
 Status Attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
                  Tensor& out);

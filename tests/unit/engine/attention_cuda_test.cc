@@ -1,5 +1,6 @@
 // [cuda]: Attention on the GPU against the CPU op, on fresh random inputs: causal prefill (whole
-// and as a later chunk), bidirectional (ViT), GQA, per-query key prefixes, head dims 64, 72, 128.
+// and as a later chunk), bidirectional (ViT), GQA, per-query key prefixes, head dims 64, 72, 128;
+// and with bf16 tensor cores allowed (AttentionParams::allow_bf16_tensor_cores), to bf16 level.
 // Both sides are f32 with an online softmax; they differ in summation order and exp ulps only.
 // Outputs are convex combinations of v (|out| of order 1): abs 2e-5 + rel 1e-4.
 #include <catch2/catch.hpp>
@@ -52,6 +53,46 @@ TEST_CASE("Attention on the GPU matches the CPU op", "[cuda][ops]") {
       INFO(st.ToString());
       REQUIRE(st.ok());
       CheckClose(got, want, kAttention);
+    }
+  }
+}
+
+TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU op to bf16 level",
+          "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed() + 1);
+  // q, k, v rounded to bf16 (2^-8 relative each) move each score by ~5e-3 for unit-variance
+  // inputs; P and V rounded to bf16 add 2^-8 each. Relative to the output's RMS: 5e-2 per
+  // element, 1.5e-2 in relative L2. A wrong row, head, mask or offset errs by the RMS itself. The
+  // cases cover both head dims, GQA, a chunk after earlier keys, bidirectional, partial tiles,
+  // and one with fewer queries than a tensor-core block (the f32 kernel, so f32 tolerance).
+  const Case cases[] = {
+      {"causal prefill GQA 14/2 d64", 1, 200, 200, 14, 2, 64, true, false},
+      {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true, false},
+      {"bidirectional 4/4 d128", 1, 130, 130, 4, 4, 128, false, false},
+      {"19 queries: below one block, f32 kernel", 1, 19, 70, 4, 2, 64, true, false},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const auto q = MakeRandom({c.batch, c.tq, c.heads, c.d}, DType::kF32, rng);
+      const auto k = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
+      const auto v = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
+      ops::AttentionParams params;
+      params.causal = c.causal;
+      params.q_offset = c.causal ? c.tk - c.tq : 0;
+      params.allow_bf16_tensor_cores = true;
+      Tensor want = MakeEmpty(q.tensor.shape());
+      REQUIRE(ops::Attention(q.tensor, k.tensor, v.tensor, params, want).ok());
+      Tensor got = PoisonedGpu(q.tensor.shape());
+      const auto st =
+          ops::Attention(OnGpu(q.tensor), OnGpu(k.tensor), OnGpu(v.tensor), params, got);
+      INFO(st.ToString());
+      REQUIRE(st.ok());
+      if (c.tq < ops::kTensorCoreMinQueries) {
+        CheckClose(got, want, kAttention);
+      } else {
+        CheckWithinRms(got, want, {5e-2, 1.5e-2});
+      }
     }
   }
 }
