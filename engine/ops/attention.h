@@ -39,9 +39,10 @@ struct AttentionParams {
   // for every batch row; a query that sees no key gets 0). Sparse prefill uses it for rows that
   // attend to a compacted key set by original position.
   const int32_t* key_limit = nullptr;
-  // GPU only, opt-in: with head_dim 64 or 128, no key_limit and at least kTensorCoreMinQueries
-  // queries, run on bf16 tensor cores (attention_mma.cuh, pipelined variant): q, k, v rounded to
-  // bf16, P·V in bf16, f32 accumulation and output. For callers whose activations already carry
+  // GPU only, opt-in: with head_dim <= 128 (other sizes than 64 and 128 zero-padded to the next
+  // of them), no key_limit and at least kTensorCoreMinQueries queries, run on bf16 tensor cores
+  // (attention_mma.cuh, pipelined variant): q, k, v rounded to bf16, P·V in bf16, f32
+  // accumulation and output. For callers whose activations already carry
   // bf16-level error (16-bit weights); it agrees with the f32 kernel to that level. Elsewhere, and
   // on the CPU, the f32 kernel runs.
   bool allow_bf16_tensor_cores = false;

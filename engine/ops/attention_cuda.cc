@@ -1,6 +1,7 @@
 // Attention on the GPU: adapter to engine/kernels/cuda/attention.cuh (f32) and, when the caller
 // allows it, attention_mma.cuh (bf16 tensor cores). params.key_limit is a host array (the CPU
 // op's contract); here it is copied to a temporary on the GPU for the launch.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/core/device_memory.h"
@@ -9,23 +10,39 @@
 #include "engine/kernels/cuda/cast.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
+#include "engine/ops/row_slices.h"
 
 namespace framezip::engine::ops {
 namespace {
 
-bool UseTensorCores(const Tensor& q, const AttentionParams& params) {
+// The head size the tensor-core kernel runs for `d` (it is built for 64 and 128), or 0 when the
+// f32 kernel must run. Other sizes up to 128 (SigLIP's 72) are zero-padded: zero channels add
+// nothing to q·k, and the output's extra channels are dropped.
+int64_t TensorCoreHeadDim(const Tensor& q, const AttentionParams& params) {
   const int64_t d = q.dim(3);
-  return params.allow_bf16_tensor_cores && params.key_limit == nullptr && (d == 64 || d == 128) &&
-         q.dim(1) >= kTensorCoreMinQueries;
+  if (!params.allow_bf16_tensor_cores || params.key_limit != nullptr ||
+      q.dim(1) < kTensorCoreMinQueries || d > 128) {
+    return 0;
+  }
+  return d <= 64 ? 64 : 128;
 }
 
-// A bf16 copy of an f32 tensor on its device (the tensor-core kernel's operands).
-StatusOr<Tensor> ToBf16(const Tensor& t) {
-  FZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), DType::kBF16, t.device()));
+// x [B, T, H, d] f32 as a bf16 [B, T, H, padded] tensor, zero beyond channel d.
+StatusOr<Tensor> PaddedBf16(const Tensor& x, int64_t padded) {
+  const int64_t d = x.dim(3), rows = x.numel() / std::max<int64_t>(d, 1);
+  Tensor f32 = x;
+  if (padded != d) {
+    FZ_ASSIGN_OR_RETURN(
+        f32, Tensor::Zeros({x.dim(0), x.dim(1), x.dim(2), padded}, DType::kF32, x.device()));
+    FZ_RETURN_IF_ERROR(CopyRowSlices(
+        x.device(), rows, d, {.data = static_cast<const float*>(x.raw_data()), .stride = d},
+        {.data = static_cast<float*>(f32.raw_data()), .stride = padded}));
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(f32.shape(), DType::kBF16, x.device()));
   cuda::CastParams c;
-  c.in = t.raw_data();
+  c.in = f32.raw_data();
   c.out = out.raw_data();
-  c.n = t.numel();
+  c.n = f32.numel();
   c.in_kind = cuda::FloatKind::kF32;
   c.out_kind = cuda::FloatKind::kBF16;
   FZ_RETURN_IF_ERROR(CudaStatus(cuda::LaunchCast(c, nullptr), "Attention (bf16 operands)"));
@@ -33,28 +50,39 @@ StatusOr<Tensor> ToBf16(const Tensor& t) {
 }
 
 Status TensorCoreAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const AttentionParams& params, float scale, Tensor& out) {
-  // Freed on return; the caching allocator hands them out again only to later work on this
-  // stream.
-  FZ_ASSIGN_OR_RETURN(Tensor q16, ToBf16(q));
-  FZ_ASSIGN_OR_RETURN(Tensor k16, ToBf16(k));
-  FZ_ASSIGN_OR_RETURN(Tensor v16, ToBf16(v));
+                           const AttentionParams& params, float scale, int64_t padded,
+                           Tensor& out) {
+  // Temporaries are freed on return; the caching allocator hands them out again only to later
+  // work on this stream.
+  const int64_t d = q.dim(3);
+  FZ_ASSIGN_OR_RETURN(Tensor q16, PaddedBf16(q, padded));
+  FZ_ASSIGN_OR_RETURN(Tensor k16, PaddedBf16(k, padded));
+  FZ_ASSIGN_OR_RETURN(Tensor v16, PaddedBf16(v, padded));
+  Tensor wide = out;  // the kernel's output: out itself, or [B, Tq, H, padded] to cut down
+  if (padded != d) {
+    FZ_ASSIGN_OR_RETURN(
+        wide, Tensor::Empty({q.dim(0), q.dim(1), q.dim(2), padded}, DType::kF32, q.device()));
+  }
   cuda::AttentionMmaParams p;
   p.q = q16.raw_data();
   p.k = k16.raw_data();
   p.v = v16.raw_data();
-  p.out = static_cast<float*>(out.raw_data());
+  p.out = static_cast<float*>(wide.raw_data());
   p.batch = q.dim(0);
   p.tq = q.dim(1);
   p.tk = k.dim(1);
   p.heads = static_cast<int>(q.dim(2));
   p.kv_heads = static_cast<int>(k.dim(2));
-  p.head_dim = static_cast<int>(q.dim(3));
-  p.scale = scale;
+  p.head_dim = static_cast<int>(padded);
+  p.scale = scale;  // of the real head size
   p.causal = params.causal;
   p.q_offset = params.q_offset;
   p.pipelined = true;
-  return CudaStatus(cuda::LaunchAttentionMma(p, nullptr), "Attention (tensor cores)");
+  FZ_RETURN_IF_ERROR(CudaStatus(cuda::LaunchAttentionMma(p, nullptr), "Attention (tensor cores)"));
+  if (padded == d) return absl::OkStatus();
+  return CopyRowSlices(out.device(), out.numel() / d, d,
+                       {.data = static_cast<const float*>(wide.raw_data()), .stride = padded},
+                       {.data = static_cast<float*>(out.raw_data()), .stride = d});
 }
 
 }  // namespace
@@ -68,7 +96,9 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   ScopedCudaDevice scope(q.device());
   const float scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
-  if (UseTensorCores(q, params)) return TensorCoreAttention(q, k, v, params, scale, out);
+  if (const int64_t padded = TensorCoreHeadDim(q, params); padded > 0) {
+    return TensorCoreAttention(q, k, v, params, scale, padded, out);
+  }
   cuda::AttentionParams p;
   p.q = static_cast<const float*>(q.raw_data());
   p.k = static_cast<const float*>(k.raw_data());

@@ -125,8 +125,13 @@ Status EncoderLayer(const model::VisionConfig& c, const EncoderLayerWeights& w, 
   FZ_ASSIGN_OR_RETURN(Tensor k4, s.k.Reshape({B, T, heads, hd}));
   FZ_ASSIGN_OR_RETURN(Tensor v4, s.v.Reshape({B, T, heads, hd}));
   FZ_ASSIGN_OR_RETURN(Tensor a4, s.attn.Reshape({B, T, heads, hd}));
-  FZ_RETURN_IF_ERROR(
-      ops::BidirectionalAttention(q4, k4, v4, a4, static_cast<float>(1.0 / std::sqrt(hd))));
+  // With 16-bit weights the activations already carry bf16-level error, so a GPU may attend on
+  // bf16 tensor cores (ops::AttentionParams); the CPU ignores the flag.
+  const ops::AttentionParams attention{
+      .scale = static_cast<float>(1.0 / std::sqrt(hd)),
+      .causal = false,
+      .allow_bf16_tensor_cores = w.q_weight.dtype() != DType::kF32};
+  FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, attention, a4));
   FZ_RETURN_IF_ERROR(ops::Linear(s.attn, w.out_weight, w.out_bias, s.h));
   FZ_RETURN_IF_ERROR(ops::Add(s.x, s.h, s.x));
   // MLP block.

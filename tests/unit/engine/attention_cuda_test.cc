@@ -64,12 +64,15 @@ TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU o
   // q, k, v rounded to bf16 (2^-8 relative each) move each score by ~5e-3 for unit-variance
   // inputs; P and V rounded to bf16 add 2^-8 each. Relative to the output's RMS: 5e-2 per
   // element, 1.5e-2 in relative L2. A wrong row, head, mask or offset errs by the RMS itself. The
-  // cases cover both head dims, GQA, a chunk after earlier keys, bidirectional, partial tiles,
-  // and one with fewer queries than a tensor-core block (the f32 kernel, so f32 tolerance).
+  // cases cover both head dims, zero-padded ones (SigLIP's 72), GQA, a chunk after earlier keys,
+  // bidirectional, partial tiles, and one with fewer queries than a tensor-core block (the f32
+  // kernel, so f32 tolerance).
   const Case cases[] = {
       {"causal prefill GQA 14/2 d64", 1, 200, 200, 14, 2, 64, true, false},
       {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true, false},
       {"bidirectional 4/4 d128", 1, 130, 130, 4, 4, 128, false, false},
+      {"bidirectional ViT d72 (zero-padded to 128)", 2, 100, 100, 3, 3, 72, false, false},
+      {"causal d40 (zero-padded to 64)", 1, 90, 90, 4, 2, 40, true, false},
       {"19 queries: below one block, f32 kernel", 1, 19, 70, 4, 2, 64, true, false},
   };
   for (const Case& c : cases) {
