@@ -199,11 +199,15 @@ std::vector<E2eRow> VisionEndToEnd(bool quick) {
   };
   run(8);  // warm-up: cuBLAS handles, allocator segments, module loading
   if (!Ok(st, "vision warm-up")) return {};
-  const double s = Seconds([&] { run(frames); });
+  // The median of 3, as the torch peer. The timed region includes the host's patch unfold and
+  // the upload, as in the server (pixels arrive on the host); torch's conv runs on the GPU.
+  std::vector<double> runs;
+  for (int i = 0; i < 3 && st.ok(); ++i) runs.push_back(Seconds([&] { run(frames); }));
   if (!Ok(st, "vision tower")) return {};
+  std::sort(runs.begin(), runs.end());
   return {{"end-to-end vision tower, SigLIP-so400m (OV) bf16, 384 px, " + std::to_string(frames) +
                " frames in batches of 8",
-           static_cast<double>(frames) / s, "frames/s"}};
+           static_cast<double>(frames) / runs[1], "frames/s"}};
 }
 
 std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {

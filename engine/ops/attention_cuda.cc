@@ -113,7 +113,8 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
   p.scale = scale;
   p.causal = params.causal;
   p.q_offset = params.q_offset;
-  Tensor limits;  // freed after the launch (cudaFree waits for the kernel)
+  Tensor
+      limits;  // freed on return: the stream-ordered caching allocator reuses it after the kernel
   if (params.key_limit != nullptr && p.tq > 0) {
     FZ_ASSIGN_OR_RETURN(limits, Tensor::Empty({p.tq}, DType::kI32, q.device()));
     FZ_RETURN_IF_ERROR(

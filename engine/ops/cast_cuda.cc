@@ -1,35 +1,20 @@
-#include <cuda_runtime_api.h>
-
+// Cast on the GPU: adapter to engine/kernels/cuda/cast.cuh. Like every op it returns once the
+// kernel is queued on the device's default stream (a later copy to the host waits for it).
 #include "engine/kernels/cuda/cast.cuh"
 #include "engine/ops/cast_backends.h"
+#include "engine/ops/cuda_op_util_cuda.h"
 
 namespace framezip::engine::ops {
-namespace {
-cuda::FloatKind Kind(DType t) {
-  switch (t) {
-    case DType::kF16:
-      return cuda::FloatKind::kF16;
-    case DType::kBF16:
-      return cuda::FloatKind::kBF16;
-    default:
-      return cuda::FloatKind::kF32;
-  }
-}
-}  // namespace
 
 Status CastCuda(const Tensor& in, Tensor& out) {
+  ScopedCudaDevice scope(in.device());
   cuda::CastParams params;
   params.in = in.raw_data();
   params.out = out.raw_data();
   params.n = in.numel();
-  params.in_kind = Kind(in.dtype());
-  params.out_kind = Kind(out.dtype());
-  cudaError_t err = cuda::LaunchCast(params, /*stream=*/nullptr);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
-  if (err != cudaSuccess) {
-    return absl::InternalError(fmt::format("Cast on GPU: {}", cudaGetErrorString(err)));
-  }
-  return absl::OkStatus();
+  params.in_kind = KindOf(in.dtype());
+  params.out_kind = KindOf(out.dtype());
+  return CudaStatus(cuda::LaunchCast(params, nullptr), "Cast");
 }
 
 }  // namespace framezip::engine::ops

@@ -93,6 +93,10 @@ Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) 
   cpu::EnsureBlasSingleThreaded();
   const int64_t m = a.dim(-2), k = a.dim(-1), n = c.dim(-1);
   const int64_t batch = m * n == 0 ? 0 : c.numel() / (m * n);
+  if (k == 0) {  // an empty sum (sgemm would refuse lda = 0 and leave c as it was)
+    std::fill_n(c.data<float>(), c.numel(), 0.0f);
+    return absl::OkStatus();
+  }
   const bool b_shared = b.rank() == 2;
   std::vector<float> a32, b32;  // the widened copies, when a and b are 16-bit
   const float* ap = static_cast<const float*>(a.raw_data());

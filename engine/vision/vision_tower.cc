@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/core/device_memory.h"
+#include "engine/core/thread_pool.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/cast.h"
@@ -59,20 +60,20 @@ Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Te
   FZ_ASSIGN_OR_RETURN(Tensor cols, NewF32({B * G * G, K}, "unfolded patches"));
   const DType wdtype = w.patch_weight.dtype();
   float* col = cols.data<float>();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t gy = 0; gy < G; ++gy) {
-      for (int64_t gx = 0; gx < G; ++gx) {
-        float* row = col + ((b * G + gy) * G + gx) * K;
-        for (int64_t ch = 0; ch < C; ++ch) {
-          for (int64_t ky = 0; ky < P; ++ky) {
-            const float* src = px + ((b * C + ch) * S + gy * P + ky) * S + gx * P;
-            for (int64_t kx = 0; kx < P; ++kx)
-              row[(ch * P + ky) * P + kx] = RoundTo(wdtype, src[kx]);
-          }
+  // One patch per task row, spread over the compute pool: on a GPU this host pass is in the
+  // tower's critical path (the device waits for the upload).
+  ComputePool().ParallelFor(B * G * G, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / (G * G), gy = (r / G) % G, gx = r % G;
+      float* row = col + r * K;
+      for (int64_t ch = 0; ch < C; ++ch) {
+        for (int64_t ky = 0; ky < P; ++ky) {
+          const float* src = px + ((b * C + ch) * S + gy * P + ky) * S + gx * P;
+          for (int64_t kx = 0; kx < P; ++kx) row[(ch * P + ky) * P + kx] = RoundTo(wdtype, src[kx]);
         }
       }
     }
-  }
+  });
   if (!device.is_cpu()) {
     FZ_ASSIGN_OR_RETURN(cols, cols.To(device));
   }

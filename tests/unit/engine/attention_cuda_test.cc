@@ -62,11 +62,14 @@ TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU o
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed() + 1);
   // q, k, v rounded to bf16 (2^-8 relative each) move each score by ~5e-3 for unit-variance
-  // inputs; P and V rounded to bf16 add 2^-8 each. Relative to the output's RMS: 5e-2 per
-  // element, 1.5e-2 in relative L2. A wrong row, head, mask or offset errs by the RMS itself. The
-  // cases cover both head dims, zero-padded ones (SigLIP's 72), GQA, a chunk after earlier keys,
-  // bidirectional, partial tiles, and one with fewer queries than a tensor-core block (the f32
-  // kernel, so f32 tolerance).
+  // inputs; P and V rounded to bf16 add 2^-8 each. The first causal rows see 1-3 keys, so their
+  // output is about v itself (|v| up to ~4) with v's rounding, while most rows average many keys
+  // and the RMS is ~0.26: a numpy emulation of these roundings put the worst element at 0.02-0.05
+  // of the RMS and the relative L2 at ~3e-3. Tolerance: 1e-1 of the RMS per element (as the
+  // whole-decoder test), 1.5e-2 in relative L2. A wrong row, head, mask or offset errs by the RMS
+  // itself. The cases cover both head dims, zero-padded ones (SigLIP's 72), GQA, a chunk after
+  // earlier keys, bidirectional, partial tiles, and one with fewer queries than a tensor-core block
+  // (the f32 kernel, so f32 tolerance).
   const Case cases[] = {
       {"causal prefill GQA 14/2 d64", 1, 200, 200, 14, 2, 64, true, false},
       {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true, false},
@@ -94,7 +97,7 @@ TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU o
       if (c.tq < ops::kTensorCoreMinQueries) {
         CheckClose(got, want, kAttention);
       } else {
-        CheckWithinRms(got, want, {5e-2, 1.5e-2});
+        CheckWithinRms(got, want, {1e-1, 1.5e-2});
       }
     }
   }

@@ -108,6 +108,14 @@ TEST_CASE("MatMul batches over leading dims, shares a rank-2 b, takes 16-bit ope
   RequireClose(c, want, 1e-4, 1e-5);
 }
 
+TEST_CASE("MatMul over an empty inner dimension gives zeros", "[unit][engine][ops]") {
+  Tensor a = MakeEmpty({2, 3, 0}), b = MakeEmpty({0, 4});
+  Tensor c = MakeEmpty({2, 3, 4});
+  std::fill_n(c.data<float>(), c.numel(), 7.0f);
+  REQUIRE(ops::MatMul(a, b, false, c).ok());
+  RequireClose(c, std::vector<double>(24, 0.0), 0);
+}
+
 TEST_CASE("MatMul names operands that do not chain or mix dtypes", "[unit][engine][ops]") {
   Tensor a = MakeEmpty({2, 3, 4}), c = MakeEmpty({2, 3, 5});
   Tensor b_wrong_batch = MakeEmpty({3, 4, 5});
