@@ -4,6 +4,7 @@
 // Both sides are f32 with an online softmax; they differ in summation order and exp ulps only.
 // Outputs are convex combinations of v (|out| of order 1): abs 2e-5 + rel 1e-4.
 #include <catch2/catch.hpp>
+#include <utility>
 
 #include "engine/ops/attention.h"
 #include "tests/unit/engine/cuda_test_util.h"
@@ -21,6 +22,24 @@ struct Case {
   bool key_limit;
 };
 
+// The op on the CPU (first) and on the GPU (second) for fresh random q, k, v of case `c`; causal
+// cases put the queries at the end of the keys.
+std::pair<Tensor, Tensor> RunOnBoth(const Case& c, ops::AttentionParams params,
+                                    std::mt19937_64& rng) {
+  const auto q = MakeRandom({c.batch, c.tq, c.heads, c.d}, DType::kF32, rng);
+  const auto k = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
+  const auto v = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
+  params.causal = c.causal;
+  params.q_offset = c.causal ? c.tk - c.tq : 0;
+  Tensor want = MakeEmpty(q.tensor.shape());
+  REQUIRE(ops::Attention(q.tensor, k.tensor, v.tensor, params, want).ok());
+  Tensor got = PoisonedGpu(q.tensor.shape());
+  const auto st = ops::Attention(OnGpu(q.tensor), OnGpu(k.tensor), OnGpu(v.tensor), params, got);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  return {std::move(want), std::move(got)};
+}
+
 TEST_CASE("Attention on the GPU matches the CPU op", "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed());
@@ -32,12 +51,7 @@ TEST_CASE("Attention on the GPU matches the CPU op", "[cuda][ops]") {
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
-      const auto q = MakeRandom({c.batch, c.tq, c.heads, c.d}, DType::kF32, rng);
-      const auto k = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
-      const auto v = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
       ops::AttentionParams params;
-      params.causal = c.causal;
-      params.q_offset = c.causal ? c.tk - c.tq : 0;
       std::vector<int32_t> limits(static_cast<size_t>(c.tq));
       if (c.key_limit) {
         std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(c.tk) + 5);
@@ -45,13 +59,7 @@ TEST_CASE("Attention on the GPU matches the CPU op", "[cuda][ops]") {
         limits[0] = 0;  // a query that sees no key
         params.key_limit = limits.data();
       }
-      Tensor want = MakeEmpty(q.tensor.shape());
-      REQUIRE(ops::Attention(q.tensor, k.tensor, v.tensor, params, want).ok());
-      Tensor got = PoisonedGpu(q.tensor.shape());
-      const auto st =
-          ops::Attention(OnGpu(q.tensor), OnGpu(k.tensor), OnGpu(v.tensor), params, got);
-      INFO(st.ToString());
-      REQUIRE(st.ok());
+      const auto [want, got] = RunOnBoth(c, params, rng);
       CheckClose(got, want, kAttention);
     }
   }
@@ -80,20 +88,7 @@ TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU o
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
-      const auto q = MakeRandom({c.batch, c.tq, c.heads, c.d}, DType::kF32, rng);
-      const auto k = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
-      const auto v = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
-      ops::AttentionParams params;
-      params.causal = c.causal;
-      params.q_offset = c.causal ? c.tk - c.tq : 0;
-      params.allow_bf16_tensor_cores = true;
-      Tensor want = MakeEmpty(q.tensor.shape());
-      REQUIRE(ops::Attention(q.tensor, k.tensor, v.tensor, params, want).ok());
-      Tensor got = PoisonedGpu(q.tensor.shape());
-      const auto st =
-          ops::Attention(OnGpu(q.tensor), OnGpu(k.tensor), OnGpu(v.tensor), params, got);
-      INFO(st.ToString());
-      REQUIRE(st.ok());
+      const auto [want, got] = RunOnBoth(c, {.allow_bf16_tensor_cores = true}, rng);
       if (c.tq < ops::kTensorCoreMinQueries) {
         CheckClose(got, want, kAttention);
       } else {
