@@ -214,7 +214,10 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
   const dense::DecoderShape shape = Qwen2_0_5B();
   auto host = RandomWeights(shape);
   if (!Ok(host.status(), "random weights")) return {};
-  auto dec = dense::DenseDecoder::Create(shape, *host, engine::Device::Cuda(0));
+  // The KV page pool is reserved at Create; 8 GiB holds every cache below (~10 k tokens of this
+  // shape's 1 KiB per token and layer) many times over, and leaves the card to the vision row.
+  auto dec = dense::DenseDecoder::Create(shape, *host, engine::Device::Cuda(0),
+                                         {.max_bytes = int64_t{8} << 30});
   if (!Ok(dec.status(), "weights to the GPU")) return {};
   const dense::DenseDecoder& d = **dec;
 

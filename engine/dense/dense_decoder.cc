@@ -1,8 +1,10 @@
 #include "engine/dense/dense_decoder.h"
 
+#include <algorithm>
 #include <string>
 
 #include "engine/core/device_memory.h"
+#include "engine/core/kv_pool_sizing.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/embedding.h"
@@ -34,18 +36,51 @@ Status CopyRows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row
                    static_cast<size_t>(rows) * row_bytes);
 }
 
+// The decoder's f32 page pool: on a GPU reserved whole now, from what the weights left free
+// (KvPagesForDevice), on the CPU taken in chunks up to max_bytes (256 MiB by default).
+StatusOr<std::unique_ptr<kv::PagePool>> NewKvPool(const DecoderShape& s, Device device,
+                                                  const KvPoolOptions& options) {
+  if (options.page_tokens <= 0) {
+    return InvalidArgumentError("dense decoder: KV page_tokens {}", options.page_tokens);
+  }
+  const kv::PageLayout layout{options.page_tokens, static_cast<int>(s.kv_heads),
+                              static_cast<int>(s.head_dim), kv::KvFormat::kF32};
+  // Every layer of a token takes its own page slot.
+  const int64_t page_bytes = static_cast<int64_t>(layout.PageBytes());
+  int64_t pages = 0;
+  if (device.is_cpu()) {
+    const int64_t cap = options.max_bytes > 0 ? options.max_bytes : int64_t{256} << 20;
+    pages = std::max<int64_t>(1, cap / page_bytes);
+  } else {
+    KvPoolSizing sizing;
+    sizing.fraction = options.gpu_fraction;
+    sizing.page_bytes = static_cast<size_t>(page_bytes);
+    sizing.reserve_bytes = options.reserve_bytes;
+    sizing.max_pages =
+        options.max_bytes > 0 ? std::max<int64_t>(1, options.max_bytes / page_bytes) : 0;
+    FZ_ASSIGN_OR_RETURN(pages, KvPagesForDevice(device, sizing));
+  }
+  return kv::PagePool::Create(layout, pages, nullptr,
+                              kv::PoolMemory{.device = device, .preallocate = !device.is_cpu()});
+}
+
 }  // namespace
 
+KvCache::~KvCache() {
+  for (const std::vector<kv::PageId>& layer : pages_) {
+    for (kv::PageId id : layer) pool_->Free(id);
+  }
+}
+
 size_t KvCache::bytes() const {
-  size_t b = 0;
-  for (const Tensor& t : k_) b += t.nbytes();
-  for (const Tensor& t : v_) b += t.nbytes();
-  return b;
+  size_t pages = 0;
+  for (const std::vector<kv::PageId>& layer : pages_) pages += layer.size();
+  return pages * pool_->layout().PageBytes();
 }
 
 StatusOr<std::unique_ptr<DenseDecoder>> DenseDecoder::Create(const DecoderShape& s,
-                                                             const DecoderTensors& t,
-                                                             Device device) {
+                                                             const DecoderTensors& t, Device device,
+                                                             KvPoolOptions kv_options) {
   if (s.hidden <= 0 || s.layers <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 ||
       s.heads % s.kv_heads != 0 || s.head_dim % 2 != 0 || s.intermediate <= 0 || s.vocab <= 0 ||
       s.rope.head_dim != s.head_dim) {
@@ -119,6 +154,7 @@ StatusOr<std::unique_ptr<DenseDecoder>> DenseDecoder::Create(const DecoderShape&
     FZ_ASSIGN_OR_RETURN(D.down_bias, ToDevice(L.down_bias, device, bytes));
     d->w_.layers.push_back(std::move(D));
   }
+  FZ_ASSIGN_OR_RETURN(d->pool_, NewKvPool(s, device, kv_options));
   return d;
 }
 
@@ -128,15 +164,78 @@ StatusOr<Tensor> DenseDecoder::Empty(Shape shape) const {
 
 StatusOr<std::unique_ptr<KvCache>> DenseDecoder::NewCache(int64_t capacity) const {
   if (capacity <= 0) return InvalidArgumentError("dense decoder: cache capacity {}", capacity);
-  auto cache = std::make_unique<KvCache>();
+  std::unique_ptr<KvCache> cache(new KvCache(pool_.get()));
   cache->capacity_ = capacity;
-  for (int64_t l = 0; l < shape_.layers; ++l) {
-    FZ_ASSIGN_OR_RETURN(Tensor k, Empty({capacity, shape_.kv_heads, shape_.head_dim}));
-    FZ_ASSIGN_OR_RETURN(Tensor v, Empty({capacity, shape_.kv_heads, shape_.head_dim}));
-    cache->k_.push_back(std::move(k));
-    cache->v_.push_back(std::move(v));
-  }
+  cache->pages_.resize(static_cast<size_t>(shape_.layers));
   return cache;
+}
+
+Status DenseDecoder::ReservePages(std::span<const Part> parts) const {
+  const int64_t page_tokens = pool_->layout().page_tokens;
+  std::vector<std::vector<kv::PageId>*> grown;  // one entry per page taken, in order
+  for (const Part& p : parts) {
+    KvCache& c = *p.cache;
+    const int64_t need = (c.length_ + p.rows + page_tokens - 1) / page_tokens;
+    for (std::vector<kv::PageId>& layer : c.pages_) {
+      while (static_cast<int64_t>(layer.size()) < need) {
+        StatusOr<kv::PageId> id = pool_->Allocate();
+        if (!id.ok()) {
+          // Give back what this step took, newest first (each is then its layer's last page).
+          for (auto it = grown.rbegin(); it != grown.rend(); ++it) {
+            pool_->Free((*it)->back());
+            (*it)->pop_back();
+          }
+          return Annotate(id.status(), "dense decoder: KV pages for this step");
+        }
+        layer.push_back(*id);
+        grown.push_back(&layer);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status DenseDecoder::AppendKv(const Tensor& k, const Tensor& v, int64_t row0, int64_t rows, int l,
+                              KvCache& cache) const {
+  const int64_t page_tokens = pool_->layout().page_tokens;
+  const size_t row_bytes = static_cast<size_t>(shape_.kv_heads * shape_.head_dim) * sizeof(float);
+  const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
+  const auto* ks = static_cast<const char*>(k.raw_data());
+  const auto* vs = static_cast<const char*>(v.raw_data());
+  for (int64_t pos = cache.length_, done = 0; done < rows;) {
+    const int64_t slot = pos % page_tokens;
+    const int64_t take = std::min(rows - done, page_tokens - slot);
+    const kv::PageId id = pages[static_cast<size_t>(pos / page_tokens)];
+    const size_t bytes = static_cast<size_t>(take) * row_bytes;
+    const size_t at = static_cast<size_t>(slot) * row_bytes;
+    const size_t from = static_cast<size_t>(row0 + done) * row_bytes;
+    FZ_RETURN_IF_ERROR(
+        CopyBytes(static_cast<char*>(pool_->Keys(id)) + at, device_, ks + from, device_, bytes));
+    FZ_RETURN_IF_ERROR(
+        CopyBytes(static_cast<char*>(pool_->Values(id)) + at, device_, vs + from, device_, bytes));
+    pos += take;
+    done += take;
+  }
+  return absl::OkStatus();
+}
+
+Status DenseDecoder::GatherKv(const KvCache& cache, int l, int64_t tokens, Tensor& k,
+                              Tensor& v) const {
+  const int64_t page_tokens = pool_->layout().page_tokens;
+  const size_t row_bytes = static_cast<size_t>(shape_.kv_heads * shape_.head_dim) * sizeof(float);
+  FZ_ASSIGN_OR_RETURN(k, Empty({1, tokens, shape_.kv_heads, shape_.head_dim}));
+  FZ_ASSIGN_OR_RETURN(v, Empty({1, tokens, shape_.kv_heads, shape_.head_dim}));
+  const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
+  for (int64_t first = 0; first < tokens; first += page_tokens) {
+    const kv::PageId id = pages[static_cast<size_t>(first / page_tokens)];
+    const size_t bytes = static_cast<size_t>(std::min(page_tokens, tokens - first)) * row_bytes;
+    const size_t at = static_cast<size_t>(first) * row_bytes;
+    FZ_RETURN_IF_ERROR(
+        CopyBytes(static_cast<char*>(k.raw_data()) + at, device_, pool_->Keys(id), device_, bytes));
+    FZ_RETURN_IF_ERROR(CopyBytes(static_cast<char*>(v.raw_data()) + at, device_, pool_->Values(id),
+                                 device_, bytes));
+  }
+  return absl::OkStatus();
 }
 
 Status DenseDecoder::CheckRoom(const KvCache& cache, int64_t tokens) const {
@@ -204,6 +303,7 @@ StatusOr<Tensor> DenseDecoder::DecodeStep(std::span<KvCache* const> caches,
 
 StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) const {
   const int64_t t = x.dim(0);
+  FZ_RETURN_IF_ERROR(ReservePages(parts));
   FZ_ASSIGN_OR_RETURN(Tensor host_pos, Tensor::Empty({t}, DType::kI32));
   for (const Part& p : parts) {
     for (int64_t i = 0; i < p.rows; ++i) {
@@ -260,24 +360,28 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
   FZ_ASSIGN_OR_RETURN(Tensor attn, Empty({t, nh * d}));
   bool decode_only = true;
   for (const Part& p : parts) {
-    KvCache& c = *p.cache;
-    FZ_RETURN_IF_ERROR(CopyRows(k3, p.row0, c.k_[static_cast<size_t>(l)], c.length_, p.rows));
-    FZ_RETURN_IF_ERROR(CopyRows(v, p.row0, c.v_[static_cast<size_t>(l)], c.length_, p.rows));
+    FZ_RETURN_IF_ERROR(AppendKv(k3, v, p.row0, p.rows, l, *p.cache));
     decode_only = decode_only && p.rows == 1;
   }
   if (decode_only && !paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
-    // One paged decode call for the whole batch (the split-K kernel on a GPU), each sequence's
-    // cache one f32 span; where that kernel is not built (a GPU head_dim other than 64 or 128)
-    // the per-sequence attention below does the same work.
+    // One paged decode call for the whole batch (the split-K kernel on a GPU) over every cache's
+    // pages, each an f32 span; where that kernel is not built (a GPU head_dim other than 64 or
+    // 128) the per-sequence attention below does the same work.
+    const int64_t page_tokens = pool_->layout().page_tokens;
     std::vector<ops::KvSpan> spans;
     std::vector<int32_t> offsets = {0};
     for (const Part& p : parts) {
-      ops::KvSpan span;
-      span.k = p.cache->k_[static_cast<size_t>(l)].raw_data();
-      span.v = p.cache->v_[static_cast<size_t>(l)].raw_data();
-      span.num_tokens = static_cast<int32_t>(p.cache->length_ + 1);
-      span.format = kv::KvFormat::kF32;
-      spans.push_back(span);
+      const int64_t tokens = p.cache->length_ + 1;
+      const std::vector<kv::PageId>& pages = p.cache->pages_[static_cast<size_t>(l)];
+      for (int64_t first = 0; first < tokens; first += page_tokens) {
+        const kv::PageId id = pages[static_cast<size_t>(first / page_tokens)];
+        ops::KvSpan span;
+        span.k = pool_->Keys(id);
+        span.v = pool_->Values(id);
+        span.num_tokens = static_cast<int32_t>(std::min(page_tokens, tokens - first));
+        span.format = kv::KvFormat::kF32;
+        spans.push_back(span);
+      }
       offsets.push_back(static_cast<int32_t>(spans.size()));
     }
     FZ_ASSIGN_OR_RETURN(Tensor attn3, attn.Reshape({t, nh, d}));
@@ -293,14 +397,10 @@ Status DenseDecoder::Layer(int l, std::span<const Part> parts, const Tensor& pos
   for (const Part& p : parts) {
     KvCache& c = *p.cache;
     const int64_t past = c.length_, total = past + p.rows;
-    Tensor& ck = c.k_[static_cast<size_t>(l)];
-    Tensor& cv = c.v_[static_cast<size_t>(l)];
     FZ_ASSIGN_OR_RETURN(Tensor qs, q.Slice(p.row0, p.row0 + p.rows));
     FZ_ASSIGN_OR_RETURN(Tensor q4, qs.Reshape({1, p.rows, nh, d}));
-    FZ_ASSIGN_OR_RETURN(Tensor ks, ck.Slice(0, total));
-    FZ_ASSIGN_OR_RETURN(Tensor k4, ks.Reshape({1, total, g, d}));
-    FZ_ASSIGN_OR_RETURN(Tensor vs, cv.Slice(0, total));
-    FZ_ASSIGN_OR_RETURN(Tensor v4, vs.Reshape({1, total, g, d}));
+    Tensor k4, v4;  // the sequence's keys and values so far, this step's rows included
+    FZ_RETURN_IF_ERROR(GatherKv(c, l, total, k4, v4));
     FZ_ASSIGN_OR_RETURN(Tensor os, attn.Slice(p.row0, p.row0 + p.rows));
     FZ_ASSIGN_OR_RETURN(Tensor o4, os.Reshape({1, p.rows, nh, d}));
     ops::AttentionParams ap;

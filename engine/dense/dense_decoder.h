@@ -3,15 +3,20 @@
 // ids and positions in and logits out. Same math, same ops (each op dispatches on the device of
 // its tensors, so the class runs unchanged on the CPU, where tests check it against llm::Decoder).
 //
-// What it leaves out, on purpose: compression policies and the paged, quantised KV cache. Its
-// cache is contiguous and f32, [capacity, G, d] per layer and per K/V, reserved up front. Prefill
-// attends with ops::Attention per sequence; a decode step attends with ONE
-// ops::PagedDecodeAttention call for the batch (each cache a single f32 span; the split-K kernel on
-// a GPU). It is the whole-model GPU path the [cuda] tests compare with the CPU, and what `framezip
-// bench gpu` times end to end on the Qwen2-0.5B shape; the compressed engine stays on llm::Decoder.
+// What it leaves out, on purpose: compression policies and quantised KV. Its cache is paged and
+// f32: pages of KvPoolOptions::page_tokens tokens (K then V, [page_tokens, G, d] each, one layer)
+// from ONE kv::PagePool on the decoder's device, reserved whole at Create — on a GPU from the
+// memory the weights left free (core/kv_pool_sizing.h), as vLLM sizes its block pool — and taken
+// by caches as they grow, so sequences share the pool instead of each reserving its capacity.
+// Prefill gathers a sequence's pages and attends with ops::Attention per sequence; a decode step
+// attends with ONE ops::PagedDecodeAttention call for the batch over every cache's pages (the
+// split-K kernel on a GPU). It is the whole-model GPU path the [cuda] tests compare with the CPU,
+// and what `framezip bench gpu` times end to end on the Qwen2-0.5B shape; the compressed engine
+// stays on llm::Decoder.
 //
-// It depends on the core and the ops only (no model loader), so it builds in the GPU-check
-// subset (scripts/gpu-check.sh); llm/dense_adapter.h builds its inputs from a loaded checkpoint.
+// It depends on the core, the ops and the KV pages only (no model loader), so it builds in the
+// GPU-check subset (scripts/gpu-check.sh); llm/dense_adapter.h builds its inputs from a loaded
+// checkpoint.
 #pragma once
 
 #include <atomic>
@@ -22,6 +27,7 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
+#include "engine/kv/page_pool.h"
 #include "engine/ops/rope.h"
 
 namespace framezip::engine::dense {
@@ -57,46 +63,71 @@ struct DecoderTensors {
   std::vector<LayerWeights> layers;
 };
 
-// One sequence's KV cache on the decoder's device.
+// The KV page pool a decoder reserves at Create.
+struct KvPoolOptions {
+  int page_tokens = 16;  // tokens per page (of one layer)
+  // On a GPU: this fraction of the memory free after the weights are copied, less reserve_bytes
+  // for activations, workspaces and cuBLAS, all reserved at once.
+  double gpu_fraction = 0.9;
+  size_t reserve_bytes = size_t{4} << 30;
+  // A cap on the pool (both devices; 0: none on a GPU, 256 MiB on the CPU, where pages are
+  // reserved in chunks as they are taken).
+  int64_t max_bytes = 0;
+};
+
+// One sequence's KV cache: its pages of the decoder's pool, per layer. Returns them to the pool
+// when destroyed, so it must not outlive its decoder.
 class KvCache {
  public:
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  ~KvCache();
+
   int64_t length() const { return length_; }      // tokens stored = the next token's position
-  int64_t capacity() const { return capacity_; }  // tokens it can hold
-  size_t bytes() const;                           // device memory it holds
+  int64_t capacity() const { return capacity_; }  // tokens it may hold (OUT_OF_RANGE past it)
+  size_t bytes() const;                           // pool memory its pages hold
 
  private:
   friend class DenseDecoder;
-  std::vector<Tensor> k_, v_;  // per layer [capacity, G, d] f32
+  explicit KvCache(kv::PagePool* pool) : pool_(pool) {}
+  kv::PagePool* pool_;
+  std::vector<std::vector<kv::PageId>> pages_;  // per layer, in token order
   int64_t length_ = 0;
   int64_t capacity_ = 0;
 };
 
 class DenseDecoder {
  public:
-  // Checks every shape (INVALID_ARGUMENT naming the tensor) and copies the weights to `device`
-  // in their own dtype. RESOURCE_EXHAUSTED when the device memory runs out; UNIMPLEMENTED or
-  // UNAVAILABLE for a CUDA device without CUDA support or a GPU.
+  // Checks every shape (INVALID_ARGUMENT naming the tensor), copies the weights to `device` in
+  // their own dtype, then reserves the KV page pool (`kv_options`). RESOURCE_EXHAUSTED when the
+  // device memory runs out (for the weights, or not even one page); UNIMPLEMENTED or UNAVAILABLE
+  // for a CUDA device without CUDA support or a GPU.
   static StatusOr<std::unique_ptr<DenseDecoder>> Create(const DecoderShape& shape,
                                                         const DecoderTensors& tensors,
-                                                        Device device);
+                                                        Device device,
+                                                        KvPoolOptions kv_options = {});
 
   Device device() const { return device_; }
   const DecoderShape& shape() const { return shape_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
-  // An empty cache for up to `capacity` tokens, allocated now on the device.
+  // The shared page pool (pages in use, reserved bytes).
+  const kv::PagePool& kv_pool() const { return *pool_; }
+
+  // An empty cache for up to `capacity` tokens; its pages come from the pool as it grows.
   StatusOr<std::unique_ptr<KvCache>> NewCache(int64_t capacity) const;
 
   // Feeds `ids` (or `embeds` [T, H] f32 on any device: token embeddings with visual features
   // merged in) at positions cache.length() .. +T-1 and appends their K/V. Returns the last
   // position's logits [1, V] f32 ON THE DEVICE. OUT_OF_RANGE when the cache would overflow or an
-  // id is outside the vocabulary; the cache is then unchanged.
+  // id is outside the vocabulary, RESOURCE_EXHAUSTED when the pool has too few free pages; the
+  // cache is then unchanged.
   StatusOr<Tensor> Prefill(KvCache& cache, std::span<const int32_t> ids) const;
   StatusOr<Tensor> PrefillEmbeds(KvCache& cache, const Tensor& embeds) const;
 
   // One decode step for a batch: tokens[b] is fed to caches[b] (distinct caches). The dense work
   // runs once over the B rows; attention runs per sequence over its own cache. Returns logits
-  // [B, V] f32 on the device.
+  // [B, V] f32 on the device. RESOURCE_EXHAUSTED, caches unchanged, when the pool is full.
   StatusOr<Tensor> DecodeStep(std::span<KvCache* const> caches,
                               std::span<const int32_t> tokens) const;
 
@@ -119,11 +150,20 @@ class DenseDecoder {
   StatusOr<Tensor> Empty(Shape shape) const;
   // OUT_OF_RANGE unless `tokens` more fit in `cache`.
   Status CheckRoom(const KvCache& cache, int64_t tokens) const;
+  // Takes from the pool the pages every layer of each part needs for its new rows; all or none
+  // (RESOURCE_EXHAUSTED, nothing taken).
+  Status ReservePages(std::span<const Part> parts) const;
+  // Writes rows [row0, row0 + rows) of k, v [T, G, d] into `cache`'s layer-l pages at its length.
+  Status AppendKv(const Tensor& k, const Tensor& v, int64_t row0, int64_t rows, int l,
+                  KvCache& cache) const;
+  // The first `tokens` keys and values of `cache`'s layer l, contiguous [1, tokens, G, d].
+  Status GatherKv(const KvCache& cache, int l, int64_t tokens, Tensor& k, Tensor& v) const;
 
   DecoderShape shape_;
   Device device_;
   DecoderTensors w_;  // on device_
   size_t weight_bytes_ = 0;
+  std::unique_ptr<kv::PagePool> pool_;  // f32 pages on device_
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take the GPU's bf16 tensor cores (ops::AttentionParams).
   bool bf16_attention_ = false;

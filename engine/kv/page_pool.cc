@@ -35,7 +35,7 @@ int64_t PageBudget::used_bytes() const {
 }
 
 StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PageLayout layout, int64_t max_pages,
-                                                     PageBudget* budget) {
+                                                     PageBudget* budget, PoolMemory memory) {
   if (layout.page_tokens <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
       max_pages <= 0) {
     return InvalidArgumentError(
@@ -48,11 +48,37 @@ StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PageLayout layout, int64_t 
   } else {
     FZ_ASSIGN_OR_RETURN(dtype, KvFormatDType(layout.format));
   }
-  return std::unique_ptr<PagePool>(new PagePool(layout, dtype, max_pages, budget));
+  std::unique_ptr<PagePool> pool(new PagePool(layout, dtype, max_pages, budget, memory));
+  if (memory.preallocate) {
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    const Status reserved = pool->AddChunkLocked(max_pages);
+    if (!reserved.ok()) {
+      return Annotate(reserved,
+                      fmt::format("KV page pool: preallocating {} pages ({} MiB) on {}", max_pages,
+                                  max_pages * layout.PageBytes() >> 20, DeviceName(memory.device)));
+    }
+  }
+  return pool;
 }
 
-PagePool::PagePool(PageLayout layout, DType dtype, int64_t max_pages, PageBudget* budget)
-    : layout_(layout), dtype_(dtype), max_pages_(max_pages), budget_(budget) {}
+PagePool::PagePool(PageLayout layout, DType dtype, int64_t max_pages, PageBudget* budget,
+                   PoolMemory memory)
+    : layout_(layout), dtype_(dtype), max_pages_(max_pages), budget_(budget), memory_(memory) {}
+
+Status PagePool::AddChunkLocked(int64_t add) {
+  const int64_t have = static_cast<int64_t>(page_ptr_.size());
+  FZ_ASSIGN_OR_RETURN(Buffer chunk, Buffer::Allocate(memory_.device, static_cast<size_t>(add) *
+                                                                         layout_.PageBytes()));
+  char* base = static_cast<char*>(chunk.data());
+  chunks_.push_back(std::move(chunk));
+  // Push in reverse so pages are handed out in address order.
+  for (int64_t i = add - 1; i >= 0; --i) {
+    page_ptr_.push_back(nullptr);
+    free_.push_back(static_cast<PageId>(have + i));
+  }
+  for (int64_t i = 0; i < add; ++i) page_ptr_[have + i] = base + i * layout_.PageBytes();
+  return absl::OkStatus();
+}
 
 StatusOr<PageId> PagePool::Allocate() {
   const int64_t page_bytes = static_cast<int64_t>(layout_.PageBytes());
@@ -73,17 +99,7 @@ StatusOr<PageId> PagePool::AllocateLocked() {
       return ResourceExhaustedError("KV cache full: all {} pages ({} MiB) are in use", max_pages_,
                                     max_pages_ * layout_.PageBytes() >> 20);
     }
-    const int64_t add = std::min(kPagesPerChunk, max_pages_ - have);
-    FZ_ASSIGN_OR_RETURN(Buffer chunk, Buffer::Allocate(Device::Cpu(), static_cast<size_t>(add) *
-                                                                          layout_.PageBytes()));
-    char* base = static_cast<char*>(chunk.data());
-    chunks_.push_back(std::move(chunk));
-    // Push in reverse so pages are handed out in address order.
-    for (int64_t i = add - 1; i >= 0; --i) {
-      page_ptr_.push_back(nullptr);
-      free_.push_back(static_cast<PageId>(have + i));
-    }
-    for (int64_t i = 0; i < add; ++i) page_ptr_[have + i] = base + i * layout_.PageBytes();
+    FZ_RETURN_IF_ERROR(AddChunkLocked(std::min(kPagesPerChunk, max_pages_ - have)));
   }
   const PageId id = free_.back();
   free_.pop_back();

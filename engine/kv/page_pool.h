@@ -10,8 +10,14 @@
 // growing without bound. Pools of different formats may share one PageBudget (bytes of pages in
 // use across all of them; see KvPools).
 //
+// Memory: host pages by default. A pool may instead live on a GPU and be preallocated whole at
+// creation (PoolMemory), as a GPU engine reserves its KV pool once from the memory left after
+// the weights (core/kv_pool_sizing.h); its Keys()/Values() are then device pointers, written with
+// device copies (dense::DenseDecoder) — SequenceKv writes pages on the host and takes host pools
+// only.
+//
 // Thread-safety: Allocate/Free/counters are thread-safe. A page's bytes belong to whoever holds
-// its id (one SequenceKv); pointers stay valid until the pool is destroyed.
+// its id (one SequenceKv or dense cache); pointers stay valid until the pool is destroyed.
 #pragma once
 
 #include <cstdint>
@@ -58,13 +64,23 @@ class PageBudget {
   int64_t used_ = 0;
 };
 
+// Where a pool's pages live, and whether all max_pages are reserved at creation (one
+// allocation, so a full pool never allocates again) instead of in chunks as pages are taken.
+struct PoolMemory {
+  Device device = Device::Cpu();
+  bool preallocate = false;
+};
+
 class PagePool {
  public:
   // INVALID_ARGUMENT for a non-positive size, an unimplemented format (low-rank) or a quantised
   // format with head_dim % 32 != 0. `budget` (optional, must outlive the pool) is shared with
-  // other pools: Allocate also fails with RESOURCE_EXHAUSTED when it is used up.
+  // other pools: Allocate also fails with RESOURCE_EXHAUSTED when it is used up. With
+  // memory.preallocate, RESOURCE_EXHAUSTED (naming the bytes) when the device cannot hold the
+  // pool; UNIMPLEMENTED / UNAVAILABLE for a GPU without CUDA / without a GPU.
   static StatusOr<std::unique_ptr<PagePool>> Create(PageLayout layout, int64_t max_pages,
-                                                    PageBudget* budget = nullptr);
+                                                    PageBudget* budget = nullptr,
+                                                    PoolMemory memory = {});
 
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
@@ -77,6 +93,7 @@ class PagePool {
   void* Values(PageId id) const;  // Keys + KeyBytes(); dense: [page_tokens, G, d]
 
   const PageLayout& layout() const { return layout_; }
+  Device device() const { return memory_.device; }
   KvFormat format() const { return layout_.format; }
   // Element type of a dense pool; kU8 for quantised pools.
   DType dtype() const { return dtype_; }
@@ -86,14 +103,18 @@ class PagePool {
   size_t bytes_reserved() const;
 
  private:
-  PagePool(PageLayout layout, DType dtype, int64_t max_pages, PageBudget* budget);
+  PagePool(PageLayout layout, DType dtype, int64_t max_pages, PageBudget* budget,
+           PoolMemory memory);
   static constexpr int64_t kPagesPerChunk = 64;
   StatusOr<PageId> AllocateLocked();  // takes mu_ itself; the budget is already charged
+  // Reserves `add` more pages in one allocation and puts them on the free list (mu_ held).
+  Status AddChunkLocked(int64_t add);
 
   const PageLayout layout_;
   const DType dtype_;
   const int64_t max_pages_;
   PageBudget* const budget_;
+  const PoolMemory memory_;
   mutable std::mutex mu_;
   std::vector<Buffer> chunks_;   // each kPagesPerChunk pages
   std::vector<char*> page_ptr_;  // page id -> base address

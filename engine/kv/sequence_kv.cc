@@ -29,6 +29,7 @@ SequenceKv::SequenceKv(PagePool* pool, int num_layers)
     : precision_{pool->format(), pool->format(), pool->format()},
       page_tokens_(pool->layout().page_tokens),
       layers_(num_layers) {
+  FZ_CHECK(pool->device().is_cpu() && "SequenceKv writes its pages on the host");
   pools_[Index(pool->format())] = pool;
 }
 

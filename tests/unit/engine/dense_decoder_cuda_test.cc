@@ -1,4 +1,5 @@
-// [cuda]: the whole decoder on the GPU (dense::DenseDecoder with every tensor on the device)
+// [cuda]: the whole decoder on the GPU (dense::DenseDecoder with every tensor on the device, its
+// KV cache in pages of a pool preallocated on the GPU)
 // against the same class on the CPU — which dense_decoder_test.cc checks against llm::Decoder —
 // on a model of framezip-tiny-video's text shape (hidden 128, 4 layers, 4/2 heads of 32 — or of
 // 64 as in Qwen2-0.5B —, intermediate 384, vocabulary 448, q/k/v biases, tied head) with fresh
@@ -87,12 +88,20 @@ TEST_CASE("The whole decoder on the GPU matches the CPU (tiny-video text shape)"
       dtype == DType::kF32 ? RmsTolerance{1e-3, 3e-4} : RmsTolerance{1e-1, 3e-2};
   std::mt19937_64 rng(testing::TestSeed());
   const TinyText m = MakeTinyText(dtype, head_dim, rng);
-  auto cpu = dense::DenseDecoder::Create(m.shape, m.tensors, Device::Cpu());
-  auto gpu = dense::DenseDecoder::Create(m.shape, m.tensors, Device::Cuda(0));
+  // Pages of 16 tokens, so prefill chunks and decode steps cross page boundaries; the GPU pool is
+  // reserved at Create, capped here so the test does not take the card.
+  const dense::KvPoolOptions pool{.page_tokens = 16, .max_bytes = int64_t{256} << 20};
+  auto cpu = dense::DenseDecoder::Create(m.shape, m.tensors, Device::Cpu(), pool);
+  auto gpu = dense::DenseDecoder::Create(m.shape, m.tensors, Device::Cuda(0), pool);
   INFO((gpu.ok() ? "" : MessageOf(gpu.status())));
   REQUIRE(cpu.ok());
   REQUIRE(gpu.ok());
   CHECK((*gpu)->weight_bytes() == (*cpu)->weight_bytes());
+  // The GPU's page pool is reserved whole at Create (the CPU's grows in chunks).
+  const kv::PagePool& gpu_pool = (*gpu)->kv_pool();
+  CHECK(gpu_pool.device() == Device::Cuda(0));
+  CHECK(gpu_pool.bytes_reserved() ==
+        static_cast<size_t>(gpu_pool.max_pages()) * gpu_pool.layout().PageBytes());
 
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(m.shape.vocab - 1));
   std::vector<int32_t> a(173), b(29);

@@ -212,6 +212,34 @@ TEST_CASE("KV pools share one byte budget", "[unit][engine][kv]") {
   REQUIRE(seq.Append(0, t.k.data(), t.v.data(), t.pos.data(), 1, imp.data()).ok());
 }
 
+TEST_CASE("A preallocated pool reserves every page at creation and never again",
+          "[unit][engine][kv]") {
+  const PageLayout layout{16, 2, 32, KvFormat::kF32};
+  auto lazy = *PagePool::Create(layout, 100);
+  CHECK(lazy->bytes_reserved() == 0);  // chunks come as pages are taken
+  auto pool = *PagePool::Create(layout, 100, nullptr, PoolMemory{.preallocate = true});
+  CHECK(pool->device().is_cpu());
+  CHECK(pool->bytes_reserved() == 100 * layout.PageBytes());
+  std::vector<PageId> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back(*pool->Allocate());
+  CHECK(pool->bytes_reserved() == 100 * layout.PageBytes());
+  CHECK(pool->Allocate().status().code() == absl::StatusCode::kResourceExhausted);
+  // Pages are distinct, non-overlapping slices of the one reservation.
+  std::vector<char*> keys;
+  for (PageId id : ids) keys.push_back(static_cast<char*>(pool->Keys(id)));
+  std::sort(keys.begin(), keys.end());
+  for (size_t i = 1; i < keys.size(); ++i) {
+    CHECK(static_cast<size_t>(keys[i] - keys[i - 1]) == layout.PageBytes());
+  }
+  // A pool on a device this build or machine cannot use is refused with the reason, at once.
+  auto gpu = PagePool::Create(layout, 10, nullptr, PoolMemory{Device::Cuda(0), true});
+  if (!gpu.ok()) {
+    CHECK((gpu.status().code() == absl::StatusCode::kUnavailable ||
+           gpu.status().code() == absl::StatusCode::kUnimplemented));
+    CHECK_THAT(std::string(gpu.status().message()), Catch::Contains("KV page pool"));
+  }
+}
+
 TEST_CASE("Quantised pools need head_dim % 32 == 0", "[unit][engine][kv]") {
   CHECK(PagePool::Create(PageLayout{32, 2, 16, KvFormat::kInt4}, 10).status().code() ==
         absl::StatusCode::kInvalidArgument);

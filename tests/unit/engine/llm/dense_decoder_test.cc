@@ -4,8 +4,8 @@
 // The GPU side of the same class is compared with this CPU run in dense_decoder_cuda_test.cc.
 #include "engine/dense/dense_decoder.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -56,9 +56,10 @@ std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, std::mt19937_64& rng) {
 
 // Runs the same script on both decoders: sequence A prefills `a` ids in two pieces (the second
 // attends to the first through the cache), B prefills `b` ids at once, then `steps` batched
-// decode steps feed each sequence its own greedy token.
+// decode steps feed each sequence its own greedy token. The dense cache's pages hold
+// `page_tokens` tokens, so chunks and decode steps start and end inside pages.
 void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weights,
-                     std::mt19937_64& rng, int64_t a, int64_t b, int steps) {
+                     std::mt19937_64& rng, int64_t a, int64_t b, int steps, int page_tokens = 16) {
   auto ref = Decoder::Create(config, weights);
   REQUIRE(ref.ok());
   auto pool = *kv::PagePool::Create((*ref)->KvLayout(kv::KvFormat::kF32, 16), 256);
@@ -66,7 +67,7 @@ void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weig
   auto ref_b = *(*ref)->NewSequence(pool.get());
 
   auto dense = dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(weights),
-                                           Device::Cpu());
+                                           Device::Cpu(), {.page_tokens = page_tokens});
   INFO((dense.ok() ? "" : MessageOf(dense.status())));
   REQUIRE(dense.ok());
   auto cache_a = *(*dense)->NewCache(a + b + steps);
@@ -109,6 +110,13 @@ void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weig
     tokens = {argmax(*want, 0), argmax(*want, 1)};
   }
   CHECK(cache_a->length() == a + steps);
+  // Every layer holds exactly the pages its tokens need, and gives them back when dropped.
+  const int64_t pages_a = (a + steps + page_tokens - 1) / page_tokens;
+  const int64_t pages_b = (b + steps + page_tokens - 1) / page_tokens;
+  CHECK((*dense)->kv_pool().pages_in_use() == (pages_a + pages_b) * config.num_hidden_layers);
+  cache_a.reset();
+  cache_b.reset();
+  CHECK((*dense)->kv_pool().pages_in_use() == 0);
 }
 
 // Prefill, prefill continued on the cache, batched decode.
@@ -121,7 +129,10 @@ TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on random models", "[uni
   const model::TextConfig config = testing::TinyDecoderConfig(qwen2);
   auto random = MakeRandomDecoderWeights(config, wdtype, rng(), 0.15f);
   REQUIRE(random.ok());
-  CompareOnScript(config, random->weights, rng, 41, 9, 4);
+  // 16: pages larger than a decode batch's growth; 5: every chunk crosses page boundaries.
+  const int page_tokens = GENERATE(16, 5);
+  CAPTURE(page_tokens);
+  CompareOnScript(config, random->weights, rng, 41, 9, 4, page_tokens);
 }
 
 TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on the shipped framezip-tiny-video",
@@ -187,6 +198,32 @@ TEST_CASE("DenseDecoder names what is wrong and leaves a cache unchanged on erro
     CHECK(d->DecodeStep(one, std::span<const int32_t>(tokens, 1)).status().code() ==
           absl::StatusCode::kOutOfRange);
     CHECK(cache->length() == 8);
+  }
+  SECTION("a pool that runs out of pages") {
+    // Three 4-token pages per layer: one 8-token prefill takes two of each layer's, a second one
+    // finds one left, is refused whole and leaves its cache and the pool as they were.
+    const int64_t layers = config.num_hidden_layers;
+    auto probe = *dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(random->weights),
+                                              Device::Cpu(), {.page_tokens = 4});
+    const int64_t page_bytes = static_cast<int64_t>(probe->kv_pool().layout().PageBytes());
+    auto d = *dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(random->weights),
+                                          Device::Cpu(),
+                                          {.page_tokens = 4, .max_bytes = 3 * layers * page_bytes});
+    REQUIRE(d->kv_pool().max_pages() == 3 * layers);
+    const std::vector<int32_t> eight = RandomIds(8, config.vocab_size, rng);
+    auto first = *d->NewCache(16);
+    auto second = *d->NewCache(16);
+    REQUIRE(d->Prefill(*first, eight).ok());
+    CHECK(d->kv_pool().pages_in_use() == 2 * layers);
+    auto refused = d->Prefill(*second, eight);
+    CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(second->length() == 0);
+    CHECK(second->bytes() == 0);
+    CHECK(d->kv_pool().pages_in_use() == 2 * layers);
+    first.reset();  // its pages go back to the pool
+    CHECK(d->kv_pool().pages_in_use() == 0);
+    REQUIRE(d->Prefill(*second, eight).ok());
+    CHECK(second->length() == 8);
   }
 }
 
