@@ -1,6 +1,7 @@
 #include "engine/dense/dense_decoder.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "engine/core/device_memory.h"
@@ -12,6 +13,7 @@
 #include "engine/ops/op_checks.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rms_norm.h"
+#include "engine/ops/row_slices.h"
 
 namespace framezip::engine::dense {
 namespace {
@@ -60,8 +62,14 @@ StatusOr<std::unique_ptr<kv::PagePool>> NewKvPool(const DecoderShape& s, Device 
         options.max_bytes > 0 ? std::max<int64_t>(1, options.max_bytes / page_bytes) : 0;
     FZ_ASSIGN_OR_RETURN(pages, KvPagesForDevice(device, sizing));
   }
+  if (pages < s.layers) {
+    return ResourceExhaustedError(
+        "dense decoder: a KV pool of {} pages ({} bytes each) cannot hold one token of {} layers",
+        pages, page_bytes, s.layers);
+  }
+  const bool preallocate = !device.is_cpu() || options.preallocate_on_cpu;
   return kv::PagePool::Create(layout, pages, nullptr,
-                              kv::PoolMemory{.device = device, .preallocate = !device.is_cpu()});
+                              kv::PoolMemory{.device = device, .preallocate = preallocate});
 }
 
 }  // namespace
@@ -155,6 +163,9 @@ StatusOr<std::unique_ptr<DenseDecoder>> DenseDecoder::Create(const DecoderShape&
     d->w_.layers.push_back(std::move(D));
   }
   FZ_ASSIGN_OR_RETURN(d->pool_, NewKvPool(s, device, kv_options));
+  // Rows of the whole pool: 2 · page_tokens per page (K then V).
+  const int64_t pool_rows = d->pool_->max_pages() * 2 * d->pool_->layout().page_tokens;
+  d->row_copies_ = d->pool_->base() != nullptr && pool_rows <= std::numeric_limits<int32_t>::max();
   return d;
 }
 
@@ -195,10 +206,51 @@ Status DenseDecoder::ReservePages(std::span<const Part> parts) const {
   return absl::OkStatus();
 }
 
+void DenseDecoder::TrimPages(std::span<const Part> parts) const {
+  const int64_t page_tokens = pool_->layout().page_tokens;
+  for (const Part& p : parts) {
+    const size_t used = static_cast<size_t>((p.cache->length_ + page_tokens - 1) / page_tokens);
+    for (std::vector<kv::PageId>& layer : p.cache->pages_) {
+      while (layer.size() > used) {
+        pool_->Free(layer.back());
+        layer.pop_back();
+      }
+    }
+  }
+}
+
+std::vector<int32_t> DenseDecoder::KeyRows(const KvCache& cache, int l, int64_t first,
+                                           int64_t count) const {
+  const int64_t page_tokens = pool_->layout().page_tokens;
+  const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
+  std::vector<int32_t> rows(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t pos = first + i;
+    const int64_t id = pages[static_cast<size_t>(pos / page_tokens)];
+    rows[static_cast<size_t>(i)] = static_cast<int32_t>(id * 2 * page_tokens + pos % page_tokens);
+  }
+  return rows;
+}
+
 Status DenseDecoder::AppendKv(const Tensor& k, const Tensor& v, int64_t row0, int64_t rows, int l,
                               KvCache& cache) const {
   const int64_t page_tokens = pool_->layout().page_tokens;
-  const size_t row_bytes = static_cast<size_t>(shape_.kv_heads * shape_.head_dim) * sizeof(float);
+  const int64_t width = shape_.kv_heads * shape_.head_dim;
+  if (row_copies_) {  // one scatter of the rows into their page slots each for K and V
+    std::vector<int32_t> rows_k = KeyRows(cache, l, cache.length_, rows);
+    std::vector<int32_t> rows_v = rows_k;
+    for (int32_t& r : rows_v) r += static_cast<int32_t>(page_tokens);
+    float* base = static_cast<float*>(pool_->base());
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
+        device_, rows, width,
+        {.data = static_cast<const float*>(k.raw_data()) + row0 * width, .stride = width},
+        {.data = base, .stride = width, .rows = rows_k}));
+    return ops::CopyRowSlices(
+        device_, rows, width,
+        {.data = static_cast<const float*>(v.raw_data()) + row0 * width, .stride = width},
+        {.data = base, .stride = width, .rows = rows_v});
+  }
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
   const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
   const auto* ks = static_cast<const char*>(k.raw_data());
   const auto* vs = static_cast<const char*>(v.raw_data());
@@ -222,9 +274,22 @@ Status DenseDecoder::AppendKv(const Tensor& k, const Tensor& v, int64_t row0, in
 Status DenseDecoder::GatherKv(const KvCache& cache, int l, int64_t tokens, Tensor& k,
                               Tensor& v) const {
   const int64_t page_tokens = pool_->layout().page_tokens;
-  const size_t row_bytes = static_cast<size_t>(shape_.kv_heads * shape_.head_dim) * sizeof(float);
+  const int64_t width = shape_.kv_heads * shape_.head_dim;
   FZ_ASSIGN_OR_RETURN(k, Empty({1, tokens, shape_.kv_heads, shape_.head_dim}));
   FZ_ASSIGN_OR_RETURN(v, Empty({1, tokens, shape_.kv_heads, shape_.head_dim}));
+  if (row_copies_) {  // one gather of the token rows from their pages each for K and V
+    std::vector<int32_t> rows_k = KeyRows(cache, l, 0, tokens);
+    std::vector<int32_t> rows_v = rows_k;
+    for (int32_t& r : rows_v) r += static_cast<int32_t>(page_tokens);
+    const float* base = static_cast<const float*>(pool_->base());
+    FZ_RETURN_IF_ERROR(
+        ops::CopyRowSlices(device_, tokens, width, {.data = base, .stride = width, .rows = rows_k},
+                           {.data = static_cast<float*>(k.raw_data()), .stride = width}));
+    return ops::CopyRowSlices(device_, tokens, width,
+                              {.data = base, .stride = width, .rows = rows_v},
+                              {.data = static_cast<float*>(v.raw_data()), .stride = width});
+  }
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
   const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
   for (int64_t first = 0; first < tokens; first += page_tokens) {
     const kv::PageId id = pages[static_cast<size_t>(first / page_tokens)];
@@ -302,8 +367,23 @@ StatusOr<Tensor> DenseDecoder::DecodeStep(std::span<KvCache* const> caches,
 }
 
 StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) const {
-  const int64_t t = x.dim(0);
+  for (const Part& p : parts) {
+    if (p.cache->pool_ != pool_.get()) {
+      return InvalidArgumentError("dense decoder: a cache of another decoder was passed");
+    }
+  }
   FZ_RETURN_IF_ERROR(ReservePages(parts));
+  StatusOr<Tensor> logits = ForwardReserved(x, parts);
+  if (!logits.ok()) {
+    TrimPages(parts);  // the caches stay as they were
+    return logits.status();
+  }
+  for (const Part& p : parts) p.cache->length_ += p.rows;
+  return logits;
+}
+
+StatusOr<Tensor> DenseDecoder::ForwardReserved(Tensor& x, std::span<const Part> parts) const {
+  const int64_t t = x.dim(0);
   FZ_ASSIGN_OR_RETURN(Tensor host_pos, Tensor::Empty({t}, DType::kI32));
   for (const Part& p : parts) {
     for (int64_t i = 0; i < p.rows; ++i) {
@@ -318,7 +398,6 @@ StatusOr<Tensor> DenseDecoder::Forward(Tensor& x, std::span<const Part> parts) c
   for (int l = 0; l < shape_.layers; ++l) {
     FZ_RETURN_IF_ERROR(Layer(l, parts, positions, checked, x));
   }
-  for (const Part& p : parts) p.cache->length_ += p.rows;
 
   // Logits of each part's last row only (a prefill's other rows need none). In a decode step
   // every row is its part's last, so x itself is what the head reads.

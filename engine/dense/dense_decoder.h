@@ -73,6 +73,9 @@ struct KvPoolOptions {
   // A cap on the pool (both devices; 0: none on a GPU, 256 MiB on the CPU, where pages are
   // reserved in chunks as they are taken).
   int64_t max_bytes = 0;
+  // CPU only: reserve the pool whole at Create too, as a GPU always does (then K/V rows move with
+  // one row-copy per layer instead of one copy per page; tests use it to run that path).
+  bool preallocate_on_cpu = false;
 };
 
 // One sequence's KV cache: its pages of the decoder's pool, per layer. Returns them to the pool
@@ -139,8 +142,11 @@ class DenseDecoder {
   };
   DenseDecoder(DecoderShape shape, Device device) : shape_(std::move(shape)), device_(device) {}
 
-  // x [T, H] through every layer in place, then the logits of each part's last row [parts, V].
+  // x [T, H] through every layer in place, then the logits of each part's last row [parts, V];
+  // the parts' caches grow by their rows only when all of it succeeded.
   StatusOr<Tensor> Forward(Tensor& x, std::span<const Part> parts) const;
+  // Forward after the pages are reserved; on failure Forward gives back what it reserved.
+  StatusOr<Tensor> ForwardReserved(Tensor& x, std::span<const Part> parts) const;
   // positions [T] on the device; host_positions the same values on the host (checked there).
   Status Layer(int l, std::span<const Part> parts, const Tensor& positions,
                std::span<const int32_t> host_positions, Tensor& x) const;
@@ -153,6 +159,11 @@ class DenseDecoder {
   // Takes from the pool the pages every layer of each part needs for its new rows; all or none
   // (RESOURCE_EXHAUSTED, nothing taken).
   Status ReservePages(std::span<const Part> parts) const;
+  // Returns each part's pages beyond what its stored tokens use (after a failed step).
+  void TrimPages(std::span<const Part> parts) const;
+  // Row indices, in the pool's one allocation seen as rows of G·d floats, of the keys of
+  // `cache`'s layer-l tokens [first, first + count) (values: + page_tokens each).
+  std::vector<int32_t> KeyRows(const KvCache& cache, int l, int64_t first, int64_t count) const;
   // Writes rows [row0, row0 + rows) of k, v [T, G, d] into `cache`'s layer-l pages at its length.
   Status AppendKv(const Tensor& k, const Tensor& v, int64_t row0, int64_t rows, int l,
                   KvCache& cache) const;
@@ -164,6 +175,8 @@ class DenseDecoder {
   DecoderTensors w_;  // on device_
   size_t weight_bytes_ = 0;
   std::unique_ptr<kv::PagePool> pool_;  // f32 pages on device_
+  // Preallocated pool whose rows fit int32 indices: K/V move with ops::CopyRowSlices.
+  bool row_copies_ = false;
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take the GPU's bf16 tensor cores (ops::AttentionParams).
   bool bf16_attention_ = false;

@@ -1,6 +1,7 @@
 #include "engine/kv/page_pool.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/kv/quant_page.h"
 
@@ -37,9 +38,10 @@ int64_t PageBudget::used_bytes() const {
 StatusOr<std::unique_ptr<PagePool>> PagePool::Create(PageLayout layout, int64_t max_pages,
                                                      PageBudget* budget, PoolMemory memory) {
   if (layout.page_tokens <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
-      max_pages <= 0) {
+      max_pages <= 0 || max_pages > std::numeric_limits<PageId>::max()) {
     return InvalidArgumentError(
-        "KV page pool: page_tokens {}, kv heads {}, head_dim {}, max_pages {} must be positive",
+        "KV page pool: page_tokens {}, kv heads {}, head_dim {}, max_pages {} must be positive "
+        "(max_pages below 2^31)",
         layout.page_tokens, layout.num_kv_heads, layout.head_dim, max_pages);
   }
   DType dtype = DType::kU8;
@@ -116,13 +118,15 @@ void PagePool::Free(PageId id) {
 }
 
 void* PagePool::Keys(PageId id) const {
+  // A preallocated pool's page table never changes after Create: no lock (decode asks for every
+  // page of every sequence, each layer, each step).
+  if (memory_.preallocate) return page_ptr_[id];
   std::lock_guard<std::mutex> lock(mu_);
   return page_ptr_[id];
 }
 
 void* PagePool::Values(PageId id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return page_ptr_[id] + layout_.KeyBytes();
+  return static_cast<char*>(Keys(id)) + layout_.KeyBytes();
 }
 
 int64_t PagePool::pages_in_use() const {

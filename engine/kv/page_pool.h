@@ -91,6 +91,9 @@ class PagePool {
 
   void* Keys(PageId id) const;    // the page's first byte; dense: [page_tokens, G, d]
   void* Values(PageId id) const;  // Keys + KeyBytes(); dense: [page_tokens, G, d]
+  // Preallocated pools: page `id` is at base() + id·PageBytes() (one allocation), so callers may
+  // address many pages with one kernel; nullptr for pools reserved in chunks.
+  void* base() const { return memory_.preallocate ? page_ptr_.front() : nullptr; }
 
   const PageLayout& layout() const { return layout_; }
   Device device() const { return memory_.device; }

@@ -59,15 +59,19 @@ std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, std::mt19937_64& rng) {
 // decode steps feed each sequence its own greedy token. The dense cache's pages hold
 // `page_tokens` tokens, so chunks and decode steps start and end inside pages.
 void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weights,
-                     std::mt19937_64& rng, int64_t a, int64_t b, int steps, int page_tokens = 16) {
+                     std::mt19937_64& rng, int64_t a, int64_t b, int steps, int page_tokens = 16,
+                     bool preallocate = false) {
   auto ref = Decoder::Create(config, weights);
   REQUIRE(ref.ok());
   auto pool = *kv::PagePool::Create((*ref)->KvLayout(kv::KvFormat::kF32, 16), 256);
   auto ref_a = *(*ref)->NewSequence(pool.get());
   auto ref_b = *(*ref)->NewSequence(pool.get());
 
-  auto dense = dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(weights),
-                                           Device::Cpu(), {.page_tokens = page_tokens});
+  auto dense =
+      dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(weights), Device::Cpu(),
+                                  {.page_tokens = page_tokens,
+                                   .max_bytes = int64_t{64} << 20,
+                                   .preallocate_on_cpu = preallocate});
   INFO((dense.ok() ? "" : MessageOf(dense.status())));
   REQUIRE(dense.ok());
   auto cache_a = *(*dense)->NewCache(a + b + steps);
@@ -130,9 +134,12 @@ TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on random models", "[uni
   auto random = MakeRandomDecoderWeights(config, wdtype, rng(), 0.15f);
   REQUIRE(random.ok());
   // 16: pages larger than a decode batch's growth; 5: every chunk crosses page boundaries.
+  // Preallocated pools move K/V rows with one row-copy per layer (as on a GPU), others page by
+  // page.
   const int page_tokens = GENERATE(16, 5);
-  CAPTURE(page_tokens);
-  CompareOnScript(config, random->weights, rng, 41, 9, 4, page_tokens);
+  const bool preallocate = GENERATE(false, true);
+  CAPTURE(page_tokens, preallocate);
+  CompareOnScript(config, random->weights, rng, 41, 9, 4, page_tokens, preallocate);
 }
 
 TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on the shipped framezip-tiny-video",
@@ -198,6 +205,17 @@ TEST_CASE("DenseDecoder names what is wrong and leaves a cache unchanged on erro
     CHECK(d->DecodeStep(one, std::span<const int32_t>(tokens, 1)).status().code() ==
           absl::StatusCode::kOutOfRange);
     CHECK(cache->length() == 8);
+  }
+  SECTION("a cache of another decoder") {
+    auto d1 = *dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(random->weights),
+                                           Device::Cpu());
+    auto d2 = *dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(random->weights),
+                                           Device::Cpu());
+    auto cache = *d1->NewCache(8);
+    const auto st = d2->Prefill(*cache, RandomIds(3, config.vocab_size, rng)).status();
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(cache->length() == 0);
+    CHECK(d2->kv_pool().pages_in_use() == 0);
   }
   SECTION("a pool that runs out of pages") {
     // Three 4-token pages per layer: one 8-token prefill takes two of each layer's, a second one
