@@ -39,7 +39,7 @@ Status CopyRows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row
 }
 
 // The decoder's f32 page pool: on a GPU reserved whole now, from what the weights left free
-// (KvPagesForDevice), on the CPU taken in chunks up to max_bytes (256 MiB by default).
+// (KvPagesForDevice), on the CPU max_bytes (256 MiB by default); one allocation either way.
 StatusOr<std::unique_ptr<kv::PagePool>> NewKvPool(const DecoderShape& s, Device device,
                                                   const KvPoolOptions& options) {
   if (options.page_tokens <= 0) {
@@ -67,9 +67,16 @@ StatusOr<std::unique_ptr<kv::PagePool>> NewKvPool(const DecoderShape& s, Device 
         "dense decoder: a KV pool of {} pages ({} bytes each) cannot hold one token of {} layers",
         pages, page_bytes, s.layers);
   }
-  const bool preallocate = !device.is_cpu() || options.preallocate_on_cpu;
+  // Rows of G·d floats over the whole pool (K then V per page) are addressed by int32 indices.
+  if (pages * 2 * options.page_tokens > std::numeric_limits<int32_t>::max()) {
+    return InvalidArgumentError(
+        "dense decoder: a KV pool of {} pages of {} tokens has more rows than int32 indices reach; "
+        "lower max_bytes or raise page_tokens",
+        pages, options.page_tokens);
+  }
+  // One allocation, so K/V rows of any pages move with one row-copy kernel (ops::CopyRowSlices).
   return kv::PagePool::Create(layout, pages, nullptr,
-                              kv::PoolMemory{.device = device, .preallocate = preallocate});
+                              kv::PoolMemory{.device = device, .preallocate = true});
 }
 
 }  // namespace
@@ -163,9 +170,6 @@ StatusOr<std::unique_ptr<DenseDecoder>> DenseDecoder::Create(const DecoderShape&
     d->w_.layers.push_back(std::move(D));
   }
   FZ_ASSIGN_OR_RETURN(d->pool_, NewKvPool(s, device, kv_options));
-  // Rows of the whole pool: 2 · page_tokens per page (K then V).
-  const int64_t pool_rows = d->pool_->max_pages() * 2 * d->pool_->layout().page_tokens;
-  d->row_copies_ = d->pool_->base() != nullptr && pool_rows <= std::numeric_limits<int32_t>::max();
   return d;
 }
 
@@ -219,88 +223,53 @@ void DenseDecoder::TrimPages(std::span<const Part> parts) const {
   }
 }
 
-std::vector<int32_t> DenseDecoder::KeyRows(const KvCache& cache, int l, int64_t first,
-                                           int64_t count) const {
+DenseDecoder::PageRows DenseDecoder::RowsOf(const KvCache& cache, int l, int64_t first,
+                                            int64_t count) const {
   const int64_t page_tokens = pool_->layout().page_tokens;
   const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
-  std::vector<int32_t> rows(static_cast<size_t>(count));
+  PageRows rows;
+  rows.k.resize(static_cast<size_t>(count));
+  rows.v.resize(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const int64_t pos = first + i;
     const int64_t id = pages[static_cast<size_t>(pos / page_tokens)];
-    rows[static_cast<size_t>(i)] = static_cast<int32_t>(id * 2 * page_tokens + pos % page_tokens);
+    // A page is page_tokens key rows, then page_tokens value rows.
+    const int64_t key_row = id * 2 * page_tokens + pos % page_tokens;
+    rows.k[static_cast<size_t>(i)] = static_cast<int32_t>(key_row);
+    rows.v[static_cast<size_t>(i)] = static_cast<int32_t>(key_row + page_tokens);
   }
   return rows;
 }
 
 Status DenseDecoder::AppendKv(const Tensor& k, const Tensor& v, int64_t row0, int64_t rows, int l,
                               KvCache& cache) const {
-  const int64_t page_tokens = pool_->layout().page_tokens;
+  // One scatter each for K and V of the step's rows into their page slots.
   const int64_t width = shape_.kv_heads * shape_.head_dim;
-  if (row_copies_) {  // one scatter of the rows into their page slots each for K and V
-    std::vector<int32_t> rows_k = KeyRows(cache, l, cache.length_, rows);
-    std::vector<int32_t> rows_v = rows_k;
-    for (int32_t& r : rows_v) r += static_cast<int32_t>(page_tokens);
-    float* base = static_cast<float*>(pool_->base());
-    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
-        device_, rows, width,
-        {.data = static_cast<const float*>(k.raw_data()) + row0 * width, .stride = width},
-        {.data = base, .stride = width, .rows = rows_k}));
-    return ops::CopyRowSlices(
-        device_, rows, width,
-        {.data = static_cast<const float*>(v.raw_data()) + row0 * width, .stride = width},
-        {.data = base, .stride = width, .rows = rows_v});
-  }
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
-  const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
-  const auto* ks = static_cast<const char*>(k.raw_data());
-  const auto* vs = static_cast<const char*>(v.raw_data());
-  for (int64_t pos = cache.length_, done = 0; done < rows;) {
-    const int64_t slot = pos % page_tokens;
-    const int64_t take = std::min(rows - done, page_tokens - slot);
-    const kv::PageId id = pages[static_cast<size_t>(pos / page_tokens)];
-    const size_t bytes = static_cast<size_t>(take) * row_bytes;
-    const size_t at = static_cast<size_t>(slot) * row_bytes;
-    const size_t from = static_cast<size_t>(row0 + done) * row_bytes;
-    FZ_RETURN_IF_ERROR(
-        CopyBytes(static_cast<char*>(pool_->Keys(id)) + at, device_, ks + from, device_, bytes));
-    FZ_RETURN_IF_ERROR(
-        CopyBytes(static_cast<char*>(pool_->Values(id)) + at, device_, vs + from, device_, bytes));
-    pos += take;
-    done += take;
-  }
-  return absl::OkStatus();
+  const PageRows to = RowsOf(cache, l, cache.length_, rows);
+  float* base = static_cast<float*>(pool_->base());
+  FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
+      device_, rows, width,
+      {.data = static_cast<const float*>(k.raw_data()) + row0 * width, .stride = width},
+      {.data = base, .stride = width, .rows = to.k}));
+  return ops::CopyRowSlices(
+      device_, rows, width,
+      {.data = static_cast<const float*>(v.raw_data()) + row0 * width, .stride = width},
+      {.data = base, .stride = width, .rows = to.v});
 }
 
 Status DenseDecoder::GatherKv(const KvCache& cache, int l, int64_t tokens, Tensor& k,
                               Tensor& v) const {
-  const int64_t page_tokens = pool_->layout().page_tokens;
+  // One gather each for K and V of the token rows from their pages.
   const int64_t width = shape_.kv_heads * shape_.head_dim;
   FZ_ASSIGN_OR_RETURN(k, Empty({1, tokens, shape_.kv_heads, shape_.head_dim}));
   FZ_ASSIGN_OR_RETURN(v, Empty({1, tokens, shape_.kv_heads, shape_.head_dim}));
-  if (row_copies_) {  // one gather of the token rows from their pages each for K and V
-    std::vector<int32_t> rows_k = KeyRows(cache, l, 0, tokens);
-    std::vector<int32_t> rows_v = rows_k;
-    for (int32_t& r : rows_v) r += static_cast<int32_t>(page_tokens);
-    const float* base = static_cast<const float*>(pool_->base());
-    FZ_RETURN_IF_ERROR(
-        ops::CopyRowSlices(device_, tokens, width, {.data = base, .stride = width, .rows = rows_k},
-                           {.data = static_cast<float*>(k.raw_data()), .stride = width}));
-    return ops::CopyRowSlices(device_, tokens, width,
-                              {.data = base, .stride = width, .rows = rows_v},
-                              {.data = static_cast<float*>(v.raw_data()), .stride = width});
-  }
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
-  const std::vector<kv::PageId>& pages = cache.pages_[static_cast<size_t>(l)];
-  for (int64_t first = 0; first < tokens; first += page_tokens) {
-    const kv::PageId id = pages[static_cast<size_t>(first / page_tokens)];
-    const size_t bytes = static_cast<size_t>(std::min(page_tokens, tokens - first)) * row_bytes;
-    const size_t at = static_cast<size_t>(first) * row_bytes;
-    FZ_RETURN_IF_ERROR(
-        CopyBytes(static_cast<char*>(k.raw_data()) + at, device_, pool_->Keys(id), device_, bytes));
-    FZ_RETURN_IF_ERROR(CopyBytes(static_cast<char*>(v.raw_data()) + at, device_, pool_->Values(id),
-                                 device_, bytes));
-  }
-  return absl::OkStatus();
+  const PageRows from = RowsOf(cache, l, 0, tokens);
+  const float* base = static_cast<const float*>(pool_->base());
+  FZ_RETURN_IF_ERROR(
+      ops::CopyRowSlices(device_, tokens, width, {.data = base, .stride = width, .rows = from.k},
+                         {.data = static_cast<float*>(k.raw_data()), .stride = width}));
+  return ops::CopyRowSlices(device_, tokens, width, {.data = base, .stride = width, .rows = from.v},
+                            {.data = static_cast<float*>(v.raw_data()), .stride = width});
 }
 
 Status DenseDecoder::CheckRoom(const KvCache& cache, int64_t tokens) const {

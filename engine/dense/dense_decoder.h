@@ -70,12 +70,9 @@ struct KvPoolOptions {
   // for activations, workspaces and cuBLAS, all reserved at once.
   double gpu_fraction = 0.9;
   size_t reserve_bytes = size_t{4} << 30;
-  // A cap on the pool (both devices; 0: none on a GPU, 256 MiB on the CPU, where pages are
-  // reserved in chunks as they are taken).
+  // A cap on the pool (both devices; 0: none on a GPU, 256 MiB on the CPU). The pool is one
+  // allocation on either device (host pages are touched only as they are used).
   int64_t max_bytes = 0;
-  // CPU only: reserve the pool whole at Create too, as a GPU always does (then K/V rows move with
-  // one row-copy per layer instead of one copy per page; tests use it to run that path).
-  bool preallocate_on_cpu = false;
 };
 
 // One sequence's KV cache: its pages of the decoder's pool, per layer. Returns them to the pool
@@ -161,9 +158,12 @@ class DenseDecoder {
   Status ReservePages(std::span<const Part> parts) const;
   // Returns each part's pages beyond what its stored tokens use (after a failed step).
   void TrimPages(std::span<const Part> parts) const;
-  // Row indices, in the pool's one allocation seen as rows of G·d floats, of the keys of
-  // `cache`'s layer-l tokens [first, first + count) (values: + page_tokens each).
-  std::vector<int32_t> KeyRows(const KvCache& cache, int l, int64_t first, int64_t count) const;
+  // Row indices, in the pool's one allocation seen as rows of G·d floats, of the keys and the
+  // values of `cache`'s layer-l tokens [first, first + count).
+  struct PageRows {
+    std::vector<int32_t> k, v;
+  };
+  PageRows RowsOf(const KvCache& cache, int l, int64_t first, int64_t count) const;
   // Writes rows [row0, row0 + rows) of k, v [T, G, d] into `cache`'s layer-l pages at its length.
   Status AppendKv(const Tensor& k, const Tensor& v, int64_t row0, int64_t rows, int l,
                   KvCache& cache) const;
@@ -174,9 +174,7 @@ class DenseDecoder {
   Device device_;
   DecoderTensors w_;  // on device_
   size_t weight_bytes_ = 0;
-  std::unique_ptr<kv::PagePool> pool_;  // f32 pages on device_
-  // Preallocated pool whose rows fit int32 indices: K/V move with ops::CopyRowSlices.
-  bool row_copies_ = false;
+  std::unique_ptr<kv::PagePool> pool_;  // f32 pages on device_, one preallocated block
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take the GPU's bf16 tensor cores (ops::AttentionParams).
   bool bf16_attention_ = false;

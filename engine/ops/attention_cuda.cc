@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/core/device_memory.h"
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/attention_mma.cuh"
-#include "engine/kernels/cuda/cast.cuh"
+#include "engine/ops/cast.h"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
 #include "engine/ops/row_slices.h"
@@ -39,13 +38,7 @@ StatusOr<Tensor> PaddedBf16(const Tensor& x, int64_t padded) {
         {.data = static_cast<float*>(f32.raw_data()), .stride = padded}));
   }
   FZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(f32.shape(), DType::kBF16, x.device()));
-  cuda::CastParams c;
-  c.in = f32.raw_data();
-  c.out = out.raw_data();
-  c.n = f32.numel();
-  c.in_kind = cuda::FloatKind::kF32;
-  c.out_kind = cuda::FloatKind::kBF16;
-  FZ_RETURN_IF_ERROR(CudaStatus(cuda::LaunchCast(c, nullptr), "Attention (bf16 operands)"));
+  FZ_RETURN_IF_ERROR(Cast(f32, out));
   return out;
 }
 
@@ -116,9 +109,9 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
   Tensor
       limits;  // freed on return: the stream-ordered caching allocator reuses it after the kernel
   if (params.key_limit != nullptr && p.tq > 0) {
-    FZ_ASSIGN_OR_RETURN(limits, Tensor::Empty({p.tq}, DType::kI32, q.device()));
-    FZ_RETURN_IF_ERROR(
-        CopyBytes(limits.raw_data(), q.device(), params.key_limit, Device::Cpu(), limits.nbytes()));
+    FZ_ASSIGN_OR_RETURN(
+        limits, DeviceI32(std::span<const int32_t>(params.key_limit, static_cast<size_t>(p.tq)),
+                          q.device()));
     p.key_limit = static_cast<const int32_t*>(limits.raw_data());
   }
   return CudaStatus(cuda::LaunchAttention(p, nullptr), "Attention");

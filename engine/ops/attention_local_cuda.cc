@@ -3,7 +3,6 @@
 // past_k and past_v are already device pointers.
 #include <cmath>
 
-#include "engine/core/device_memory.h"
 #include "engine/kernels/cuda/attention_local.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -25,9 +24,7 @@ Status LocalWindowAttentionCuda(const Tensor& q, const Tensor& k, const Tensor& 
   const int64_t n = static_cast<int64_t>(rows.size());
   // Freed right after the launch: the caching allocator reuses it only for later work on this
   // stream, which runs after the kernel.
-  FZ_ASSIGN_OR_RETURN(Tensor device_rows, Tensor::Empty({n}, DType::kI32, q.device()));
-  FZ_RETURN_IF_ERROR(CopyBytes(device_rows.raw_data(), q.device(), rows.data(), Device::Cpu(),
-                               device_rows.nbytes()));
+  FZ_ASSIGN_OR_RETURN(Tensor device_rows, DeviceI32(rows, q.device()));
   cuda::LocalWindowLaunch p;
   p.q = static_cast<const float*>(q.raw_data());
   p.k = static_cast<const float*>(k.raw_data());

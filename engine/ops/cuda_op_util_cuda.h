@@ -1,13 +1,17 @@
 // Helpers shared by the x_cuda.cc adapters only (it includes the CUDA runtime, so no other file
-// may include it): cudaError_t to Status, dtype to kernel FloatKind, current-device scope.
+// may include it): cudaError_t to Status, dtype to kernel FloatKind, host int32 uploads,
+// current-device scope.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "common/status.h"
 #include "engine/core/cuda_status_cuda.h"
+#include "engine/core/device_memory.h"
 #include "engine/core/tensor.h"
 #include "engine/kernels/cuda/cast.cuh"
 
@@ -28,6 +32,18 @@ inline cuda::FloatKind KindOf(DType t) {
     default:
       return cuda::FloatKind::kF32;
   }
+}
+
+// A device copy of host int32s (row lists, key prefixes, probe positions) for one launch; an
+// empty span gives an empty tensor. Freed by the caller after the launch: the stream-ordered
+// caching allocator reuses it only for later work on the same stream.
+inline StatusOr<Tensor> DeviceI32(std::span<const int32_t> host, Device device) {
+  FZ_ASSIGN_OR_RETURN(Tensor t,
+                      Tensor::Empty({static_cast<int64_t>(host.size())}, DType::kI32, device));
+  if (!host.empty()) {
+    FZ_RETURN_IF_ERROR(CopyBytes(t.raw_data(), device, host.data(), Device::Cpu(), t.nbytes()));
+  }
+  return t;
 }
 
 // Makes `device` current for the scope, so launches and cuBLAS calls go to the tensors' GPU.

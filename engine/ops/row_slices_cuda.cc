@@ -1,7 +1,5 @@
 // CopyRowSlices on the GPU: the host row indices go to temporaries on the device, then one
 // launch of engine/kernels/cuda/zipvl.cuh's LaunchCopyRowSlices.
-#include "engine/core/device_memory.h"
-#include "engine/core/tensor.h"
 #include "engine/kernels/cuda/zipvl.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -9,17 +7,9 @@
 namespace framezip::engine::ops {
 namespace {
 
-// The indices on the device, or an undefined tensor (and nullptr) for the identity.
-StatusOr<Tensor> UploadRows(Device device, std::span<const int32_t> rows) {
-  if (rows.empty()) return Tensor();
-  FZ_ASSIGN_OR_RETURN(Tensor t,
-                      Tensor::Empty({static_cast<int64_t>(rows.size())}, DType::kI32, device));
-  FZ_RETURN_IF_ERROR(CopyBytes(t.raw_data(), device, rows.data(), Device::Cpu(), t.nbytes()));
-  return t;
-}
-
+// Empty lists (the identity) reach the kernel as null.
 const int32_t* RowsOrNull(const Tensor& t) {
-  return t.defined() ? static_cast<const int32_t*>(t.raw_data()) : nullptr;
+  return t.numel() > 0 ? static_cast<const int32_t*>(t.raw_data()) : nullptr;
 }
 
 }  // namespace
@@ -29,8 +19,8 @@ Status CopyRowSlicesCuda(Device device, int64_t count, int64_t width, const Sour
   ScopedCudaDevice scope(device);
   // Freed when this returns: the caching allocator hands them out again only to work queued
   // after this launch on the same stream.
-  FZ_ASSIGN_OR_RETURN(Tensor src_rows, UploadRows(device, src.rows));
-  FZ_ASSIGN_OR_RETURN(Tensor dst_rows, UploadRows(device, dst.rows));
+  FZ_ASSIGN_OR_RETURN(Tensor src_rows, DeviceI32(src.rows, device));
+  FZ_ASSIGN_OR_RETURN(Tensor dst_rows, DeviceI32(dst.rows, device));
   cuda::RowSliceCopy p;
   p.src = src.data;
   p.src_stride = src.stride;

@@ -21,15 +21,6 @@ Status CheckGpuF32(std::string_view op, std::string_view name, const Tensor& t, 
   return CheckDeviceUsable(t.device());
 }
 
-StatusOr<Tensor> DeviceI32(std::span<const int32_t> host, Device device) {
-  FZ_ASSIGN_OR_RETURN(Tensor t,
-                      Tensor::Empty({static_cast<int64_t>(host.size())}, DType::kI32, device));
-  if (!host.empty()) {
-    FZ_RETURN_IF_ERROR(CopyBytes(t.raw_data(), device, host.data(), Device::Cpu(), t.nbytes()));
-  }
-  return t;
-}
-
 }  // namespace
 
 Status ProbeScoresCuda(const Tensor& q, const Tensor& k, std::span<const int32_t> probes,

@@ -48,10 +48,26 @@ StatusOr<Tensor> F32Copy(const Tensor& t, const char* what) {
   return out;
 }
 
+// The embedding tables as f32, made once per call and shared by its batches.
+struct EmbeddingTables {
+  Tensor position;  // [T, D]
+  Tensor cls;       // [D] (CLIP) or undefined
+};
+
+StatusOr<EmbeddingTables> F32Tables(const model::VisionConfig& c, const VisionTowerWeights& w) {
+  EmbeddingTables t;
+  FZ_ASSIGN_OR_RETURN(t.position, F32Copy(w.position_embedding, "position embedding"));
+  if (c.has_class_embedding()) {
+    FZ_ASSIGN_OR_RETURN(t.cls, F32Copy(w.class_embedding, "class embedding"));
+  }
+  return t;
+}
+
 // Patch embedding + class token + position embedding (+ CLIP's pre_layrnorm) into s.x. The patch
 // unfold reads the pixels on the host; the GEMM and everything after run on the tower's device.
-Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Tensor& pixels,
-             int64_t first, int64_t B, Scratch& s) {
+Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w,
+             const EmbeddingTables& tables, const Tensor& pixels, int64_t first, int64_t B,
+             Scratch& s) {
   const int64_t C = c.num_channels, S = c.image_size, P = c.patch_size, G = S / P;
   const int64_t D = c.hidden_size, T = c.num_positions(), K = C * P * P;
   const Device device = TowerDevice(w);
@@ -83,7 +99,6 @@ Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Te
   // x[b] = [cls;] patches[b], then x[b] += position embedding, image by image.
   float* x = static_cast<float*>(s.x.raw_data());
   if (c.has_class_embedding()) {
-    FZ_ASSIGN_OR_RETURN(Tensor cls, F32Copy(w.class_embedding, "class embedding"));
     std::vector<int32_t> cls_rows, patch_rows;
     for (int64_t b = 0; b < B; ++b) {
       cls_rows.push_back(static_cast<int32_t>(b * T));
@@ -92,7 +107,7 @@ Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Te
     const std::vector<int32_t> same_row(static_cast<size_t>(B), 0);
     FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
         device, B, D,
-        {.data = static_cast<const float*>(cls.raw_data()), .stride = D, .rows = same_row},
+        {.data = static_cast<const float*>(tables.cls.raw_data()), .stride = D, .rows = same_row},
         {.data = x, .stride = D, .rows = cls_rows}));
     FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
         device, B * G * G, D, {.data = static_cast<const float*>(patches.raw_data()), .stride = D},
@@ -100,10 +115,9 @@ Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w, const Te
   } else {
     FZ_RETURN_IF_ERROR(CopyBytes(x, device, patches.raw_data(), device, patches.nbytes()));
   }
-  FZ_ASSIGN_OR_RETURN(Tensor pos, F32Copy(w.position_embedding, "position embedding"));
   for (int64_t b = 0; b < B; ++b) {
     FZ_ASSIGN_OR_RETURN(Tensor image, s.x.Slice(b * T, (b + 1) * T));
-    FZ_RETURN_IF_ERROR(ops::Add(image, pos, image));
+    FZ_RETURN_IF_ERROR(ops::Add(image, tables.position, image));
   }
   if (c.has_pre_layernorm()) {
     FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.pre_ln_weight, w.pre_ln_bias,
@@ -190,6 +204,7 @@ StatusOr<std::vector<Tensor>> VisionTowerHiddenStates(const model::VisionConfig&
   const Device device = TowerDevice(weights);
   FZ_ASSIGN_OR_RETURN(Scratch s,
                       NewScratch(std::min(chunk, N) * T, D, config.intermediate_size, device));
+  FZ_ASSIGN_OR_RETURN(const EmbeddingTables tables, F32Tables(config, weights));
   for (int64_t first = 0; first < N; first += chunk) {
     const int64_t B = std::min(chunk, N - first);
     Scratch view = s;  // same buffers, shapes cut to this batch
@@ -205,7 +220,7 @@ StatusOr<std::vector<Tensor>> VisionTowerHiddenStates(const model::VisionConfig&
       }
       return absl::OkStatus();
     };
-    FZ_RETURN_IF_ERROR(Embed(config, weights, pixels, first, B, view));
+    FZ_RETURN_IF_ERROR(Embed(config, weights, tables, pixels, first, B, view));
     FZ_RETURN_IF_ERROR(keep(0));
     for (int64_t l = 0; l < deepest; ++l) {
       FZ_RETURN_IF_ERROR(EncoderLayer(config, weights.layers[l], B, view));

@@ -97,7 +97,7 @@ TEST_CASE("The whole decoder on the GPU matches the CPU (tiny-video text shape)"
   REQUIRE(cpu.ok());
   REQUIRE(gpu.ok());
   CHECK((*gpu)->weight_bytes() == (*cpu)->weight_bytes());
-  // The GPU's page pool is reserved whole at Create (the CPU's grows in chunks).
+  // The GPU's page pool is reserved whole at Create.
   const kv::PagePool& gpu_pool = (*gpu)->kv_pool();
   CHECK(gpu_pool.device() == Device::Cuda(0));
   CHECK(gpu_pool.bytes_reserved() ==

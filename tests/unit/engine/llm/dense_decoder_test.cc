@@ -59,8 +59,7 @@ std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, std::mt19937_64& rng) {
 // decode steps feed each sequence its own greedy token. The dense cache's pages hold
 // `page_tokens` tokens, so chunks and decode steps start and end inside pages.
 void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weights,
-                     std::mt19937_64& rng, int64_t a, int64_t b, int steps, int page_tokens = 16,
-                     bool preallocate = false) {
+                     std::mt19937_64& rng, int64_t a, int64_t b, int steps, int page_tokens = 16) {
   auto ref = Decoder::Create(config, weights);
   REQUIRE(ref.ok());
   auto pool = *kv::PagePool::Create((*ref)->KvLayout(kv::KvFormat::kF32, 16), 256);
@@ -69,9 +68,7 @@ void CompareOnScript(const model::TextConfig& config, const DecoderWeights& weig
 
   auto dense =
       dense::DenseDecoder::Create(DenseShapeOf(config), DenseTensorsOf(weights), Device::Cpu(),
-                                  {.page_tokens = page_tokens,
-                                   .max_bytes = int64_t{64} << 20,
-                                   .preallocate_on_cpu = preallocate});
+                                  {.page_tokens = page_tokens, .max_bytes = int64_t{64} << 20});
   INFO((dense.ok() ? "" : MessageOf(dense.status())));
   REQUIRE(dense.ok());
   auto cache_a = *(*dense)->NewCache(a + b + steps);
@@ -134,12 +131,9 @@ TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on random models", "[uni
   auto random = MakeRandomDecoderWeights(config, wdtype, rng(), 0.15f);
   REQUIRE(random.ok());
   // 16: pages larger than a decode batch's growth; 5: every chunk crosses page boundaries.
-  // Preallocated pools move K/V rows with one row-copy per layer (as on a GPU), others page by
-  // page.
   const int page_tokens = GENERATE(16, 5);
-  const bool preallocate = GENERATE(false, true);
-  CAPTURE(page_tokens, preallocate);
-  CompareOnScript(config, random->weights, rng, 41, 9, 4, page_tokens, preallocate);
+  CAPTURE(page_tokens);
+  CompareOnScript(config, random->weights, rng, 41, 9, 4, page_tokens);
 }
 
 TEST_CASE("DenseDecoder on the CPU matches llm::Decoder on the shipped framezip-tiny-video",
