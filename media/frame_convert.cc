@@ -94,22 +94,31 @@ StatusOr<ImageView> RgbConverter::Convert(const AVFrame& frame) {
                            sws_getCoefficients(SWS_CS_DEFAULT), /*dst_range=*/1, 0, 1 << 16,
                            1 << 16);
 
-  upright_.width = w;
-  upright_.height = h;
-  upright_.pixels.resize(static_cast<size_t>(w) * h * 3);
-  uint8_t* dst[4] = {upright_.pixels.data(), nullptr, nullptr, nullptr};
-  int dst_stride[4] = {w * 3, 0, 0, 0};
-  const int rows = sws_scale(ctx, frame.data, frame.linesize, 0, h, dst, dst_stride);
+  if (!upright_ || upright_->width != w || upright_->height != h) {
+    upright_.reset(av_frame_alloc());
+    if (!upright_) return ResourceExhaustedError("out of memory converting a {}x{} frame", w, h);
+    upright_->format = AV_PIX_FMT_RGB24;
+    upright_->width = w;
+    upright_->height = h;
+    // align 0: the CPU's widest vector alignment, what the ffmpeg tool's frames get.
+    if (av_frame_get_buffer(upright_.get(), 0) < 0) {
+      upright_.reset();
+      return ResourceExhaustedError("out of memory converting a {}x{} frame", w, h);
+    }
+  }
+  const int rows = sws_scale(ctx, frame.data, frame.linesize, 0, h, upright_->data,
+                             upright_->linesize);
   if (rows != h) return InvalidArgumentError("pixel conversion failed for a {}x{} frame", w, h);
-  if (rotation_ == 0) return upright_.View();
+  const ImageView upright{upright_->data[0], w, h, static_cast<size_t>(upright_->linesize[0])};
+  if (rotation_ == 0) return upright;
 
   const bool swap = rotation_ == 90 || rotation_ == 270;
   rotated_.width = swap ? h : w;
   rotated_.height = swap ? w : h;
-  rotated_.pixels.resize(upright_.pixels.size());
+  rotated_.pixels.resize(static_cast<size_t>(w) * h * 3);
   const int ow = rotated_.width;
   for (int y = 0; y < h; ++y) {
-    const uint8_t* src = &upright_.pixels[static_cast<size_t>(y) * w * 3];
+    const uint8_t* src = upright.Row(y);
     for (int x = 0; x < w; ++x) {
       int ox = x, oy = y;
       if (rotation_ == 90) {  // clockwise: top row becomes the right column

@@ -2,6 +2,11 @@
 // pal8 from GIF, rgb/bgr with alpha, gray...) and any size (odd sizes too) to packed RGB24, using
 // the frame's colour matrix and range, then applies the stream's display rotation so frames come
 // out upright. Reuses its scaler and buffers across frames. Internal to media/.
+//
+// The RGB buffer swscale writes into is an AVFrame from av_frame_get_buffer, padded and aligned
+// as FFmpeg's own frames are: swscale's SIMD converters store whole vectors past a row's last
+// pixel and pick their code path by the destination's alignment, so a tightly packed buffer both
+// overflows (heap corruption at some widths) and rounds differently from the ffmpeg tool.
 #pragma once
 
 #include "common/status.h"
@@ -21,7 +26,7 @@ class RgbConverter {
  private:
   int rotation_;
   SwsContextPtr sws_;
-  RgbImage upright_;
+  AvFramePtr upright_;  // rgb24, FFmpeg's padding and alignment
   RgbImage rotated_;
 };
 
