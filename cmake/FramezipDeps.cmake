@@ -15,6 +15,8 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 include(FindFramezipOpenCV)
 pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET libavformat libavcodec libavutil libswscale)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# The media workers' syscall filter (media/worker/sandbox.cc).
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 pkg_check_modules(ONIG REQUIRED IMPORTED_TARGET oniguruma)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 find_package(OpenSSL REQUIRED)  # SHA-256 for content hashes and block keys

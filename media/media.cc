@@ -1,5 +1,6 @@
 #include "media/media.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,7 +30,18 @@ struct OpenedSource {
 
 StatusOr<OpenedSource> OpenSource(const MediaSource& source, const MediaLimits& limits) {
   OpenedSource out;
-  if (source.kind == MediaSource::Kind::kFile) {
+  if (source.kind == MediaSource::Kind::kFd) {
+    struct stat st {};
+    if (source.fd < 0 || ::fstat(source.fd, &st) != 0) {
+      return InvalidArgumentError("the media descriptor cannot be read");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return FailedPreconditionError("the media descriptor is not a regular file");
+    }
+    out.size = st.st_size;
+    out.bytes.fd = source.fd;
+    out.bytes.size = st.st_size;
+  } else if (source.kind == MediaSource::Kind::kFile) {
     FZ_ASSIGN_OR_RETURN(OpenedFile file, OpenUnderRoot(source.root, source.path));
     out.size = file.size_bytes;
     out.bytes.fd = file.fd.get();
@@ -203,6 +215,45 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
           }
           PreprocessImage(rgb, preprocess, frames.height, frames.width,
                           frames.data.data() + frames.FrameSize() * i);
+          out.timestamps_s[i] = time_s;
+          return absl::OkStatus();
+        }));
+    out.stats = decoder->stats();
+  }
+  out.info.size_bytes = src.size;
+  FZ_ASSIGN_OR_RETURN(out.info.content_hash, Hash(src, options, deadline));
+  return out;
+}
+
+StatusOr<DecodedMedia> VerifyMedia(const MediaSource& source, const FrameSamplingSpec& sampling,
+                                   const MediaLimits& limits, const DecodeOptions& options) {
+  FZ_RETURN_IF_ERROR(ValidateSamplingSpec(sampling, limits));
+  const Deadline deadline(limits.max_decode_s, options.cancel);
+  FZ_ASSIGN_OR_RETURN(const OpenedSource src, OpenSource(source, limits));
+  FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> head, ReadRange(src, 0, 64 * 1024));
+  const SniffResult sniff = SniffMedia(head);
+
+  DecodedMedia out;
+  if (sniff.is_still_image) {
+    FZ_ASSIGN_OR_RETURN(const ImageBytes bytes, LoadImageBytes(src));
+    FZ_ASSIGN_OR_RETURN(const RgbImage image,
+                        internal::DecodeStillImage(bytes.view, sniff, limits));
+    out.info = ImageInfo(sniff, image.width, image.height);
+    out.timestamps_s = {0.0};
+    out.targets_s = {0.0};
+  } else {
+    FZ_ASSIGN_OR_RETURN(auto decoder, internal::VideoDecoder::Open(src.bytes, limits, &deadline));
+    out.info = decoder->info();
+    if (!sniff.mime_type.empty()) out.info.mime_type = sniff.mime_type;
+    out.targets_s =
+        PlanSampleTimes(sampling, out.info.duration_s, out.info.fps, out.info.frame_count);
+    out.timestamps_s.assign(out.targets_s.size(), 0.0);
+    // The sink sees each frame converted to RGB, as DecodeMedia's does, and keeps nothing.
+    FZ_RETURN_IF_ERROR(decoder->Sample(
+        out.targets_s, [&](size_t i, const ImageView& rgb, double time_s) -> Status {
+          if (rgb.width <= 0 || rgb.height <= 0) {
+            return InvalidArgumentError("decoded frame {} has no size", i);
+          }
           out.timestamps_s[i] = time_s;
           return absl::OkStatus();
         }));

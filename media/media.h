@@ -49,6 +49,13 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
                                    const PreprocessSpec& preprocess, const MediaLimits& limits,
                                    const DecodeOptions& options = {});
 
+// What DecodeMedia would do, short of preprocessing: opens the media, checks every limit, decodes
+// and converts to RGB exactly the frames `sampling` picks, and returns the info, the frame and
+// target timestamps and the decode stats, with `frames` left empty. Upload validation runs it so
+// that a later DecodeMedia with the same sampling does not fail on the media.
+StatusOr<DecodedMedia> VerifyMedia(const MediaSource& source, const FrameSamplingSpec& sampling,
+                                   const MediaLimits& limits, const DecodeOptions& options = {});
+
 // Decodes the whole video stream sequentially without converting frames; returns the number of
 // frames decoded. For benchmarks and diagnostics.
 StatusOr<int64_t> DecodeAllFrames(const MediaSource& source, const MediaLimits& limits);

@@ -15,21 +15,30 @@
 
 namespace framezip::media {
 
-// Where the media bytes come from. Exactly one of the two forms:
+// Where the media bytes come from. Exactly one of the three forms:
 //  - bytes: an uploaded buffer, borrowed (the caller keeps it alive for the duration of the call);
 //  - file: `path` (relative to `root`, or absolute) that must resolve, after following symlinks,
 //    to a regular file under `root`. Nothing outside `root` is ever opened.
+//  - fd: an open, readable descriptor of a regular file (or memfd), borrowed; read with pread, so
+//    its offset is left alone. A sandboxed media worker gets its input this way, opening nothing.
 struct MediaSource {
-  enum class Kind { kBytes, kFile };
+  enum class Kind { kBytes, kFile, kFd };
   Kind kind = Kind::kBytes;
   std::span<const uint8_t> bytes;
   std::filesystem::path root;
   std::string path;
+  int fd = -1;
 
   static MediaSource FromBytes(std::span<const uint8_t> data) {
     MediaSource s;
     s.kind = Kind::kBytes;
     s.bytes = data;
+    return s;
+  }
+  static MediaSource FromFd(int fd) {
+    MediaSource s;
+    s.kind = Kind::kFd;
+    s.fd = fd;
     return s;
   }
   static MediaSource FromFile(std::filesystem::path media_root, std::string file_path) {

@@ -17,6 +17,8 @@ packages=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   # kvstore: Redis client, and the server for the Redis tier's tests
   libhiredis-dev redis-server
+  # media: the sandboxed media workers' syscall filter
+  libseccomp-dev
   # tests (python3-grpcio: the Python client example runs against the server in `make test`)
   catch2 python3-grpcio python3-protobuf
 )
