@@ -57,6 +57,7 @@ struct BatchScheduler::Turn {
   TurnRequest request;
   TurnCallbacks callbacks;
   PreparedTurn prepared;
+  bool prepared_ok = false;  // Prepare succeeded (guarded by mu_)
   // Guarded by mu_.
   bool cancelled = false;
   Status cancel_reason;
@@ -74,9 +75,34 @@ struct BatchScheduler::Turn {
   TurnStats stats;
 };
 
+// The ledger a backend reserves restores through: checked against the same budget Admit uses.
+class BatchScheduler::Reservations final : public KvReservations {
+ public:
+  explicit Reservations(BatchScheduler* scheduler) : s_(scheduler) {}
+  bool TryReserve(uint64_t bytes) override {
+    std::lock_guard lock(s_->mu_);
+    const uint64_t committed = s_->backend_->KvUsedBytes() +
+                               s_->OutstandingReservationLocked() + s_->prepare_reserved_;
+    if (committed + bytes > s_->backend_->KvCapacityBytes()) return false;
+    s_->prepare_reserved_ += bytes;
+    return true;
+  }
+  void Release(uint64_t bytes) override {
+    {
+      std::lock_guard lock(s_->mu_);
+      s_->prepare_reserved_ -= std::min(bytes, s_->prepare_reserved_);
+    }
+    s_->cv_.notify_all();
+  }
+
+ private:
+  BatchScheduler* const s_;
+};
+
 BatchScheduler::BatchScheduler(std::unique_ptr<ModelBackend> backend, SchedulerOptions options)
     : backend_(std::move(backend)),
       options_(options),
+      reservations_(std::make_unique<Reservations>(this)),
       prepare_pool_("prepare", options.prepare_threads),
       step_thread_([this] { StepLoop(); }) {}
 
@@ -119,7 +145,7 @@ Status BatchScheduler::Submit(TurnRequest request, TurnCallbacks callbacks) {
 void BatchScheduler::PrepareTurn(std::shared_ptr<Turn> turn) {
   StatusOr<PreparedTurn> prepared = InternalError("prepare did not run");
   try {
-    prepared = backend_->Prepare(turn->request);
+    prepared = backend_->Prepare(turn->request, *reservations_);
   } catch (const std::exception& e) {
     FZ_LOG_ERROR("turn {}: prepare threw: {}", turn->request.turn_id, e.what());
     prepared = InternalError("preparing the turn failed (request id {})", turn->request.turn_id);
@@ -153,7 +179,11 @@ void BatchScheduler::PrepareTurn(std::shared_ptr<Turn> turn) {
       for (const std::string& s : turn->request.sampling.stop) {
         turn->max_stop_length = std::max(turn->max_stop_length, s.size());
       }
-      waiting_.push_back(turn);
+      failure = CheckPrincipalTokensLocked(*turn);
+      if (failure.ok()) {
+        turn->prepared_ok = true;
+        waiting_.push_back(turn);
+      }
     }
   }
   if (!failure.ok()) {
@@ -161,6 +191,29 @@ void BatchScheduler::PrepareTurn(std::shared_ptr<Turn> turn) {
   } else {
     cv_.notify_all();
   }
+}
+
+Status BatchScheduler::CheckPrincipalTokensLocked(const Turn& turn) const {
+  const uint64_t cap = options_.max_queued_tokens_per_principal;
+  if (cap == 0) return absl::OkStatus();
+  auto tokens_of = [](const Turn& t) {
+    return uint64_t{t.prefill_left} + uint64_t{t.max_new_tokens};
+  };
+  uint64_t queued = 0;
+  for (const auto& [id, other] : turns_) {
+    if (other.get() != &turn && other->prepared_ok &&
+        other->request.principal == turn.request.principal) {
+      queued += tokens_of(*other);
+    }
+  }
+  if (queued + tokens_of(turn) > cap) {
+    return ResourceExhaustedError(
+        "the turn needs {} tokens (prompt + max_tokens) and {} are queued or running for this "
+        "caller; the limit is {} (max_queued_tokens_per_principal); retry later or lower "
+        "max_tokens",
+        tokens_of(turn), queued, cap);
+  }
+  return absl::OkStatus();
 }
 
 void BatchScheduler::Cancel(const std::string& turn_id, Status reason) {
@@ -265,29 +318,38 @@ void BatchScheduler::ReapCancelled(std::vector<std::shared_ptr<Turn>>& finished)
 
 void BatchScheduler::Admit() {
   const uint64_t capacity = backend_->KvCapacityBytes();
-  while (!waiting_.empty() && running_.size() < options_.max_running) {
-    const std::shared_ptr<Turn>& turn = waiting_.front();
-    const uint64_t need = turn->prepared.predicted_kv_bytes;
-    uint64_t committed = backend_->KvUsedBytes() + OutstandingReservationLocked();
-    // Idle sessions whose KV is in the store make room first (their next turn restores it).
-    if (committed + need > capacity &&
-        backend_->EvictIdleSessions(committed + need - capacity) > 0) {
-      committed = backend_->KvUsedBytes() + OutstandingReservationLocked();
+  std::map<std::string, uint32_t> running_per_principal;
+  for (const auto& turn : running_) ++running_per_principal[turn->request.principal];
+  for (auto it = waiting_.begin(); it != waiting_.end() && running_.size() < options_.max_running;) {
+    const std::shared_ptr<Turn> turn = *it;
+    // A caller at its running cap waits; other callers' turns pass it.
+    if (options_.max_running_per_principal > 0 &&
+        running_per_principal[turn->request.principal] >= options_.max_running_per_principal) {
+      ++it;
+      continue;
     }
-    // FIFO: a turn that does not fit waits for running turns to finish (no overtaking, so a large
-    // turn is not starved by small ones). With nothing running, nothing will free memory.
-    if (committed + need > capacity && !running_.empty()) break;
-    if (committed + need > capacity) {
+    const uint64_t need = turn->prepared.predicted_kv_bytes;
+    auto committed = [&] {
+      return backend_->KvUsedBytes() + OutstandingReservationLocked() + prepare_reserved_;
+    };
+    // Idle sessions whose KV is in the store make room first (their next turn restores it).
+    if (committed() + need > capacity) backend_->EvictIdleSessions(committed() + need - capacity);
+    // FIFO: a turn that does not fit waits for running turns (and restores) to finish (no
+    // overtaking, so a large turn is not starved by small ones). With nothing running, nothing
+    // will free memory: refuse it now rather than admit it to fail later.
+    if (committed() + need > capacity && (!running_.empty() || prepare_reserved_ > 0)) break;
+    if (committed() + need > capacity) {
       turn->cancelled = true;
       turn->cancel_reason = ResourceExhaustedError(
-          "KV budget exceeded: the turn needs about {} bytes of KV memory and {} of {} are held "
-          "by sessions; delete idle sessions or retry later",
+          "KV budget exceeded: the turn needs up to {} bytes of KV memory and {} of {} are held "
+          "by sessions; delete idle sessions, lower max_tokens, or retry later",
           need, backend_->KvUsedBytes(), capacity);
       break;  // reaped (and finished) on the next pass
     }
     turn->admitted_at = Clock::now();
+    ++running_per_principal[turn->request.principal];
     running_.push_back(turn);
-    waiting_.pop_front();
+    it = waiting_.erase(it);
   }
 }
 
@@ -332,11 +394,16 @@ void BatchScheduler::RunStep(std::unique_lock<std::mutex>& lock) {
       budget = budget > 0 ? budget - 1 : 0;
     }
   }
+  bool prefill_added = false;
   for (const auto& turn : running_) {
     if (turn->prefill_left == 0) continue;
-    if (budget == 0 && !batch.empty()) break;
+    // Chunks are whole (prefill_chunk_tokens, or the prompt's rest), which bounds the partly
+    // filled KV pages a turn leaves (its admission counted them). The first chunk of a step runs
+    // even past the budget, so prefill always advances.
     const uint32_t chunk =
-        std::max<uint32_t>(1, std::min({turn->prefill_left, options_.prefill_chunk_tokens, budget}));
+        std::max<uint32_t>(1, std::min(turn->prefill_left, options_.prefill_chunk_tokens));
+    if (prefill_added && chunk > budget) break;
+    prefill_added = true;
     batch_turns.push_back(turn);
     StepItem item;
     item.sequence = turn->prepared.sequence.get();
@@ -415,7 +482,11 @@ bool BatchScheduler::ApplyToken(Turn& turn, const StepItem& item) {
       turn.text.resize(std::max(cut, turn.sent_length));
       turn.finish_reason = FinishReason::kStop;
       finished = true;
-    } else if (turn.stats.generated_tokens >= turn.max_new_tokens) {
+    } else if (item.stop_string) {
+      // The engine matched a stop string (and already cut it from the text).
+      turn.finish_reason = FinishReason::kStop;
+      finished = true;
+    } else if (item.length_limit || turn.stats.generated_tokens >= turn.max_new_tokens) {
       turn.finish_reason = FinishReason::kLength;
       finished = true;
     }
@@ -474,14 +545,14 @@ void BatchScheduler::FinishTurn(const std::shared_ptr<Turn>& turn, Status status
   if (p.sequence) p.sequence->ReportStats(stats);
   // Keep the finished turn's KV for the session's next turn; a failed or cancelled turn's pages
   // are freed with its sequence below.
-  if (status.ok() && !request.session_id.empty() && p.sequence) {
-    if (Status s = backend_->Commit(request.session_id, *p.sequence); !s.ok()) {
+  if (status.ok() && !request.session_key.empty() && p.sequence) {
+    if (Status s = backend_->Commit(request.session_key, *p.sequence); !s.ok()) {
       FZ_LOG_WARN("turn {}: keeping the session's KV failed: {}", request.turn_id, MessageOf(s));
     }
   }
   p.sequence.reset();
-  if (!request.session_id.empty()) {
-    stats.kv_bytes = backend_->SessionKv(request.session_id);
+  if (!request.session_key.empty()) {
+    stats.kv_bytes = backend_->SessionKv(request.session_key);
     double stored = 0;
     double f16 = 0;
     for (const KvBytes& kv : stats.kv_bytes) {

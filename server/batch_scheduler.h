@@ -9,6 +9,17 @@
 //                   prefill never stalls the decoding turns for more than one chunk.
 // Preparing + waiting turns are bounded by `max_waiting` (RESOURCE_EXHAUSTED beyond it).
 //
+// Admission cannot fail later: a turn is admitted only when its worst-case KV (the backend's
+// page-granular bound for its prompt plus max_new_tokens, capped by the context) fits beside the
+// KV in use and what every running turn was promised; otherwise it waits (FIFO, after idle
+// sessions in the store were evicted to make room), or is refused up front when it could never
+// fit. KV the backend allocates outside a turn (restoring a session from the store) is reserved
+// through the same ledger (KvReservations). A prefill chunk is never split below
+// `prefill_chunk_tokens` (only a prompt's last chunk is shorter), which bounds the partly filled
+// pages a turn may leave. Per principal (TurnRequest::principal), at most
+// `max_running_per_principal` turns run at once (later turns of others pass them) and at most
+// `max_queued_tokens_per_principal` tokens (prompt + max_new_tokens) are waiting or running.
+//
 // Cancellation (Cancel, or the request's deadline) is checked before every step: a cancelled
 // turn leaves the batch at the next step, its sequence is destroyed (freeing its pages) and
 // on_done gets the reason. Stop strings, stop token ids and max_tokens are applied here, so every
@@ -37,6 +48,8 @@ struct SchedulerOptions {
   uint32_t step_token_budget = 512;  // decode + prefill tokens per engine step
   uint32_t prefill_chunk_tokens = 256;
   int prepare_threads = 2;
+  uint32_t max_running_per_principal = 0;        // 0 = no cap
+  uint64_t max_queued_tokens_per_principal = 0;  // 0 = no cap
 };
 
 class BatchScheduler final : public TurnEngine {
@@ -52,6 +65,7 @@ class BatchScheduler final : public TurnEngine {
   std::vector<KvBytes> SessionKv(const std::string& session_id) const override;
   uint32_t SessionCachedTokens(const std::string& session_id) const override;
   EngineLoad Load() const override;
+  KvStoreHealth StoreHealth() override { return backend_->StoreHealth(); }
   void Drain(Clock::time_point deadline) override;
 
   // Engine steps run so far (for tests that check "within one step").
@@ -59,7 +73,10 @@ class BatchScheduler final : public TurnEngine {
 
  private:
   struct Turn;
+  class Reservations;
   void PrepareTurn(std::shared_ptr<Turn> turn);
+  // RESOURCE_EXHAUSTED when the turn's principal would exceed its queued-token cap (mu_ held).
+  Status CheckPrincipalTokensLocked(const Turn& turn) const;
   void StepLoop();
   // Step-loop helpers; called with mu_ held unless noted.
   void ReapCancelled(std::vector<std::shared_ptr<Turn>>& finished);
@@ -71,6 +88,7 @@ class BatchScheduler final : public TurnEngine {
 
   std::unique_ptr<ModelBackend> backend_;
   const SchedulerOptions options_;
+  std::unique_ptr<Reservations> reservations_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // wakes the step loop: new waiting turn, cancel, drain, stop
@@ -79,6 +97,7 @@ class BatchScheduler final : public TurnEngine {
   std::deque<std::shared_ptr<Turn>> waiting_;            // prepared, not admitted
   std::vector<std::shared_ptr<Turn>> running_;           // admitted, oldest first
   uint32_t preparing_ = 0;
+  uint64_t prepare_reserved_ = 0;  // KV promised to backends' restores (KvReservations)
   bool draining_ = false;
   bool drained_ = false;
   bool stopping_ = false;

@@ -45,6 +45,12 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.Int("prefill-chunk-tokens", &c.prefill_chunk_tokens, "largest prefill chunk of one turn");
   f.Int("prepare-threads", &c.prepare_threads, "threads that tokenize and encode media for turns");
   f.Int("default-max-tokens", &c.default_max_tokens, "max_tokens of turns that set none");
+  f.Int("max-running-per-principal", &c.max_running_per_principal,
+        "turns of one caller (token or tenant) running at once; 0 = no cap");
+  f.Int("max-queued-tokens-per-principal", &c.max_queued_tokens_per_principal,
+        "prompt + max_tokens of one caller's waiting and running turns; 0 = no cap");
+  f.Int("max-prompt-bytes", &c.max_prompt_bytes,
+        "text bytes of one request's prompt, refused before tokenizing when larger");
   f.Int("max-sessions", &c.max_sessions, "sessions held at most");
   f.Int("max-media-per-session", &c.max_media_per_session, "media items per session at most");
   f.Int("session-ttl-seconds", &c.session_ttl_seconds,
@@ -56,6 +62,22 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.String("media-dir", &c.media_dir,
            "where uploaded media are kept; empty = a temporary directory removed at exit", "DIR");
   f.Int("media-threads", &c.media_threads, "threads that probe uploads");
+  f.Int("max-upload-buffer-bytes", &c.max_upload_buffer_bytes,
+        "bytes all uploads in progress may hold together");
+  f.Int("upload-idle-timeout-seconds", &c.upload_idle_timeout_seconds,
+        "an upload that sends nothing for this long is ended");
+  f.String("media-isolation", &c.media_isolation,
+           "where untrusted media is decoded: 'process' (sandboxed worker processes) or 'none' "
+           "(in the server, trusted inputs only)",
+           "MODE");
+  f.String("media-worker", &c.media_worker,
+           "the media worker binary; empty = framezip-media-worker beside framezip-server",
+           "FILE");
+  f.Int("media-workers", &c.media_workers, "media worker processes decoding at once");
+  f.Int("media-worker-memory-bytes", &c.media_worker_memory_bytes,
+        "address-space limit of one media worker");
+  f.Int("media-worker-cpu-seconds", &c.media_worker_cpu_seconds,
+        "CPU time one media decode may use");
   f.Int("max-message-bytes", &c.max_message_bytes,
         "largest gRPC message received (Generate's inline media; uploads come in chunks)");
   f.Int("keepalive-time-seconds", &c.keepalive_time_seconds,
@@ -65,7 +87,13 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.Int("min-client-ping-interval-seconds", &c.min_client_ping_interval_seconds,
         "client pings closer than this are strikes (clients pinging every 30 s are fine)");
   f.String("auth-token-file", &c.auth_token_file,
-           "require 'authorization: Bearer <token>' with a token from this file", "FILE");
+           "require 'authorization: Bearer <token>' with a token from this file ('TOKEN' or "
+           "'NAME TOKEN' a line)",
+           "FILE");
+  f.String("tenant-header", &c.tenant_header,
+           "metadata key a trusted proxy sets to the tenant a call acts for; empty = off", "KEY");
+  f.String("tenant-proxy-principals", &c.tenant_proxy_principals,
+           "comma-separated token names allowed to set --tenant-header", "NAMES");
   f.String("tls-cert-file", &c.tls_cert_file, "serve TLS with this PEM certificate chain",
            "FILE");
   f.String("tls-key-file", &c.tls_key_file, "PEM private key of --tls-cert-file", "FILE");
@@ -169,6 +197,30 @@ Status ValidateServerConfig(const ServerConfig& c) {
   FZ_RETURN_IF_ERROR(positive(c.max_upload_bytes, "max-upload-bytes"));
   FZ_RETURN_IF_ERROR(positive(c.max_frames, "max-frames"));
   FZ_RETURN_IF_ERROR(positive(c.media_threads, "media-threads"));
+  FZ_RETURN_IF_ERROR(positive(c.max_prompt_bytes, "max-prompt-bytes"));
+  FZ_RETURN_IF_ERROR(positive(c.max_upload_buffer_bytes, "max-upload-buffer-bytes"));
+  FZ_RETURN_IF_ERROR(positive(c.upload_idle_timeout_seconds, "upload-idle-timeout-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.media_workers, "media-workers"));
+  FZ_RETURN_IF_ERROR(positive(c.media_worker_memory_bytes, "media-worker-memory-bytes"));
+  FZ_RETURN_IF_ERROR(positive(c.media_worker_cpu_seconds, "media-worker-cpu-seconds"));
+  if (c.max_running_per_principal < 0) {
+    return InvalidArgumentError("--max-running-per-principal: must be >= 0");
+  }
+  if (c.max_queued_tokens_per_principal < 0) {
+    return InvalidArgumentError("--max-queued-tokens-per-principal: must be >= 0");
+  }
+  if (c.max_prompt_bytes > (int64_t{16} << 20)) {
+    return InvalidArgumentError("--max-prompt-bytes: {} is over the limit of 16 MiB",
+                                c.max_prompt_bytes);
+  }
+  if (c.default_max_tokens > (1 << 20)) {
+    return InvalidArgumentError("--default-max-tokens: {} is over the limit of 1048576",
+                                c.default_max_tokens);
+  }
+  if (c.media_isolation != "process" && c.media_isolation != "none") {
+    return InvalidArgumentError("--media-isolation: '{}' is not 'process' or 'none'",
+                                c.media_isolation);
+  }
   FZ_RETURN_IF_ERROR(positive(c.max_message_bytes, "max-message-bytes"));
   FZ_RETURN_IF_ERROR(positive(c.keepalive_time_seconds, "keepalive-time-seconds"));
   FZ_RETURN_IF_ERROR(positive(c.keepalive_timeout_seconds, "keepalive-timeout-seconds"));

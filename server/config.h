@@ -38,6 +38,9 @@ struct ServerConfig {
   int prefill_chunk_tokens = 256;
   int prepare_threads = 2;
   int default_max_tokens = 256;
+  int max_running_per_principal = 8;               // 0 = no cap
+  int64_t max_queued_tokens_per_principal = 1 << 20;  // prompt + max_tokens; 0 = no cap
+  int64_t max_prompt_bytes = 256 * 1024;
   // Sessions and media
   int max_sessions = 1024;
   int max_media_per_session = 8;
@@ -48,6 +51,15 @@ struct ServerConfig {
   double max_video_seconds = 4 * 3600.0;
   std::string media_dir;  // empty = a temporary directory removed at exit
   int media_threads = 2;
+  int64_t max_upload_buffer_bytes = int64_t{2} << 30;
+  int upload_idle_timeout_seconds = 30;
+  // Media decoding of untrusted bytes: "process" (sandboxed worker processes) or "none" (in this
+  // process; only for trusted inputs).
+  std::string media_isolation = "process";
+  std::string media_worker;  // the worker binary; empty = framezip-media-worker beside this one
+  int media_workers = 2;
+  int64_t media_worker_memory_bytes = int64_t{4} << 30;
+  int media_worker_cpu_seconds = 120;
   // gRPC transport
   int64_t max_message_bytes = int64_t{16} << 20;
   int keepalive_time_seconds = 60;
@@ -55,6 +67,8 @@ struct ServerConfig {
   int min_client_ping_interval_seconds = 10;
   // Security
   std::string auth_token_file;
+  std::string tenant_header;
+  std::string tenant_proxy_principals;  // comma-separated
   std::string tls_cert_file;
   std::string tls_key_file;
   // Internal cadence of session expiry and gauge refresh.

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <thread>
 
 #include "common/logging.h"
 #include "engine/runtime/engine.h"
 #include "kvstore/service/remote_store.h"
 #include "kvstore/tiered_store.h"
 #include "media/media.h"
+#include "server/media_probe.h"
 #include "server/preprocess_spec.h"
 
 namespace framezip::server {
@@ -76,9 +79,9 @@ class EngineBackend::Sequence final : public BackendSequence {
       if (conversation_->decoding() || conversation_->starting()) {
         owner_->engine_->Cancel(*conversation_);
       }
-      if (started_ && !session_id_.empty()) owner_->DropConversation(session_id_, conversation_);
+      if (started_ && !session_key_.empty()) owner_->DropConversation(session_key_, conversation_);
     }
-    if (holds_session_) owner_->EndTurn(session_id_);
+    if (holds_session_) owner_->EndTurn(session_key_);
   }
   uint64_t allocated_bytes() const override {
     const uint64_t now = conversation_ != nullptr ? conversation_->kv_bytes() : 0;
@@ -100,7 +103,7 @@ class EngineBackend::Sequence final : public BackendSequence {
   }
 
   EngineBackend* owner_ = nullptr;
-  std::string session_id_;
+  std::string session_key_;
   rt::Conversation* conversation_ = nullptr;
   std::unique_ptr<rt::Conversation> owned_;  // stateless turns
   std::vector<rt::Message> messages_;        // this turn's new messages
@@ -108,18 +111,25 @@ class EngineBackend::Sequence final : public BackendSequence {
   rt::TurnOptions options_;
   uint64_t kv_at_start_ = 0;
   bool started_ = false;         // a step ran (part of) this turn
-  bool finish_pending_ = false;  // the engine finished with text: end the turn on the next step
   bool committed_ = false;
   bool holds_session_ = false;  // the session is marked busy for this turn
   std::vector<std::array<uint8_t, 32>> media_hashes_;  // of this turn's new media (store keys)
 };
 
-StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(const ServerConfig& config) {
+StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
+    const ServerConfig& config, std::shared_ptr<media::MediaBackend> media) {
+  if (media == nullptr) return InvalidArgumentError("the engine needs a media backend");
   rt::EngineOptions options;
   options.kv_max_bytes = config.kv_budget_bytes > 0 ? config.kv_budget_bytes : int64_t{1} << 30;
   options.prefill_chunk_tokens = config.prefill_chunk_tokens;
   options.default_policy = config.default_policy;
   std::unique_ptr<EngineBackend> b(new EngineBackend());
+  b->prefill_chunk_tokens_ = config.prefill_chunk_tokens;
+  b->media_ = std::move(media);
+  b->media_limits_ =
+      MediaLimitsFor(UploadLimitsFrom(config), static_cast<uint32_t>(config.max_frames));
+  // A turn's decode also preprocesses, which the upload's check does not: more time.
+  b->media_limits_.max_decode_s = std::max(b->media_limits_.max_decode_s, 120.0);
   FZ_ASSIGN_OR_RETURN(b->engine_, rt::Engine::Load(config.model_dir, options));
   const auto& c = b->engine_->config();
   b->kv_capacity_bytes_ = static_cast<uint64_t>(options.kv_max_bytes);
@@ -167,18 +177,18 @@ EngineBackend::~EngineBackend() {
 
 KvPrecision EngineBackend::Precision() const { return KvPrecision::kF16; }
 
-StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
+StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvReservations& kv) {
   auto seq = std::make_unique<Sequence>();
   seq->owner_ = this;
-  seq->session_id_ = request.session_id;
+  seq->session_key_ = request.session_key;
   size_t first_new = 0;
   double restore_seconds = 0;
   KvTier restore_tier = KvTier::kDevice;
-  if (!request.session_id.empty()) {
+  if (!request.session_key.empty()) {
     bool evicted = false;
     {
       std::lock_guard lock(mu_);
-      SessionState& state = sessions_[request.session_id];
+      SessionState& state = sessions_[request.session_key];
       if (state.busy) {
         return FailedPreconditionError("session '{}' already has a turn in progress",
                                        request.session_id);
@@ -192,10 +202,16 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
     std::unique_ptr<rt::Conversation> restored;
     engine::kv::SegmentMark restored_mark;
     bool forget_store = false;
-    if (evicted && kv_cache_ != nullptr && kv_cache_->segments(request.session_id) > 0) {
+    if (evicted && kv_cache_ != nullptr && kv_cache_->segments(request.session_key) > 0) {
       KvTier tier = KvTier::kHost;
       StatusOr<rt::RestoredConversation> r =
-          RestoreFromStore(request.session_id, &restore_seconds, &tier);
+          RestoreFromStore(request, kv, &restore_seconds, &tier);
+      // No KV room for the restore within the turn's patience: refuse the turn (nothing of the
+      // session is lost; its next turn restores).
+      if (absl::IsResourceExhausted(r.status()) || absl::IsCancelled(r.status()) ||
+          absl::IsDeadlineExceeded(r.status())) {
+        return r.status();
+      }
       if (r.ok()) {
         restore_tier = tier;
         restored = std::move(r->conversation);
@@ -210,9 +226,9 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
       forget_store = true;
     }
     // Starting over from the first message: the store's segments no longer continue this KV.
-    if (forget_store && kv_cache_ != nullptr) kv_cache_->Release(request.session_id);
+    if (forget_store && kv_cache_ != nullptr) kv_cache_->Release(request.session_key);
     std::lock_guard lock(mu_);
-    SessionState& state = sessions_[request.session_id];
+    SessionState& state = sessions_[request.session_key];
     if (restored != nullptr) {
       state.conversation = std::move(restored);
       state.mark = std::move(restored_mark);
@@ -258,13 +274,16 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
         return InvalidArgumentError("media_id '{}' is not in the request", part.media_id);
       }
       const std::filesystem::path path(it->path);
-      media::FrameSamplingSpec sampling;
-      sampling.num_frames = std::max<int>(1, static_cast<int>(it->frame_timestamps.size()));
-      media::MediaLimits limits;
+      // The sampling and limits the upload was validated with, so this decode does not fail
+      // where the upload passed; in the media workers (config media_isolation).
+      const media::FrameSamplingSpec sampling = ChatSampling(*it);
+      media::MediaLimits limits = media_limits_;
       limits.max_frames = std::max(limits.max_frames, sampling.num_frames);
-      StatusOr<media::DecodedMedia> decoded = media::DecodeMedia(
+      media::DecodeOptions decode_options;
+      decode_options.cancel = request.cancel_flag.get();
+      StatusOr<media::DecodedMedia> decoded = media_->Decode(
           media::MediaSource::FromFile(path.parent_path(), path.filename().string()), sampling,
-          spec, limits);
+          spec, limits, decode_options);
       if (!decoded.ok()) return Annotate(decoded.status(), fmt::format("media '{}'", it->name));
       const media::FrameBatch& fb = decoded->frames;
       FZ_ASSIGN_OR_RETURN(engine::Tensor pixels,
@@ -309,9 +328,13 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request) {
   turn.prompt_tokens = static_cast<uint32_t>(cached + to_prefill);
   turn.cached_tokens = static_cast<uint32_t>(cached);
   turn.visual_tokens_before_pruning = turn.visual_tokens_after_pruning = visual_estimate;
-  turn.max_new_tokens = s.max_tokens + 1;  // the engine's own limit ends the turn first
-  turn.predicted_kv_bytes =
-      static_cast<uint64_t>(to_prefill + s.max_tokens + 16) * kv_bytes_per_token_;
+  // The prompt fits the context (PrepareTurn checked); the answer gets what is left of it.
+  const int64_t room = engine_->context_tokens() - cached - to_prefill;
+  turn.max_new_tokens =
+      static_cast<uint32_t>(std::clamp<int64_t>(std::min<int64_t>(s.max_tokens, room), 1,
+                                                std::numeric_limits<uint32_t>::max()));
+  turn.predicted_kv_bytes = engine_->KvGrowthBound(*seq->conversation_, to_prefill,
+                                                   prefill_chunk_tokens_, turn.max_new_tokens);
   turn.media_decode_seconds = decode_seconds;
   turn.vision_encode_seconds = vision_seconds;
   turn.kv_restore_seconds = restore_seconds;
@@ -325,14 +348,22 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
   auto emit = [](StepItem& item, Sequence& seq, const rt::StepOutput& out) {
     item.emitted = true;
     item.text = out.delta;
-    const auto& ids = seq.conversation_->current().token_ids;
-    item.token_id = ids.empty() ? 0 : static_cast<uint32_t>(ids.back());
-    if (out.finished) {
-      if (out.delta.empty()) {
-        item.end_of_turn = true;
-      } else {
-        seq.finish_pending_ = true;
-      }
+    const rt::TurnResult& current = seq.conversation_->current();
+    item.token_id = current.token_ids.empty() ? 0 : static_cast<uint32_t>(current.token_ids.back());
+    if (!out.finished) return;
+    switch (current.stats.stop_reason) {
+      case engine::llm::StopReason::kStopToken:
+        item.end_of_turn = true;  // its text is never shown
+        item.text.clear();
+        break;
+      case engine::llm::StopReason::kStopString:
+        item.stop_string = true;
+        break;
+      case engine::llm::StopReason::kMaxTokens:
+      case engine::llm::StopReason::kNone:
+      case engine::llm::StopReason::kCancelled:
+        item.length_limit = true;
+        break;
     }
   };
   // Prefill chunks of starting turns and decode tokens of running ones: ONE engine step, one
@@ -342,11 +373,6 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
   for (StepItem& item : batch) {
     auto& seq = static_cast<Sequence&>(*item.sequence);
     rt::Conversation* c = seq.conversation_;
-    if (seq.finish_pending_) {
-      item.emitted = true;
-      item.end_of_turn = true;
-      continue;
-    }
     if (c->starting()) {
       // The scheduler counts the same prompt tokens as the engine; should they ever disagree, a
       // starting turn still advances (never a decode item for it, which would fail the step).
@@ -373,15 +399,17 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
   return absl::OkStatus();
 }
 
-Status EngineBackend::Commit(const std::string& session_id, BackendSequence& sequence) {
+Status EngineBackend::Commit(const std::string& session_key, BackendSequence& sequence) {
   auto& seq = static_cast<Sequence&>(sequence);
   // The scheduler may end a turn (its own stop rules) while the engine still decodes it.
   if (seq.conversation_->decoding()) engine_->Cancel(*seq.conversation_);
   {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || it->second.conversation.get() != seq.conversation_) {
-      return FailedPreconditionError("session '{}' was released during its turn", session_id);
+    auto it = sessions_.find(session_key);
+    if (it == sessions_.end() || it->second.released ||
+        it->second.conversation.get() != seq.conversation_) {
+      return FailedPreconditionError("session '{}' was released during its turn",
+                                     SessionIdOfKey(session_key));
     }
     SessionState& state = it->second;
     state.messages_fed = seq.messages_total_ + 1;  // + the reply
@@ -393,10 +421,10 @@ Status EngineBackend::Commit(const std::string& session_id, BackendSequence& seq
     seq.committed_ = true;
   }
   // The session is still busy (this turn holds it), so its conversation is ours to read.
-  if (Status s = CommitToStore(session_id, *seq.conversation_); !s.ok()) {
+  if (Status s = CommitToStore(session_key, *seq.conversation_); !s.ok()) {
     FZ_LOG_WARN("session '{}': committing its KV to the store failed: {} (kept in engine memory; "
                 "retried at the next turn and at drain)",
-                session_id, MessageOf(s));
+                SessionIdOfKey(session_key), MessageOf(s));
   }
   return absl::OkStatus();
 }
@@ -405,7 +433,7 @@ std::string EngineBackend::CompressionConfig(const rt::Conversation& conversatio
   return fmt::format("policy={};kv={}", conversation.policy(), KvPrecisionName(Precision()));
 }
 
-Status EngineBackend::CommitToStore(const std::string& session_id,
+Status EngineBackend::CommitToStore(const std::string& session_key,
                                     const rt::Conversation& conversation) {
   if (kv_cache_ == nullptr) return absl::OkStatus();
   engine::kv::SegmentMark since;
@@ -413,7 +441,7 @@ Status EngineBackend::CommitToStore(const std::string& session_id,
   size_t messages = 0;
   {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
+    auto it = sessions_.find(session_key);
     if (it == sessions_.end()) return absl::OkStatus();
     since = it->second.mark;
     media = it->second.pending_media;
@@ -421,11 +449,11 @@ Status EngineBackend::CommitToStore(const std::string& session_id,
   }
   FZ_ASSIGN_OR_RETURN(rt::ConversationSegment segment,
                       engine_->ExportConversation(conversation, since, kv_max_block_bytes_));
-  FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_id, std::move(segment.encoded.blocks),
+  FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_key, std::move(segment.encoded.blocks),
                                               segment.tokens, media,
                                               CompressionConfig(conversation), Precision()));
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
+  auto it = sessions_.find(session_key);
   if (it != sessions_.end()) {
     it->second.mark = std::move(segment.encoded.next_mark);
     it->second.pending_media.clear();
@@ -435,21 +463,47 @@ Status EngineBackend::CommitToStore(const std::string& session_id,
   return absl::OkStatus();
 }
 
-StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const std::string& session_id,
+Status EngineBackend::ReserveForRestore(const TurnRequest& request, KvReservations& kv,
+                                        uint64_t bytes) {
+  // Running turns were promised their KV: wait for room (they finish, idle sessions are
+  // evicted) rather than take it, up to the turn's deadline or a minute.
+  const Clock::time_point give_up =
+      std::min(request.deadline, Clock::now() + std::chrono::seconds(60));
+  for (;;) {
+    if (kv.TryReserve(bytes)) return absl::OkStatus();
+    EvictIdleSessions(bytes);
+    if (kv.TryReserve(bytes)) return absl::OkStatus();
+    if (request.cancel_flag && request.cancel_flag->load()) {
+      return CancelledError("the client cancelled the call");
+    }
+    if (Clock::now() >= give_up) {
+      return ResourceExhaustedError(
+          "KV budget exceeded: restoring the session's {} bytes of KV found no room while other "
+          "turns run; retry later",
+          bytes);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const TurnRequest& request,
+                                                                   KvReservations& kv,
                                                                    double* seconds,
                                                                    KvTier* tier) {
+  const std::string& session_key = request.session_key;
   const auto t0 = Clock::now();
-  FZ_ASSIGN_OR_RETURN(LoadedSessionKv loaded, kv_cache_->Load(session_id));
+  FZ_ASSIGN_OR_RETURN(LoadedSessionKv loaded, kv_cache_->Load(session_key));
   std::vector<engine::kv::DecodedSegment> segments;
   segments.reserve(loaded.segments.size());
   for (const std::vector<std::string>& blocks : loaded.segments) {
     FZ_ASSIGN_OR_RETURN(engine::kv::DecodedSegment d, engine::kv::DecodeSegment(blocks));
     segments.push_back(std::move(d));
   }
+  // The codec's bytes hold every page image whole (plus positions and headers): an upper bound
+  // of the pages the restore allocates.
+  FZ_RETURN_IF_ERROR(ReserveForRestore(request, kv, loaded.bytes));
   StatusOr<rt::RestoredConversation> attempt = engine_->RestoreConversation(segments);
-  if (absl::IsResourceExhausted(attempt.status()) && EvictIdleSessions(loaded.bytes) > 0) {
-    attempt = engine_->RestoreConversation(segments);  // idle sessions made room
-  }
+  kv.Release(loaded.bytes);  // the pages, if any, now count as used
   if (!attempt.ok()) return attempt.status();
   rt::RestoredConversation restored = *std::move(attempt);
   *seconds = Seconds(Clock::now() - t0);
@@ -469,18 +523,23 @@ StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const std::st
   }
   FZ_LOG_INFO("session '{}': restored {} tokens of KV from the store ({} segments, {} bytes, {} "
               "tier) in {:.3f} s",
-              session_id, restored.conversation->cached_tokens(), segments.size(), loaded.bytes,
+              SessionIdOfKey(session_key), restored.conversation->cached_tokens(), segments.size(), loaded.bytes,
               KvTierName(*tier), *seconds);
   return restored;
 }
 
-void EngineBackend::EndTurn(const std::string& session_id) {
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it != sessions_.end()) {
+void EngineBackend::EndTurn(const std::string& session_key) {
+  bool released = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_key);
+    if (it == sessions_.end()) return;
     it->second.busy = false;
     it->second.last_used = Clock::now();
+    released = it->second.released;
   }
+  // Released while this turn ran (DeleteSession): nothing of it is kept.
+  if (released) ReleaseSession(session_key);
 }
 
 uint64_t EngineBackend::EvictIdleSessions(uint64_t bytes) {
@@ -510,30 +569,33 @@ uint64_t EngineBackend::EvictIdleSessions(uint64_t bytes) {
   return freed;  // the conversations (and their pages) are freed here
 }
 
-void EngineBackend::DropConversation(const std::string& session_id, rt::Conversation* expected) {
+void EngineBackend::DropConversation(const std::string& session_key, rt::Conversation* expected) {
   std::unique_ptr<rt::Conversation> dropped;
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
+  auto it = sessions_.find(session_key);
   if (it == sessions_.end() || it->second.conversation.get() != expected) return;
   // The session's last committed state may be in the store: the next turn restores it. Without a
   // store (or before any commit) it starts over from the first message.
   dropped = std::move(it->second.conversation);
-  if (kv_cache_ == nullptr || kv_cache_->segments(session_id) == 0) {
+  if (kv_cache_ == nullptr || kv_cache_->segments(session_key) == 0) {
     it->second.messages_fed = 0;
   }
   it->second.kv_bytes = 0;
 }
 
-std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_id) {
+std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_key) {
   std::unique_ptr<rt::Conversation> conversation;
   uint64_t bytes = 0;
   {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
+    auto it = sessions_.find(session_key);
     if (it == sessions_.end()) return {};
-    // A running turn holds a pointer to the conversation: leave it to that turn's end (its
-    // sequence drops or commits it; the session store then releases it again).
-    if (it->second.busy) return {};
+    // A running turn holds a pointer to the conversation: its end (EndTurn) frees everything,
+    // and Commit refuses to keep anything meanwhile.
+    if (it->second.busy) {
+      it->second.released = true;
+      return {};
+    }
     bytes = it->second.conversation != nullptr ? it->second.kv_bytes : 0;
     conversation = std::move(it->second.conversation);
     sessions_.erase(it);
@@ -541,16 +603,16 @@ std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_id
   std::vector<KvBytes> freed;
   if (bytes > 0) freed.push_back({KvTier::kDevice, Precision(), bytes});
   if (kv_cache_ != nullptr) {
-    for (const KvBytes& b : kv_cache_->Release(session_id)) freed.push_back(b);
+    for (const KvBytes& b : kv_cache_->Release(session_key)) freed.push_back(b);
   }
   return freed;
 }
 
-std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_id) const {
+std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_key) const {
   std::vector<KvBytes> out;
   {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
+    auto it = sessions_.find(session_key);
     if (it == sessions_.end()) return {};
     if (it->second.conversation != nullptr && it->second.kv_bytes > 0) {
       // By page format as of the conversation's last turn (a compressing policy mixes f16, int4
@@ -571,14 +633,19 @@ std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_id) con
     }
   }
   if (kv_cache_ != nullptr) {
-    for (const KvBytes& b : kv_cache_->Bytes(session_id)) out.push_back(b);
+    for (const KvBytes& b : kv_cache_->Bytes(session_key)) out.push_back(b);
   }
   return out;
 }
 
-uint32_t EngineBackend::SessionCachedTokens(const std::string& session_id) const {
+KvStoreHealth EngineBackend::StoreHealth() {
+  if (kv_cache_ == nullptr) return {};
+  return kv_cache_->Health();
+}
+
+uint32_t EngineBackend::SessionCachedTokens(const std::string& session_key) const {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
+  auto it = sessions_.find(session_key);
   return it == sessions_.end() ? 0 : it->second.cached_tokens;
 }
 
@@ -606,7 +673,7 @@ Status EngineBackend::FlushSessions() {
   Status first_error;
   for (const auto& [id, conversation] : behind) {
     if (Status s = CommitToStore(id, *conversation); !s.ok()) {
-      FZ_LOG_ERROR("drain: session '{}' KV not flushed: {}", id, MessageOf(s));
+      FZ_LOG_ERROR("drain: session '{}' KV not flushed: {}", SessionIdOfKey(id), MessageOf(s));
       first_error.Update(s);
     }
   }

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "engine/kv/page_codec.h"
+#include "media/media_backend.h"
 #include "server/config.h"
 #include "server/model_backend.h"
 #include "server/session_kv_cache.h"
@@ -45,19 +46,22 @@ namespace framezip::server {
 class EngineBackend final : public ModelBackend {
  public:
   // Loads config.model_dir (NOT_FOUND / INVALID_ARGUMENT naming the file or tensor).
-  static StatusOr<std::unique_ptr<EngineBackend>> Load(const ServerConfig& config);
+  // `media` decodes the turns' media (shared with the server's upload validation).
+  static StatusOr<std::unique_ptr<EngineBackend>> Load(const ServerConfig& config,
+                                                       std::shared_ptr<media::MediaBackend> media);
   ~EngineBackend() override;
 
   const ModelDescription& model() const override { return model_; }
-  StatusOr<PreparedTurn> Prepare(const TurnRequest& request) override;
+  StatusOr<PreparedTurn> Prepare(const TurnRequest& request, KvReservations& kv) override;
   Status Step(std::span<StepItem> batch) override;
-  Status Commit(const std::string& session_id, BackendSequence& sequence) override;
-  std::vector<KvBytes> ReleaseSession(const std::string& session_id) override;
-  std::vector<KvBytes> SessionKv(const std::string& session_id) const override;
-  uint32_t SessionCachedTokens(const std::string& session_id) const override;
+  Status Commit(const std::string& session_key, BackendSequence& sequence) override;
+  std::vector<KvBytes> ReleaseSession(const std::string& session_key) override;
+  std::vector<KvBytes> SessionKv(const std::string& session_key) const override;
+  uint32_t SessionCachedTokens(const std::string& session_key) const override;
   uint64_t KvUsedBytes() const override;
   uint64_t KvCapacityBytes() const override { return kv_capacity_bytes_; }
   Status FlushSessions() override;
+  KvStoreHealth StoreHealth() override;
   uint64_t EvictIdleSessions(uint64_t bytes) override;
 
   // The session KV store; nullptr when config `kvstore` is "none".
@@ -71,6 +75,7 @@ class EngineBackend final : public ModelBackend {
     uint64_t kv_bytes = 0;    // as of the last commit
     uint32_t cached_tokens = 0;
     bool busy = false;            // a turn is being prepared or run on it
+    bool released = false;        // released while busy: freed when the turn ends
     bool store_current = false;   // the store holds everything the conversation does
     size_t stored_messages = 0;   // messages_fed as of the store's last segment
     engine::kv::SegmentMark mark;  // where the next segment for the store starts
@@ -79,24 +84,30 @@ class EngineBackend final : public ModelBackend {
   };
   EngineBackend() = default;
   // Drops a session's conversation after a failed turn (step thread or prepare pool).
-  void DropConversation(const std::string& session_id, engine::runtime::Conversation* expected);
+  void DropConversation(const std::string& session_key, engine::runtime::Conversation* expected);
   // The end of a turn's hold on its session (every turn, whatever its outcome).
-  void EndTurn(const std::string& session_id);
-  // A conversation rebuilt from the session's segments in the store.
-  StatusOr<engine::runtime::RestoredConversation> RestoreFromStore(const std::string& session_id,
+  void EndTurn(const std::string& session_key);
+  // A conversation rebuilt from the session's segments in the store, its pages reserved through
+  // `kv` first (waiting for room up to the turn's deadline).
+  StatusOr<engine::runtime::RestoredConversation> RestoreFromStore(const TurnRequest& request,
+                                                                   KvReservations& kv,
                                                                    double* seconds,
                                                                    KvTier* tier);
+  Status ReserveForRestore(const TurnRequest& request, KvReservations& kv, uint64_t bytes);
   // Exports what `conversation` added since the session's mark and commits it to the store
   // (no-op without a store). Called with the session not running a turn.
-  Status CommitToStore(const std::string& session_id,
+  Status CommitToStore(const std::string& session_key,
                        const engine::runtime::Conversation& conversation);
   KvPrecision Precision() const;
   std::string CompressionConfig(const engine::runtime::Conversation& conversation) const;
 
+  std::shared_ptr<media::MediaBackend> media_;
+  media::MediaLimits media_limits_;
   std::unique_ptr<engine::runtime::Engine> engine_;
   ModelDescription model_;
   uint64_t kv_capacity_bytes_ = 0;
   uint64_t kv_bytes_per_token_ = 0;
+  int64_t prefill_chunk_tokens_ = 0;
   mutable std::mutex mu_;
   std::map<std::string, SessionState> sessions_;  // guarded by mu_
   std::unique_ptr<SessionKvCache> kv_cache_;

@@ -6,11 +6,15 @@
 #include <memory>
 
 #include "common/status.h"
+#include "media/media_backend.h"
 #include "server/config.h"
 #include "server/turn_engine.h"
 
 namespace framezip::server {
 
-StatusOr<std::unique_ptr<TurnEngine>> CreateEngine(const ServerConfig& config);
+// `media` decodes the turns' media (server/media_backend_factory.h); shared with the server's
+// upload validation.
+StatusOr<std::unique_ptr<TurnEngine>> CreateEngine(const ServerConfig& config,
+                                                   std::shared_ptr<media::MediaBackend> media);
 
 }  // namespace framezip::server

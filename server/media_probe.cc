@@ -4,26 +4,45 @@
 #include <cmath>
 #include <exception>
 
+#include "common/client_text.h"
 #include "media/content_hash.h"
-#include "media/media.h"
 
 namespace framezip::server {
 
-StatusOr<MediaInfo> ProbeUpload(std::span<const uint8_t> bytes, const std::string& declared_mime,
-                                const UploadLimits& limits) {
-  media::MediaLimits media_limits;
-  media_limits.max_bytes = static_cast<int64_t>(limits.max_upload_bytes);
-  media_limits.max_duration_s = limits.max_duration_seconds;
-  media_limits.max_width = limits.max_width;
-  media_limits.max_height = limits.max_height;
-  media_limits.max_frames = static_cast<int>(limits.max_frames);
-  media_limits.max_decode_s = limits.max_probe_seconds;
-  StatusOr<media::MediaInfo> probed = InternalError("probe did not run");
-  try {
-    probed = media::ProbeMedia(media::MediaSource::FromBytes(bytes), media_limits);
-  } catch (const std::exception& e) {
-    return InvalidArgumentError("the media could not be read: {}", e.what());
-  }
+UploadLimits UploadLimitsFrom(const ServerConfig& config) {
+  UploadLimits limits;
+  limits.max_upload_bytes = static_cast<uint64_t>(config.max_upload_bytes);
+  limits.max_duration_seconds = config.max_video_seconds;
+  limits.max_frames = static_cast<uint32_t>(config.max_frames);
+  return limits;
+}
+
+media::MediaLimits MediaLimitsFor(const UploadLimits& limits, uint32_t frames) {
+  media::MediaLimits m;
+  m.max_bytes = static_cast<int64_t>(limits.max_upload_bytes);
+  m.max_duration_s = limits.max_duration_seconds;
+  m.max_width = limits.max_width;
+  m.max_height = limits.max_height;
+  m.max_frames = static_cast<int>(std::max(frames, limits.max_frames));
+  m.max_decode_s = limits.max_probe_seconds;
+  return m;
+}
+
+media::FrameSamplingSpec ChatSampling(const MediaInfo& info) {
+  media::FrameSamplingSpec sampling;
+  sampling.mode = media::FrameSamplingSpec::Mode::kUniform;
+  sampling.num_frames = std::max<int>(1, static_cast<int>(info.frame_timestamps.size()));
+  return sampling;
+}
+
+StatusOr<MediaInfo> ValidateMedia(media::MediaBackend& backend, const std::filesystem::path& file,
+                                  const std::string& declared_mime, const UploadLimits& limits,
+                                  const FrameSpec& frames, const VisionDescription& vision,
+                                  uint32_t max_frames) {
+  const media::MediaSource source =
+      media::MediaSource::FromFile(file.parent_path(), file.filename().string());
+  StatusOr<media::MediaInfo> probed =
+      backend.Probe(source, MediaLimitsFor(limits, max_frames));
   if (!probed.ok()) return probed.status();
   const media::MediaInfo& p = *probed;
   MediaInfo info;
@@ -32,9 +51,9 @@ StatusOr<MediaInfo> ProbeUpload(std::span<const uint8_t> bytes, const std::strin
   if (!declared_mime.empty() && declared_mime.rfind("image/", 0) == 0 &&
       info.kind == MediaKind::kVideo) {
     return InvalidArgumentError("metadata.mime_type says '{}' but the bytes are a video ({})",
-                                declared_mime, p.codec);
+                                ClientText(declared_mime), p.codec);
   }
-  info.size_bytes = bytes.size();
+  info.size_bytes = static_cast<uint64_t>(std::max<int64_t>(p.size_bytes, 0));
   info.content_hash = media::ToHex(p.content_hash);
   info.duration_seconds = p.duration_s;
   info.fps = p.fps;
@@ -42,6 +61,22 @@ StatusOr<MediaInfo> ProbeUpload(std::span<const uint8_t> bytes, const std::strin
   info.height = static_cast<uint32_t>(std::max(p.height, 0));
   info.codec = p.codec;
   info.container = p.container;
+  info.frames = frames;
+  PlanFrames(frames, vision, max_frames, info);
+
+  // Decode what a Chat will decode. The content hash is known now: the check need not hash again.
+  media::DecodeOptions options;
+  options.known_content_hash = p.content_hash;
+  const media::FrameSamplingSpec sampling = ChatSampling(info);
+  StatusOr<media::DecodedMedia> verified = backend.Verify(
+      source, sampling,
+      MediaLimitsFor(limits, std::max<uint32_t>(max_frames, sampling.num_frames)), options);
+  if (!verified.ok()) return verified.status();
+  if (verified->timestamps_s.size() != info.frame_timestamps.size() &&
+      info.kind == MediaKind::kVideo) {
+    return InvalidArgumentError("only {} of the {} planned frames could be decoded",
+                                verified->timestamps_s.size(), info.frame_timestamps.size());
+  }
   return info;
 }
 

@@ -118,6 +118,20 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
                    .Name("framezip_requests_total")
                    .Help("RPCs by method and gRPC status code.")
                    .Register(r);
+  store_up_ = &BuildGauge()
+                   .Name("framezip_kv_store_up")
+                   .Help("1 while the session KV store is reachable, every tier is up and the "
+                         "last commit succeeded; 0 otherwise (absent without a store).")
+                   .Register(r);
+  store_commits_ = &BuildCounter()
+                        .Name("framezip_kv_store_commits_total")
+                        .Help("Session KV segments committed to the store, by result (ok, "
+                              "failed).")
+                        .Register(r);
+  upload_bytes_ = &BuildGauge()
+                       .Name("framezip_upload_buffer_bytes")
+                       .Help("Bytes reserved by uploads in progress (max_upload_buffer_bytes).")
+                       .Register(r);
   // Series that exist from the start, so a scrape shows them at zero.
   running_->Add(Labels());
   waiting_->Add(Labels());
@@ -207,6 +221,25 @@ void ServerMetrics::SetLoad(const EngineLoad& load, const std::vector<KvBytes>& 
                            {"precision", KvPrecisionName(key.second)}}))
         .Set(it == sums.end() ? 0.0 : static_cast<double>(it->second));
   }
+}
+
+void ServerMetrics::SetStoreHealth(const KvStoreHealth& health) {
+  if (!health.configured) return;
+  store_up_->Add(Labels()).Set(health.serving ? 1 : 0);
+  // Counters only go up: add what the store's figures grew by since the last refresh.
+  std::lock_guard lock(kv_mu_);
+  auto& ok = store_commits_->Add(Labels({{"result", "ok"}}));
+  auto& failed = store_commits_->Add(Labels({{"result", "failed"}}));
+  if (health.commits > reported_commits_) ok.Increment(health.commits - reported_commits_);
+  if (health.failed_commits > reported_failed_commits_) {
+    failed.Increment(health.failed_commits - reported_failed_commits_);
+  }
+  reported_commits_ = std::max(reported_commits_, health.commits);
+  reported_failed_commits_ = std::max(reported_failed_commits_, health.failed_commits);
+}
+
+void ServerMetrics::SetUploadBufferBytes(uint64_t bytes) {
+  upload_bytes_->Add(Labels()).Set(static_cast<double>(bytes));
 }
 
 StatusOr<int> ServerMetrics::Serve(const std::string& address) {

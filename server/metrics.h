@@ -21,7 +21,9 @@
 //   framezip_kv_compression_ratio          histogram, f16-equivalent / stored bytes per turn
 //   framezip_important_token_ratio         histogram, ZipVL's mean kept ratio per turn
 //   framezip_kv_restore_seconds{tier}      histogram
-// plus framezip_requests_total{rpc,code}, the outcome of every RPC.
+// plus framezip_requests_total{rpc,code}, the outcome of every RPC; framezip_kv_store_up (gauge,
+// 1 while the session KV store serves) and framezip_kv_store_commits_total{result} (ok, failed);
+// framezip_upload_buffer_bytes (gauge, bytes reserved by uploads in progress).
 //
 // Thread-safe (prometheus-cpp metrics are).
 #pragma once
@@ -61,6 +63,8 @@ class ServerMetrics {
   void RecordRpc(const std::string& rpc, const std::string& code);
   // Gauges from the engine's load and the sessions' KV, refreshed by the server's housekeeping.
   void SetLoad(const EngineLoad& load, const std::vector<KvBytes>& session_kv);
+  void SetStoreHealth(const KvStoreHealth& health);
+  void SetUploadBufferBytes(uint64_t bytes);
 
   // Serves /metrics on `address` ("127.0.0.1:0" picks a port); returns the bound port.
   StatusOr<int> Serve(const std::string& address);
@@ -95,6 +99,11 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* important_ratio_;
   prometheus::Family<prometheus::Histogram>* kv_restore_;
   prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Gauge>* store_up_;
+  prometheus::Family<prometheus::Counter>* store_commits_;
+  prometheus::Family<prometheus::Gauge>* upload_bytes_;
+  uint64_t reported_commits_ = 0;         // guarded by kv_mu_
+  uint64_t reported_failed_commits_ = 0;  // guarded by kv_mu_
   std::unique_ptr<MetricsHttpServer> http_;  // stopped first in the destructor
   std::mutex kv_mu_;
   std::set<std::pair<KvTier, KvPrecision>> kv_series_;  // guarded by kv_mu_

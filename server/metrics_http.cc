@@ -7,28 +7,24 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace framezip::server {
-namespace {
 
-void WriteAll(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return;
-    }
-    off += static_cast<size_t>(n);
-  }
-}
+struct MetricsHttpServer::Connection {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string request;
+  std::string response;  // queued once the request is complete
+  size_t sent = 0;
+};
 
-}  // namespace
-
-MetricsHttpServer::MetricsHttpServer(std::function<std::string()> render)
-    : render_(std::move(render)) {}
+MetricsHttpServer::MetricsHttpServer(std::function<std::string()> render,
+                                     MetricsHttpOptions options)
+    : render_(std::move(render)), options_(options) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
@@ -52,12 +48,12 @@ StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
     return InvalidArgumentError("--metrics-listen: '{}' is not IPV4:PORT", address);
   }
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return UnavailableError("metrics: socket: {}", std::strerror(errno));
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listen_fd_, 16) != 0) {
+      ::listen(listen_fd_, 64) != 0) {
     const std::string why = std::strerror(errno);
     ::close(listen_fd_);
     listen_fd_ = -1;
@@ -85,51 +81,112 @@ void MetricsHttpServer::Stop() {
   listen_fd_ = -1;
 }
 
-void MetricsHttpServer::Serve() {
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Answer(fd);
-    ::close(fd);
-  }
-}
-
-void MetricsHttpServer::Answer(int fd) {
-  // A slow or silent client cannot hold the endpoint for more than a couple of seconds.
-  timeval timeout{2, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  std::string request;
+bool MetricsHttpServer::OnReadable(Connection& c) {
   char buf[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    request.append(buf, static_cast<size_t>(n));
+  bool eof = false;
+  for (;;) {
+    const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      c.request.append(buf, static_cast<size_t>(n));
+      if (c.request.size() > 16384) return false;  // no scrape request is this large
+      continue;
+    }
+    if (n == 0) {  // half-closed: answer what arrived, if complete
+      eof = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return false;
   }
-  const bool get = request.rfind("GET ", 0) == 0;
-  const size_t path_end = request.find(' ', 4);
-  const std::string path = get && path_end != std::string::npos
-                               ? request.substr(4, path_end - 4)
-                               : std::string();
+  if (c.request.find("\r\n\r\n") == std::string::npos) return !eof;  // wait for the rest
+  const bool get = c.request.rfind("GET ", 0) == 0;
+  const size_t path_end = c.request.find(' ', 4);
+  const std::string path =
+      get && path_end != std::string::npos ? c.request.substr(4, path_end - 4) : std::string();
   if (path == "/metrics" || path.rfind("/metrics?", 0) == 0) {
     const std::string body = render_();
-    WriteAll(fd, fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; "
-                             "charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                             body.size()));
-    WriteAll(fd, body);
+    c.response = fmt::format(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+        body.size(), body);
   } else {
     const std::string body = "not found; metrics are at /metrics\n";
-    WriteAll(fd, fmt::format("HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
-                             "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
-                             body.size(), body));
+    c.response = fmt::format(
+        "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n"
+        "Connection: close\r\n\r\n{}",
+        body.size(), body);
   }
+  return OnWritable(c);
+}
+
+bool MetricsHttpServer::OnWritable(Connection& c) {
+  while (c.sent < c.response.size()) {
+    const ssize_t n =
+        ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // wait, or give up
+  }
+  return false;  // all sent: close
+}
+
+void MetricsHttpServer::Serve() {
+  std::vector<Connection> connections;
+  auto close_at = [&](size_t i) {
+    ::close(connections[i].fd);
+    connections.erase(connections.begin() + static_cast<ptrdiff_t>(i));
+  };
+  for (;;) {
+    // Drop the connections past their deadline first: a slow client gets no more of our time.
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = connections.size(); i-- > 0;) {
+      if (now >= connections[i].deadline) close_at(i);
+    }
+    std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    for (const Connection& c : connections) {
+      fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+    }
+    int timeout_ms = -1;
+    for (const Connection& c : connections) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now);
+      const int ms = static_cast<int>(std::max<int64_t>(left.count(), 0)) + 1;
+      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents != 0) break;
+    // Existing connections (fds[2..]) before new ones, indices matching `connections`.
+    for (size_t i = connections.size(); i-- > 0;) {
+      const short revents = fds[i + 2].revents;
+      if (revents == 0) continue;
+      Connection& c = connections[i];
+      bool keep = true;
+      if ((revents & (POLLERR | POLLNVAL)) != 0) {
+        keep = false;
+      } else if (c.response.empty()) {
+        keep = OnReadable(c);
+      } else {
+        keep = OnWritable(c);
+      }
+      if (!keep) close_at(i);
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      for (;;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        if (static_cast<int>(connections.size()) >= options_.max_connections) close_at(0);
+        connections.push_back({fd, std::chrono::steady_clock::now() + options_.request_timeout,
+                               {}, {}, 0});
+      }
+    }
+  }
+  for (const Connection& c : connections) ::close(c.fd);
 }
 
 }  // namespace framezip::server

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/turn_engine.h"
 #include "server/turn_types.h"
 
 namespace framezip::server {
@@ -39,10 +40,12 @@ struct PreparedTurn {
   uint32_t cached_tokens = 0;
   uint32_t visual_tokens_before_pruning = 0;
   uint32_t visual_tokens_after_pruning = 0;
-  // Upper bound of the KV bytes the turn will allocate (the new prompt tokens plus max_tokens),
-  // for admission control.
+  // Upper bound of the KV bytes the turn will allocate (the new prompt tokens plus
+  // max_new_tokens, page-granular, at the costliest format its policy stores), for admission
+  // control: an admitted turn is promised this much and never runs out of KV memory.
   uint64_t predicted_kv_bytes = 0;
-  uint32_t max_new_tokens = 0;  // max_tokens resolved against the context
+  // max_tokens resolved against the context: the prompt plus the answer fit the model's context.
+  uint32_t max_new_tokens = 0;
   double media_decode_seconds = 0;
   double vision_encode_seconds = 0;
   double kv_restore_seconds = 0;
@@ -61,7 +64,25 @@ struct StepItem {
   uint32_t token_id = 0;
   std::string text;  // the text it completes (UTF-8; may be empty while a character is partial)
   bool end_of_turn = false;  // the model's end-of-turn token (not shown in text)
-  Status status;             // a per-sequence failure (e.g. a corrupt restored page)
+  // The engine ended the turn with this token at one of its own limits: a stop string (the text
+  // is cut before it) or max_new_tokens / the context (the token and its text count).
+  bool stop_string = false;
+  bool length_limit = false;
+  Status status;  // a per-sequence failure (e.g. a corrupt restored page)
+};
+
+// KV memory a backend takes outside a running turn's reservation: Prepare restoring a session's
+// KV from the store. The backend reserves first (the scheduler checks the budget against what is
+// used and what running turns were promised), allocates, then releases the reservation, since
+// the pages then count as used. So a restore never takes pages an admitted turn was promised.
+// Thread-safe.
+class KvReservations {
+ public:
+  virtual ~KvReservations() = default;
+  // True when `bytes` fit beside the KV in use and every promise; they are promised until
+  // Release.
+  virtual bool TryReserve(uint64_t bytes) = 0;
+  virtual void Release(uint64_t bytes) = 0;
 };
 
 class ModelBackend {
@@ -71,16 +92,18 @@ class ModelBackend {
   virtual const ModelDescription& model() const = 0;
 
   // Thread-safe; runs on a worker pool, never the step thread. INVALID_ARGUMENT when the prompt
-  // does not fit the context or a media item cannot be decoded.
-  virtual StatusOr<PreparedTurn> Prepare(const TurnRequest& request) = 0;
+  // does not fit the context or a media item cannot be decoded. KV allocated outside the turn's
+  // own steps (a restore from the store) is reserved through `kv` first.
+  virtual StatusOr<PreparedTurn> Prepare(const TurnRequest& request, KvReservations& kv) = 0;
 
   // Runs one engine step over `batch` (step thread only). A non-OK return fails every item;
   // per-item failures go in StepItem::status.
   virtual Status Step(std::span<StepItem> batch) = 0;
 
-  // Keeps the finished sequence's KV as `session_id`'s cache for its next turn, replacing what
-  // the session kept before (step thread only).
-  virtual Status Commit(const std::string& session_id, BackendSequence& sequence) = 0;
+  // Keeps the finished sequence's KV as the session's cache for its next turn, replacing what
+  // the session kept before (step thread only). Sessions are named by their key
+  // (TurnRequest::session_key) here and below.
+  virtual Status Commit(const std::string& session_key, BackendSequence& sequence) = 0;
 
   // Thread-safe session KV accounting; see TurnEngine.
   virtual std::vector<KvBytes> ReleaseSession(const std::string& session_id) = 0;
@@ -94,6 +117,9 @@ class ModelBackend {
 
   // Writes every session's KV to the KV store (drain). Thread-safe.
   virtual Status FlushSessions() = 0;
+
+  // The session KV store's state (TurnEngine::StoreHealth). Default: no store.
+  virtual KvStoreHealth StoreHealth() { return {}; }
 
   // Frees at least `bytes` of engine KV memory, when it can, by evicting idle sessions whose KV
   // is safe in the KV store (their next turn restores it). Returns the bytes freed. Called by the

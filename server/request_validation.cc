@@ -4,10 +4,12 @@
 #include <cmath>
 #include <set>
 
+#include "common/client_text.h"
+
 namespace framezip::server {
 namespace {
 
-constexpr size_t kMaxTextBytes = 1 << 20;  // one message's text
+constexpr size_t kMaxTextBytes = 1 << 20;  // one text field, whatever max_prompt_bytes says
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxLabels = 64;
@@ -70,6 +72,21 @@ Status CheckBits(uint32_t bits, const std::string& field, std::initializer_list<
   return absl::OkStatus();
 }
 
+Status CheckKnob(uint32_t value, const std::string& field, uint32_t max = kMaxPolicyKnob) {
+  if (value > max) return InvalidArgumentError("{}: {} is over the limit of {}", field, value, max);
+  return absl::OkStatus();
+}
+
+// The text of a whole request against max_prompt_bytes, before it is tokenized.
+Status CheckPromptBytes(size_t bytes, const ValidationDefaults& d, const char* what) {
+  if (bytes > d.max_prompt_bytes) {
+    return InvalidArgumentError(
+        "{}: {} bytes of text is over the server's limit of {} (max_prompt_bytes)", what, bytes,
+        d.max_prompt_bytes);
+  }
+  return absl::OkStatus();
+}
+
 Status CheckText(const std::string& text, const std::string& field) {
   if (text.size() > kMaxTextBytes) {
     return InvalidArgumentError("{}: {} bytes is over the limit of {}", field, text.size(),
@@ -91,7 +108,7 @@ Status ValidateSessionId(const std::string& id, const char* field) {
                     c == '_' || c == '-';
     if (!ok) {
       return InvalidArgumentError("{}: '{}' may use only A-Z, a-z, 0-9, '_' and '-'", field,
-                                  id.size() <= 64 ? id : id.substr(0, 64));
+                                  ClientText(id));
     }
   }
   return absl::OkStatus();
@@ -99,8 +116,8 @@ Status ValidateSessionId(const std::string& id, const char* field) {
 
 Status ValidateModel(const std::string& model, const ValidationDefaults& defaults) {
   if (!model.empty() && model != defaults.served_model) {
-    return NotFoundError("model '{}' is not served here (this server serves '{}')", model,
-                         defaults.served_model);
+    return NotFoundError("model '{}' is not served here (this server serves '{}')",
+                         ClientText(model), defaults.served_model);
   }
   return absl::OkStatus();
 }
@@ -127,6 +144,10 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
         return InvalidArgumentError("{}.zipvl.other_mode: unknown mode {}", f,
                                     static_cast<int>(z.other_mode()));
       }
+      FZ_RETURN_IF_ERROR(CheckKnob(z.recent_probes(), f + ".zipvl.recent_probes"));
+      FZ_RETURN_IF_ERROR(CheckKnob(z.random_probes(), f + ".zipvl.random_probes"));
+      FZ_RETURN_IF_ERROR(CheckKnob(z.residual_window(), f + ".zipvl.residual_window"));
+      FZ_RETURN_IF_ERROR(CheckKnob(z.recompress_interval(), f + ".zipvl.recompress_interval"));
       spec.zipvl_tau = z.tau();
       spec.zipvl_recent_probes = z.recent_probes();
       spec.zipvl_random_probes = z.random_probes();
@@ -144,6 +165,8 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
       FZ_RETURN_IF_ERROR(CheckUnit(a.energy(), f + ".attentionpack.energy"));
       FZ_RETURN_IF_ERROR(CheckUnit(a.decompress_fraction(),
                                    f + ".attentionpack.decompress_fraction"));
+      FZ_RETURN_IF_ERROR(CheckKnob(a.key_rank(), f + ".attentionpack.key_rank"));
+      FZ_RETURN_IF_ERROR(CheckKnob(a.value_rank(), f + ".attentionpack.value_rank"));
       spec.ap_key_rank = a.key_rank();
       spec.ap_value_rank = a.value_rank();
       spec.ap_energy = a.energy();
@@ -160,6 +183,7 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
     case PolicyKind::kFastV: {
       const auto& fv = p.fastv();
       FZ_RETURN_IF_ERROR(CheckUnit(fv.keep_ratio(), f + ".fastv.keep_ratio"));
+      FZ_RETURN_IF_ERROR(CheckKnob(fv.layer(), f + ".fastv.layer", 1024));
       spec.fastv_layer = fv.layer();
       spec.fastv_keep_ratio = fv.keep_ratio();
       break;
@@ -171,6 +195,8 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
         return InvalidArgumentError("{}.kivi.group_size: {} is not a multiple of 32", f,
                                     k.group_size());
       }
+      FZ_RETURN_IF_ERROR(CheckKnob(k.group_size(), f + ".kivi.group_size", 4096));
+      FZ_RETURN_IF_ERROR(CheckKnob(k.residual_window(), f + ".kivi.residual_window"));
       spec.kivi_bits = k.bits();
       spec.kivi_group_size = k.group_size();
       spec.kivi_residual_window = k.residual_window();
@@ -180,9 +206,31 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
   return spec;
 }
 
-StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& s, const char* field) {
+StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& s, const ValidationDefaults& d,
+                                        const char* field) {
   const std::string f = field;
   SamplingSpec spec;
+  if (s.max_tokens() > kMaxMaxTokens) {
+    return InvalidArgumentError("{}.max_tokens: {} is over the limit of {} (and a turn's prompt "
+                                "plus max_tokens must fit the model's context)",
+                                f, s.max_tokens(), kMaxMaxTokens);
+  }
+  const uint32_t vocab = d.vocab_size > 0 ? d.vocab_size : kMaxMaxTokens;
+  if (s.top_k() > vocab) {
+    return InvalidArgumentError("{}.top_k: {} is over the vocabulary size {}", f, s.top_k(),
+                                vocab);
+  }
+  if (static_cast<uint32_t>(s.stop_token_ids_size()) > kMaxStopTokenIds) {
+    return InvalidArgumentError("{}.stop_token_ids: {} ids is over the limit of {}", f,
+                                s.stop_token_ids_size(), kMaxStopTokenIds);
+  }
+  for (int i = 0; i < s.stop_token_ids_size(); ++i) {
+    if (s.stop_token_ids(i) >= vocab) {
+      return InvalidArgumentError("{}.stop_token_ids[{}]: {} is not a token id (vocabulary size "
+                                  "{})",
+                                  f, i, s.stop_token_ids(i), vocab);
+    }
+  }
   if (!Finite(s.temperature()) || s.temperature() < 0) {
     return InvalidArgumentError("{}.temperature: {} must be >= 0", f, s.temperature());
   }
@@ -273,9 +321,10 @@ StatusOr<SessionSpec> ValidateCreateSession(const v1::CreateSessionRequest& r,
   spec.session_id = r.session_id();
   spec.model = d.served_model;
   FZ_ASSIGN_OR_RETURN(spec.policy, ValidatePolicy(r.policy(), d, "policy"));
-  FZ_ASSIGN_OR_RETURN(spec.sampling, ValidateSampling(r.sampling(), "sampling"));
+  FZ_ASSIGN_OR_RETURN(spec.sampling, ValidateSampling(r.sampling(), d, "sampling"));
   FZ_ASSIGN_OR_RETURN(spec.frames, ValidateFrames(r.frames(), d, "frames"));
   FZ_RETURN_IF_ERROR(CheckText(r.system_prompt(), "system_prompt"));
+  FZ_RETURN_IF_ERROR(CheckPromptBytes(r.system_prompt().size(), d, "system_prompt"));
   spec.ttl_seconds = r.ttl_seconds();
   spec.system_prompt = r.system_prompt();
   if (r.labels_size() > static_cast<int>(kMaxLabels)) {
@@ -285,14 +334,15 @@ StatusOr<SessionSpec> ValidateCreateSession(const v1::CreateSessionRequest& r,
   for (const auto& [key, value] : r.labels()) {
     if (key.empty() || key.size() > 63 || value.size() > 256) {
       return InvalidArgumentError("labels['{}']: keys must be 1 to 63 bytes, values up to 256",
-                                  key.substr(0, 63));
+                                  ClientText(key));
     }
     spec.labels[key] = value;
   }
   return spec;
 }
 
-StatusOr<ChatMessage> ValidateMessage(const v1::Message& m, const std::string& field) {
+StatusOr<ChatMessage> ValidateMessage(const v1::Message& m, const std::string& field,
+                                      size_t* text_bytes) {
   ChatMessage message;
   switch (m.role()) {
     case v1::ROLE_SYSTEM:
@@ -312,9 +362,10 @@ StatusOr<ChatMessage> ValidateMessage(const v1::Message& m, const std::string& f
     const std::string pf = fmt::format("{}.content[{}]", field, i);
     if (part.part_case() == v1::ContentPart::kText) {
       FZ_RETURN_IF_ERROR(CheckText(part.text(), pf + ".text"));
+      *text_bytes += part.text().size();
       message.content.push_back({part.text(), ""});
     } else if (part.part_case() == v1::ContentPart::kMediaId) {
-      if (part.media_id().empty()) return InvalidArgumentError("{}.media_id: empty", pf);
+      FZ_RETURN_IF_ERROR(ValidateMediaId(part.media_id(), (pf + ".media_id").c_str()));
       message.content.push_back({"", part.media_id()});
     } else {
       return InvalidArgumentError("{}: neither text nor media_id is set", pf);
@@ -324,8 +375,15 @@ StatusOr<ChatMessage> ValidateMessage(const v1::Message& m, const std::string& f
   return message;
 }
 
-StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r) {
+StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r, const ValidationDefaults& d) {
   ChatInput input;
+  if (r.content_size() > static_cast<int>(kMaxMessages)) {
+    return InvalidArgumentError("content: {} parts is over the limit of {}", r.content_size(),
+                                kMaxMessages);
+  }
+  size_t text_bytes = r.text().size();
+  for (const v1::ContentPart& part : r.content()) text_bytes += part.text().size();
+  FZ_RETURN_IF_ERROR(CheckPromptBytes(text_bytes, d, "text"));
   FZ_RETURN_IF_ERROR(ValidateSessionId(r.session_id(), "session_id"));
   input.session_id = r.session_id();
   input.user.role = Role::kUser;
@@ -338,7 +396,7 @@ StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r) {
       has_text = has_text || !part.text().empty();
       input.user.content.push_back({part.text(), ""});
     } else if (part.part_case() == v1::ContentPart::kMediaId) {
-      if (part.media_id().empty()) return InvalidArgumentError("{}.media_id: empty", pf);
+      FZ_RETURN_IF_ERROR(ValidateMediaId(part.media_id(), (pf + ".media_id").c_str()));
       input.user.content.push_back({"", part.media_id()});
     } else {
       return InvalidArgumentError("{}: neither text nor media_id is set", pf);
@@ -353,7 +411,7 @@ StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r) {
     return InvalidArgumentError("text: the message is empty (set `text` or a text content part)");
   }
   if (r.has_sampling()) {
-    FZ_ASSIGN_OR_RETURN(input.sampling_override, ValidateSampling(r.sampling(), "sampling"));
+    FZ_ASSIGN_OR_RETURN(input.sampling_override, ValidateSampling(r.sampling(), d, "sampling"));
     input.has_sampling_override = true;
   }
   return input;
@@ -365,17 +423,29 @@ StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
   FZ_RETURN_IF_ERROR(ValidateModel(r.model(), d));
   input.model = d.served_model;
   FZ_ASSIGN_OR_RETURN(input.policy, ValidatePolicy(r.policy(), d, "policy"));
-  FZ_ASSIGN_OR_RETURN(input.sampling, ValidateSampling(r.sampling(), "sampling"));
+  FZ_ASSIGN_OR_RETURN(input.sampling, ValidateSampling(r.sampling(), d, "sampling"));
   FZ_ASSIGN_OR_RETURN(input.frames, ValidateFrames(r.frames(), d, "frames"));
+  if (r.media_size() > 16) {
+    return InvalidArgumentError("media: {} items is over the limit of 16", r.media_size());
+  }
   std::set<std::string> ids;
   for (int i = 0; i < r.media_size(); ++i) {
     const v1::InlineMedia& m = r.media(i);
     const std::string f = fmt::format("media[{}]", i);
     FZ_RETURN_IF_ERROR(ValidateSessionId(m.media_id(), (f + ".media_id").c_str()));
     if (!ids.insert(m.media_id()).second) {
-      return InvalidArgumentError("{}.media_id: '{}' is used twice", f, m.media_id());
+      return InvalidArgumentError("{}.media_id: '{}' is used twice", f, ClientText(m.media_id()));
     }
     if (m.data().empty()) return InvalidArgumentError("{}.data: empty", f);
+    FZ_RETURN_IF_ERROR(CheckText(m.name(), f + ".name"));
+    if (m.name().size() > 255) {
+      return InvalidArgumentError("{}.name: {} bytes is over the limit of 255", f, m.name().size());
+    }
+    if (!m.mime_type().empty() && m.mime_type().rfind("video/", 0) != 0 &&
+        m.mime_type().rfind("image/", 0) != 0) {
+      return InvalidArgumentError("{}.mime_type: '{}' is not a video/* or image/* type", f,
+                                  ClientText(m.mime_type()));
+    }
     input.media.push_back({m.media_id(), m.name(), m.mime_type(), &m.data()});
   }
   if (r.messages_size() == 0) return InvalidArgumentError("messages: empty conversation");
@@ -383,13 +453,15 @@ StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
     return InvalidArgumentError("messages: {} is over the limit of {}", r.messages_size(),
                                 kMaxMessages);
   }
+  size_t text_bytes = 0;
   for (int i = 0; i < r.messages_size(); ++i) {
     const std::string f = fmt::format("messages[{}]", i);
-    FZ_ASSIGN_OR_RETURN(ChatMessage message, ValidateMessage(r.messages(i), f));
+    FZ_ASSIGN_OR_RETURN(ChatMessage message, ValidateMessage(r.messages(i), f, &text_bytes));
+    FZ_RETURN_IF_ERROR(CheckPromptBytes(text_bytes, d, "messages"));
     for (const ContentPart& part : message.content) {
       if (!part.media_id.empty() && ids.count(part.media_id) == 0) {
         return InvalidArgumentError("{}: media_id '{}' is not among the request's media", f,
-                                    part.media_id);
+                                    ClientText(part.media_id));
       }
     }
     input.messages.push_back(std::move(message));
@@ -421,7 +493,7 @@ StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first
   if (!m.mime_type().empty() && m.mime_type().rfind("video/", 0) != 0 &&
       m.mime_type().rfind("image/", 0) != 0) {
     return InvalidArgumentError("metadata.mime_type: '{}' is not a video/* or image/* type",
-                                m.mime_type().substr(0, 64));
+                                ClientText(m.mime_type()));
   }
   input.mime_type = m.mime_type();
   if (m.declared_size_bytes() == 0) {

@@ -24,14 +24,30 @@ struct ValidationDefaults {
   std::string served_model;                 // requests naming another model get NOT_FOUND
   uint32_t default_max_tokens = 256;
   uint32_t max_frames = 64;
+  // Text of one request (a turn's message, a system prompt, Generate's whole conversation), in
+  // bytes: larger prompts are refused before anything tokenizes them.
+  uint32_t max_prompt_bytes = 256 * 1024;
+  // The model's vocabulary (token ids must be below it); 0 = unknown.
+  uint32_t vocab_size = 0;
 };
+
+// Upper bounds of integer fields that have no natural limit of their own. max_tokens is further
+// capped by the model's context when the turn is admitted.
+inline constexpr uint32_t kMaxMaxTokens = 1u << 20;
+inline constexpr uint32_t kMaxStopTokenIds = 64;
+inline constexpr uint32_t kMaxPolicyKnob = 1u << 16;
 
 // [A-Za-z0-9_-]{1,64}; `field` names the field in the message.
 Status ValidateSessionId(const std::string& id, const char* field);
+// Media ids have the same form.
+inline Status ValidateMediaId(const std::string& id, const char* field) {
+  return ValidateSessionId(id, field);
+}
 
 StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& policy,
                                     const ValidationDefaults& defaults, const char* field);
-StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& sampling, const char* field);
+StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& sampling,
+                                        const ValidationDefaults& defaults, const char* field);
 StatusOr<FrameSpec> ValidateFrames(const v1::FrameSampling& frames,
                                    const ValidationDefaults& defaults, const char* field);
 // NOT_FOUND when `model` is non-empty and not the served model.
@@ -48,7 +64,8 @@ struct ChatInput {
   SamplingSpec sampling_override;  // fields that are zero keep the session's values
   bool has_sampling_override = false;
 };
-StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& request);
+StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& request,
+                                 const ValidationDefaults& defaults);
 // The session's sampling with the request's non-zero fields applied.
 SamplingSpec MergeSampling(const SamplingSpec& session, const SamplingSpec& override_fields);
 
@@ -83,7 +100,9 @@ StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first
                                              uint64_t max_upload_bytes,
                                              const ValidationDefaults& defaults);
 
-// Conversation messages (Generate and the conversion back in GetSession).
-StatusOr<ChatMessage> ValidateMessage(const v1::Message& message, const std::string& field);
+// Conversation messages (Generate and the conversion back in GetSession). Adds the bytes of the
+// message's text to `*text_bytes`.
+StatusOr<ChatMessage> ValidateMessage(const v1::Message& message, const std::string& field,
+                                      size_t* text_bytes);
 
 }  // namespace framezip::server

@@ -5,6 +5,7 @@
 
 #include "common/flags.h"
 #include "common/logging.h"
+#include "server/media_backend_factory.h"
 #include "server/signal_wait.h"
 #include "server/video_chat_server.h"
 
@@ -44,13 +45,18 @@ int RunServerMain(int argc, char** argv, const EngineFactory& make_engine,
     return 2;
   }
 
-  StatusOr<std::unique_ptr<TurnEngine>> engine = make_engine(config);
+  StatusOr<std::shared_ptr<media::MediaBackend>> media = CreateMediaBackend(config);
+  if (!media.ok()) {
+    FZ_LOG_ERROR("cannot start the media workers: {}", MessageOf(media.status()));
+    return 1;
+  }
+  StatusOr<std::unique_ptr<TurnEngine>> engine = make_engine(config, *media);
   if (!engine.ok()) {
     FZ_LOG_ERROR("cannot start the engine: {}", MessageOf(engine.status()));
     return 1;
   }
   StatusOr<std::unique_ptr<VideoChatServer>> server =
-      VideoChatServer::Start(config, std::move(*engine));
+      VideoChatServer::Start(config, std::move(*engine), *media);
   if (!server.ok()) {
     FZ_LOG_ERROR("cannot start: {}", MessageOf(server.status()));
     return 1;

@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "media/media_backend.h"
 #include "server/config.h"
 #include "server/turn_engine.h"
 
 namespace framezip::server {
 
-using EngineFactory =
-    std::function<StatusOr<std::unique_ptr<TurnEngine>>(const ServerConfig& config)>;
+using EngineFactory = std::function<StatusOr<std::unique_ptr<TurnEngine>>(
+    const ServerConfig& config, std::shared_ptr<media::MediaBackend> media)>;
 
 // Exit codes: 0 after a clean drain (or --help), 1 when the server cannot start, 2 for a usage
 // error (bad flag, config file or environment variable).

@@ -58,20 +58,53 @@ std::string ServiceCore::NewId(const char* prefix) {
                      static_cast<uint32_t>(rng()));
 }
 
-std::filesystem::path ServiceCore::MediaPath(const std::string& session_id,
-                                             const std::string& media_id) const {
-  // Both ids are validated ([A-Za-z0-9_-]) or server-made, so they are safe path components.
-  return options.media_dir / session_id / (media_id + ".media");
+std::filesystem::path ServiceCore::MediaDir(const std::string& session_key) const {
+  // The key is a validated id ([A-Za-z0-9_-]) plus '.' and hex: a safe path component.
+  return options.media_dir / session_key;
 }
 
-Status ServiceCore::Admit(const grpc::ServerContextBase& context,
-                          bool refuse_when_draining) const {
-  if (auth != nullptr) FZ_RETURN_IF_ERROR(auth->Check(context));
+std::filesystem::path ServiceCore::MediaPath(const std::string& session_key,
+                                             const std::string& media_id) const {
+  // Media ids are server-made.
+  return MediaDir(session_key) / (media_id + ".media");
+}
+
+StatusOr<std::string> ServiceCore::Admit(const grpc::ServerContextBase& context,
+                                         bool refuse_when_draining) const {
+  std::string principal;
+  if (auth != nullptr) {
+    FZ_ASSIGN_OR_RETURN(principal, auth->Authenticate(context));
+  }
   if (refuse_when_draining && draining.load()) {
     return UnavailableError("the server is draining for shutdown; retry on another replica");
   }
+  return principal;
+}
+
+std::vector<KvBytes> ServiceCore::ReleaseSessionResources(const std::string& session_key) {
+  std::vector<KvBytes> freed = engine->ReleaseSession(session_key);
+  const auto dir = MediaDir(session_key);
+  media_pool->Post([dir] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  });
+  return freed;
+}
+
+Status UploadBudget::Reserve(uint64_t bytes) {
+  uint64_t now = reserved_.load();
+  do {
+    if (now + bytes > max_bytes_) {
+      return ResourceExhaustedError(
+          "uploads in progress hold {} bytes of the server's {}-byte upload buffer "
+          "(max_upload_buffer_bytes); retry later",
+          now, max_bytes_);
+    }
+  } while (!reserved_.compare_exchange_weak(now, now + bytes));
   return absl::OkStatus();
 }
+
+void UploadBudget::Release(uint64_t bytes) { reserved_.fetch_sub(bytes); }
 
 grpc::Status ServiceCore::Outcome(const char* rpc, const std::string& request_id,
                                   const Status& status) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/auth.h"
+#include "server/upload_registry.h"
 #include "server/media_probe.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
@@ -24,6 +25,26 @@ struct ServiceOptions {
   UploadLimits upload;
   std::filesystem::path media_dir;  // must exist
   int media_threads = 2;
+  // Bytes all uploads in progress may hold together (UploadBudget).
+  uint64_t max_upload_buffer_bytes = 2ull << 30;
+  // An upload stream that sends nothing for this long is ended (UploadRegistry).
+  std::chrono::milliseconds upload_idle_timeout{30000};
+};
+
+// Bytes that uploads in progress may hold in server memory, all uploads together: each upload
+// reserves its declared size when its metadata arrives and gives it back when it ends, so a flood
+// of large uploads is refused (RESOURCE_EXHAUSTED) instead of exhausting memory. Thread-safe.
+class UploadBudget {
+ public:
+  explicit UploadBudget(uint64_t max_bytes) : max_bytes_(max_bytes) {}
+  // RESOURCE_EXHAUSTED (naming the limit) when `bytes` do not fit now.
+  Status Reserve(uint64_t bytes);
+  void Release(uint64_t bytes);
+  uint64_t reserved() const { return reserved_.load(); }
+
+ private:
+  const uint64_t max_bytes_;
+  std::atomic<uint64_t> reserved_{0};
 };
 
 struct ServiceCore {
@@ -33,15 +54,27 @@ struct ServiceCore {
   const BearerAuth* auth = nullptr;
   ServiceOptions options;
   WorkPool* media_pool = nullptr;
+  media::MediaBackend* media_backend = nullptr;  // where uploads are probed and checked
+  UploadBudget* upload_budget = nullptr;
+  UploadRegistry* uploads = nullptr;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{1};
 
   // "<prefix>-<n>-<random>": unique in this process, unguessable across processes.
   std::string NewId(const char* prefix);
-  // Where an uploaded media item is kept.
-  std::filesystem::path MediaPath(const std::string& session_id, const std::string& media_id) const;
-  // Auth, then drain state (when `refuse_when_draining`). Returns the first failure.
-  Status Admit(const grpc::ServerContextBase& context, bool refuse_when_draining) const;
+  // The directory of a session's media, and where one media item is kept (by the session's key,
+  // so a session re-created under the same id never shares a directory with the old one).
+  std::filesystem::path MediaDir(const std::string& session_key) const;
+  std::filesystem::path MediaPath(const std::string& session_key,
+                                  const std::string& media_id) const;
+  // Auth, then drain state (when `refuse_when_draining`). Returns the principal the call acts
+  // for, or the first failure.
+  StatusOr<std::string> Admit(const grpc::ServerContextBase& context,
+                              bool refuse_when_draining) const;
+  // Frees what a session still holds in the engine (its KV, in every tier) and on disk (its
+  // media directory, on the media pool). Called when a session is deleted or expires, and again
+  // when the last turn of a deleted session ends.
+  std::vector<KvBytes> ReleaseSessionResources(const std::string& session_key);
   // Counts the RPC's outcome and converts the status for gRPC; logs INTERNAL/UNKNOWN errors with
   // the request id.
   grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status);

@@ -77,7 +77,13 @@ Status SessionKvCache::CommitSegment(const std::string& session_id,
                                      const std::vector<std::array<uint8_t, 32>>& media_hashes,
                                      const std::string& compression_config,
                                      KvPrecision precision) {
-  kvstore::BlockKey parent = kvstore::kRootBlockKey;
+  // The chain starts from the session's key (its id and 128-bit secret), so no other session,
+  // nor a session re-created under the same id, can compute or hit these blocks.
+  kvstore::BlockKeyInput root;
+  root.model_id = options_.model_id;
+  const std::string root_config = "session/" + session_id;
+  root.compression_config = root_config;
+  kvstore::BlockKey parent = kvstore::ChainBlockKey(kvstore::kRootBlockKey, root);
   {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(session_id);
@@ -112,7 +118,10 @@ Status SessionKvCache::CommitSegment(const std::string& session_id,
         for (const StoredBlock& s : stored) keys.push_back(s.key);
         (void)store_->Unpin(session_id, keys);
       }
-      return Annotate(r.status(), fmt::format("storing KV of session '{}'", session_id));
+      failed_commits_.fetch_add(1);
+      last_commit_failed_.store(true);
+      return Annotate(r.status(),
+                      fmt::format("storing KV of session '{}'", SessionIdOfKey(session_id)));
     }
     if (!r->tiers.empty()) b.tier = TierOf(r->tiers.front());
     stored.push_back(b);
@@ -122,15 +131,43 @@ Status SessionKvCache::CommitSegment(const std::string& session_id,
   for (const StoredBlock& s : stored) keys.push_back(s.key);
   // Put pins with the store's default TTL; the session may live longer.
   if (StatusOr<uint32_t> pinned = store_->Pin(session_id, keys, options_.pin_ttl); !pinned.ok()) {
-    FZ_LOG_WARN("session '{}': pinning its KV blocks failed: {}", session_id,
+    FZ_LOG_WARN("session '{}': pinning its KV blocks failed: {}", SessionIdOfKey(session_id),
                 MessageOf(pinned.status()));
   }
+  commits_.fetch_add(1);
+  last_commit_failed_.store(false);
   std::lock_guard lock(mu_);
   SessionBlocks& s = sessions_[session_id];
   s.precision = precision;
   for (const StoredBlock& b : stored) ++refs_[b.key];
   s.segments.push_back(std::move(stored));
   return absl::OkStatus();
+}
+
+KvStoreHealth SessionKvCache::Health() {
+  KvStoreHealth health;
+  health.configured = true;
+  health.commits = commits_.load();
+  health.failed_commits = failed_commits_.load();
+  StatusOr<kvstore::StoreStats> stats = store_->Stats();
+  if (!stats.ok()) {
+    health.serving = false;
+    health.reason = fmt::format("the KV store cannot be reached: {}", MessageOf(stats.status()));
+    return health;
+  }
+  for (const kvstore::TierStats& tier : stats->tiers) {
+    if (!tier.available) {
+      health.serving = false;
+      health.reason = fmt::format("the KV store's {} tier is unavailable",
+                                  kvstore::TierName(tier.tier));
+      return health;
+    }
+  }
+  if (last_commit_failed_.load()) {
+    health.serving = false;
+    health.reason = "the last commit of session KV to the store failed";
+  }
+  return health;
 }
 
 size_t SessionKvCache::segments(const std::string& session_id) const {
@@ -145,7 +182,7 @@ StatusOr<LoadedSessionKv> SessionKvCache::Load(const std::string& session_id) {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || it->second.segments.empty()) {
-      return NotFoundError("session '{}' has no KV in the store", session_id);
+      return NotFoundError("session '{}' has no KV in the store", SessionIdOfKey(session_id));
     }
     for (const auto& seg : it->second.segments) {
       keys.emplace_back();
@@ -188,11 +225,11 @@ std::vector<KvBytes> SessionKvCache::Release(const std::string& session_id) {
   }
   if (all.empty()) return held;
   if (StatusOr<uint32_t> r = store_->Unpin(session_id, all); !r.ok()) {
-    FZ_LOG_WARN("session '{}': unpinning KV failed: {}", session_id, MessageOf(r.status()));
+    FZ_LOG_WARN("session '{}': unpinning KV failed: {}", SessionIdOfKey(session_id), MessageOf(r.status()));
   }
   if (!unshared.empty()) {
     if (StatusOr<uint32_t> r = store_->Delete(unshared); !r.ok()) {
-      FZ_LOG_WARN("session '{}': deleting KV failed: {}", session_id, MessageOf(r.status()));
+      FZ_LOG_WARN("session '{}': deleting KV failed: {}", SessionIdOfKey(session_id), MessageOf(r.status()));
     }
   }
   return held;

@@ -3,9 +3,11 @@
 //
 // Keys are the kvstore hash chain (kvstore/block_key.h): a segment's first block is keyed by
 // (previous segment's last key, model id, compression config, the turn's token ids, the content
-// hashes of the turn's media); its further blocks chain on with no tokens. Equal conversations
-// therefore share blocks, so blocks are reference-counted across this server's sessions: a
-// session's release deletes only the blocks no other session holds.
+// hashes of the turn's media); its further blocks chain on with no tokens. The chain starts from
+// a root derived from the session's key (server/session_store.h: its id plus a 128-bit secret),
+// so one session's blocks can never be computed or hit by another session, nor by a session
+// re-created under the same id. (Blocks stay reference-counted, should a future caller share a
+// root on purpose.) `session_id` below is that session key.
 //
 // Blocks are pinned for their session while it lives (store pins with a TTL; `pin_ttl`), and
 // unpinned and deleted when it is released (DeleteSession, TTL expiry).
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -27,6 +30,7 @@
 #include "common/status.h"
 #include "kvstore/store.h"
 #include "kvstore/tiered_store.h"
+#include "server/turn_engine.h"
 #include "server/turn_types.h"
 
 namespace framezip::server {
@@ -85,6 +89,10 @@ class SessionKvCache {
 
   kvstore::KvStore& store() { return *store_; }
 
+  // Asks the store for its stats (a remote store's round trip): serving unless it cannot be
+  // reached, a tier is down, or the last commit failed (and none succeeded since).
+  KvStoreHealth Health();
+
  private:
   struct StoredBlock {
     kvstore::BlockKey key;
@@ -99,6 +107,9 @@ class SessionKvCache {
   std::unique_ptr<kvstore::KvStore> store_;
   kvstore::TieredStore* embedded_;
   const SessionKvCacheOptions options_;
+  std::atomic<uint64_t> commits_{0};
+  std::atomic<uint64_t> failed_commits_{0};
+  std::atomic<bool> last_commit_failed_{false};
   mutable std::mutex mu_;
   std::map<std::string, SessionBlocks> sessions_;                       // guarded by mu_
   std::map<kvstore::BlockKey, int> refs_;                               // guarded by mu_

@@ -1,8 +1,12 @@
 #include "server/session_store.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <random>
 #include <set>
+
+#include "common/client_text.h"
 
 namespace framezip::server {
 namespace {
@@ -12,6 +16,22 @@ uint64_t SplitMix(uint64_t& state) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// 128 bits from the kernel's CSPRNG, in hex: the secret part of a session key.
+std::string RandomSecret() {
+  uint64_t words[2] = {0, 0};
+  size_t got = 0;
+  auto* bytes = reinterpret_cast<uint8_t*>(words);
+  while (got < sizeof(words)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(words) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return fmt::format("{:016x}{:016x}", words[0], words[1]);
+}
+
+Status NoSession(const std::string& id) {
+  return NotFoundError("no session '{}' (never created, deleted or expired)", ClientText(id));
 }
 
 }  // namespace
@@ -29,23 +49,44 @@ int64_t SessionStore::NowMs() const {
 
 std::string SessionStore::NewId() { return fmt::format("s-{:016x}", SplitMix(id_state_)); }
 
-StatusOr<SessionRecord> SessionStore::Create(SessionSpec spec) {
+SessionRecord* SessionStore::Find(const std::string& id, const std::string& principal) {
+  auto name = names_.find({principal, id});
+  return name == names_.end() ? nullptr : &sessions_.at(name->second);
+}
+
+const SessionRecord* SessionStore::Find(const std::string& id,
+                                        const std::string& principal) const {
+  auto name = names_.find({principal, id});
+  return name == names_.end() ? nullptr : &sessions_.at(name->second);
+}
+
+StatusOr<SessionRecord> SessionStore::Create(SessionSpec spec, const std::string& owner) {
   if (spec.ttl_seconds > limits_.max_ttl_seconds) {
     return InvalidArgumentError("ttl_seconds {} is over the server's maximum of {}",
                                 spec.ttl_seconds, limits_.max_ttl_seconds);
   }
   std::lock_guard lock(mu_);
-  if (sessions_.size() >= limits_.max_sessions) {
+  if (sessions_.size() + releasing_.size() >= limits_.max_sessions) {
     return ResourceExhaustedError(
         "the server holds {} sessions, its limit; delete idle sessions or retry later",
         sessions_.size());
   }
+  // Each principal names its sessions in its own namespace: two tenants may both use "s1", and
+  // one cannot learn which ids another uses.
+  auto taken = [&](const std::string& id) {
+    return names_.count({owner, id}) != 0 || releasing_.count({owner, id}) != 0;
+  };
   if (spec.session_id.empty()) {
     do {
       spec.session_id = NewId();
-    } while (sessions_.count(spec.session_id) != 0);
-  } else if (sessions_.count(spec.session_id) != 0) {
+    } while (taken(spec.session_id));
+  } else if (names_.count({owner, spec.session_id}) != 0) {
     return AlreadyExistsError("session_id '{}' is already in use", spec.session_id);
+  } else if (releasing_.count({owner, spec.session_id}) != 0) {
+    return AlreadyExistsError(
+        "session_id '{}' belongs to a deleted session whose last turn is still ending; retry in a "
+        "moment",
+        spec.session_id);
   }
   if (spec.ttl_seconds == 0) spec.ttl_seconds = limits_.default_ttl_seconds;
   SessionRecord record;
@@ -55,21 +96,34 @@ StatusOr<SessionRecord> SessionStore::Create(SessionSpec spec) {
     record.messages.push_back({Role::kSystem, {{spec.system_prompt, ""}}});
   }
   record.order = next_order_++;
+  record.owner = owner;
+  record.key = spec.session_id + "." + RandomSecret();
   record.spec = std::move(spec);
-  const std::string id = record.spec.session_id;
-  return sessions_[id] = std::move(record);
+  names_[{owner, record.spec.session_id}] = record.key;
+  const std::string key = record.key;
+  return sessions_[key] = std::move(record);
 }
 
-StatusOr<SessionRecord> SessionStore::Get(const std::string& session_id) const {
+StatusOr<SessionRecord> SessionStore::Get(const std::string& session_id,
+                                          const std::string& principal) const {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
-    return NotFoundError("no session '{}' (never created, deleted or expired)", session_id);
-  }
-  return it->second;
+  const SessionRecord* s = Find(session_id, principal);
+  if (s == nullptr) return NoSession(session_id);
+  return *s;
 }
 
-StatusOr<SessionPage> SessionStore::List(int32_t page_size, const std::string& page_token) const {
+std::vector<SessionRecord> SessionStore::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<SessionRecord> all;
+  all.reserve(sessions_.size());
+  for (const auto& [id, record] : sessions_) all.push_back(record);
+  std::sort(all.begin(), all.end(),
+            [](const SessionRecord& a, const SessionRecord& b) { return a.order < b.order; });
+  return all;
+}
+
+StatusOr<SessionPage> SessionStore::List(const std::string& principal, int32_t page_size,
+                                         const std::string& page_token) const {
   if (page_size < 0) return InvalidArgumentError("page_size must be >= 0, not {}", page_size);
   const size_t limit = page_size == 0 ? 100 : std::min<int32_t>(page_size, 1000);
   uint64_t after = 0;
@@ -92,12 +146,15 @@ StatusOr<SessionPage> SessionStore::List(int32_t page_size, const std::string& p
     }
     uint64_t state = after ^ token_key_;
     if (!ok || check != SplitMix(state)) {
-      return InvalidArgumentError("page_token '{}' was not issued by this server", page_token);
+      return InvalidArgumentError("page_token '{}' was not issued by this server",
+                                  ClientText(page_token));
     }
   }
   std::lock_guard lock(mu_);
   std::vector<const SessionRecord*> ordered;
-  for (const auto& [id, record] : sessions_) {
+  for (auto it = names_.lower_bound({principal, ""}); it != names_.end() && it->first.first == principal;
+       ++it) {
+    const SessionRecord& record = sessions_.at(it->second);
     if (record.order > after) ordered.push_back(&record);
   }
   std::sort(ordered.begin(), ordered.end(),
@@ -112,39 +169,45 @@ StatusOr<SessionPage> SessionStore::List(int32_t page_size, const std::string& p
   return page;
 }
 
-StatusOr<SessionRecord> SessionStore::Remove(const std::string& session_id) {
+StatusOr<SessionRecord> SessionStore::Remove(const std::string& session_id,
+                                             const std::string& principal) {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
-    return NotFoundError("no session '{}' (never created, deleted or expired)", session_id);
-  }
+  auto name = names_.find({principal, session_id});
+  if (name == names_.end()) return NoSession(session_id);
+  auto it = sessions_.find(name->second);
   SessionRecord record = std::move(it->second);
   sessions_.erase(it);
+  names_.erase(name);
+  // The running turn still holds the session's KV (and may commit more): keep the id until it
+  // ends (EndTurn), so no new session can take it while anything of this one remains.
+  if (!record.running_turn_id.empty()) releasing_[{principal, session_id}] = record.key;
   return record;
 }
 
-Status SessionStore::CheckMediaRoom(const std::string& session_id) const {
+StatusOr<std::string> SessionStore::CheckMediaRoom(const std::string& session_id,
+                                                   const std::string& principal) const {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
-    return NotFoundError("no session '{}' (never created, deleted or expired)", session_id);
+  const SessionRecord* s = Find(session_id, principal);
+  if (s == nullptr) return NoSession(session_id);
+  if (s->media.size() >= limits_.max_media_per_session) {
+    return FailedPreconditionError(
+        "session '{}' holds {} media items already, the limit (DeleteMedia frees one)",
+        session_id, s->media.size());
   }
-  if (it->second.media.size() >= limits_.max_media_per_session) {
-    return FailedPreconditionError("session '{}' holds {} media items already, the limit",
-                                   session_id, it->second.media.size());
-  }
-  return absl::OkStatus();
+  return s->key;
 }
 
-Status SessionStore::AddMedia(const std::string& session_id, MediaInfo media) {
+Status SessionStore::AddMedia(const std::string& key, MediaInfo media) {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
+  const std::string id = key.substr(0, key.find('.'));
+  auto it = sessions_.find(key);
   if (it == sessions_.end()) {
-    return NotFoundError("session '{}' was deleted or expired during the upload", session_id);
+    return NotFoundError("session '{}' was deleted or expired during the upload", id);
   }
   if (it->second.media.size() >= limits_.max_media_per_session) {
-    return FailedPreconditionError("session '{}' holds {} media items already, the limit",
-                                   session_id, it->second.media.size());
+    return FailedPreconditionError(
+        "session '{}' holds {} media items already, the limit (DeleteMedia frees one)", id,
+        it->second.media.size());
   }
   it->second.media.push_back(std::move(media));
   it->second.last_used_unix_ms = NowMs();
@@ -153,15 +216,45 @@ Status SessionStore::AddMedia(const std::string& session_id, MediaInfo media) {
   return absl::OkStatus();
 }
 
+StatusOr<MediaInfo> SessionStore::RemoveMedia(const std::string& session_id,
+                                              const std::string& principal,
+                                              const std::string& media_id) {
+  std::lock_guard lock(mu_);
+  SessionRecord* s = Find(session_id, principal);
+  if (s == nullptr) return NoSession(session_id);
+  auto it = std::find_if(s->media.begin(), s->media.end(),
+                         [&](const MediaInfo& m) { return m.media_id == media_id; });
+  if (it == s->media.end()) {
+    return NotFoundError("media_id '{}' is not a media item of session '{}'",
+                         ClientText(media_id), session_id);
+  }
+  if (!s->running_turn_id.empty()) {
+    return FailedPreconditionError(
+        "session '{}' has a turn running; delete media between turns", session_id);
+  }
+  for (const ChatMessage& m : s->messages) {
+    for (const ContentPart& p : m.content) {
+      if (p.media_id == media_id) {
+        return FailedPreconditionError(
+            "media '{}' is part of the conversation of session '{}' (its visual tokens are in "
+            "the session's KV); delete the session to remove it",
+            ClientText(media_id), session_id);
+      }
+    }
+  }
+  MediaInfo removed = std::move(*it);
+  s->media.erase(it);
+  return removed;
+}
+
 StatusOr<TurnRequest> SessionStore::BeginTurn(const std::string& session_id,
+                                              const std::string& principal,
                                               const std::string& turn_id, ChatMessage user,
                                               const std::optional<SamplingSpec>& sampling) {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
-    return NotFoundError("no session '{}' (never created, deleted or expired)", session_id);
-  }
-  SessionRecord& s = it->second;
+  SessionRecord* found = Find(session_id, principal);
+  if (found == nullptr) return NoSession(session_id);
+  SessionRecord& s = *found;
   if (!s.running_turn_id.empty()) {
     return FailedPreconditionError(
         "session '{}' has a turn running already (one turn at a time); wait for its stats",
@@ -181,7 +274,7 @@ StatusOr<TurnRequest> SessionStore::BeginTurn(const std::string& session_id,
                                    [&](const MediaInfo& m) { return m.media_id == p.media_id; });
     if (!known) {
       return InvalidArgumentError("content: media_id '{}' is not a media item of session '{}'",
-                                  p.media_id, session_id);
+                                  ClientText(p.media_id), session_id);
     }
   }
   if (!user_shows_media) {
@@ -194,6 +287,8 @@ StatusOr<TurnRequest> SessionStore::BeginTurn(const std::string& session_id,
   TurnRequest request;
   request.turn_id = turn_id;
   request.session_id = session_id;
+  request.session_key = s.key;
+  request.principal = s.owner;
   request.model = s.spec.model;
   request.messages = s.messages;
   request.messages.push_back(std::move(user));
@@ -204,12 +299,20 @@ StatusOr<TurnRequest> SessionStore::BeginTurn(const std::string& session_id,
   return request;
 }
 
-bool SessionStore::EndTurn(const std::string& session_id, const std::string& turn_id,
+bool SessionStore::EndTurn(const std::string& key, const std::string& turn_id,
                            const ChatMessage& user, const std::optional<std::string>& answer) {
   std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return false;
-  if (it->second.running_turn_id != turn_id) return true;  // a newer session with the same id
+  auto it = sessions_.find(key);
+  if (it == sessions_.end()) {
+    for (auto r = releasing_.begin(); r != releasing_.end(); ++r) {
+      if (r->second == key) {
+        releasing_.erase(r);
+        break;
+      }
+    }
+    return false;
+  }
+  if (it->second.running_turn_id != turn_id) return true;
   SessionRecord& s = it->second;
   s.running_turn_id.clear();
   if (answer) {
@@ -228,6 +331,7 @@ std::vector<SessionRecord> SessionStore::ExpireIdle() {
   std::lock_guard lock(mu_);
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second.running_turn_id.empty() && it->second.expires_unix_ms <= now) {
+      names_.erase({it->second.owner, it->second.spec.session_id});
       expired.push_back(std::move(it->second));
       it = sessions_.erase(it);
     } else {

@@ -37,6 +37,16 @@ struct EngineLoad {
   uint64_t kv_capacity_bytes = 0;
 };
 
+// The session KV store as the engine sees it (the server reports it through its health service
+// under its own name and in metrics, so a store that is down is visible while turns still run).
+struct KvStoreHealth {
+  bool configured = false;  // false: no store (kvstore none), nothing to report
+  bool serving = true;      // reachable, every tier up, and the last commit succeeded
+  std::string reason;       // why not, when not serving
+  uint64_t commits = 0;         // segments committed since start
+  uint64_t failed_commits = 0;  // commits the store refused or could not take
+};
+
 // Thread-safe: every method may be called from any thread.
 class TurnEngine {
  public:
@@ -63,6 +73,9 @@ class TurnEngine {
   virtual uint32_t SessionCachedTokens(const std::string& session_id) const = 0;
 
   virtual EngineLoad Load() const = 0;
+
+  // Checks the session KV store (may call it: a remote store's round trip). Default: none.
+  virtual KvStoreHealth StoreHealth() { return {}; }
 
   // Shutdown: refuses new turns (UNAVAILABLE), lets queued and running turns finish until
   // `deadline`, cancels the rest with UNAVAILABLE, then flushes the sessions' KV to the store.

@@ -51,18 +51,20 @@ TurnStream* TurnStream::StartChat(ServiceCore* core, grpc::CallbackServerContext
 }
 
 Status TurnStream::BeginChat(const v1::ChatRequest& request) {
-  FZ_RETURN_IF_ERROR(core_->Admit(*context_, /*refuse_when_draining=*/true));
-  FZ_ASSIGN_OR_RETURN(ChatInput input, ValidateChat(request));
+  FZ_ASSIGN_OR_RETURN(const std::string principal,
+                      core_->Admit(*context_, /*refuse_when_draining=*/true));
+  FZ_ASSIGN_OR_RETURN(ChatInput input, ValidateChat(request, core_->options.validation));
   stats_only_ = request.stats_only();
-  FZ_ASSIGN_OR_RETURN(SessionRecord record, core_->sessions->Get(input.session_id));
+  FZ_ASSIGN_OR_RETURN(SessionRecord record, core_->sessions->Get(input.session_id, principal));
   std::optional<SamplingSpec> sampling;
   if (input.has_sampling_override) {
     sampling = MergeSampling(record.spec.sampling, input.sampling_override);
   }
-  FZ_ASSIGN_OR_RETURN(TurnRequest turn, core_->sessions->BeginTurn(input.session_id, turn_id_,
-                                                                   std::move(input.user),
-                                                                   sampling));
+  FZ_ASSIGN_OR_RETURN(TurnRequest turn,
+                      core_->sessions->BeginTurn(input.session_id, principal, turn_id_,
+                                                 std::move(input.user), sampling));
   session_id_ = input.session_id;
+  session_key_ = turn.session_key;
   user_ = turn.messages.back();  // with the session's media placed
   if (turn.sampling.max_tokens == 0) {
     turn.sampling.max_tokens = core_->options.validation.default_max_tokens;
@@ -75,11 +77,12 @@ Status TurnStream::BeginChat(const v1::ChatRequest& request) {
 TurnStream* TurnStream::StartGenerate(ServiceCore* core, grpc::CallbackServerContext* context,
                                       const v1::GenerateRequest* request) {
   auto* stream = new TurnStream(core, context, "Generate");
-  Status status = core->Admit(*context, /*refuse_when_draining=*/true);
-  if (!status.ok()) {
-    stream->FinishWith(status);
+  StatusOr<std::string> principal = core->Admit(*context, /*refuse_when_draining=*/true);
+  if (!principal.ok()) {
+    stream->FinishWith(principal.status());
     return stream;
   }
+  stream->principal_ = *std::move(principal);
   // Probing inline media opens containers: not in a reaction.
   core->media_pool->Post([stream, request] { stream->PrepareGenerate(request); });
   return stream;
@@ -94,6 +97,7 @@ void TurnStream::PrepareGenerate(const v1::GenerateRequest* request) {
     status = input.status();
     if (status.ok()) {
       turn.turn_id = turn_id_;
+      turn.principal = principal_;
       turn.model = input->model;
       turn.policy = input->policy;
       turn.sampling = input->sampling;
@@ -104,22 +108,28 @@ void TurnStream::PrepareGenerate(const v1::GenerateRequest* request) {
       const auto dir = core_->options.media_dir / "_generate" / turn_id_;
       for (size_t i = 0; i < input->media.size() && status.ok(); ++i) {
         const GenerateInput::Inline& m = input->media[i];
-        const auto* bytes = reinterpret_cast<const uint8_t*>(m.data->data());
-        StatusOr<MediaInfo> info = ProbeUpload({bytes, m.data->size()}, m.mime_type,
-                                               core_->options.upload);
+        std::filesystem::create_directories(dir);
+        const std::filesystem::path path = dir / (m.media_id + ".media");
+        temp_files_.push_back(path);
+        std::ofstream out(path, std::ios::binary);
+        out.write(m.data->data(), static_cast<std::streamsize>(m.data->size()));
+        out.close();
+        if (!out) {
+          FZ_LOG_ERROR("Generate request {}: cannot write {}", turn_id_, path.string());
+          status = InternalError("the server could not store the media (request id {})",
+                                 turn_id_);
+          break;
+        }
+        StatusOr<MediaInfo> info = ValidateMedia(
+            *core_->media_backend, path, m.mime_type, core_->options.upload, input->frames,
+            core_->engine->model().vision, core_->options.validation.max_frames);
         if (!info.ok()) {
           status = Annotate(info.status(), fmt::format("media[{}] '{}'", i, m.media_id));
           break;
         }
         info->media_id = m.media_id;
         info->name = m.name;
-        info->frames = input->frames;
-        PlanFrames(input->frames, core_->engine->model().vision,
-                   core_->options.validation.max_frames, *info);
-        std::filesystem::create_directories(dir);
-        info->path = (dir / (m.media_id + ".media")).string();
-        std::ofstream(info->path, std::ios::binary).write(m.data->data(), m.data->size());
-        temp_files_.push_back(info->path);
+        info->path = path.string();
         turn.media.push_back(std::move(*info));
       }
     }
@@ -128,7 +138,9 @@ void TurnStream::PrepareGenerate(const v1::GenerateRequest* request) {
     status = InternalError("the server failed to prepare the request (request id {})", turn_id_);
   }
   if (!status.ok()) {
-    for (const auto& f : temp_files_) std::filesystem::remove(f);
+    std::error_code ec;
+    for (const auto& f : temp_files_) std::filesystem::remove(f, ec);
+    if (!temp_files_.empty()) std::filesystem::remove(temp_files_.front().parent_path(), ec);
     FinishWith(status);
     return;
   }
@@ -154,8 +166,12 @@ void TurnStream::Submit(TurnRequest request) {
   Status status = core_->engine->Submit(std::move(request), std::move(callbacks));
   if (!status.ok()) {
     // The engine took nothing: undo the session's running mark and end the call.
-    if (!session_id_.empty()) core_->sessions->EndTurn(session_id_, turn_id_, user_, std::nullopt);
-    for (const auto& f : temp_files_) std::filesystem::remove(f);
+    if (!session_key_.empty() &&
+        !core_->sessions->EndTurn(session_key_, turn_id_, user_, std::nullopt)) {
+      core_->ReleaseSessionResources(session_key_);  // deleted meanwhile
+    }
+    std::error_code ec;
+    for (const auto& f : temp_files_) std::filesystem::remove(f, ec);
     FinishWith(status);
   }
   // On success the engine's on_done finishes the call, possibly already: do not touch `this`.
@@ -176,12 +192,14 @@ void TurnStream::OnDelta(std::string text, std::vector<uint32_t> token_ids) {
 }
 
 void TurnStream::OnTurnDone(Status status, TurnStats stats) {
-  if (!session_id_.empty()) {
+  if (!session_key_.empty()) {
     const bool exists = core_->sessions->EndTurn(
-        session_id_, turn_id_, user_,
+        session_key_, turn_id_, user_,
         status.ok() ? std::optional<std::string>(answer_) : std::nullopt);
-    // Deleted or expired while the turn ran: the KV the turn kept belongs to no one.
-    if (!exists) core_->engine->ReleaseSession(session_id_);
+    // Deleted while the turn ran: the KV the turn kept belongs to no one. The session store has
+    // now freed the id; nothing of this incarnation can reach a new session of that id anyway,
+    // since everything is keyed by the incarnation's key.
+    if (!exists) core_->ReleaseSessionResources(session_key_);
   }
   if (!temp_files_.empty()) {
     std::vector<std::filesystem::path> files = std::move(temp_files_);

@@ -54,7 +54,9 @@ class TurnStream final : public grpc::ServerWriteReactor<v1::ChatResponse> {
   grpc::CallbackServerContext* const context_;
   const char* const rpc_;
   std::string turn_id_;
-  std::string session_id_;  // empty for Generate
+  std::string session_id_;   // empty for Generate
+  std::string session_key_;  // the session's incarnation (SessionRecord::key)
+  std::string principal_;
   ChatMessage user_;        // the message this turn adds to the session
   bool stats_only_ = false;
   std::vector<std::filesystem::path> temp_files_;  // Generate's inline media

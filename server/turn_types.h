@@ -159,12 +159,22 @@ struct TurnStats {
   std::vector<double> inter_token_seconds;
 };
 
+// The client's session id inside a session key ("<session_id>.<secret>"), for logs and messages:
+// a key's secret never leaves the server's memory.
+inline std::string SessionIdOfKey(const std::string& key) { return key.substr(0, key.find('.')); }
+
 // One turn as the engine sees it: the whole conversation to answer (earlier turns, then the new
 // user message last), the session's media, and the options in force.
 struct TurnRequest {
   std::string turn_id;
-  // Empty for Generate (stateless): nothing is kept after the turn.
+  // Empty for Generate (stateless): nothing is kept after the turn. `session_id` is the client's
+  // name of the session (logs); `session_key` names this incarnation of it (SessionRecord::key)
+  // and is what the engine keys the session's KV by, so a session re-created under the same id
+  // never sees the old one's KV.
   std::string session_id;
+  std::string session_key;
+  // The principal the turn acts for (per-principal admission caps).
+  std::string principal;
   std::string model;
   std::vector<ChatMessage> messages;
   std::vector<MediaInfo> media;  // every media item a message refers to

@@ -15,6 +15,9 @@ namespace framezip::server {
 namespace {
 
 constexpr char kServiceName[] = "framezip.v1.VideoChat";
+// The session KV store, as this server sees it: NOT_SERVING while it is down (turns still run,
+// without keeping their KV between turns), so an operator sees degraded service apart from dead.
+constexpr char kStoreServiceName[] = "framezip.kvstore";
 
 StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
@@ -38,16 +41,26 @@ StatusOr<std::filesystem::path> MakeTempDir() {
 }  // namespace
 
 StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
-    const ServerConfig& config, std::unique_ptr<TurnEngine> engine) {
+    const ServerConfig& config, std::unique_ptr<TurnEngine> engine,
+    std::shared_ptr<media::MediaBackend> media) {
   FZ_RETURN_IF_ERROR(ValidateServerConfig(config));
   std::unique_ptr<VideoChatServer> s(new VideoChatServer());
   s->config_ = config;
   s->engine_ = std::move(engine);
+  s->media_ = std::move(media);
   const ModelDescription& model = s->engine_->model();
 
-  if (!config.auth_token_file.empty()) {
-    FZ_ASSIGN_OR_RETURN(s->auth_, BearerAuth::FromTokenFile(config.auth_token_file));
+  AuthOptions auth;
+  auth.token_file = config.auth_token_file;
+  auth.tenant_header = config.tenant_header;
+  for (size_t start = 0; start < config.tenant_proxy_principals.size();) {
+    size_t comma = config.tenant_proxy_principals.find(',', start);
+    if (comma == std::string::npos) comma = config.tenant_proxy_principals.size();
+    std::string name = config.tenant_proxy_principals.substr(start, comma - start);
+    if (!name.empty()) auth.tenant_proxy_principals.push_back(std::move(name));
+    start = comma + 1;
   }
+  FZ_ASSIGN_OR_RETURN(s->auth_, BearerAuth::Create(auth));
   if (config.media_dir.empty()) {
     FZ_ASSIGN_OR_RETURN(s->media_dir_, MakeTempDir());
     s->remove_media_dir_ = true;
@@ -77,13 +90,16 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   options.validation.served_model = model.name;
   options.validation.default_max_tokens = static_cast<uint32_t>(config.default_max_tokens);
   options.validation.max_frames = static_cast<uint32_t>(config.max_frames);
-  options.upload.max_upload_bytes = static_cast<uint64_t>(config.max_upload_bytes);
-  options.upload.max_duration_seconds = config.max_video_seconds;
-  options.upload.max_frames = static_cast<uint32_t>(config.max_frames);
+  options.validation.max_prompt_bytes = static_cast<uint32_t>(config.max_prompt_bytes);
+  options.validation.vocab_size = model.vocab_size;
+  options.upload = UploadLimitsFrom(config);
   options.media_dir = s->media_dir_;
   options.media_threads = config.media_threads;
+  options.max_upload_buffer_bytes = static_cast<uint64_t>(config.max_upload_buffer_bytes);
+  options.upload_idle_timeout = std::chrono::seconds(config.upload_idle_timeout_seconds);
   s->service_ = std::make_unique<VideoChatService>(s->engine_.get(), s->sessions_.get(),
-                                                   s->metrics_.get(), &s->auth_, options);
+                                                   s->media_.get(), s->metrics_.get(), &s->auth_,
+                                                   options);
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!config.tls_cert_file.empty()) {
@@ -118,6 +134,7 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   health->SetServingStatus(true);
   // The VideoChat service is SERVING only with a model behind it.
   health->SetServingStatus(kServiceName, model.name != "none");
+  health->SetServingStatus(kStoreServiceName, true);
 
   if (!config.metrics_listen.empty()) {
     StatusOr<int> port = s->metrics_->Serve(config.metrics_listen);
@@ -140,6 +157,7 @@ void VideoChatServer::HousekeepingLoop() {
     lock.unlock();
     service_->Housekeeping();
     CheckDeviceHealth();
+    CheckStoreHealth();
     lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(config_.housekeeping_ms),
                  [this] { return stopping_; });
@@ -155,6 +173,24 @@ void VideoChatServer::CheckDeviceHealth() {
   FZ_LOG_ERROR("GPU unusable after a sticky CUDA error ({}): health is NOT_SERVING until the "
                "process restarts",
                engine::DeviceUnhealthyReason());
+}
+
+void VideoChatServer::CheckStoreHealth() {
+  const KvStoreHealth health = engine_->StoreHealth();
+  metrics_->SetStoreHealth(health);
+  if (!health.configured) return;
+  std::lock_guard lock(mu_);
+  if (drained_ || device_unhealthy_) return;
+  if (health.serving != store_serving_) {
+    store_serving_ = health.serving;
+    server_->GetHealthCheckService()->SetServingStatus(kStoreServiceName, health.serving);
+    if (health.serving) {
+      FZ_LOG_INFO("KV store serving again; health '{}' SERVING", kStoreServiceName);
+    } else {
+      FZ_LOG_ERROR("KV store degraded: {}; health '{}' NOT_SERVING ({} failed commits so far)",
+                   health.reason, kStoreServiceName, health.failed_commits);
+    }
+  }
 }
 
 void VideoChatServer::Drain(std::chrono::milliseconds grace) {

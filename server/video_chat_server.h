@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "media/media_backend.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/metrics.h"
@@ -28,8 +29,10 @@ class VideoChatServer {
  public:
   // Binds config.listen (and config.metrics_listen unless empty) and starts serving. Errors:
   // INVALID_ARGUMENT (bad auth/TLS files), UNAVAILABLE (cannot listen).
-  static StatusOr<std::unique_ptr<VideoChatServer>> Start(const ServerConfig& config,
-                                                          std::unique_ptr<TurnEngine> engine);
+  // `media` validates uploads (server/media_backend_factory.h; shared with the engine).
+  static StatusOr<std::unique_ptr<VideoChatServer>> Start(
+      const ServerConfig& config, std::unique_ptr<TurnEngine> engine,
+      std::shared_ptr<media::MediaBackend> media);
   ~VideoChatServer();  // drains with no grace period when Drain was not called
 
   int port() const { return port_; }
@@ -49,8 +52,12 @@ class VideoChatServer {
   // Once the engine's device has had a sticky error (engine/core/device_health.h), every check
   // reports NOT_SERVING so the orchestrator restarts the process: its CUDA context is unusable.
   void CheckDeviceHealth();
+  // Reports the session KV store's state through the health service name "framezip.kvstore"
+  // and metrics (housekeeping thread).
+  void CheckStoreHealth();
 
   ServerConfig config_;
+  std::shared_ptr<media::MediaBackend> media_;  // before engine_: outlives it
   std::unique_ptr<TurnEngine> engine_;
   std::unique_ptr<SessionStore> sessions_;
   std::unique_ptr<ServerMetrics> metrics_;
@@ -64,6 +71,7 @@ class VideoChatServer {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  bool store_serving_ = true;  // guarded by mu_
   bool stopping_ = false;
   bool drained_ = false;
   bool device_unhealthy_ = false;  // housekeeping thread only

@@ -24,11 +24,16 @@ Status Guard(const char* rpc, const std::string& request_id, Body&& body) {
 }  // namespace
 
 VideoChatService::VideoChatService(TurnEngine* engine, SessionStore* sessions,
-                                   ServerMetrics* metrics, const BearerAuth* auth,
-                                   ServiceOptions options)
-    : media_pool_(std::make_unique<WorkPool>("media", options.media_threads)) {
+                                   media::MediaBackend* media_backend, ServerMetrics* metrics,
+                                   const BearerAuth* auth, ServiceOptions options)
+    : media_pool_(std::make_unique<WorkPool>("media", options.media_threads)),
+      upload_budget_(options.max_upload_buffer_bytes),
+      uploads_(options.upload_idle_timeout) {
   core_.engine = engine;
   core_.sessions = sessions;
+  core_.media_backend = media_backend;
+  core_.upload_budget = &upload_budget_;
+  core_.uploads = &uploads_;
   core_.metrics = metrics;
   core_.auth = auth;
   core_.options = std::move(options);
@@ -48,10 +53,11 @@ grpc::ServerUnaryReactor* VideoChatService::CreateSession(grpc::CallbackServerCo
                                                           v1::Session* response) {
   const std::string id = RequestId(context);
   const Status status = Guard("CreateSession", id, [&]() -> Status {
-    FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/true));
+    FZ_ASSIGN_OR_RETURN(const std::string principal,
+                        core_.Admit(*context, /*refuse_when_draining=*/true));
     FZ_ASSIGN_OR_RETURN(SessionSpec spec,
                         ValidateCreateSession(*request, core_.options.validation));
-    FZ_ASSIGN_OR_RETURN(SessionRecord record, core_.sessions->Create(std::move(spec)));
+    FZ_ASSIGN_OR_RETURN(SessionRecord record, core_.sessions->Create(std::move(spec), principal));
     ToProto(record, {}, 0, response);
     FZ_LOG_INFO("session {} created (policy {}, ttl {} s)", record.spec.session_id,
                 PolicyName(record.spec.policy.kind), record.spec.ttl_seconds);
@@ -67,11 +73,13 @@ grpc::ServerUnaryReactor* VideoChatService::GetSession(grpc::CallbackServerConte
                                                        v1::Session* response) {
   const std::string id = RequestId(context);
   const Status status = Guard("GetSession", id, [&]() -> Status {
-    FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false));
+    FZ_ASSIGN_OR_RETURN(const std::string principal,
+                        core_.Admit(*context, /*refuse_when_draining=*/false));
     FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
-    FZ_ASSIGN_OR_RETURN(SessionRecord record, core_.sessions->Get(request->session_id()));
-    ToProto(record, core_.engine->SessionKv(record.spec.session_id),
-            core_.engine->SessionCachedTokens(record.spec.session_id), response);
+    FZ_ASSIGN_OR_RETURN(SessionRecord record,
+                        core_.sessions->Get(request->session_id(), principal));
+    ToProto(record, core_.engine->SessionKv(record.key),
+            core_.engine->SessionCachedTokens(record.key), response);
     return absl::OkStatus();
   });
   auto* reactor = context->DefaultReactor();
@@ -84,12 +92,13 @@ grpc::ServerUnaryReactor* VideoChatService::ListSessions(grpc::CallbackServerCon
                                                          v1::ListSessionsResponse* response) {
   const std::string id = RequestId(context);
   const Status status = Guard("ListSessions", id, [&]() -> Status {
-    FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false));
-    FZ_ASSIGN_OR_RETURN(SessionPage page,
-                        core_.sessions->List(request->page_size(), request->page_token()));
+    FZ_ASSIGN_OR_RETURN(const std::string principal,
+                        core_.Admit(*context, /*refuse_when_draining=*/false));
+    FZ_ASSIGN_OR_RETURN(SessionPage page, core_.sessions->List(principal, request->page_size(),
+                                                               request->page_token()));
     for (const SessionRecord& record : page.sessions) {
-      ToProto(record, core_.engine->SessionKv(record.spec.session_id),
-              core_.engine->SessionCachedTokens(record.spec.session_id), response->add_sessions());
+      ToProto(record, core_.engine->SessionKv(record.key),
+              core_.engine->SessionCachedTokens(record.key), response->add_sessions());
     }
     response->set_next_page_token(page.next_page_token);
     return absl::OkStatus();
@@ -101,18 +110,10 @@ grpc::ServerUnaryReactor* VideoChatService::ListSessions(grpc::CallbackServerCon
 
 std::vector<KvBytes> VideoChatService::Release(const SessionRecord& record) {
   if (!record.running_turn_id.empty()) {
+    // The turn ends within one engine step; its end (TurnStream) releases what it kept.
     core_.engine->Cancel(record.running_turn_id, CancelledError("the session was deleted"));
   }
-  std::vector<KvBytes> freed = core_.engine->ReleaseSession(record.spec.session_id);
-  std::vector<std::filesystem::path> files;
-  for (const MediaInfo& m : record.media) files.emplace_back(m.path);
-  const auto dir = core_.options.media_dir / record.spec.session_id;
-  core_.media_pool->Post([files, dir] {
-    std::error_code ec;
-    for (const auto& f : files) std::filesystem::remove(f, ec);
-    std::filesystem::remove(dir, ec);
-  });
-  return freed;
+  return core_.ReleaseSessionResources(record.key);
 }
 
 grpc::ServerUnaryReactor* VideoChatService::DeleteSession(grpc::CallbackServerContext* context,
@@ -120,9 +121,11 @@ grpc::ServerUnaryReactor* VideoChatService::DeleteSession(grpc::CallbackServerCo
                                                           v1::DeleteSessionResponse* response) {
   const std::string id = RequestId(context);
   const Status status = Guard("DeleteSession", id, [&]() -> Status {
-    FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false));
+    FZ_ASSIGN_OR_RETURN(const std::string principal,
+                        core_.Admit(*context, /*refuse_when_draining=*/false));
     FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
-    FZ_ASSIGN_OR_RETURN(SessionRecord record, core_.sessions->Remove(request->session_id()));
+    FZ_ASSIGN_OR_RETURN(SessionRecord record,
+                        core_.sessions->Remove(request->session_id(), principal));
     uint64_t total = 0;
     for (const KvBytes& kv : Release(record)) {
       ToProto(kv, response->add_freed());
@@ -133,6 +136,30 @@ grpc::ServerUnaryReactor* VideoChatService::DeleteSession(grpc::CallbackServerCo
   });
   auto* reactor = context->DefaultReactor();
   reactor->Finish(core_.Outcome("DeleteSession", id, status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* VideoChatService::DeleteMedia(grpc::CallbackServerContext* context,
+                                                        const v1::DeleteMediaRequest* request,
+                                                        v1::DeleteMediaResponse* response) {
+  const std::string id = RequestId(context);
+  const Status status = Guard("DeleteMedia", id, [&]() -> Status {
+    FZ_ASSIGN_OR_RETURN(const std::string principal,
+                        core_.Admit(*context, /*refuse_when_draining=*/false));
+    FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
+    FZ_RETURN_IF_ERROR(ValidateMediaId(request->media_id(), "media_id"));
+    FZ_ASSIGN_OR_RETURN(MediaInfo media, core_.sessions->RemoveMedia(request->session_id(),
+                                                                     principal,
+                                                                     request->media_id()));
+    std::error_code ec;
+    std::filesystem::remove(media.path, ec);
+    response->set_freed_bytes(media.size_bytes);
+    FZ_LOG_INFO("session {}: media {} deleted ({} bytes)", request->session_id(), media.media_id,
+                media.size_bytes);
+    return absl::OkStatus();
+  });
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(core_.Outcome("DeleteMedia", id, status));
   return reactor;
 }
 
@@ -156,7 +183,7 @@ grpc::ServerUnaryReactor* VideoChatService::GetModelInfo(grpc::CallbackServerCon
                                                          v1::ModelInfo* response) {
   const std::string id = RequestId(context);
   const Status status = Guard("GetModelInfo", id, [&]() -> Status {
-    FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false));
+    FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false).status());
     FZ_RETURN_IF_ERROR(ValidateModel(request->model(), core_.options.validation));
     PolicySpec default_policy;
     default_policy.kind = core_.options.validation.default_policy;
@@ -175,18 +202,14 @@ void VideoChatService::Housekeeping() {
     FZ_LOG_INFO("session {} expired after {} s idle", record.spec.session_id,
                 record.spec.ttl_seconds);
   }
+  if (core_.uploads != nullptr) core_.uploads->ExpireIdle();
   if (core_.metrics == nullptr) return;
   std::vector<KvBytes> kv;
-  std::string token;
-  do {
-    StatusOr<SessionPage> page = core_.sessions->List(1000, token);
-    if (!page.ok()) break;
-    for (const SessionRecord& r : page->sessions) {
-      for (const KvBytes& b : core_.engine->SessionKv(r.spec.session_id)) kv.push_back(b);
-    }
-    token = page->next_page_token;
-  } while (!token.empty());
+  for (const SessionRecord& r : core_.sessions->All()) {
+    for (const KvBytes& b : core_.engine->SessionKv(r.key)) kv.push_back(b);
+  }
   core_.metrics->SetLoad(core_.engine->Load(), kv);
+  core_.metrics->SetUploadBufferBytes(upload_budget_.reserved());
 }
 
 }  // namespace framezip::server

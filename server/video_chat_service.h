@@ -15,9 +15,10 @@ namespace framezip::server {
 
 class VideoChatService final : public v1::VideoChat::CallbackService {
  public:
-  // `engine`, `sessions`, `metrics` (nullable) and `auth` (nullable) must outlive the service.
-  VideoChatService(TurnEngine* engine, SessionStore* sessions, ServerMetrics* metrics,
-                   const BearerAuth* auth, ServiceOptions options);
+  // `engine`, `sessions`, `media_backend`, `metrics` (nullable) and `auth` (nullable) must
+  // outlive the service.
+  VideoChatService(TurnEngine* engine, SessionStore* sessions, media::MediaBackend* media_backend,
+                   ServerMetrics* metrics, const BearerAuth* auth, ServiceOptions options);
   ~VideoChatService() override;
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
@@ -32,6 +33,9 @@ class VideoChatService final : public v1::VideoChat::CallbackService {
   grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
                                           const v1::DeleteSessionRequest* request,
                                           v1::DeleteSessionResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteMedia(grpc::CallbackServerContext* context,
+                                        const v1::DeleteMediaRequest* request,
+                                        v1::DeleteMediaResponse* response) override;
   grpc::ServerReadReactor<v1::UploadMediaRequest>* UploadMedia(
       grpc::CallbackServerContext* context, v1::Media* response) override;
   grpc::ServerWriteReactor<v1::ChatResponse>* Chat(grpc::CallbackServerContext* context,
@@ -55,6 +59,8 @@ class VideoChatService final : public v1::VideoChat::CallbackService {
 
   ServiceCore core_;
   std::unique_ptr<WorkPool> media_pool_;
+  UploadBudget upload_budget_;
+  UploadRegistry uploads_;
 };
 
 }  // namespace framezip::server

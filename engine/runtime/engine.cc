@@ -1,6 +1,7 @@
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
@@ -135,6 +136,38 @@ StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view
   return c;
 }
 
+uint64_t Engine::KvGrowthBound(const Conversation& c, int64_t prefill_tokens,
+                               int64_t chunk_tokens, int64_t decode_tokens) const {
+  const kv::KvPrecision precision = c.sequence_->policy->Precision(options_.kv_format);
+  const std::array<kv::KvFormat, 3> used = {precision.full, precision.important, precision.rest};
+  size_t largest_page = 0;
+  int quantized_formats = 0;
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (std::find(used.begin(), used.begin() + i, used[i]) != used.begin() + i) continue;
+    const kv::PagePool* pool = pools_->pool(used[i]);
+    if (pool == nullptr) continue;
+    largest_page = std::max(largest_page, pool->layout().PageBytes());
+    if (kv::IsQuantized(used[i])) ++quantized_formats;
+  }
+  const int64_t page = pools_->base_layout().page_tokens;
+  const int64_t tokens = std::max<int64_t>(prefill_tokens, 0) + std::max<int64_t>(decode_tokens, 0);
+  const auto ceil_div = [](int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; };
+  // Dense formats only: tokens go to appendable pages, so a layer gains at most ceil(N / P) pages.
+  int64_t pages_per_layer = ceil_div(tokens, page);
+  const int window = c.sequence_->policy->ResidualWindow();
+  if (quantized_formats > 0 || window > 0) {
+    // Quantised pages are fresh per append and class: every prefill chunk and every decode
+    // recompression may leave one partly filled page per quantised format, and a recompression
+    // holds its window twice until the full pages are freed. Count every token twice over.
+    const int64_t chunks =
+        chunk_tokens > 0 ? ceil_div(std::max<int64_t>(prefill_tokens, 0), chunk_tokens) : 1;
+    const int64_t recompressions = window > 0 ? ceil_div(std::max<int64_t>(decode_tokens, 0), window) : 0;
+    pages_per_layer = 2 * ceil_div(tokens, page) + (chunks + recompressions + 1) *
+                                                        std::max(quantized_formats, 1) + 1;
+  }
+  return static_cast<uint64_t>(pages_per_layer) * config_.text.num_hidden_layers * largest_page;
+}
+
 StatusOr<Tensor> Engine::EncodeVisual(const VisualInput& v, int64_t expected_rows) const {
   const int64_t s = image_size();
   if (v.pixels.rank() != 4 || v.pixels.dim(1) != 3 || v.pixels.dim(2) != s ||
@@ -210,6 +243,14 @@ StatusOr<Engine::PreparedTurn> Engine::Prepare(Conversation& c, std::span<const 
   }
   p.prompt_tokens = static_cast<int64_t>(prompt.size());
   p.ids.insert(p.ids.end(), prompt.begin(), prompt.end());
+  // The context, checked before anything costly (embedding, the vision tower) runs.
+  const int64_t total = c.sequence_->length + static_cast<int64_t>(p.ids.size());
+  if (context_tokens() > 0 && total >= context_tokens()) {
+    return InvalidArgumentError(
+        "the prompt is {} tokens ({} already in the conversation, {} new); the model's context "
+        "is {} tokens (max_position_embeddings), which leaves no room for an answer",
+        total, c.sequence_->length, p.ids.size(), context_tokens());
+  }
   FZ_ASSIGN_OR_RETURN(p.embeds, decoder_->Embed(p.ids));
 
   // Visual features replace the placeholder rows, images and videos each in order.
@@ -269,6 +310,12 @@ StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
   }
   pending.cached = c.sequence_->length;
   FZ_ASSIGN_OR_RETURN(pending.prepared, Prepare(c, messages));
+  // Generation stops when the context is full: the prompt's positions plus the answer's.
+  if (context_tokens() > 0) {
+    const int64_t room =
+        context_tokens() - pending.cached - static_cast<int64_t>(pending.prepared.ids.size());
+    sp.max_new_tokens = static_cast<int>(std::min<int64_t>(sp.max_new_tokens, room));
+  }
   return pending;
 }
 

@@ -240,6 +240,20 @@ class Engine {
   // A new, empty conversation using `policy` ("" = the engine default).
   StatusOr<std::unique_ptr<Conversation>> NewConversation(std::string_view policy = "");
 
+  // The model's context: positions a conversation may use (max_position_embeddings). A turn
+  // whose prompt leaves no position for an answer is refused with INVALID_ARGUMENT before its
+  // visuals are encoded, and generation stops (max_tokens reason) when the context is full.
+  int64_t context_tokens() const { return config_.text.max_position_embeddings; }
+
+  // An upper bound of the bytes of KV pages `conversation` gains while it prefills
+  // `prefill_tokens` in chunks of at most `chunk_tokens` (0 = one chunk) and then generates
+  // `decode_tokens`, whatever its policy decides: for admission control, so an admitted turn
+  // never runs out of pages. Every token is counted at the costliest page size the policy
+  // stores, plus the partly filled pages each chunk and each decode recompression may leave per
+  // format (quantised pages are written once), plus a recompression's transient copy.
+  uint64_t KvGrowthBound(const Conversation& conversation, int64_t prefill_tokens,
+                         int64_t chunk_tokens, int64_t decode_tokens) const;
+
   // One whole turn: StartTurn, then Step until finished. `on_text` (optional) receives each text
   // delta as it is produced; `cancel` (optional) is checked before every step — when set, the
   // turn stops with CANCELLED and the conversation keeps what was generated so far.

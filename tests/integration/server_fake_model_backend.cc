@@ -111,7 +111,8 @@ std::vector<uint32_t> FakeModelBackend::Render(const server::TurnRequest& reques
   return tokens;
 }
 
-StatusOr<server::PreparedTurn> FakeModelBackend::Prepare(const server::TurnRequest& request) {
+StatusOr<server::PreparedTurn> FakeModelBackend::Prepare(const server::TurnRequest& request,
+                                                         server::KvReservations& /*kv*/) {
   std::string last_user;
   std::vector<uint32_t> prompt = Render(request, &last_user);
   if (prompt.size() >= options_.context_tokens) {
@@ -119,9 +120,9 @@ StatusOr<server::PreparedTurn> FakeModelBackend::Prepare(const server::TurnReque
                                 prompt.size(), options_.context_tokens);
   }
   uint32_t cached = 0;
-  if (!request.session_id.empty()) {
+  if (!request.session_key.empty()) {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(request.session_id);
+    auto it = sessions_.find(request.session_key);
     if (it != sessions_.end()) {
       const auto& kept = it->second;
       const size_t n = std::min(kept.size(), prompt.size() - 1);

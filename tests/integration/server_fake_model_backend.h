@@ -38,7 +38,8 @@ class FakeModelBackend final : public server::ModelBackend {
   explicit FakeModelBackend(FakeModelOptions options = {});
 
   const server::ModelDescription& model() const override { return model_; }
-  StatusOr<server::PreparedTurn> Prepare(const server::TurnRequest& request) override;
+  StatusOr<server::PreparedTurn> Prepare(const server::TurnRequest& request,
+                                         server::KvReservations& kv) override;
   Status Step(std::span<server::StepItem> batch) override;
   Status Commit(const std::string& session_id, server::BackendSequence& sequence) override;
   std::vector<server::KvBytes> ReleaseSession(const std::string& session_id) override;

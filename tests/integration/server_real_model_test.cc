@@ -10,14 +10,24 @@
 //     one engine step with the decode token of another turn, and dropping a turn part-way
 //     through its prompt frees its pages.
 // Short clips and 4 frames keep each turn well under a second on a CPU.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "kvstore/tiered_store.h"
 #include "server/engine_backend.h"
 #include "server/engine_factory.h"
+#include "server/media_backend_factory.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/testing/child_process.h"
 #include "tests/testing/temp_dir.h"
 
 namespace framezip::testing {
@@ -30,10 +40,13 @@ server::ServerConfig RealModelConfig() {
 }
 
 std::unique_ptr<server::VideoChatServer> StartRealServer(const server::ServerConfig& config) {
-  auto engine = server::CreateEngine(config);
+  auto media = server::CreateMediaBackend(config);
+  INFO((media.ok() ? "" : std::string(media.status().message())));
+  REQUIRE(media.ok());
+  auto engine = server::CreateEngine(config, *media);
   INFO((engine.ok() ? "" : std::string(engine.status().message())));
   REQUIRE(engine.ok());
-  auto server = server::VideoChatServer::Start(config, std::move(*engine));
+  auto server = server::VideoChatServer::Start(config, std::move(*engine), *media);
   INFO((server.ok() ? "" : std::string(server.status().message())));
   REQUIRE(server.ok());
   return std::move(*server);
@@ -232,6 +245,13 @@ server::TurnRequest TextTurn(const std::string& id, const std::string& text, uin
   return r;
 }
 
+// KV reservations for a backend driven without a scheduler: every restore fits.
+class UnlimitedKv final : public server::KvReservations {
+ public:
+  bool TryReserve(uint64_t) override { return true; }
+  void Release(uint64_t) override {}
+};
+
 server::StepItem Item(const server::PreparedTurn& turn, uint32_t prefill_tokens) {
   server::StepItem item;
   item.sequence = turn.sequence.get();
@@ -243,13 +263,17 @@ TEST_CASE("real model: a long prompt is prefilled in chunks, each step also deco
           "[integration][server]") {
   server::ServerConfig config = RealModelConfig();
   config.kvstore = "none";
-  auto backend = server::EngineBackend::Load(config);
+  config.media_isolation = "none";
+  auto media = server::CreateMediaBackend(config);
+  REQUIRE(media.ok());
+  auto backend = server::EngineBackend::Load(config, *media);
   INFO((backend.ok() ? "" : std::string(backend.status().message())));
   REQUIRE(backend.ok());
+  UnlimitedKv kv;
   std::string long_text;
   for (int i = 0; i < 40; ++i) long_text += "item " + std::to_string(i) + ", ";
-  auto a = (*backend)->Prepare(TextTurn("a", "Hello", 200));
-  auto b = (*backend)->Prepare(TextTurn("b", long_text, 4));
+  auto a = (*backend)->Prepare(TextTurn("a", "Hello", 200), kv);
+  auto b = (*backend)->Prepare(TextTurn("b", long_text, 4), kv);
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   // Prepare tokenized the prompts: the scheduler knows exactly what to prefill.
@@ -287,7 +311,7 @@ TEST_CASE("real model: a long prompt is prefilled in chunks, each step also deco
 
   // A turn dropped part-way through its prompt (cancelled) gives its pages back.
   const uint64_t before = (*backend)->KvUsedBytes();
-  auto c = (*backend)->Prepare(TextTurn("c", long_text, 4));
+  auto c = (*backend)->Prepare(TextTurn("c", long_text, 4), kv);
   REQUIRE(c.ok());
   for (int i = 0; i < 3; ++i) {
     std::vector<server::StepItem> batch = {Item(*a, 0), Item(*c, chunk)};
@@ -301,6 +325,216 @@ TEST_CASE("real model: a long prompt is prefilled in chunks, each step also deco
   // Only A's growth by three tokens may remain (at most a page per layer and K/V).
   CHECK(after < with_c);
   CHECK(after <= before + (with_c - before) / 2);
+}
+
+std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string HealthOf(const server::VideoChatServer& server, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return "error: " + status.error_message();
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+TEST_CASE("real model: a 426x240 clip and a 2x2 clip decode in the workers and get answers",
+          "[integration][server]") {
+  TempDir dir;
+  auto server = StartRealServer(RealModelConfig());
+  ChatClient client(StubFor(*server));
+  for (const std::string size : {"426x240", "40x40", "2x2"}) {
+    const auto path = dir.path() / ("clip_" + size + ".mp4");
+    REQUIRE(RunCommand({"ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                        "testsrc2=size=" + size + ":rate=8", "-t", "2", "-pix_fmt", "yuv420p",
+                        "-c:v", "libx264", path.string()},
+                       dir.path() / "ffmpeg.log") == 0);
+    const std::string session = NewVideoSession(client, ReadAll(path));
+    const TurnResult r = client.Ask(session, "What color is the circle?");
+    INFO(size << ": " << r.status.error_message());
+    CHECK(r.status.ok());
+    REQUIRE(r.stats);
+    CHECK(r.stats->visual_tokens_before_pruning() > 0);
+  }
+}
+
+TEST_CASE("real model: a prompt past the context is refused before any prefill",
+          "[integration][server]") {
+  auto server = StartRealServer(RealModelConfig());
+  ChatClient client(StubFor(*server));
+  const std::string session = client.NewSession();
+  // About 60k tokens of text (under max_prompt_bytes), against a 4096-token context.
+  std::string text;
+  for (int i = 0; text.size() < 200 * 1024; ++i) text += std::to_string(i) + " ";
+  const auto t0 = std::chrono::steady_clock::now();
+  const TurnResult r = client.Ask(session, text);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(r.status.error_message(),
+             Catch::Contains("max_position_embeddings") && Catch::Contains("4096"));
+  CHECK(r.deltas == 0);
+  CHECK(took < std::chrono::seconds(20));  // tokenized and refused, never prefilled
+  // max_tokens past the context is capped, not refused: the turn ends with LENGTH at the
+  // context.
+  v1::ChatRequest request;
+  request.set_session_id(session);
+  request.set_text("Count.");
+  request.mutable_sampling()->set_max_tokens(1u << 20);
+  request.mutable_sampling()->set_ignore_eos(true);
+  const TurnResult capped = client.Chat(request, {}, std::chrono::seconds(600));
+  REQUIRE(capped.status.error_message() == "");
+  REQUIRE(capped.stats);
+  CHECK(capped.stats->finish_reason() == v1::FINISH_REASON_LENGTH);
+  CHECK(capped.stats->prompt_tokens() + capped.stats->generated_tokens() == 4096);
+}
+
+TEST_CASE("real model: ignore_eos with max_tokens N ends LENGTH after N streamed ids",
+          "[integration][server]") {
+  auto server = StartRealServer(RealModelConfig());
+  ChatClient client(StubFor(*server));
+  for (uint32_t n : {1u, 7u, 20u}) {
+    const std::string session = client.NewSession();
+    v1::ChatRequest request;
+    request.set_session_id(session);
+    request.set_text("Say something.");
+    request.mutable_sampling()->set_max_tokens(n);
+    request.mutable_sampling()->set_ignore_eos(true);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = StubFor(*server)->Chat(&context, request);
+    v1::ChatResponse response;
+    int ids = 0;
+    std::optional<v1::TurnStats> stats;
+    while (reader->Read(&response)) {
+      if (response.has_delta()) ids += response.delta().token_ids_size();
+      if (response.has_stats()) stats = response.stats();
+    }
+    REQUIRE(reader->Finish().ok());
+    REQUIRE(stats);
+    INFO("max_tokens " << n);
+    CHECK(stats->finish_reason() == v1::FINISH_REASON_LENGTH);
+    CHECK(stats->generated_tokens() == n);
+    CHECK(ids == static_cast<int>(n));
+  }
+}
+
+TEST_CASE("real model: under KV pressure admitted turns finish, the rest are refused up front",
+          "[integration][server]") {
+  server::ServerConfig config = RealModelConfig();
+  config.kvstore = "none";
+  config.kv_budget_bytes = 6 << 20;  // a few long turns' worth
+  config.max_running_per_principal = 0;
+  auto server = StartRealServer(config);
+  ChatClient client(StubFor(*server));
+  std::vector<TurnResult> results(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      ChatClient c(StubFor(*server));
+      v1::ChatRequest request;
+      request.set_session_id(c.NewSession());
+      request.set_text("Tell a long story number " + std::to_string(i) + ".");
+      request.mutable_sampling()->set_max_tokens(400);
+      request.mutable_sampling()->set_ignore_eos(true);
+      results[i] = c.Chat(request, {}, std::chrono::seconds(600));
+    });
+  }
+  for (auto& t : threads) t.join();
+  int finished = 0;
+  for (const TurnResult& r : results) {
+    INFO(r.status.error_message());
+    if (r.status.ok()) {
+      ++finished;
+      REQUIRE(r.stats);
+      CHECK(r.stats->generated_tokens() == 400);
+    } else {
+      // Only ever refused before the first token, never killed mid-stream by KV pressure.
+      CHECK(r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+      CHECK(r.deltas == 0);
+    }
+  }
+  CHECK(finished >= 1);
+}
+
+TEST_CASE("real model: a session deleted mid-turn and re-created answers as a new session",
+          "[integration][server]") {
+  TempDir dir;
+  auto server = StartRealServer(RealModelConfig());
+  ChatClient client(StubFor(*server));
+  v1::CreateSessionRequest create;
+  create.set_session_id("again");
+  create.mutable_frames()->set_num_frames(4);
+  create.mutable_sampling()->set_max_tokens(40);
+  create.mutable_sampling()->set_ignore_eos(true);
+  v1::Session session;
+  REQUIRE(client.CreateSession(create, &session).ok());
+  v1::Media media;
+  REQUIRE(client.Upload("again", MakeTestClip(dir.path(), 1.0), &media).ok());
+  std::thread deleter;
+  v1::ChatRequest first;
+  first.set_session_id("again");
+  first.set_text("What moves?");
+  client.Chat(first, [&](grpc::ClientContext&, int delta) {
+    if (delta == 2) {
+      deleter = std::thread([&] {
+        v1::DeleteSessionResponse freed;
+        ChatClient(StubFor(*server)).DeleteSession("again", &freed);
+      });
+    }
+  });
+  if (deleter.joinable()) deleter.join();
+  REQUIRE(WaitUntil([&] { return client.CreateSession(create, &session).ok(); }));
+  const TurnResult reborn = client.Ask("again", "What color is the circle?");
+  REQUIRE(reborn.status.ok());
+  REQUIRE(reborn.stats);
+  CHECK(reborn.stats->cached_tokens() == 0);
+  CHECK(reborn.stats->visual_tokens_before_pruning() == 0);  // it has no video of its own
+  v1::CreateSessionRequest control_request = create;
+  control_request.set_session_id("control");
+  REQUIRE(client.CreateSession(control_request, &session).ok());
+  CHECK(client.Ask("control", "What color is the circle?").text == reborn.text);
+}
+
+TEST_CASE("real model: a KV store that is down is visible in health and metrics, turns go on",
+          "[integration][server]") {
+  // A framezip-kvstore address where nothing listens.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  close(fd);
+  server::ServerConfig config = RealModelConfig();
+  config.kvstore = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto server = StartRealServer(config);
+  CHECK(HealthOf(*server, "") == "SERVING");
+  CHECK(WaitUntil([&] { return HealthOf(*server, "framezip.kvstore") == "NOT_SERVING"; },
+                  std::chrono::seconds(30)));
+  ChatClient client(StubFor(*server));
+  const std::string session = client.NewSession();
+  const TurnResult r = client.Ask(session, "Hello?");
+  CHECK(r.status.ok());  // served, only its KV is not kept in the store
+  // framezip_kv_store_commits_total{...,result="failed"} counts the turn's failed commit.
+  CHECK(WaitUntil(
+      [&] {
+        const std::string text = HttpGet(server->metrics_port(), "/metrics");
+        const size_t at = text.find("result=\"failed\"} ");
+        return at != std::string::npos && text.compare(at + 17, 2, "0\n") != 0;
+      },
+      std::chrono::seconds(10)));
+  CHECK(HttpGet(server->metrics_port(), "/metrics").find("framezip_kv_store_up{") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "server/batch_scheduler.h"
+#include "server/media_backend_factory.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/child_process.h"
 
 namespace framezip::testing {
@@ -20,6 +22,7 @@ server::ServerConfig TestConfig() {
   config.listen = "127.0.0.1:0";
   config.metrics_listen = "127.0.0.1:0";
   config.housekeeping_ms = 50;
+  config.media_worker = (BinaryDir() / "bin/framezip-media-worker").string();
   config.grace_seconds = 5;
   return config;
 }
@@ -29,7 +32,9 @@ InProcessServer::InProcessServer(server::ServerConfig config, FakeModelOptions m
   auto backend = std::make_unique<FakeModelBackend>(model);
   fake_ = backend.get();
   auto engine = std::make_unique<server::BatchScheduler>(std::move(backend), scheduler);
-  auto started = server::VideoChatServer::Start(config, std::move(engine));
+  auto media = server::CreateMediaBackend(config);
+  if (!media.ok()) FAIL("media workers did not start: " << media.status().message());
+  auto started = server::VideoChatServer::Start(config, std::move(engine), *media);
   if (!started.ok()) FAIL("server did not start: " << started.status().message());
   server_ = std::move(*started);
 }

@@ -3,7 +3,11 @@
 //    30-minute 720p30 H.264 file, and their ratio (target <= 1.5: seeking makes the cost follow
 //    the frames sampled, not the length of the video);
 //  - frames/s of a full sequential decode of the 1-minute file;
-//  - peak RSS while sampling the 30-minute file, above the process baseline (target < 200 MB).
+//  - peak RSS while sampling the 30-minute file, above the process baseline (target < 200 MB);
+//  - the same 32-frame sampling of the 1-minute file through the server's sandboxed media workers
+//    (media/worker/worker_pool.h: a fresh process per request, the frames back through a memfd),
+//    alternated with in-process runs, and the workers' overhead over in-process decoding
+//    (target <= 10 %).
 // The files are generated at bench time with the ffmpeg tool: one minute of testsrc2 encoded
 // with libx264 (ultrafast, CRF 30, a keyframe every 2 s: about 5 Mbit/s, like a phone or screen
 // recording), and the 30-minute file as that minute stream-copied 30 times (concat demuxer, no
@@ -24,6 +28,7 @@
 
 #include "common/flags.h"
 #include "media/media.h"
+#include "media/worker/worker_pool.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
@@ -106,6 +111,7 @@ int RunBenchMedia(const std::vector<std::string>& args) {
   int frames = 32;
   int repeats = 3;
   int threads = 0;
+  std::string worker;
   FlagSet flags("framezip bench media",
                 "Times frame sampling on 1-minute and long 720p H.264 files (generated with ffmpeg "
                 "on first use and kept in --dir), full sequential decode, and peak memory.");
@@ -115,6 +121,9 @@ int RunBenchMedia(const std::vector<std::string>& args) {
   flags.Int("frames", &frames, "frames to sample");
   flags.Int("repeats", &repeats, "timed runs per figure (the median is reported)");
   flags.Int("threads", &threads, "decoder threads (0: min(cores, 8))");
+  flags.String("worker", &worker,
+               "framezip-media-worker for the sandboxed runs (default: beside this binary)",
+               "FILE");
   if (auto code = ParseOrExit(flags, args)) return *code;
   if (long_minutes < 1 || frames < 1 || repeats < 1) {
     std::fprintf(stderr,
@@ -212,6 +221,55 @@ int RunBenchMedia(const std::vector<std::string>& args) {
               static_cast<double>(long_result.stats.frames_decoded),
               "frames",
               {},
+              true});
+
+  // Sandboxed workers vs this process, alternated (same file, same sampling, same threads).
+  media::worker::WorkerPoolOptions pool_options;
+  pool_options.worker_binary =
+      worker.empty() ? fs::read_symlink("/proc/self/exe", ec).parent_path() / "framezip-media-worker"
+                     : fs::path(worker);
+  pool_options.max_workers = 1;
+  auto pool = media::worker::WorkerPool::Start(pool_options);
+  if (!pool.ok()) {
+    std::fprintf(stderr, "framezip bench media: %s\n", MessageOf(pool.status()).c_str());
+    return 1;
+  }
+  const media::MediaSource one_source =
+      media::MediaSource::FromFile(one.parent_path(), one.filename().string());
+  std::vector<double> t_here, t_worker;
+  for (int i = 0; i < std::max(repeats, 5); ++i) {
+    const auto w0 = Clock::now();
+    auto w = (*pool)->Decode(one_source, sampling, siglip, limits, options);
+    const double tw = Seconds(w0);
+    const auto h0 = Clock::now();
+    auto h = media::DecodeMedia(one_source, sampling, siglip, limits, options);
+    const double th = Seconds(h0);
+    if (!w.ok() || !h.ok()) {
+      std::fprintf(stderr, "sampling through the workers failed: %s\n",
+                   MessageOf(w.ok() ? h.status() : w.status()).c_str());
+      return 1;
+    }
+    if (w->frames.data != h->frames.data) {
+      std::fprintf(stderr, "the workers' frames differ from the in-process frames\n");
+      return 1;
+    }
+    t_worker.push_back(tw);
+    t_here.push_back(th);
+    // Let the pool start the next worker before the next timed request, as a server between
+    // requests would.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::sort(t_here.begin(), t_here.end());
+  std::sort(t_worker.begin(), t_worker.end());
+  const double med_here = t_here[t_here.size() / 2];
+  const double med_worker = t_worker[t_worker.size() / 2];
+  std::printf("1-min file, %d frames: %.3f s in process, %.3f s in a sandboxed worker\n", frames,
+              med_here, med_worker);
+  report.Add({"sample_" + std::to_string(frames) + "_frames_1min_720p_in_process_s", med_here,
+              "s", {}, true});
+  report.Add({"sample_" + std::to_string(frames) + "_frames_1min_720p_worker_s", med_worker,
+              "s", {}, true});
+  report.Add({"media_worker_overhead_fraction", med_worker / med_here - 1.0, "fraction", 0.10,
               true});
   if (json) std::printf("%s\n", report.Json().c_str());
   return 0;

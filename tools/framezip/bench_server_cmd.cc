@@ -28,6 +28,7 @@
 
 #include "framezip/v1/video_chat.grpc.pb.h"
 #include "server/engine_factory.h"
+#include "server/media_backend_factory.h"
 #include "server/video_chat_server.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"
@@ -302,8 +303,11 @@ StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::str
   config.model_dir = model_dir;
   config.max_running = max_running;
   config.max_waiting = std::max(64, 2 * max_running);
-  FZ_ASSIGN_OR_RETURN(std::unique_ptr<server::TurnEngine> engine, server::CreateEngine(config));
-  return server::VideoChatServer::Start(config, std::move(engine));
+  FZ_ASSIGN_OR_RETURN(std::shared_ptr<media::MediaBackend> media,
+                      server::CreateMediaBackend(config));
+  FZ_ASSIGN_OR_RETURN(std::unique_ptr<server::TurnEngine> engine,
+                      server::CreateEngine(config, media));
+  return server::VideoChatServer::Start(config, std::move(engine), media);
 }
 
 }  // namespace

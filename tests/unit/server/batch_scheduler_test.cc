@@ -64,7 +64,8 @@ TurnRequest UserTurn(std::string id, std::string session, std::vector<ChatMessag
                      std::string text) {
   TurnRequest r;
   r.turn_id = std::move(id);
-  r.session_id = std::move(session);
+  r.session_id = session;
+  r.session_key = std::move(session);  // the engine keys session KV by the key
   r.messages = std::move(history);
   r.messages.push_back({Role::kUser, {{std::move(text), ""}}});
   return r;

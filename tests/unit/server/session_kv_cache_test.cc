@@ -41,17 +41,18 @@ TEST_CASE("session KV segments are stored, loaded in order, and released", "[uni
   CHECK(held[0].tier == KvTier::kHost);
   CHECK(held[0].bytes == 6 + 6 + 4);
 
-  // Another session with the same first turn shares its block keys.
+  // Another session with the same first turn (same tokens, media, policy) gets blocks of its own:
+  // keys chain from the session key, so no session can compute or hit another's.
   REQUIRE(cache->CommitSegment("s2", {"seg0-a", "seg0-b"}, turn1, media, "none", KvPrecision::kF16)
               .ok());
   auto stats = store->Stats();
   REQUIRE(stats.ok());
-  CHECK(stats->tiers[0].blocks == 3);
+  CHECK(stats->tiers[0].blocks == 5);
 
   CHECK(TotalBytes(cache->Release("s1")) == 16);
   CHECK(cache->segments("s1") == 0);
   CHECK(absl::IsNotFound(cache->Load("s1").status()));
-  // s1's own turn-2 block is gone; the shared turn-1 blocks stay for s2.
+  // Every block of s1 is gone; s2's stay.
   stats = store->Stats();
   REQUIRE(stats.ok());
   CHECK(stats->tiers[0].blocks == 2);
