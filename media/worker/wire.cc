@@ -325,10 +325,14 @@ StatusOr<WorkResponse> DecodeResponse(std::span<const uint8_t> bytes, const Medi
       if (!std::isfinite(t)) r.Fail("non-finite timestamp");
     }
     if (s.has_frames) {
-      const int64_t floats = int64_t{f.num_frames} * f.channels * f.height * f.width;
-      if (f.num_frames < 1 || f.num_frames > limits.max_frames || f.channels != 3 ||
-          f.height < 1 || f.width < 1 || f.height > 16384 || f.width > 16384 ||
-          floats * static_cast<int64_t>(sizeof(float)) > limits.max_output_bytes ||
+      // Each dimension is bounded before they are multiplied (the product then fits in 64 bits).
+      const bool dims_ok = f.num_frames >= 1 && f.num_frames <= limits.max_frames &&
+                           f.channels == 3 && f.height >= 1 && f.width >= 1 &&
+                           f.height <= 16384 && f.width <= 16384;
+      if (!dims_ok ||
+          int64_t{f.num_frames} * f.channels * f.height * f.width *
+                  static_cast<int64_t>(sizeof(float)) >
+              limits.max_output_bytes ||
           static_cast<size_t>(f.num_frames) != s.result.timestamps_s.size()) {
         r.Fail("frame shape out of range");
       }

@@ -3,7 +3,7 @@
 // that has just parsed a hostile file may be compromised, so its replies are untrusted input.
 // A reply that parses must respect the request's limits and encode back to a reply that parses
 // the same. Run:
-//   build-fuzz/bin/fuzz_media_worker_reply -max_total_time=600
+//   build-fuzz/bin/fuzz_media_worker_reply -max_total_time=600 tests/fuzz/corpus/media_worker_reply/
 #include <cstddef>
 #include <cstdint>
 #include <span>
