@@ -1,6 +1,7 @@
 #include "engine/ops/cpu_kernels.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -22,8 +23,11 @@ bool DetectAvx2() {
     return false;
   }
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1, ECX bit 29: clang's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  const bool f16c = (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 const bool kAvx2 = DetectAvx2();
