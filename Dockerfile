@@ -18,7 +18,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
       libopenblas-dev libonig-dev libutf8proc-dev \
       libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
       libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev \
-      libhiredis-dev catch2 \
+      libhiredis-dev libseccomp-dev catch2 \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -26,8 +26,11 @@ COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
       -DFRAMEZIP_CUDA=${FRAMEZIP_CUDA} -DCMAKE_CUDA_ARCHITECTURES="80-real;90" \
     && cmake --build /build -j"$(nproc)" --target framezip framezip-server framezip-kvstore \
+         framezip-media-worker \
     && mkdir -p /out/bin /out/lib \
-    && cp /build/bin/framezip /build/bin/framezip-server /build/bin/framezip-kvstore /out/bin/ \
+    # framezip-media-worker sits beside framezip-server, where the server starts it from.
+    && cp /build/bin/framezip /build/bin/framezip-server /build/bin/framezip-kvstore \
+          /build/bin/framezip-media-worker /out/bin/ \
     # The runtime image gets exactly the shared libraries the binaries load (not glibc, not the
     # CUDA runtime, which the runtime image has), so it needs no -dev packages and no compiler.
     && ldd /out/bin/* | awk '/=> \// {print $3}' | sort -u \
