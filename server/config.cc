@@ -217,6 +217,9 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return InvalidArgumentError("--default-max-tokens: {} is over the limit of 1048576",
                                 c.default_max_tokens);
   }
+  if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0) {
+    return InvalidArgumentError("--device: '{}' is not cpu, cuda or cuda:N", c.device);
+  }
   if (c.media_isolation != "process" && c.media_isolation != "none") {
     return InvalidArgumentError("--media-isolation: '{}' is not 'process' or 'none'",
                                 c.media_isolation);

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "engine/runtime/engine.h"
+#include "engine/vision/llava_vision.h"
 #include "kvstore/service/remote_store.h"
 #include "kvstore/tiered_store.h"
 #include "media/media.h"
@@ -133,9 +134,6 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   FZ_ASSIGN_OR_RETURN(b->engine_, rt::Engine::Load(config.model_dir, options));
   const auto& c = b->engine_->config();
   b->kv_capacity_bytes_ = static_cast<uint64_t>(options.kv_max_bytes);
-  // K and V, every layer, f16 (the default page format).
-  b->kv_bytes_per_token_ =
-      static_cast<uint64_t>(2 * c.text.num_hidden_layers * c.text.kv_dim() * 2);
   ModelDescription& m = b->model_;
   m.name = std::filesystem::path(config.model_dir).lexically_normal().filename().string();
   if (m.name.empty()) m.name = std::filesystem::path(config.model_dir).parent_path().filename();
@@ -155,10 +153,15 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.vision.patch_size = static_cast<uint32_t>(c.vision.patch_size);
   for (double v : b->engine_->preprocessor().image_mean) m.vision.image_mean.push_back(float(v));
   for (double v : b->engine_->preprocessor().image_std) m.vision.image_std.push_back(float(v));
-  // LLaVA-OneVision video: the patch grid pooled 2x2 per frame.
-  const int64_t side = c.vision.patch_size > 0 ? c.vision.patches_per_side() : 0;
-  m.vision.tokens_per_video_frame = static_cast<uint32_t>(((side + 1) / 2) * ((side + 1) / 2));
-  m.vision.tokens_per_image = static_cast<uint32_t>(side * side);
+  // Visual tokens as the engine expands them (LLaVA-OneVision video: the patch grid pooled 2x2
+  // per frame plus one newline per video; images: the selected patches plus a newline).
+  m.vision.tokens_per_image = static_cast<uint32_t>(engine::vision::BaseImageTokenCount(c));
+  StatusOr<int64_t> one_frame = engine::vision::VideoTokenCount(c, 1);
+  StatusOr<int64_t> two_frames = engine::vision::VideoTokenCount(c, 2);
+  if (one_frame.ok() && two_frames.ok()) {
+    m.vision.tokens_per_video_frame = static_cast<uint32_t>(*two_frames - *one_frame);
+    m.vision.tokens_per_video = static_cast<uint32_t>(*one_frame - (*two_frames - *one_frame));
+  }
   // Uniform frames per video when a session or upload asks for none: LLaVA-OneVision's default.
   m.vision.default_num_frames = 32;
   const std::string model_id =
@@ -177,88 +180,112 @@ EngineBackend::~EngineBackend() {
 
 KvPrecision EngineBackend::Precision() const { return KvPrecision::kF16; }
 
+// Prepare, step by step: the session's conversation (restored from the store when it was
+// evicted), the new messages' media, the sampling options, then rendering/tokenizing/vision in
+// the engine, and the figures the scheduler admits the turn by.
 StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvReservations& kv) {
   auto seq = std::make_unique<Sequence>();
   seq->owner_ = this;
   seq->session_key_ = request.session_key;
-  size_t first_new = 0;
-  double restore_seconds = 0;
-  KvTier restore_tier = KvTier::kDevice;
-  if (!request.session_key.empty()) {
-    bool evicted = false;
-    {
-      std::lock_guard lock(mu_);
-      SessionState& state = sessions_[request.session_key];
-      if (state.busy) {
-        return FailedPreconditionError("session '{}' already has a turn in progress",
-                                       request.session_id);
-      }
-      state.busy = true;
-      seq->holds_session_ = true;
-      state.last_used = Clock::now();
-      evicted = state.conversation == nullptr && state.messages_fed > 0;
-    }
-    // An evicted (or failed-turn) session continues from the store's copy of its KV.
-    std::unique_ptr<rt::Conversation> restored;
-    engine::kv::SegmentMark restored_mark;
-    bool forget_store = false;
-    if (evicted && kv_cache_ != nullptr && kv_cache_->segments(request.session_key) > 0) {
-      KvTier tier = KvTier::kHost;
-      StatusOr<rt::RestoredConversation> r =
-          RestoreFromStore(request, kv, &restore_seconds, &tier);
-      // No KV room for the restore within the turn's patience: refuse the turn (nothing of the
-      // session is lost; its next turn restores).
-      if (absl::IsResourceExhausted(r.status()) || absl::IsCancelled(r.status()) ||
-          absl::IsDeadlineExceeded(r.status())) {
-        return r.status();
-      }
-      if (r.ok()) {
-        restore_tier = tier;
-        restored = std::move(r->conversation);
-        restored_mark = std::move(r->mark);
-      } else {
-        FZ_LOG_WARN("session '{}': restoring its KV from the store failed ({}); re-prefilling "
-                    "its history",
-                    request.session_id, MessageOf(r.status()));
-        forget_store = true;
-      }
-    } else if (evicted) {
-      forget_store = true;
-    }
-    // Starting over from the first message: the store's segments no longer continue this KV.
-    if (forget_store && kv_cache_ != nullptr) kv_cache_->Release(request.session_key);
+  PreparedTurn turn;
+  FZ_ASSIGN_OR_RETURN(const size_t first_new, AttachConversation(request, kv, *seq, turn));
+  seq->messages_total_ = request.messages.size();
+  FZ_RETURN_IF_ERROR(DecodeNewMedia(request, first_new, *seq, turn));
+  seq->options_ = TurnOptionsFor(request.sampling);
+
+  // Render, tokenize and run the vision tower here, on the prepare pool: the step thread then
+  // only prefills the prompt, in chunks of the scheduler's size, fused with the decode tokens of
+  // the running turns (Engine::MixedStep).
+  const auto t_vision = Clock::now();
+  FZ_RETURN_IF_ERROR(engine_->PrepareTurn(*seq->conversation_, seq->messages_, seq->options_));
+  turn.vision_encode_seconds = Seconds(Clock::now() - t_vision);
+  FillAdmission(*seq->conversation_, request.sampling, turn);
+  turn.sequence = std::move(seq);
+  return turn;
+}
+
+StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request,
+                                                   KvReservations& kv, Sequence& seq,
+                                                   PreparedTurn& turn) {
+  if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
+    FZ_ASSIGN_OR_RETURN(seq.owned_, engine_->NewConversation(PolicyName(request.policy.kind)));
+    seq.conversation_ = seq.owned_.get();
+    return 0;
+  }
+  bool evicted = false;
+  {
     std::lock_guard lock(mu_);
     SessionState& state = sessions_[request.session_key];
-    if (restored != nullptr) {
-      state.conversation = std::move(restored);
-      state.mark = std::move(restored_mark);
-      state.messages_fed = state.stored_messages;
-      state.kv_bytes = state.conversation->kv_bytes();
-      state.cached_tokens = static_cast<uint32_t>(state.conversation->cached_tokens());
-      state.store_current = true;
-    } else if (state.conversation == nullptr) {
-      FZ_ASSIGN_OR_RETURN(state.conversation,
-                          engine_->NewConversation(PolicyName(request.policy.kind)));
-      state.messages_fed = 0;
-      state.stored_messages = 0;
-      state.mark = {};
-      state.pending_media.clear();
-      state.store_current = false;
+    if (state.busy) {
+      return FailedPreconditionError("session '{}' already has a turn in progress",
+                                     request.session_id);
     }
-    seq->conversation_ = state.conversation.get();
-    first_new = std::min(state.messages_fed, request.messages.size() - 1);
-    seq->kv_at_start_ = state.kv_bytes;
-  } else {
-    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(PolicyName(request.policy.kind)));
-    seq->conversation_ = seq->owned_.get();
+    state.busy = true;
+    seq.holds_session_ = true;
+    state.last_used = Clock::now();
+    evicted = state.conversation == nullptr && state.messages_fed > 0;
   }
-  seq->messages_total_ = request.messages.size();
+  RestoredSession restored;
+  if (evicted) {
+    FZ_ASSIGN_OR_RETURN(restored, RestoreEvicted(request, kv, turn));
+  }
+  std::lock_guard lock(mu_);
+  SessionState& state = sessions_[request.session_key];
+  if (restored.conversation != nullptr) {
+    state.conversation = std::move(restored.conversation);
+    state.mark = std::move(restored.mark);
+    state.messages_fed = state.stored_messages;
+    state.kv_bytes = state.conversation->kv_bytes();
+    state.cached_tokens = static_cast<uint32_t>(state.conversation->cached_tokens());
+    state.store_current = true;
+  } else if (state.conversation == nullptr) {
+    FZ_ASSIGN_OR_RETURN(state.conversation,
+                        engine_->NewConversation(PolicyName(request.policy.kind)));
+    state.messages_fed = 0;
+    state.stored_messages = 0;
+    state.mark = {};
+    state.pending_media.clear();
+    state.store_current = false;
+  }
+  seq.conversation_ = state.conversation.get();
+  seq.kv_at_start_ = state.kv_bytes;
+  return std::min(state.messages_fed, request.messages.size() - 1);
+}
 
-  // Decode the new messages' media (the older ones are in the KV already).
+StatusOr<EngineBackend::RestoredSession> EngineBackend::RestoreEvicted(const TurnRequest& request,
+                                                                       KvReservations& kv,
+                                                                       PreparedTurn& turn) {
+  RestoredSession out;
+  if (kv_cache_ != nullptr && kv_cache_->segments(request.session_key) > 0) {
+    KvTier tier = KvTier::kHost;
+    StatusOr<rt::RestoredConversation> r =
+        RestoreFromStore(request, kv, &turn.kv_restore_seconds, &tier);
+    // No KV room for the restore within the turn's patience: refuse the turn (nothing of the
+    // session is lost; its next turn restores).
+    if (absl::IsResourceExhausted(r.status()) || absl::IsCancelled(r.status()) ||
+        absl::IsDeadlineExceeded(r.status())) {
+      return r.status();
+    }
+    if (r.ok()) {
+      turn.kv_restore_tier = tier;
+      out.conversation = std::move(r->conversation);
+      out.mark = std::move(r->mark);
+      return out;
+    }
+    FZ_LOG_WARN("session '{}': restoring its KV from the store failed ({}); re-prefilling its "
+                "history",
+                request.session_id, MessageOf(r.status()));
+  }
+  // Starting over from the first message: the store's segments no longer continue this KV.
+  if (kv_cache_ != nullptr) kv_cache_->Release(request.session_key);
+  return out;
+}
+
+Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_new, Sequence& seq,
+                                     PreparedTurn& turn) {
   const auto t0 = Clock::now();
   const media::PreprocessSpec spec =
       PreprocessSpecFor(engine_->preprocessor(), engine_->image_size());
-  uint32_t visual_estimate = 0;
   for (size_t i = first_new; i < request.messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
     rt::Message out;
@@ -290,58 +317,53 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
                           engine::Tensor::Empty({fb.num_frames, fb.channels, fb.height, fb.width},
                                                 engine::DType::kF32));
       std::copy(fb.data.begin(), fb.data.end(), pixels.data<float>());
-      seq->media_hashes_.push_back(MediaHashBytes(it->content_hash));
+      seq.media_hashes_.push_back(MediaHashBytes(it->content_hash));
       rt::VisualInput visual;
       visual.kind = it->kind == MediaKind::kImage ? rt::VisualInput::Kind::kImage
                                                   : rt::VisualInput::Kind::kVideo;
       visual.pixels = std::move(pixels);
       out.visuals.push_back(std::move(visual));
-      visual_estimate += it->visual_tokens;
+      turn.visual_tokens_before_pruning += it->visual_tokens;
     }
-    seq->messages_.push_back(std::move(out));
+    seq.messages_.push_back(std::move(out));
   }
-  const double decode_seconds = Seconds(Clock::now() - t0);
+  turn.visual_tokens_after_pruning = turn.visual_tokens_before_pruning;
+  turn.media_decode_seconds = Seconds(Clock::now() - t0);
+  return absl::OkStatus();
+}
 
-  const SamplingSpec& s = request.sampling;
-  auto& sp = seq->options_.sampling;
+rt::TurnOptions EngineBackend::TurnOptionsFor(const SamplingSpec& s) {
+  rt::TurnOptions options;
+  auto& sp = options.sampling;
   sp.do_sample = s.temperature > 0;
   sp.temperature = s.temperature > 0 ? s.temperature : 1.0f;
   sp.top_k = static_cast<int>(s.top_k);
   sp.top_p = s.top_p;
   sp.repetition_penalty = s.repetition_penalty;
   sp.seed = s.seed;
+  // Validation bounds max_tokens (<= 2^20), and the engine caps it at the context.
   sp.max_new_tokens = static_cast<int>(std::max<uint32_t>(s.max_tokens, 1));
   for (uint32_t id : s.stop_token_ids) sp.stop_token_ids.push_back(static_cast<int32_t>(id));
   sp.stop_strings = s.stop;
-  seq->options_.ignore_eos = s.ignore_eos;
+  options.ignore_eos = s.ignore_eos;
+  return options;
+}
 
-  // Render, tokenize and run the vision tower here, on the prepare pool: the step thread then
-  // only prefills the prompt, in chunks of the scheduler's size, fused with the decode tokens of
-  // the running turns (Engine::MixedStep).
-  const auto t_vision = Clock::now();
-  FZ_RETURN_IF_ERROR(engine_->PrepareTurn(*seq->conversation_, seq->messages_, seq->options_));
-  const double vision_seconds = Seconds(Clock::now() - t_vision);
-  const int64_t cached = seq->conversation_->cached_tokens();
-  const int64_t to_prefill = seq->conversation_->prefill_remaining();
-
-  PreparedTurn turn;
+void EngineBackend::FillAdmission(const rt::Conversation& conversation,
+                                  const SamplingSpec& sampling, PreparedTurn& turn) const {
+  const int64_t cached = conversation.cached_tokens();
+  const int64_t to_prefill = conversation.prefill_remaining();
   turn.prompt_tokens = static_cast<uint32_t>(cached + to_prefill);
   turn.cached_tokens = static_cast<uint32_t>(cached);
-  turn.visual_tokens_before_pruning = turn.visual_tokens_after_pruning = visual_estimate;
   // The prompt fits the context (PrepareTurn checked); the answer gets what is left of it.
   const int64_t room = engine_->context_tokens() - cached - to_prefill;
   turn.max_new_tokens =
-      static_cast<uint32_t>(std::clamp<int64_t>(std::min<int64_t>(s.max_tokens, room), 1,
+      static_cast<uint32_t>(std::clamp<int64_t>(std::min<int64_t>(sampling.max_tokens, room), 1,
                                                 std::numeric_limits<uint32_t>::max()));
-  turn.predicted_kv_bytes = engine_->KvGrowthBound(*seq->conversation_, to_prefill,
+  // What the turn may add to the KV, at its policy's page formats: the scheduler reserves it.
+  turn.predicted_kv_bytes = engine_->KvGrowthBound(conversation, to_prefill,
                                                    prefill_chunk_tokens_, turn.max_new_tokens);
-  turn.media_decode_seconds = decode_seconds;
-  turn.vision_encode_seconds = vision_seconds;
-  turn.kv_restore_seconds = restore_seconds;
-  turn.kv_restore_tier = restore_tier;
-  turn.seed = s.seed;
-  turn.sequence = std::move(seq);
-  return turn;
+  turn.seed = sampling.seed;
 }
 
 Status EngineBackend::Step(std::span<StepItem> batch) {

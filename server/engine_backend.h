@@ -39,6 +39,7 @@ namespace framezip::engine::runtime {
 class Engine;
 class Conversation;
 struct RestoredConversation;
+struct TurnOptions;
 }  // namespace framezip::engine::runtime
 
 namespace framezip::server {
@@ -83,6 +84,24 @@ class EngineBackend final : public ModelBackend {
     Clock::time_point last_used;
   };
   EngineBackend() = default;
+  // Prepare's steps. AttachConversation marks the session busy and gives the turn its
+  // conversation (the session's, restored from the store when evicted, or a new one); returns
+  // the index of the first message the KV does not hold yet.
+  StatusOr<size_t> AttachConversation(const TurnRequest& request, KvReservations& kv,
+                                      Sequence& seq, PreparedTurn& turn);
+  struct RestoredSession {
+    std::unique_ptr<engine::runtime::Conversation> conversation;  // null: start over
+    engine::kv::SegmentMark mark;
+  };
+  StatusOr<RestoredSession> RestoreEvicted(const TurnRequest& request, KvReservations& kv,
+                                           PreparedTurn& turn);
+  // Decodes (in the media workers) and preprocesses the media of messages [first_new, end).
+  Status DecodeNewMedia(const TurnRequest& request, size_t first_new, Sequence& seq,
+                        PreparedTurn& turn);
+  static engine::runtime::TurnOptions TurnOptionsFor(const SamplingSpec& sampling);
+  // Prompt/cached tokens, max_new_tokens within the context, and the KV the turn may add.
+  void FillAdmission(const engine::runtime::Conversation& conversation,
+                     const SamplingSpec& sampling, PreparedTurn& turn) const;
   // Drops a session's conversation after a failed turn (step thread or prepare pool).
   void DropConversation(const std::string& session_key, engine::runtime::Conversation* expected);
   // The end of a turn's hold on its session (every turn, whatever its outcome).
@@ -106,7 +125,6 @@ class EngineBackend final : public ModelBackend {
   std::unique_ptr<engine::runtime::Engine> engine_;
   ModelDescription model_;
   uint64_t kv_capacity_bytes_ = 0;
-  uint64_t kv_bytes_per_token_ = 0;
   int64_t prefill_chunk_tokens_ = 0;
   mutable std::mutex mu_;
   std::map<std::string, SessionState> sessions_;  // guarded by mu_

@@ -1,5 +1,6 @@
 #include "server/engine_factory.h"
 
+#include "engine/core/device.h"
 #include "server/batch_scheduler.h"
 #include "server/engine_backend.h"
 #include "server/unavailable_engine.h"
@@ -12,9 +13,16 @@ StatusOr<std::unique_ptr<TurnEngine>> CreateEngine(const ServerConfig& config,
     return std::unique_ptr<TurnEngine>(std::make_unique<UnavailableEngine>(
         "the server was started without --model; sessions and uploads work, turns do not"));
   }
-  if (config.device != "cpu") {
-    return UnimplementedError("--device {}: the server runs the engine on cpu only so far",
-                              config.device);
+  FZ_ASSIGN_OR_RETURN(const engine::Device device, engine::ParseDevice(config.device));
+  if (!device.is_cpu()) {
+    // A machine without the GPU it was asked for: say so at start (not a crash later).
+    if (Status usable = engine::CheckDeviceUsable(device); !usable.ok()) {
+      return Annotate(usable, fmt::format("--device {}", config.device));
+    }
+    return UnimplementedError(
+        "--device {}: a GPU is present, but the serving engine runs on the CPU so far (the "
+        "single decoder over device-dispatched ops is not finished); use --device cpu",
+        config.device);
   }
   FZ_ASSIGN_OR_RETURN(std::unique_ptr<EngineBackend> backend,
                       EngineBackend::Load(config, std::move(media)));

@@ -108,7 +108,7 @@ void PlanFrames(const FrameSpec& frames, const VisionDescription& vision, uint32
     n = std::min<uint32_t>(n, std::max<uint32_t>(1, static_cast<uint32_t>(span * info.fps)));
   }
   for (uint32_t i = 0; i < n; ++i) info.frame_timestamps.push_back(start + span * i / n);
-  info.visual_tokens = n * vision.tokens_per_video_frame;
+  info.visual_tokens = n * vision.tokens_per_video_frame + vision.tokens_per_video;
 }
 
 }  // namespace framezip::server

@@ -194,6 +194,7 @@ struct VisionDescription {
   std::vector<float> image_mean;
   std::vector<float> image_std;
   uint32_t tokens_per_video_frame = 0;
+  uint32_t tokens_per_video = 0;  // per video besides its frames (LLaVA-OneVision's newline)
   uint32_t tokens_per_image = 0;
   uint32_t default_num_frames = 0;
 };

@@ -4,7 +4,10 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
 
+#include "engine/core/device.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/temp_dir.h"
@@ -55,6 +58,42 @@ TEST_CASE("framezip-server refuses unknown flags with a usage error", "[integrat
   const auto code = server->Wait(20s);
   REQUIRE(code.has_value());
   CHECK(*code == 2);
+}
+
+std::string ReadLog(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST_CASE("framezip-server --device cuda without a usable GPU fails at start, saying why",
+          "[integration][server]") {
+  testing::TempDir dir;
+  auto server = testing::ChildProcess::Start(
+      {(testing::BinaryDir() / "bin" / "framezip-server").string(), "--model",
+       (testing::SourceDir() / "models/framezip-tiny-video").string(), "--device", "cuda",
+       "--listen", "127.0.0.1:0", "--metrics-listen", ""},
+      dir / "server.log");
+  REQUIRE(server);
+  const auto code = server->Wait(60s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);  // a start-up error, not a crash (128 + signal)
+  const std::string log = ReadLog(dir / "server.log");
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("--device cuda"));
+  if (engine::CudaDeviceCount() == 0) {
+    CHECK_THAT(log, Catch::Contains("no GPU"));
+  }
+  // A device name that is none at all is a usage error.
+  auto bad = testing::ChildProcess::Start(
+      {(testing::BinaryDir() / "bin" / "framezip-server").string(), "--device", "gpu0"},
+      dir / "bad.log");
+  REQUIRE(bad);
+  const auto bad_code = bad->Wait(20s);
+  REQUIRE(bad_code.has_value());
+  CHECK(*bad_code == 2);
+  CHECK_THAT(ReadLog(dir / "bad.log"), Catch::Contains("--device: 'gpu0'"));
 }
 
 }  // namespace

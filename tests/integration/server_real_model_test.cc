@@ -58,7 +58,8 @@ std::unique_ptr<v1::VideoChat::Stub> StubFor(const server::VideoChatServer& serv
 }
 
 // A greedy session with 4 frames per video and short answers.
-std::string NewVideoSession(ChatClient& client, const std::string& clip) {
+std::string NewVideoSession(ChatClient& client, const std::string& clip,
+                            v1::Media* uploaded = nullptr) {
   v1::CreateSessionRequest request;
   request.set_system_prompt("You are terse.");
   request.mutable_frames()->set_num_frames(4);
@@ -68,8 +69,9 @@ std::string NewVideoSession(ChatClient& client, const std::string& clip) {
   const grpc::Status created = client.CreateSession(request, &session);
   REQUIRE(created.error_message() == "");
   v1::Media media;
-  const grpc::Status uploaded = client.Upload(session.session_id(), clip, &media);
-  REQUIRE(uploaded.error_message() == "");
+  const grpc::Status status = client.Upload(session.session_id(), clip, &media);
+  REQUIRE(status.error_message() == "");
+  if (uploaded != nullptr) *uploaded = media;
   return session.session_id();
 }
 
@@ -358,12 +360,16 @@ TEST_CASE("real model: a 426x240 clip and a 2x2 clip decode in the workers and g
                         "testsrc2=size=" + size + ":rate=8", "-t", "2", "-pix_fmt", "yuv420p",
                         "-c:v", "libx264", path.string()},
                        dir.path() / "ffmpeg.log") == 0);
-    const std::string session = NewVideoSession(client, ReadAll(path));
+    v1::Media media;
+    const std::string session = NewVideoSession(client, ReadAll(path), &media);
     const TurnResult r = client.Ask(session, "What color is the circle?");
     INFO(size << ": " << r.status.error_message());
     CHECK(r.status.ok());
     REQUIRE(r.stats);
     CHECK(r.stats->visual_tokens_before_pruning() > 0);
+    // The upload's planned visual tokens are the engine's own count (frames x pooled grid + the
+    // video's newline), not a server-side guess.
+    CHECK(media.visual_tokens() == r.stats->visual_tokens_before_pruning());
   }
 }
 
