@@ -66,6 +66,16 @@ class BatchScheduler final : public TurnEngine {
   uint32_t SessionCachedTokens(const std::string& session_id) const override;
   EngineLoad Load() const override;
   KvStoreHealth StoreHealth() override { return backend_->StoreHealth(); }
+  std::vector<KvBytes> ForgetSession(const std::string& session_key) override {
+    return backend_->ForgetSession(session_key);
+  }
+  kvstore::KvStore* kv_store() override { return backend_->kv_store(); }
+  SharedKvState ExportSharedKv(const std::string& session_key) override {
+    return backend_->ExportSharedKv(session_key);
+  }
+  Status AdoptSharedKv(const std::string& session_key, const SharedKvState& kv) override {
+    return backend_->AdoptSharedKv(session_key, kv);
+  }
   void Drain(Clock::time_point deadline) override;
 
   // Engine steps run so far (for tests that check "within one step").

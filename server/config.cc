@@ -37,6 +37,13 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.String("kvstore-disk-path", &c.kvstore_disk_path,
            "embedded KV store: disk tier directory (write-back, flushed at drain); empty = none",
            "DIR");
+  f.String("kvstore-redis", &c.kvstore_redis,
+           "embedded KV store: a Redis tier replicas share (write-through); empty = none",
+           "HOST:PORT");
+  f.String("share-sessions", &c.share_sessions,
+           "share sessions with other replicas through the KV store: auto (when the store is a "
+           "framezip-kvstore or has a Redis tier), on, off",
+           "MODE");
   f.Int("max-running", &c.max_running, "turns decoded together in one batch at most");
   f.Int("max-waiting", &c.max_waiting,
         "turns queued for admission at most; more get RESOURCE_EXHAUSTED");
@@ -219,6 +226,10 @@ Status ValidateServerConfig(const ServerConfig& c) {
   }
   if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0) {
     return InvalidArgumentError("--device: '{}' is not cpu, cuda or cuda:N", c.device);
+  }
+  if (c.share_sessions != "auto" && c.share_sessions != "on" && c.share_sessions != "off") {
+    return InvalidArgumentError("--share-sessions: '{}' is not auto, on or off",
+                                c.share_sessions);
   }
   if (c.media_isolation != "process" && c.media_isolation != "none") {
     return InvalidArgumentError("--media-isolation: '{}' is not 'process' or 'none'",

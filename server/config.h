@@ -31,6 +31,10 @@ struct ServerConfig {
   std::string kvstore = "embedded";
   int64_t kvstore_host_bytes = int64_t{1} << 30;  // embedded store: host-RAM tier
   std::string kvstore_disk_path;                  // embedded store: disk tier ("" = none)
+  std::string kvstore_redis;                      // embedded store: Redis tier ("" = none)
+  // Sessions shared by replicas through the KV store: "auto" (when the store is shared: a
+  // framezip-kvstore address or a Redis tier), "on", "off".
+  std::string share_sessions = "auto";
   // Scheduler
   int max_running = 16;
   int max_waiting = 64;

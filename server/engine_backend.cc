@@ -56,6 +56,15 @@ StatusOr<std::unique_ptr<SessionKvCache>> OpenKvCache(const ServerConfig& config
       // Host first; a block reaches disk when the host tier evicts it or at drain (Flush).
       o.write_mode = kvstore::WriteMode::kWriteBack;
     }
+    if (!config.kvstore_redis.empty()) {
+      kvstore::RedisTierOptions redis;
+      FZ_RETURN_IF_ERROR(
+          Annotate(kvstore::ParseRedisAddress(config.kvstore_redis, &redis), "--kvstore-redis"));
+      o.redis = redis;
+      // Replicas share the Redis tier: every block reaches it before the turn ends.
+      o.write_mode = kvstore::WriteMode::kWriteThrough;
+      o.redis_write_through = true;
+    }
     o.default_pin_ttl = options.pin_ttl;
     FZ_ASSIGN_OR_RETURN(std::unique_ptr<kvstore::TieredStore> store,
                         kvstore::TieredStore::Open(std::move(o)));
@@ -606,6 +615,14 @@ void EngineBackend::DropConversation(const std::string& session_key, rt::Convers
 }
 
 std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_key) {
+  return Release(session_key, /*keep_in_store=*/false);
+}
+
+std::vector<KvBytes> EngineBackend::ForgetSession(const std::string& session_key) {
+  return Release(session_key, /*keep_in_store=*/true);
+}
+
+std::vector<KvBytes> EngineBackend::Release(const std::string& session_key, bool keep_in_store) {
   std::unique_ptr<rt::Conversation> conversation;
   uint64_t bytes = 0;
   {
@@ -625,7 +642,7 @@ std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_ke
   std::vector<KvBytes> freed;
   if (bytes > 0) freed.push_back({KvTier::kDevice, Precision(), bytes});
   if (kv_cache_ != nullptr) {
-    for (const KvBytes& b : kv_cache_->Release(session_key)) freed.push_back(b);
+    for (const KvBytes& b : kv_cache_->Release(session_key, keep_in_store)) freed.push_back(b);
   }
   return freed;
 }
@@ -658,6 +675,46 @@ std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_key) co
     for (const KvBytes& b : kv_cache_->Bytes(session_key)) out.push_back(b);
   }
   return out;
+}
+
+SharedKvState EngineBackend::ExportSharedKv(const std::string& session_key) {
+  SharedKvState out;
+  if (kv_cache_ == nullptr) return out;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_key);
+    if (it == sessions_.end()) return out;
+    out.stored_messages = it->second.stored_messages;
+  }
+  out.precision = Precision();
+  out.segments = kv_cache_->SharedSegments(session_key);
+  if (out.segments.empty()) out.stored_messages = 0;
+  return out;
+}
+
+Status EngineBackend::AdoptSharedKv(const std::string& session_key, const SharedKvState& kv) {
+  if (kv_cache_ == nullptr) return absl::OkStatus();
+  std::unique_ptr<rt::Conversation> stale;
+  {
+    std::lock_guard lock(mu_);
+    SessionState& state = sessions_[session_key];
+    if (state.busy) {
+      return FailedPreconditionError("session '{}' has a turn running on this replica",
+                                     SessionIdOfKey(session_key));
+    }
+    // Whatever this replica held of the session is behind the store's revision: the next turn
+    // restores the store's KV (or re-prefills when it has none).
+    stale = std::move(state.conversation);
+    state.messages_fed = kv.segments.empty() ? 0 : kv.stored_messages;
+    state.stored_messages = state.messages_fed;
+    state.kv_bytes = 0;
+    state.cached_tokens = 0;
+    state.store_current = true;
+    state.mark = {};
+    state.pending_media.clear();
+  }
+  kv_cache_->Adopt(session_key, kv.segments, kv.precision);
+  return absl::OkStatus();
 }
 
 KvStoreHealth EngineBackend::StoreHealth() {

@@ -63,6 +63,10 @@ class EngineBackend final : public ModelBackend {
   uint64_t KvCapacityBytes() const override { return kv_capacity_bytes_; }
   Status FlushSessions() override;
   KvStoreHealth StoreHealth() override;
+  SharedKvState ExportSharedKv(const std::string& session_key) override;
+  std::vector<KvBytes> ForgetSession(const std::string& session_key) override;
+  kvstore::KvStore* kv_store() override { return kv_cache_ ? &kv_cache_->store() : nullptr; }
+  Status AdoptSharedKv(const std::string& session_key, const SharedKvState& kv) override;
   uint64_t EvictIdleSessions(uint64_t bytes) override;
 
   // The session KV store; nullptr when config `kvstore` is "none".
@@ -106,6 +110,8 @@ class EngineBackend final : public ModelBackend {
   void DropConversation(const std::string& session_key, engine::runtime::Conversation* expected);
   // The end of a turn's hold on its session (every turn, whatever its outcome).
   void EndTurn(const std::string& session_key);
+  // ReleaseSession, leaving the store's blocks when `keep_in_store`.
+  std::vector<KvBytes> Release(const std::string& session_key, bool keep_in_store);
   // A conversation rebuilt from the session's segments in the store, its pages reserved through
   // `kv` first (waiting for room up to the turn's deadline).
   StatusOr<engine::runtime::RestoredConversation> RestoreFromStore(const TurnRequest& request,

@@ -121,6 +121,17 @@ class ModelBackend {
   // The session KV store's state (TurnEngine::StoreHealth). Default: no store.
   virtual KvStoreHealth StoreHealth() { return {}; }
 
+  // TurnEngine::ForgetSession / kv_store. Thread-safe.
+  virtual std::vector<KvBytes> ForgetSession(const std::string& session_key) {
+    return ReleaseSession(session_key);
+  }
+  virtual kvstore::KvStore* kv_store() { return nullptr; }
+  // TurnEngine::ExportSharedKv / AdoptSharedKv. Thread-safe. Default: nothing shared.
+  virtual SharedKvState ExportSharedKv(const std::string& /*session_key*/) { return {}; }
+  virtual Status AdoptSharedKv(const std::string& /*session_key*/, const SharedKvState& /*kv*/) {
+    return absl::OkStatus();
+  }
+
   // Frees at least `bytes` of engine KV memory, when it can, by evicting idle sessions whose KV
   // is safe in the KV store (their next turn restores it). Returns the bytes freed. Called by the
   // scheduler when a turn does not fit the KV budget. Default: nothing to evict.

@@ -91,6 +91,55 @@ std::vector<KvBytes> ServiceCore::ReleaseSessionResources(const std::string& ses
   return freed;
 }
 
+Status ServiceCore::SyncSession(const std::string& principal, const std::string& session_id) {
+  if (shared == nullptr) return absl::OkStatus();
+  StatusOr<SessionRecord> local = sessions->Get(session_id, principal);
+  const int64_t known = local.ok() ? static_cast<int64_t>(local->revision) : -1;
+  StatusOr<SharedSessions::Lookup> found = shared->Find(principal, session_id, known);
+  if (!found.ok()) {
+    // The store is down: serve from what this replica has (the store's health says the rest).
+    FZ_LOG_WARN("session '{}': checking the shared store failed: {}", session_id,
+                MessageOf(found.status()));
+    return absl::OkStatus();
+  }
+  switch (found->found) {
+    case SharedSessions::Found::kNothingNewer:
+      return absl::OkStatus();
+    case SharedSessions::Found::kDeleted:
+      // Deleted on another replica: only a copy that was once published can have been.
+      if (local.ok() && local->published && local->running_turn_id.empty()) {
+        sessions->Forget(session_id, principal);
+        engine->ForgetSession(local->key);
+        FZ_LOG_INFO("session {}: deleted on another replica; local copy dropped", session_id);
+      }
+      return absl::OkStatus();
+    case SharedSessions::Found::kNewer:
+      break;
+  }
+  SharedSession& newer = *found->session;
+  newer.record.published = true;
+  for (MediaInfo& m : newer.record.media) m.path = MediaPath(newer.record.key, m.media_id).string();
+  if (local.ok() && local->key != newer.record.key) engine->ForgetSession(local->key);
+  FZ_RETURN_IF_ERROR(engine->AdoptSharedKv(newer.record.key, newer.kv));
+  const uint64_t revision = newer.record.revision;
+  FZ_RETURN_IF_ERROR(sessions->Adopt(std::move(newer.record)));
+  FZ_LOG_INFO("session {}: adopted revision {} from the shared store", session_id, revision);
+  return absl::OkStatus();
+}
+
+void ServiceCore::PublishSession(const std::string& session_key) {
+  if (shared == nullptr) return;
+  StatusOr<SessionRecord> record = sessions->GetByKey(session_key);
+  if (!record.ok()) return;  // deleted meanwhile
+  const Status s = shared->Publish(*record, engine->ExportSharedKv(session_key));
+  if (s.ok()) {
+    sessions->MarkPublished(session_key);
+  } else {
+    FZ_LOG_WARN("session '{}': publishing revision {} to the shared store failed: {}",
+                record->spec.session_id, record->revision, MessageOf(s));
+  }
+}
+
 Status UploadBudget::Reserve(uint64_t bytes) {
   uint64_t now = reserved_.load();
   do {

@@ -15,6 +15,7 @@
 #include "server/metrics.h"
 #include "server/request_validation.h"
 #include "server/session_store.h"
+#include "server/shared_sessions.h"
 #include "server/turn_engine.h"
 #include "server/work_pool.h"
 
@@ -54,6 +55,10 @@ struct ServiceCore {
   const BearerAuth* auth = nullptr;
   ServiceOptions options;
   WorkPool* media_pool = nullptr;
+  // Sessions shared with other replicas through the KV store (null: not shared), and the pool
+  // their store calls run on (never in a reaction, never on the engine's step thread).
+  SharedSessions* shared = nullptr;
+  WorkPool* store_pool = nullptr;
   media::MediaBackend* media_backend = nullptr;  // where uploads are probed and checked
   UploadBudget* upload_budget = nullptr;
   UploadRegistry* uploads = nullptr;
@@ -75,6 +80,13 @@ struct ServiceCore {
   // media directory, on the media pool). Called when a session is deleted or expires, and again
   // when the last turn of a deleted session ends.
   std::vector<KvBytes> ReleaseSessionResources(const std::string& session_key);
+
+  // Shared sessions (no-ops when `shared` is null). SyncSession brings this replica's copy of a
+  // session up to the latest revision in the store: it adopts a newer one (conversation, media,
+  // KV block keys) or forgets a copy another replica deleted. PublishSession writes the session's
+  // current revision. Both call the store: run them on store_pool.
+  Status SyncSession(const std::string& principal, const std::string& session_id);
+  void PublishSession(const std::string& session_key);
   // Counts the RPC's outcome and converts the status for gRPC; logs INTERNAL/UNKNOWN errors with
   // the request id.
   grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status);

@@ -144,6 +144,55 @@ Status SessionKvCache::CommitSegment(const std::string& session_id,
   return absl::OkStatus();
 }
 
+void SessionKvCache::Adopt(const std::string& session_id,
+                           const std::vector<std::vector<SharedKvState::Block>>& segments,
+                           KvPrecision precision) {
+  SessionBlocks adopted;
+  adopted.precision = precision;
+  std::vector<kvstore::BlockKey> keys;
+  for (const auto& segment : segments) {
+    std::vector<StoredBlock> blocks;
+    for (const SharedKvState::Block& b : segment) {
+      blocks.push_back({b.key, b.bytes, KvTier::kRemote});
+      keys.push_back(b.key);
+    }
+    adopted.segments.push_back(std::move(blocks));
+  }
+  if (!keys.empty()) {
+    if (StatusOr<uint32_t> pinned = store_->Pin(session_id, keys, options_.pin_ttl); !pinned.ok()) {
+      FZ_LOG_WARN("session '{}': pinning adopted KV blocks failed: {}", SessionIdOfKey(session_id),
+                  MessageOf(pinned.status()));
+    }
+  }
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end()) {
+    for (const auto& segment : it->second.segments) {
+      for (const StoredBlock& b : segment) {
+        if (--refs_[b.key] <= 0) refs_.erase(b.key);
+      }
+    }
+  }
+  for (const auto& segment : adopted.segments) {
+    for (const StoredBlock& b : segment) ++refs_[b.key];
+  }
+  sessions_[session_id] = std::move(adopted);
+}
+
+std::vector<std::vector<SharedKvState::Block>> SessionKvCache::SharedSegments(
+    const std::string& session_id) const {
+  std::vector<std::vector<SharedKvState::Block>> out;
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return out;
+  for (const auto& segment : it->second.segments) {
+    std::vector<SharedKvState::Block> blocks;
+    for (const StoredBlock& b : segment) blocks.push_back({b.key, b.bytes});
+    out.push_back(std::move(blocks));
+  }
+  return out;
+}
+
 KvStoreHealth SessionKvCache::Health() {
   KvStoreHealth health;
   health.configured = true;
@@ -204,7 +253,7 @@ StatusOr<LoadedSessionKv> SessionKvCache::Load(const std::string& session_id) {
   return out;
 }
 
-std::vector<KvBytes> SessionKvCache::Release(const std::string& session_id) {
+std::vector<KvBytes> SessionKvCache::Release(const std::string& session_id, bool keep_in_store) {
   std::vector<KvBytes> held = Bytes(session_id);
   std::vector<kvstore::BlockKey> all, unshared;
   {
@@ -225,11 +274,13 @@ std::vector<KvBytes> SessionKvCache::Release(const std::string& session_id) {
   }
   if (all.empty()) return held;
   if (StatusOr<uint32_t> r = store_->Unpin(session_id, all); !r.ok()) {
-    FZ_LOG_WARN("session '{}': unpinning KV failed: {}", SessionIdOfKey(session_id), MessageOf(r.status()));
+    FZ_LOG_WARN("session '{}': unpinning KV failed: {}", SessionIdOfKey(session_id),
+                MessageOf(r.status()));
   }
-  if (!unshared.empty()) {
+  if (!unshared.empty() && !keep_in_store) {
     if (StatusOr<uint32_t> r = store_->Delete(unshared); !r.ok()) {
-      FZ_LOG_WARN("session '{}': deleting KV failed: {}", SessionIdOfKey(session_id), MessageOf(r.status()));
+      FZ_LOG_WARN("session '{}': deleting KV failed: {}", SessionIdOfKey(session_id),
+                  MessageOf(r.status()));
     }
   }
   return held;

@@ -77,8 +77,10 @@ class SessionKvCache {
   // (evicted, corrupt); UNAVAILABLE when a remote store cannot be reached.
   StatusOr<LoadedSessionKv> Load(const std::string& session_id);
 
-  // Unpins the session's blocks and deletes those no other session holds; returns what it held.
-  std::vector<KvBytes> Release(const std::string& session_id);
+  // Unpins the session's blocks and deletes those no other session holds (all of them are left in
+  // the store with `keep_in_store`: other replicas may still use a shared session's blocks);
+  // returns what it held.
+  std::vector<KvBytes> Release(const std::string& session_id, bool keep_in_store = false);
 
   // Bytes the session holds in the store, by tier (where each block was placed).
   std::vector<KvBytes> Bytes(const std::string& session_id) const;
@@ -88,6 +90,14 @@ class SessionKvCache {
   StatusOr<FlushReport> Flush();
 
   kvstore::KvStore& store() { return *store_; }
+
+  // A session committed by another replica (server/shared_sessions.h): its segments' blocks, in
+  // order, replace this cache's bookkeeping of the session and are pinned for it here.
+  void Adopt(const std::string& session_id,
+             const std::vector<std::vector<SharedKvState::Block>>& segments,
+             KvPrecision precision);
+  // The session's segments' blocks, for another replica to adopt.
+  std::vector<std::vector<SharedKvState::Block>> SharedSegments(const std::string& session_id) const;
 
   // Asks the store for its stats (a remote store's round trip): serving unless it cannot be
   // reached, a tier is down, or the last commit failed (and none succeeded since).

@@ -210,6 +210,7 @@ Status SessionStore::AddMedia(const std::string& key, MediaInfo media) {
         it->second.media.size());
   }
   it->second.media.push_back(std::move(media));
+  ++it->second.revision;
   it->second.last_used_unix_ms = NowMs();
   it->second.expires_unix_ms =
       it->second.last_used_unix_ms + int64_t{it->second.spec.ttl_seconds} * 1000;
@@ -244,6 +245,7 @@ StatusOr<MediaInfo> SessionStore::RemoveMedia(const std::string& session_id,
   }
   MediaInfo removed = std::move(*it);
   s->media.erase(it);
+  ++s->revision;
   return removed;
 }
 
@@ -319,6 +321,7 @@ bool SessionStore::EndTurn(const std::string& key, const std::string& turn_id,
     s.messages.push_back(user);
     s.messages.push_back({Role::kAssistant, {{*answer, ""}}});
     ++s.turns;
+    ++s.revision;
   }
   s.last_used_unix_ms = NowMs();
   s.expires_unix_ms = s.last_used_unix_ms + int64_t{s.spec.ttl_seconds} * 1000;
@@ -339,6 +342,57 @@ std::vector<SessionRecord> SessionStore::ExpireIdle() {
     }
   }
   return expired;
+}
+
+Status SessionStore::Adopt(SessionRecord record) {
+  std::lock_guard lock(mu_);
+  const Name name{record.owner, record.spec.session_id};
+  auto existing = names_.find(name);
+  if (existing != names_.end()) {
+    SessionRecord& local = sessions_.at(existing->second);
+    if (!local.running_turn_id.empty()) {
+      return FailedPreconditionError("session '{}' has a turn running on this replica",
+                                     record.spec.session_id);
+    }
+    record.order = local.order;
+    sessions_.erase(existing->second);
+    names_.erase(existing);
+  } else {
+    if (sessions_.size() + releasing_.size() >= limits_.max_sessions) {
+      return ResourceExhaustedError(
+          "the server holds {} sessions, its limit; delete idle sessions or retry later",
+          sessions_.size());
+    }
+    record.order = next_order_++;
+  }
+  record.running_turn_id.clear();
+  names_[name] = record.key;
+  const std::string key = record.key;
+  sessions_[key] = std::move(record);
+  return absl::OkStatus();
+}
+
+StatusOr<SessionRecord> SessionStore::GetByKey(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(key);
+  if (it == sessions_.end()) return NoSession(SessionIdOfKey(key));
+  return it->second;
+}
+
+void SessionStore::MarkPublished(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(key);
+  if (it != sessions_.end()) it->second.published = true;
+}
+
+void SessionStore::Forget(const std::string& session_id, const std::string& owner) {
+  std::lock_guard lock(mu_);
+  auto name = names_.find({owner, session_id});
+  if (name == names_.end()) return;
+  auto it = sessions_.find(name->second);
+  if (it != sessions_.end() && !it->second.running_turn_id.empty()) return;
+  if (it != sessions_.end()) sessions_.erase(it);
+  names_.erase(name);
 }
 
 size_t SessionStore::size() const {

@@ -58,6 +58,10 @@ struct SessionRecord {
   uint32_t turns = 0;
   std::string running_turn_id;  // non-empty while a turn runs
   uint64_t order = 0;           // creation order, for paging
+  // Bumped by every change another replica must see (media added or removed, a turn's answer);
+  // 0 at creation. Replicas sharing sessions publish each revision (server/shared_sessions.h).
+  uint64_t revision = 0;
+  bool published = false;  // some revision of it is in the shared store
 };
 
 struct SessionLimits {
@@ -124,6 +128,17 @@ class SessionStore {
 
   // Removes and returns the sessions idle past their TTL (never one with a running turn).
   std::vector<SessionRecord> ExpireIdle();
+
+  // Replicas sharing sessions (server/shared_sessions.h). Adopt puts `record` (a revision
+  // another replica published) in place of this replica's copy of the session, if any; it
+  // keeps the record's key, owner and revision. FAILED_PRECONDITION while a turn runs in the
+  // local copy. Forget drops the local copy of a session another replica deleted.
+  Status Adopt(SessionRecord record);
+  // The session named by its key (any owner); NOT_FOUND when gone.
+  StatusOr<SessionRecord> GetByKey(const std::string& key) const;
+  // Notes that a revision of the session was published (so a store without it means deleted).
+  void MarkPublished(const std::string& key);
+  void Forget(const std::string& session_id, const std::string& owner);
 
   size_t size() const;
 

@@ -7,11 +7,13 @@
 // batching over a ModelBackend (server/model_backend.h).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "kvstore/store.h"
 #include "server/turn_types.h"
 
 namespace framezip::server {
@@ -47,6 +49,19 @@ struct KvStoreHealth {
   uint64_t failed_commits = 0;  // commits the store refused or could not take
 };
 
+// A session's KV as committed to the shared KV store, enough for another replica to restore it:
+// the blocks of each committed segment (keys and sizes) and how many conversation messages they
+// cover. Published with each revision of the session (server/shared_sessions.h).
+struct SharedKvState {
+  struct Block {
+    std::array<uint8_t, 32> key{};
+    uint64_t bytes = 0;
+  };
+  uint64_t stored_messages = 0;
+  KvPrecision precision = KvPrecision::kF16;
+  std::vector<std::vector<Block>> segments;
+};
+
 // Thread-safe: every method may be called from any thread.
 class TurnEngine {
  public:
@@ -76,6 +91,23 @@ class TurnEngine {
 
   // Checks the session KV store (may call it: a remote store's round trip). Default: none.
   virtual KvStoreHealth StoreHealth() { return {}; }
+
+  // Sessions shared between replicas through the KV store. ExportSharedKv: what the session has
+  // committed to the store (empty when nothing, or no store). AdoptSharedKv: take a session
+  // another replica committed (dropping this replica's stale copy of it); its next turn restores
+  // the KV from the store. FAILED_PRECONDITION while a turn runs in the session here.
+  virtual SharedKvState ExportSharedKv(const std::string& /*session_key*/) { return {}; }
+  // Frees what this replica holds of a session (engine memory, its pins in the store) but leaves
+  // the session's blocks in the store for the replicas that share it (a shared session's local
+  // expiry). Default: ReleaseSession.
+  virtual std::vector<KvBytes> ForgetSession(const std::string& session_key) {
+    return ReleaseSession(session_key);
+  }
+  // The KV store sessions are committed to (shared session records go beside them), or null.
+  virtual kvstore::KvStore* kv_store() { return nullptr; }
+  virtual Status AdoptSharedKv(const std::string& /*session_key*/, const SharedKvState& /*kv*/) {
+    return absl::OkStatus();
+  }
 
   // Shutdown: refuses new turns (UNAVAILABLE), lets queued and running turns finish until
   // `deadline`, cancels the rest with UNAVAILABLE, then flushes the sessions' KV to the store.

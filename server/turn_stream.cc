@@ -38,15 +38,24 @@ TurnStream::TurnStream(ServiceCore* core, grpc::CallbackServerContext* context, 
 TurnStream* TurnStream::StartChat(ServiceCore* core, grpc::CallbackServerContext* context,
                                   const v1::ChatRequest* request) {
   auto* stream = new TurnStream(core, context, "Chat");
-  Status status;
-  try {
-    status = stream->BeginChat(*request);
-  } catch (const std::exception& e) {
-    FZ_LOG_ERROR("Chat request {}: {}", stream->turn_id_, e.what());
-    status = InternalError("the server failed to start the turn (request id {})",
-                           stream->turn_id_);
+  auto begin = [stream, request] {
+    Status status;
+    try {
+      status = stream->BeginChat(*request);
+    } catch (const std::exception& e) {
+      FZ_LOG_ERROR("Chat request {}: {}", stream->turn_id_, e.what());
+      status = InternalError("the server failed to start the turn (request id {})",
+                             stream->turn_id_);
+    }
+    if (!status.ok()) stream->FinishWith(status);
+  };
+  // With shared sessions, beginning a turn asks the KV store for the session's latest revision:
+  // not in a reaction.
+  if (core->shared != nullptr) {
+    core->store_pool->Post(std::move(begin));
+  } else {
+    begin();
   }
-  if (!status.ok()) stream->FinishWith(status);
   return stream;
 }
 
@@ -55,6 +64,7 @@ Status TurnStream::BeginChat(const v1::ChatRequest& request) {
                       core_->Admit(*context_, /*refuse_when_draining=*/true));
   FZ_ASSIGN_OR_RETURN(ChatInput input, ValidateChat(request, core_->options.validation));
   stats_only_ = request.stats_only();
+  FZ_RETURN_IF_ERROR(core_->SyncSession(principal, input.session_id));
   FZ_ASSIGN_OR_RETURN(SessionRecord record, core_->sessions->Get(input.session_id, principal));
   std::optional<SamplingSpec> sampling;
   if (input.has_sampling_override) {
@@ -192,6 +202,7 @@ void TurnStream::OnDelta(std::string text, std::vector<uint32_t> token_ids) {
 }
 
 void TurnStream::OnTurnDone(Status status, TurnStats stats) {
+  bool publish = false;
   if (!session_key_.empty()) {
     const bool exists = core_->sessions->EndTurn(
         session_key_, turn_id_, user_,
@@ -200,7 +211,21 @@ void TurnStream::OnTurnDone(Status status, TurnStats stats) {
     // now freed the id; nothing of this incarnation can reach a new session of that id anyway,
     // since everything is keyed by the incarnation's key.
     if (!exists) core_->ReleaseSessionResources(session_key_);
+    publish = exists && status.ok() && core_->shared != nullptr;
   }
+  if (publish) {
+    // The new revision reaches the shared store before the client hears the turn is done, so its
+    // next turn finds it on any replica. Off the engine's step thread.
+    core_->store_pool->Post([this, status = std::move(status), stats = std::move(stats)] {
+      core_->PublishSession(session_key_);
+      DeliverEnd(status, stats);
+    });
+    return;
+  }
+  DeliverEnd(status, stats);
+}
+
+void TurnStream::DeliverEnd(const Status& status, const TurnStats& stats) {
   if (!temp_files_.empty()) {
     std::vector<std::filesystem::path> files = std::move(temp_files_);
     core_->media_pool->Post([files] {

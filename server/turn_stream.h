@@ -44,6 +44,8 @@ class TurnStream final : public grpc::ServerWriteReactor<v1::ChatResponse> {
   void Submit(TurnRequest request);
   void OnDelta(std::string text, std::vector<uint32_t> token_ids);
   void OnTurnDone(Status status, TurnStats stats);
+  // The rest of a turn's end: temp files, metrics, the log line, the stats message and Finish.
+  void DeliverEnd(const Status& status, const TurnStats& stats);
   // Ends the call now (no turn running). Must be the last use of `this`.
   void FinishWith(const Status& status);
   // Starts the next write or the Finish when due, releasing `lock` first; the caller must not

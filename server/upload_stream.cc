@@ -83,8 +83,13 @@ Status UploadStream::Take(const v1::UploadMediaRequest& message) {
   if (!have_metadata_) {
     FZ_ASSIGN_OR_RETURN(input_, ValidateUploadMetadata(message, core_->options.upload.max_upload_bytes,
                                                        core_->options.validation));
-    FZ_ASSIGN_OR_RETURN(session_key_,
-                        core_->sessions->CheckMediaRoom(input_.session_id, principal_));
+    StatusOr<std::string> key = core_->sessions->CheckMediaRoom(input_.session_id, principal_);
+    // With shared sessions the session may live on another replica (or have changed there): the
+    // store is asked on the media pool once the bytes are in (no store call in a reaction).
+    if (!key.ok() && !(core_->shared != nullptr && absl::IsNotFound(key.status()))) {
+      return key.status();
+    }
+    if (key.ok()) session_key_ = *key;
     if (core_->upload_budget != nullptr) {
       FZ_RETURN_IF_ERROR(core_->upload_budget->Reserve(input_.declared_size_bytes));
       reserved_bytes_ = input_.declared_size_bytes;
@@ -115,6 +120,11 @@ Status UploadStream::Take(const v1::UploadMediaRequest& message) {
 
 Status UploadStream::StoreAndValidate() {
   const auto t0 = Clock::now();
+  if (core_->shared != nullptr) {
+    FZ_RETURN_IF_ERROR(core_->SyncSession(principal_, input_.session_id));
+    FZ_ASSIGN_OR_RETURN(session_key_,
+                        core_->sessions->CheckMediaRoom(input_.session_id, principal_));
+  }
   const std::string media_id = core_->NewId("media");
   const auto path = core_->MediaPath(session_key_, media_id);
   {
@@ -157,6 +167,7 @@ Status UploadStream::StoreAndValidate() {
       info->path = path.string();
       ToProto(*info, response_);
       status = core_->sessions->AddMedia(session_key_, *info);
+      if (status.ok()) core_->PublishSession(session_key_);
       if (status.ok() && core_->metrics != nullptr) {
         core_->metrics->RecordMediaProbe(std::chrono::duration<double>(Clock::now() - t0).count(),
                                          static_cast<uint32_t>(info->frame_timestamps.size()));

@@ -97,9 +97,23 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   options.media_threads = config.media_threads;
   options.max_upload_buffer_bytes = static_cast<uint64_t>(config.max_upload_buffer_bytes);
   options.upload_idle_timeout = std::chrono::seconds(config.upload_idle_timeout_seconds);
+  const bool store_shared = (config.kvstore != "embedded" && config.kvstore != "none" &&
+                             !config.kvstore.empty()) ||
+                            !config.kvstore_redis.empty();
+  const bool share = config.share_sessions == "on" ||
+                     (config.share_sessions == "auto" && store_shared);
+  if (share) {
+    kvstore::KvStore* store = s->engine_->kv_store();
+    if (store == nullptr) {
+      return InvalidArgumentError(
+          "--share-sessions on needs a KV store the replicas share (--kvstore ADDR of a "
+          "framezip-kvstore, or --kvstore-redis)");
+    }
+    s->shared_ = std::make_unique<SharedSessions>(store, model.name);
+  }
   s->service_ = std::make_unique<VideoChatService>(s->engine_.get(), s->sessions_.get(),
                                                    s->media_.get(), s->metrics_.get(), &s->auth_,
-                                                   options);
+                                                   options, s->shared_.get());
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!config.tls_cert_file.empty()) {
@@ -145,9 +159,11 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
     s->metrics_port_ = *port;
   }
   s->housekeeping_ = std::thread([raw = s.get()] { raw->HousekeepingLoop(); });
-  FZ_LOG_INFO("framezip-server serving {} on port {} (model {}, metrics port {}, auth {}, tls {})",
-              kServiceName, s->port_, model.name, s->metrics_port_,
-              s->auth_.enabled() ? "on" : "off", config.tls_cert_file.empty() ? "off" : "on");
+  FZ_LOG_INFO(
+      "framezip-server serving {} on port {} (model {}, metrics port {}, auth {}, tls {}, "
+      "sessions shared {})",
+      kServiceName, s->port_, model.name, s->metrics_port_, s->auth_.enabled() ? "on" : "off",
+      config.tls_cert_file.empty() ? "off" : "on", s->shared_ != nullptr ? "on" : "off");
   return s;
 }
 

@@ -19,6 +19,7 @@
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/session_store.h"
+#include "server/shared_sessions.h"
 #include "server/turn_engine.h"
 
 namespace framezip::server {
@@ -60,6 +61,7 @@ class VideoChatServer {
   std::shared_ptr<media::MediaBackend> media_;  // before engine_: outlives it
   std::unique_ptr<TurnEngine> engine_;
   std::unique_ptr<SessionStore> sessions_;
+  std::unique_ptr<SharedSessions> shared_;  // null unless sessions are shared
   std::unique_ptr<ServerMetrics> metrics_;
   BearerAuth auth_;
   std::unique_ptr<VideoChatService> service_;

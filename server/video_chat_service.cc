@@ -25,8 +25,10 @@ Status Guard(const char* rpc, const std::string& request_id, Body&& body) {
 
 VideoChatService::VideoChatService(TurnEngine* engine, SessionStore* sessions,
                                    media::MediaBackend* media_backend, ServerMetrics* metrics,
-                                   const BearerAuth* auth, ServiceOptions options)
+                                   const BearerAuth* auth, ServiceOptions options,
+                                   SharedSessions* shared)
     : media_pool_(std::make_unique<WorkPool>("media", options.media_threads)),
+      store_pool_(std::make_unique<WorkPool>("store", 2)),
       upload_budget_(options.max_upload_buffer_bytes),
       uploads_(options.upload_idle_timeout) {
   core_.engine = engine;
@@ -38,9 +40,28 @@ VideoChatService::VideoChatService(TurnEngine* engine, SessionStore* sessions,
   core_.auth = auth;
   core_.options = std::move(options);
   core_.media_pool = media_pool_.get();
+  core_.shared = shared;
+  core_.store_pool = store_pool_.get();
 }
 
 VideoChatService::~VideoChatService() = default;
+
+grpc::ServerUnaryReactor* VideoChatService::Unary(grpc::CallbackServerContext* context,
+                                                  const char* rpc, bool calls_store,
+                                                  std::function<Status()> body) {
+  auto* reactor = context->DefaultReactor();
+  auto run = [this, reactor, rpc, id = RequestId(context), body = std::move(body)] {
+    const Status status = Guard(rpc, id, body);
+    reactor->Finish(core_.Outcome(rpc, id, status));
+  };
+  // With shared sessions the body calls the KV store: not in a reaction.
+  if (calls_store && core_.shared != nullptr) {
+    core_.store_pool->Post(std::move(run));
+  } else {
+    run();
+  }
+  return reactor;
+}
 
 std::string VideoChatService::RequestId(grpc::CallbackServerContext* context) {
   std::string id = core_.NewId("req");
@@ -51,47 +72,42 @@ std::string VideoChatService::RequestId(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* VideoChatService::CreateSession(grpc::CallbackServerContext* context,
                                                           const v1::CreateSessionRequest* request,
                                                           v1::Session* response) {
-  const std::string id = RequestId(context);
-  const Status status = Guard("CreateSession", id, [&]() -> Status {
+  return Unary(context, "CreateSession", true, [this, context, request, response]() -> Status {
     FZ_ASSIGN_OR_RETURN(const std::string principal,
                         core_.Admit(*context, /*refuse_when_draining=*/true));
     FZ_ASSIGN_OR_RETURN(SessionSpec spec,
                         ValidateCreateSession(*request, core_.options.validation));
+    // A session of that id on another replica takes the id as well.
+    if (!spec.session_id.empty()) FZ_RETURN_IF_ERROR(core_.SyncSession(principal, spec.session_id));
     FZ_ASSIGN_OR_RETURN(SessionRecord record, core_.sessions->Create(std::move(spec), principal));
+    core_.PublishSession(record.key);
     ToProto(record, {}, 0, response);
     FZ_LOG_INFO("session {} created (policy {}, ttl {} s)", record.spec.session_id,
                 PolicyName(record.spec.policy.kind), record.spec.ttl_seconds);
     return absl::OkStatus();
   });
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(core_.Outcome("CreateSession", id, status));
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* VideoChatService::GetSession(grpc::CallbackServerContext* context,
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
-  const std::string id = RequestId(context);
-  const Status status = Guard("GetSession", id, [&]() -> Status {
+  return Unary(context, "GetSession", true, [this, context, request, response]() -> Status {
     FZ_ASSIGN_OR_RETURN(const std::string principal,
                         core_.Admit(*context, /*refuse_when_draining=*/false));
     FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
+    FZ_RETURN_IF_ERROR(core_.SyncSession(principal, request->session_id()));
     FZ_ASSIGN_OR_RETURN(SessionRecord record,
                         core_.sessions->Get(request->session_id(), principal));
     ToProto(record, core_.engine->SessionKv(record.key),
             core_.engine->SessionCachedTokens(record.key), response);
     return absl::OkStatus();
   });
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(core_.Outcome("GetSession", id, status));
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* VideoChatService::ListSessions(grpc::CallbackServerContext* context,
                                                          const v1::ListSessionsRequest* request,
                                                          v1::ListSessionsResponse* response) {
-  const std::string id = RequestId(context);
-  const Status status = Guard("ListSessions", id, [&]() -> Status {
+  return Unary(context, "ListSessions", false, [this, context, request, response]() -> Status {
     FZ_ASSIGN_OR_RETURN(const std::string principal,
                         core_.Admit(*context, /*refuse_when_draining=*/false));
     FZ_ASSIGN_OR_RETURN(SessionPage page, core_.sessions->List(principal, request->page_size(),
@@ -103,9 +119,6 @@ grpc::ServerUnaryReactor* VideoChatService::ListSessions(grpc::CallbackServerCon
     response->set_next_page_token(page.next_page_token);
     return absl::OkStatus();
   });
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(core_.Outcome("ListSessions", id, status));
-  return reactor;
 }
 
 std::vector<KvBytes> VideoChatService::Release(const SessionRecord& record) {
@@ -119,13 +132,19 @@ std::vector<KvBytes> VideoChatService::Release(const SessionRecord& record) {
 grpc::ServerUnaryReactor* VideoChatService::DeleteSession(grpc::CallbackServerContext* context,
                                                           const v1::DeleteSessionRequest* request,
                                                           v1::DeleteSessionResponse* response) {
-  const std::string id = RequestId(context);
-  const Status status = Guard("DeleteSession", id, [&]() -> Status {
+  return Unary(context, "DeleteSession", true, [this, context, request, response]() -> Status {
     FZ_ASSIGN_OR_RETURN(const std::string principal,
                         core_.Admit(*context, /*refuse_when_draining=*/false));
     FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
+    FZ_RETURN_IF_ERROR(core_.SyncSession(principal, request->session_id()));
     FZ_ASSIGN_OR_RETURN(SessionRecord record,
                         core_.sessions->Remove(request->session_id(), principal));
+    if (core_.shared != nullptr) {
+      if (Status s = core_.shared->Remove(principal, record.spec.session_id); !s.ok()) {
+        FZ_LOG_WARN("session {}: removing it from the shared store failed: {}",
+                    record.spec.session_id, MessageOf(s));
+      }
+    }
     uint64_t total = 0;
     for (const KvBytes& kv : Release(record)) {
       ToProto(kv, response->add_freed());
@@ -134,23 +153,24 @@ grpc::ServerUnaryReactor* VideoChatService::DeleteSession(grpc::CallbackServerCo
     FZ_LOG_INFO("session {} deleted ({} KV bytes freed)", record.spec.session_id, total);
     return absl::OkStatus();
   });
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(core_.Outcome("DeleteSession", id, status));
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* VideoChatService::DeleteMedia(grpc::CallbackServerContext* context,
                                                         const v1::DeleteMediaRequest* request,
                                                         v1::DeleteMediaResponse* response) {
-  const std::string id = RequestId(context);
-  const Status status = Guard("DeleteMedia", id, [&]() -> Status {
+  return Unary(context, "DeleteMedia", true, [this, context, request, response]() -> Status {
     FZ_ASSIGN_OR_RETURN(const std::string principal,
                         core_.Admit(*context, /*refuse_when_draining=*/false));
     FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
     FZ_RETURN_IF_ERROR(ValidateMediaId(request->media_id(), "media_id"));
+    FZ_RETURN_IF_ERROR(core_.SyncSession(principal, request->session_id()));
     FZ_ASSIGN_OR_RETURN(MediaInfo media, core_.sessions->RemoveMedia(request->session_id(),
                                                                      principal,
                                                                      request->media_id()));
+    if (StatusOr<SessionRecord> now = core_.sessions->Get(request->session_id(), principal);
+        now.ok()) {
+      core_.PublishSession(now->key);
+    }
     std::error_code ec;
     std::filesystem::remove(media.path, ec);
     response->set_freed_bytes(media.size_bytes);
@@ -158,9 +178,6 @@ grpc::ServerUnaryReactor* VideoChatService::DeleteMedia(grpc::CallbackServerCont
                 media.size_bytes);
     return absl::OkStatus();
   });
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(core_.Outcome("DeleteMedia", id, status));
-  return reactor;
 }
 
 grpc::ServerReadReactor<v1::UploadMediaRequest>* VideoChatService::UploadMedia(
@@ -181,8 +198,7 @@ grpc::ServerWriteReactor<v1::ChatResponse>* VideoChatService::Generate(
 grpc::ServerUnaryReactor* VideoChatService::GetModelInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetModelInfoRequest* request,
                                                          v1::ModelInfo* response) {
-  const std::string id = RequestId(context);
-  const Status status = Guard("GetModelInfo", id, [&]() -> Status {
+  return Unary(context, "GetModelInfo", false, [this, context, request, response]() -> Status {
     FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false).status());
     FZ_RETURN_IF_ERROR(ValidateModel(request->model(), core_.options.validation));
     PolicySpec default_policy;
@@ -191,14 +207,17 @@ grpc::ServerUnaryReactor* VideoChatService::GetModelInfo(grpc::CallbackServerCon
             response);
     return absl::OkStatus();
   });
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(core_.Outcome("GetModelInfo", id, status));
-  return reactor;
 }
 
 void VideoChatService::Housekeeping() {
   for (const SessionRecord& record : core_.sessions->ExpireIdle()) {
-    Release(record);
+    if (core_.shared != nullptr) {
+      // This replica's copy idled out; other replicas may still use the session: its blocks and
+      // media stay (the store's own retention bounds them).
+      core_.engine->ForgetSession(record.key);
+    } else {
+      Release(record);
+    }
     FZ_LOG_INFO("session {} expired after {} s idle", record.spec.session_id,
                 record.spec.ttl_seconds);
   }

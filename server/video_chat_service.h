@@ -6,6 +6,7 @@
 // Thread-safe. The gRPC server must be shut down before the service is destroyed.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "framezip/v1/video_chat.grpc.pb.h"
@@ -17,8 +18,10 @@ class VideoChatService final : public v1::VideoChat::CallbackService {
  public:
   // `engine`, `sessions`, `media_backend`, `metrics` (nullable) and `auth` (nullable) must
   // outlive the service.
+  // `shared` (nullable) shares sessions with other replicas through the KV store.
   VideoChatService(TurnEngine* engine, SessionStore* sessions, media::MediaBackend* media_backend,
-                   ServerMetrics* metrics, const BearerAuth* auth, ServiceOptions options);
+                   ServerMetrics* metrics, const BearerAuth* auth, ServiceOptions options,
+                   SharedSessions* shared = nullptr);
   ~VideoChatService() override;
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
@@ -56,9 +59,14 @@ class VideoChatService final : public v1::VideoChat::CallbackService {
   // Frees what a removed session held: its running turn, its KV, its media files.
   std::vector<KvBytes> Release(const SessionRecord& record);
   std::string RequestId(grpc::CallbackServerContext* context);
+  // Runs a unary RPC's body and finishes the call: inline, or on the store pool when it calls the
+  // shared KV store (`calls_store` and sessions are shared).
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const char* rpc,
+                                  bool calls_store, std::function<Status()> body);
 
   ServiceCore core_;
   std::unique_ptr<WorkPool> media_pool_;
+  std::unique_ptr<WorkPool> store_pool_;
   UploadBudget upload_budget_;
   UploadRegistry uploads_;
 };

@@ -1,6 +1,5 @@
 // SessionKvCache over an embedded TieredStore: segments chain and come back in order, pins keep
-// them, and blocks that two sessions share (equal conversations give equal keys) survive the
-// release of one of them.
+// them, and a session's blocks are its own (keys chain from its key), released with it.
 #include "server/session_kv_cache.h"
 
 #include <catch2/catch.hpp>
