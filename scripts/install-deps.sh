@@ -21,6 +21,9 @@ packages=(
   libseccomp-dev
   # tests (python3-grpcio: the Python client example runs against the server in `make test`)
   catch2 python3-grpcio python3-protobuf
+  # deployment tests: Prometheus and promtool evaluate the dashboard's and the alerts' queries
+  # against a real server; python3-venv makes .venv-deploy/ for the chart test (helm-python-sdk)
+  prometheus python3-venv
 )
 
 missing=()
@@ -40,6 +43,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian starts redis-server as a system service on install; our tests start their own on free
-# ports, so leave the system one alone.
+# Debian starts redis-server and prometheus as system services on install; our tests start
+# their own on free ports (Prometheus with its own storage in a temporary folder), so leave the
+# system ones alone.
 echo "install-deps: done"
