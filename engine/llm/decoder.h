@@ -1,21 +1,27 @@
-// Decoder: the Qwen2 / Llama language model (MODELS.md §4) on top of the CPU ops and a paged KV
-// cache.
+// Decoder: the Qwen2 / Llama language model (engine/model/README.md) over device-dispatched ops
+// and a paged KV cache — the one decoder of the engine, on the CPU and on a GPU.
 //
 //   h = x + o_proj(Attn(RMSNorm_in(x)))            GQA, half-split RoPE, q/k/v bias (Qwen2)
 //   y = h + down(silu(gate(RMSNorm_post(h))) ⊙ up(RMSNorm_post(h)))
 //   logits = lm_head(RMSNorm(y_L))                  lm_head may be the (tied) embedding
 //
-// Activations are f32; weights stay in their stored dtype (f32/bf16/f16, see ops::Linear).
-// The decoder is stateless and const after creation: all per-sequence state (KV pages, position,
-// compression policy) lives in a Sequence, so one Decoder serves many sequences: one DecodeStep
-// advances a batch of them together, and one PrefillBatch prefills several at once (continuous
-// batching: the weights are read once per step, not once per sequence).
+// Activations are f32; weights stay in their stored dtype (f32/bf16/f16, see ops::Linear) and live
+// on the decoder's device (copied there at Create when they are elsewhere). The decoder knows no
+// model format: a plain shape and weight views (decoder_shape.h); runtime/decoder_loading.h reads
+// them from a checkpoint.
+//
+// One forward: every entry point (MixedStep, DecodeStep, Prefill, PrefillBatch) feeds rows to
+// Forward, which runs RunLayer — the one layer body — over all of them. The decoder is stateless
+// and const after creation: all per-sequence state (KV pages, position, compression policy) lives
+// in a Sequence, so one Decoder serves many sequences: a step advances a batch of them together
+// (continuous batching: the weights are read once per step, not once per sequence).
 //
 // Thread-safety: const methods may run concurrently on DIFFERENT sequences, but the ops share
 // ComputePool(), whose loops are serialised — concurrency gains nothing; batch instead.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -27,27 +33,9 @@
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/page_pool.h"
 #include "engine/kv/sequence_kv.h"
-#include "engine/model/config.h"
-#include "engine/model/weights.h"
-#include "engine/ops/rope.h"
+#include "engine/llm/decoder_shape.h"
 
 namespace framezip::engine::llm {
-
-// The decoder's tensors (views; whoever made them keeps the storage alive — ModelWeights' mmaps
-// or the caller's buffers). Optional biases are undefined tensors.
-struct DecoderWeights {
-  Tensor embed_tokens;                          // [V, H]
-  std::vector<model::TextLayerWeights> layers;  // L entries
-  Tensor norm;                                  // [H]
-  Tensor lm_head;                               // [V, H]; the embedding itself when tied
-};
-
-// Picks the text-model tensors out of a bound LLaVA checkpoint (lm_head already tied by Bind).
-StatusOr<DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights& weights,
-                                                 const model::TextConfig& config);
-
-// The RoPE of `config` (rope_theta, and the llama3 band scaling when rope_scaling asks for it).
-ops::RopeParams RopeParamsOf(const model::TextConfig& config);
 
 // One sequence's state: its KV cache, its position and its compression policy.
 struct Sequence {
@@ -88,12 +76,19 @@ struct StepInput {
 
 class Decoder {
  public:
-  // Checks every tensor's shape against `config` (INVALID_ARGUMENT naming the first bad one).
-  static StatusOr<std::unique_ptr<Decoder>> Create(const model::TextConfig& config,
-                                                   DecoderWeights weights);
+  // Checks the shape and every tensor's shape against it (INVALID_ARGUMENT naming the first bad
+  // one), then places the weights on `device` (views when they are there already; a tied lm_head
+  // stays one copy). RESOURCE_EXHAUSTED when the device memory runs out; UNIMPLEMENTED or
+  // UNAVAILABLE for a CUDA device without CUDA support or without a GPU.
+  static StatusOr<std::unique_ptr<Decoder>> Create(const DecoderShape& shape,
+                                                   DecoderWeights weights,
+                                                   Device device = Device::Cpu());
 
-  const model::TextConfig& config() const { return config_; }
+  const DecoderShape& shape() const { return shape_; }
   const DecoderWeights& weights() const { return weights_; }
+  Device device() const { return device_; }
+  // Bytes of weights this decoder copied to its device (0 when it holds views).
+  size_t weight_bytes() const { return weight_bytes_; }
 
   // The KV page layout of this model for `format` and `page_tokens` slots per page.
   kv::PageLayout KvLayout(kv::KvFormat format, int page_tokens = 32) const;
@@ -120,13 +115,13 @@ class Decoder {
   // stores in which format, and optionally a sparse attention over an important subset (ZipVL,
   // FastV; ops::SparsePrefillAttention), the linear layers and MLP staying dense. With chunking
   // each chunk is planned on its own and attends to what earlier chunks stored (compress/zipvl.h).
-  // Returns logits [1, V] of the last position, or [T, V] with options.all_logits.
-  // RESOURCE_EXHAUSTED when the KV pool is full; the sequence is then unusable (Clear it).
+  // Returns logits [1, V] of the last position, or [T, V] with options.all_logits (PrefillBatch of
+  // one). RESOURCE_EXHAUSTED when the KV pool is full; the sequence is then unusable (Clear it).
   StatusOr<Tensor> Prefill(Sequence& seq, const Tensor& embeds,
                            const PrefillOptions& options = {}) const;
 
   // Prefill of several sequences at once (continuous batching): seqs[i] gets embeds[i] with
-  // options[i] (`options` empty = defaults for all; hidden_states is not supported here). The
+  // options[i] (`options` empty = defaults for all). The
   // dense work of each layer (norms, q/k/v/o projections, MLP, lm_head) runs ONCE over the
   // concatenated rows of all sequences, so the weights are read once per layer, not once per
   // sequence; RoPE positions, the policy's plan, attention and the KV append stay per sequence on
@@ -138,8 +133,8 @@ class Decoder {
                                              std::span<const Tensor> embeds,
                                              std::span<const PrefillOptions> options = {}) const;
 
-  // One decode step for a batch: token b is fed to seqs[b] at position seqs[b]->length; every
-  // sequence advances by one. Returns logits [B, V]. Sequences must be distinct and may use
+  // One decode step for a batch (MixedStep with decode inputs only): token b is fed to seqs[b] at
+  // position seqs[b]->length; every sequence advances by one. Returns logits [B, V]. Sequences must be distinct and may use
   // different page formats (attention reads f32/f16/int4/int2 pages in one pass). The new token is
   // stored kFull; after a layer's attention, a sequence whose policy has a ResidualWindow() R and
   // whose layer now holds R full-precision tokens has them classified (ClassifyResidual, with
@@ -161,7 +156,7 @@ class Decoder {
   StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs) const;
 
  private:
-  Decoder(model::TextConfig config, DecoderWeights weights);
+  Decoder(DecoderShape shape, Device device) : shape_(std::move(shape)), device_(device) {}
 
   // One sequence's rows [row0, row0 + rows) in a (possibly batched) prefill chunk.
   struct PrefillPart {
@@ -170,28 +165,46 @@ class Decoder {
     int64_t rows = 0;
     const uint8_t* visual = nullptr;  // [rows] mask of the visual rows, or null
   };
-  // x [T, H] in place through layer `l`; positions [T] i32. Rows [0, decode.size()) are one
-  // decode token of each of `decode` (DecodeStep's attention and KV handling), the parts' rows
-  // follow (a prefill chunk each).
-  Status RunLayer(int l, std::span<Sequence* const> decode, std::span<const PrefillPart> parts,
-                  const Tensor& positions, Tensor& x) const;
+  // The rows of one forward: one decode token of each of `decode` first (contiguous, for the one
+  // paged decode attention), then the parts' prefill chunks. host_positions [T] are the rows'
+  // positions (each sequence's length onwards).
+  struct StepRows {
+    std::span<Sequence* const> decode;
+    std::span<const PrefillPart> parts;
+    std::span<const int32_t> host_positions;
+  };
+  // Called with (l + 1, x) after each layer l < L - 1, as HF's output_hidden_states records them.
+  using LayerObserver = std::function<Status(int64_t index, const Tensor& x)>;
+
+  // The one forward: x [T, H] f32 on the device through every layer, in place; then every
+  // sequence's length advances by its rows.
+  Status Forward(const StepRows& rows, Tensor& x, const LayerObserver& observer = {}) const;
+  // The one layer body: x [T, H] in place through layer `l`; positions [T] i32 on the device.
+  Status RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x) const;
   // The per-sequence middle of a decode layer for the batch `seqs` (row i of q/k/v/attn belongs to
   // seqs[i]): store (or not, as the policy says) each new token kFull, one paged attention over
   // every sequence's pages, then the residual-window recompression. q [b, nh, d] post-RoPE,
-  // k/v [b, G, d], positions [b]; writes attn [b, nh, d].
-  Status AttendDecodeRows(int l, std::span<Sequence* const> seqs, const Tensor& positions,
-                          const Tensor& q, const Tensor& k, const Tensor& v, Tensor& attn) const;
+  // k/v [b, G, d], positions [b] (host); writes attn [b, nh, d].
+  Status AttendDecodeRows(int l, std::span<Sequence* const> seqs,
+                          std::span<const int32_t> positions, const Tensor& q, const Tensor& k,
+                          const Tensor& v, Tensor& attn) const;
   // The per-sequence middle of a prefill layer: the policy's plan, attention of this chunk's
   // q [t, nh, d] (post-RoPE) over the sequence's cache plus k/v [t, G, d], the KV append.
-  // Writes attn [t, nh, d].
-  Status AttendPrefillChunk(int l, Sequence& seq, const Tensor& positions, const uint8_t* visual,
-                            const Tensor& q, const Tensor& k, const Tensor& v, Tensor& attn) const;
+  // positions [t] (host). Writes attn [t, nh, d].
+  Status AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
+                            const uint8_t* visual, const Tensor& q, const Tensor& k,
+                            const Tensor& v, Tensor& attn) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;
+  // Final norm + lm_head on the listed rows of x -> [rows.size(), V], in that order.
+  StatusOr<Tensor> LogitsOfRows(const Tensor& x, std::span<const int64_t> rows) const;
+  StatusOr<Tensor> Empty(Shape shape, DType dtype = DType::kF32) const;
 
-  model::TextConfig config_;
-  DecoderWeights weights_;
+  DecoderShape shape_;
+  Device device_;
+  DecoderWeights weights_;  // on device_
+  size_t weight_bytes_ = 0;
 };
 
 }  // namespace framezip::engine::llm

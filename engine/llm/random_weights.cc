@@ -19,23 +19,20 @@ inline uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-model::TextConfig Qwen2_0_5BConfig() {
-  model::TextConfig c;
-  c.arch = model::TextArch::kQwen2;
-  c.model_type = "qwen2";
-  c.vocab_size = 151936;
-  c.hidden_size = 896;
-  c.intermediate_size = 4864;
-  c.num_hidden_layers = 24;
-  c.num_attention_heads = 14;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 32768;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  return c;
+DecoderShape Qwen2_0_5BShape() {
+  DecoderShape s;
+  s.hidden = 896;
+  s.layers = 24;
+  s.heads = 14;
+  s.kv_heads = 2;
+  s.head_dim = 64;
+  s.intermediate = 4864;
+  s.vocab = 151936;
+  s.rms_eps = 1e-6f;
+  s.qkv_bias = true;
+  s.rope.head_dim = 64;
+  s.rope.theta = 1e6;
+  return s;
 }
 
 StatusOr<Tensor> RandomTensor(Shape shape, DType dtype, uint64_t seed, float stddev, float mean) {
@@ -64,20 +61,22 @@ StatusOr<Tensor> RandomTensor(Shape shape, DType dtype, uint64_t seed, float std
   return t;
 }
 
-StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const model::TextConfig& c, DType dtype,
-                                                        uint64_t seed, float stddev) {
+StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const DecoderShape& c,
+                                                        const RandomWeightOptions& options) {
   RandomDecoderWeights r;
-  uint64_t next = seed * 1000003;
+  const DType dtype = options.dtype;
+  const float stddev = options.stddev;
+  uint64_t next = options.seed * 1000003;
   auto make = [&](Shape shape, float sd, float mean = 0.f) -> StatusOr<Tensor> {
     FZ_ASSIGN_OR_RETURN(Tensor t, RandomTensor(std::move(shape), dtype, ++next, sd, mean));
     r.storage.push_back(t);
     return t;
   };
-  const int64_t h = c.hidden_size, q = c.q_dim(), kvd = c.kv_dim(), im = c.intermediate_size;
+  const int64_t h = c.hidden, q = c.q_dim(), kvd = c.kv_dim(), im = c.intermediate;
   DecoderWeights& w = r.weights;
-  FZ_ASSIGN_OR_RETURN(w.embed_tokens, make({c.vocab_size, h}, stddev));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    model::TextLayerWeights L;
+  FZ_ASSIGN_OR_RETURN(w.embed_tokens, make({c.vocab, h}, stddev));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    LayerWeights L;
     FZ_ASSIGN_OR_RETURN(L.input_layernorm, make({h}, 0.1f, 1.f));
     FZ_ASSIGN_OR_RETURN(L.q_proj, make({q, h}, stddev));
     FZ_ASSIGN_OR_RETURN(L.k_proj, make({kvd, h}, stddev));
@@ -88,14 +87,14 @@ StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const model::TextConfig&
       FZ_ASSIGN_OR_RETURN(L.v_bias, make({kvd}, stddev));
     }
     FZ_ASSIGN_OR_RETURN(L.o_proj, make({h, q}, stddev));
-    if (c.o_bias) {
+    if (options.o_bias) {
       FZ_ASSIGN_OR_RETURN(L.o_bias, make({h}, stddev));
     }
     FZ_ASSIGN_OR_RETURN(L.post_attention_layernorm, make({h}, 0.1f, 1.f));
     FZ_ASSIGN_OR_RETURN(L.gate_proj, make({im, h}, stddev));
     FZ_ASSIGN_OR_RETURN(L.up_proj, make({im, h}, stddev));
     FZ_ASSIGN_OR_RETURN(L.down_proj, make({h, im}, stddev));
-    if (c.mlp_bias) {
+    if (options.mlp_bias) {
       FZ_ASSIGN_OR_RETURN(L.gate_bias, make({im}, stddev));
       FZ_ASSIGN_OR_RETURN(L.up_bias, make({im}, stddev));
       FZ_ASSIGN_OR_RETURN(L.down_bias, make({h}, stddev));
@@ -103,10 +102,10 @@ StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const model::TextConfig&
     w.layers.push_back(std::move(L));
   }
   FZ_ASSIGN_OR_RETURN(w.norm, make({h}, 0.1f, 1.f));
-  if (c.tie_word_embeddings) {
+  if (options.tied_lm_head) {
     w.lm_head = w.embed_tokens;
   } else {
-    FZ_ASSIGN_OR_RETURN(w.lm_head, make({c.vocab_size, h}, stddev));
+    FZ_ASSIGN_OR_RETURN(w.lm_head, make({c.vocab, h}, stddev));
   }
   return r;
 }

@@ -9,13 +9,13 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
-#include "engine/llm/decoder.h"
-#include "engine/model/config.h"
+#include "engine/llm/decoder_shape.h"
 
 namespace framezip::engine::llm {
 
-// The text config of Qwen2-0.5B (llava-onevision-qwen2-0.5b's language model).
-model::TextConfig Qwen2_0_5BConfig();
+// The shape of Qwen2-0.5B (llava-onevision-qwen2-0.5b's language model; q/k/v biases, tied head,
+// RoPE θ 1e6).
+DecoderShape Qwen2_0_5BShape();
 
 // Owns the storage of random weights; `weights` holds views of it (valid while this lives).
 struct RandomDecoderWeights {
@@ -23,11 +23,19 @@ struct RandomDecoderWeights {
   DecoderWeights weights;
 };
 
-// Weights in `dtype` (f32, bf16 or f16), deterministic in `seed`. Tied embeddings when
-// config.tie_word_embeddings. Generation runs on ComputePool().
-StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const model::TextConfig& config,
-                                                        DType dtype, uint64_t seed,
-                                                        float stddev = 0.02f);
+struct RandomWeightOptions {
+  DType dtype = DType::kF32;  // f32, bf16 or f16
+  uint64_t seed = 1;
+  float stddev = 0.02f;
+  bool o_bias = false;        // Llama's attention_bias
+  bool mlp_bias = false;      // Llama's mlp_bias
+  bool tied_lm_head = false;  // lm_head is the embedding
+};
+
+// Weights of `shape` (q/k/v biases when shape.qkv_bias), deterministic in options.seed.
+// Generation runs on ComputePool().
+StatusOr<RandomDecoderWeights> MakeRandomDecoderWeights(const DecoderShape& shape,
+                                                        const RandomWeightOptions& options);
 
 // A tensor of uniform random values with standard deviation `stddev` around `mean`.
 StatusOr<Tensor> RandomTensor(Shape shape, DType dtype, uint64_t seed, float stddev,

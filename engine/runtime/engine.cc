@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/quant_page.h"
+#include "engine/runtime/decoder_loading.h"
 #include "engine/vision/llava_vision.h"
 
 namespace framezip::engine::runtime {
@@ -101,9 +102,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
     return tmpl.status();
   }
   FZ_ASSIGN_OR_RETURN(e->vision_weights_, vision::BindLlavaVisionWeights(e->config_, e->weights_));
-  FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw,
-                      llm::DecoderWeightsFromModel(e->weights_, e->config_.text));
-  FZ_ASSIGN_OR_RETURN(e->decoder_, llm::Decoder::Create(e->config_.text, std::move(dw)));
+  FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw, DecoderWeightsFromModel(e->weights_, e->config_.text));
+  FZ_ASSIGN_OR_RETURN(e->decoder_, CreateDecoder(e->config_.text, std::move(dw)));
   // One pool per page format a policy may ask for, all drawing from kv_max_bytes: the full format
   // plus int4/int2 (KIVI/ZipVL pages; only when head_dim allows 32-channel groups).
   const kv::PageLayout layout = e->decoder_->KvLayout(options.kv_format, options.kv_page_tokens);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/core/tensor.h"
 #include "engine/llm/random_weights.h"
 #include "engine/model/config.h"
@@ -18,7 +19,7 @@ namespace framezip::testing {
 // 4 query heads over 2 KV heads of 32 channels (int4/int2 pages need 32-channel groups),
 // RoPE θ 1e4.
 inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {
-  engine::model::TextConfig c = engine::llm::Qwen2_0_5BConfig();
+  engine::model::TextConfig c = engine::runtime::Qwen2_0_5BConfig();
   c.vocab_size = vocab_size;
   c.hidden_size = 128;
   c.intermediate_size = 96;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
@@ -135,7 +136,7 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   if (!bw.ok()) return fail(bw.status());
   report.Add("read_bandwidth", *bw, "GB/s");
 
-  const engine::model::TextConfig config = engine::llm::Qwen2_0_5BConfig();
+  const engine::model::TextConfig config = engine::runtime::Qwen2_0_5BConfig();
   for (int64_t m : {512, 2048}) {
     auto g = PrefillGemmGflops(config, m);
     if (!g.ok()) return fail(g.status());
@@ -144,9 +145,9 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   }
 
   const auto t_setup = Clock::now();
-  auto random = engine::llm::MakeRandomDecoderWeights(config, DType::kBF16, 7);
+  auto random = engine::runtime::MakeRandomDecoderWeights(config, DType::kBF16, 7);
   if (!random.ok()) return fail(random.status());
-  auto decoder = engine::llm::Decoder::Create(config, random->weights);
+  auto decoder = engine::runtime::CreateDecoder(config, random->weights);
   if (!decoder.ok()) return fail(decoder.status());
   std::printf("(random Qwen2-0.5B bf16 weights built in %.1f s)\n", Seconds(t_setup));
   const engine::llm::Decoder& dec = **decoder;

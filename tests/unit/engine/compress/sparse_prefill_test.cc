@@ -3,6 +3,7 @@
 // differently per layer, and reports it; fastv drops visual tokens from layer K on.
 #include <catch2/catch.hpp>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
@@ -27,8 +28,8 @@ struct Tiny {
 Tiny MakeTiny(uint64_t seed) {
   const model::TextConfig c = testing::TinyQwen2Config(/*vocab_size=*/64);
   Tiny t;
-  t.random = *MakeRandomDecoderWeights(c, DType::kF32, seed, 0.3f);
-  t.decoder = *Decoder::Create(c, t.random.weights);
+  t.random = *runtime::MakeRandomDecoderWeights(c, DType::kF32, seed, 0.3f);
+  t.decoder = *runtime::CreateDecoder(c, t.random.weights);
   const kv::KvFormat formats[] = {kv::KvFormat::kF32, kv::KvFormat::kInt4, kv::KvFormat::kInt2};
   t.pools = *kv::KvPools::Create(t.decoder->KvLayout(kv::KvFormat::kF32, 32), formats,
                                  int64_t{256} << 20);

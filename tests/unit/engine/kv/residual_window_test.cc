@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/compress/policy.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
@@ -42,8 +43,8 @@ TEST_CASE("The residual window is recompressed exactly when it holds R tokens",
           "[unit][engine][kv]") {
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
-  auto weights = *llm::MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.15f);
-  auto dec = *llm::Decoder::Create(config, weights.weights);
+  auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.15f);
+  auto dec = *runtime::CreateDecoder(config, weights.weights);
   const auto formats = kv::StorableFormats();
   auto pools = *kv::KvPools::Create(dec->KvLayout(KvFormat::kF16, 8), formats, 64 << 20);
   constexpr int kWindow = 5;
@@ -77,8 +78,8 @@ TEST_CASE("The residual window is recompressed exactly when it holds R tokens",
 TEST_CASE("No residual recompression without a window", "[unit][engine][kv]") {
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
-  auto weights = *llm::MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.15f);
-  auto dec = *llm::Decoder::Create(config, weights.weights);
+  auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.15f);
+  auto dec = *runtime::CreateDecoder(config, weights.weights);
   auto pools =
       *kv::KvPools::Create(dec->KvLayout(KvFormat::kF32, 8), kv::StorableFormats(), 64 << 20);
   auto seq = *dec->NewSequence(*pools, KvFormat::kF32, "none");

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/model/safetensors.h"
@@ -98,9 +99,9 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
   auto weights = model::ModelWeights::Load(g.model_dir, *config);
   INFO((weights.ok() ? "" : MessageOf(weights.status())));
   REQUIRE(weights.ok());
-  auto dw = llm::DecoderWeightsFromModel(*weights, config->text);
+  auto dw = runtime::DecoderWeightsFromModel(*weights, config->text);
   REQUIRE(dw.ok());
-  auto dec = llm::Decoder::Create(config->text, *dw);
+  auto dec = runtime::CreateDecoder(config->text, *dw);
   INFO((dec.ok() ? "" : MessageOf(dec.status())));
   REQUIRE(dec.ok());
   auto pool = *kv::PagePool::Create((*dec)->KvLayout(kv::KvFormat::kF32, 16), 1000);

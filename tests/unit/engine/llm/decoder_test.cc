@@ -1,5 +1,6 @@
 // The Qwen2/Llama decoder against a naive f64 forward pass of the same random tiny model, and its
 // KV paths (chunked prefill, decode steps, batched decode) against one-shot prefill.
+#include "engine/runtime/decoder_loading.h"
 #include "engine/llm/decoder.h"
 
 #include <catch2/catch.hpp>
@@ -121,8 +122,8 @@ struct TinyModel {
 TinyModel MakeTiny(bool qwen2, DType wdtype, kv::KvFormat format, uint64_t seed) {
   TinyModel m;
   m.config = testing::TinyDecoderConfig(qwen2);
-  m.random = *MakeRandomDecoderWeights(m.config, wdtype, seed, 0.15f);
-  auto dec = Decoder::Create(m.config, m.random.weights);
+  m.random = *runtime::MakeRandomDecoderWeights(m.config, wdtype, seed, 0.15f);
+  auto dec = runtime::CreateDecoder(m.config, m.random.weights);
   FZ_CHECK(dec.ok());
   m.decoder = std::move(*dec);
   // Small pages (8 slots) so short tests still cross page boundaries.
@@ -215,17 +216,17 @@ TEST_CASE("One batched decode step equals separate steps of each sequence", "[un
 
 TEST_CASE("Decoder refuses weights of the wrong shape, naming the tensor", "[unit][engine][llm]") {
   auto c = testing::TinyDecoderConfig(true);
-  auto r = *MakeRandomDecoderWeights(c, DType::kF32, 1);
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 1);
   r.weights.layers[1].k_proj = *Tensor::Empty({16, 64}, DType::kF32);
-  auto dec = Decoder::Create(c, r.weights);
+  auto dec = runtime::CreateDecoder(c, r.weights);
   REQUIRE(!dec.ok());
   CHECK_THAT(MessageOf(dec.status()), Catch::Contains("layers.1.k_proj"));
 }
 
 TEST_CASE("A full KV pool is RESOURCE_EXHAUSTED, not a crash", "[unit][engine][llm]") {
   auto c = testing::TinyDecoderConfig(true);
-  auto r = *MakeRandomDecoderWeights(c, DType::kF32, 2);
-  auto dec = *Decoder::Create(c, r.weights);
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 2);
+  auto dec = *runtime::CreateDecoder(c, r.weights);
   auto pool = *kv::PagePool::Create(dec->KvLayout(kv::KvFormat::kF16, 8), 5);
   auto seq = *dec->NewSequence(pool.get());
   std::vector<int32_t> ids(20, 3);

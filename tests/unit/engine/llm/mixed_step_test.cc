@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
@@ -54,8 +55,8 @@ void CheckAgainstSeparateCalls(std::vector<Case> cases, bool small_steps) {
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
-  auto weights = *MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
-  auto dec = *Decoder::Create(config, weights.weights);
+  auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
+  auto dec = *runtime::CreateDecoder(config, weights.weights);
   auto pools = *kv::KvPools::Create(dec->KvLayout(kv::KvFormat::kF32, 8), kv::StorableFormats(),
                                     int64_t{256} << 20);
   const int64_t hid = config.hidden_size, vocab = config.vocab_size;
@@ -254,8 +255,8 @@ StepInput Token(Sequence* seq, int32_t token) {
 TEST_CASE("MixedStep rejects bad inputs before changing any sequence", "[unit][engine][llm]") {
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
-  auto weights = *MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.3f);
-  auto dec = *Decoder::Create(config, weights.weights);
+  auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.3f);
+  auto dec = *runtime::CreateDecoder(config, weights.weights);
   auto pools = *kv::KvPools::Create(dec->KvLayout(kv::KvFormat::kF32, 8), kv::StorableFormats(),
                                     int64_t{64} << 20);
   auto a = *dec->NewSequence(*pools, kv::KvFormat::kF32, "none");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
@@ -46,8 +47,8 @@ TEST_CASE("PrefillBatch equals separate prefills: logits, KV and policy stats",
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
-  auto weights = *MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
-  auto dec = *Decoder::Create(config, weights.weights);
+  auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
+  auto dec = *runtime::CreateDecoder(config, weights.weights);
   auto pools = *kv::KvPools::Create(dec->KvLayout(kv::KvFormat::kF32, 8), kv::StorableFormats(),
                                     int64_t{256} << 20);
   const int64_t hid = config.hidden_size;
@@ -136,8 +137,8 @@ TEST_CASE("PrefillBatch equals separate prefills: logits, KV and policy stats",
 TEST_CASE("PrefillBatch rejects mismatched inputs", "[unit][engine][llm]") {
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
-  auto weights = *MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.3f);
-  auto dec = *Decoder::Create(config, weights.weights);
+  auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kF32, rng(), 0.3f);
+  auto dec = *runtime::CreateDecoder(config, weights.weights);
   auto pools = *kv::KvPools::Create(dec->KvLayout(kv::KvFormat::kF32, 8), kv::StorableFormats(),
                                     int64_t{64} << 20);
   auto seq = *dec->NewSequence(*pools, kv::KvFormat::kF32, "none");

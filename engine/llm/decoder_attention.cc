@@ -1,0 +1,145 @@
+// Decoder's per-sequence attention middles (decoder.h): what happens between a layer's RoPE and
+// its o_proj for one prefill chunk (the policy's plan, dense or sparse attention over the cache,
+// the KV append) and for a batch of decode tokens (the KV write, one paged attention over every
+// sequence's pages, the residual-window recompression).
+#include <chrono>
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "engine/llm/decoder.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/attention_sparse.h"
+#include "engine/ops/paged_attention.h"
+
+namespace framezip::engine::llm {
+namespace {
+
+// The policy's treatment of U rows in the sparse attention op's terms.
+ops::RestRows RestRowsOf(const compress::PrefillLayerPlan& plan) {
+  switch (plan.u_rows) {
+    case compress::URows::kAttendImportant:
+      return {ops::RestRows::Mode::kImportant, {}};
+    case compress::URows::kLocal:
+      return {ops::RestRows::Mode::kLocal, {plan.u_window, plan.u_sinks}};
+    case compress::URows::kSkip:
+      break;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
+                                   const uint8_t* visual, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, Tensor& attn) const {
+  const int64_t t = q.dim(0), nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
+  const int64_t past = seq.kv.num_tokens(l);
+  compress::PrefillLayerPlan plan;
+  plan.classes.assign(static_cast<size_t>(t), kv::kFull);
+  const auto t_select = std::chrono::steady_clock::now();
+  FZ_RETURN_IF_ERROR(seq.policy->PlanPrefillLayer(
+      compress::PrefillLayerInputs{l, &q, &k, &v, positions.data(), past, visual,
+                                   static_cast<int>(shape_.layers)},
+      plan));
+  compress::PrefillStats& stats = seq.prefill_stats;
+  stats.selection_ms += std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t_select)
+                            .count();
+  if (plan.classes.size() != static_cast<size_t>(t)) {
+    return InternalError("policy {}: {} token classes for {} tokens", seq.policy->name(),
+                         plan.classes.size(), t);
+  }
+  if (stats.tokens.size() != static_cast<size_t>(shape_.layers)) {
+    stats.Reset(static_cast<int>(shape_.layers));
+  }
+  stats.tokens[l] += t;
+  for (uint8_t c : plan.classes) stats.kept[l] += (c == kv::kFull || c == kv::kImportant) ? 1 : 0;
+
+  // Earlier chunks' keys (all at earlier positions) come first in the attention's key sequence.
+  Tensor past_k, past_v;
+  if (past > 0) {
+    FZ_ASSIGN_OR_RETURN(past_k, Empty({1, past + t, g, d}));
+    FZ_ASSIGN_OR_RETURN(past_v, Empty({1, past + t, g, d}));
+    seq.kv.Gather(l, past_k.data<float>(), past_v.data<float>());
+  }
+  if (plan.sparse) {
+    // ZipVL / FastV: attention over the compacted important rows only (engine/ops/
+    // attention_sparse.h); the linear layers and the MLP stay dense.
+    std::vector<std::vector<int32_t>> shared;
+    std::span<const std::vector<int32_t>> important = plan.important_per_kv_head;
+    if (important.empty()) {
+      shared.push_back(std::move(plan.important));
+      important = shared;
+    }
+    FZ_RETURN_IF_ERROR(ops::SparsePrefillAttention(
+        q, k, v, past > 0 ? past_k.data<float>() : nullptr,
+        past > 0 ? past_v.data<float>() : nullptr, past, important, RestRowsOf(plan), attn));
+  } else {
+    FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor attn4, attn.Reshape({1, t, nh, d}));
+    if (past == 0) {
+      FZ_ASSIGN_OR_RETURN(Tensor k4, k.Reshape({1, t, g, d}));
+      FZ_ASSIGN_OR_RETURN(Tensor v4, v.Reshape({1, t, g, d}));
+      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn4));
+    } else {
+      FZ_RETURN_IF_ERROR(CopyBytes(past_k.data<float>() + past * g * d, device_, k.raw_data(),
+                                   device_, k.nbytes()));
+      FZ_RETURN_IF_ERROR(CopyBytes(past_v.data<float>() + past * g * d, device_, v.raw_data(),
+                                   device_, v.nbytes()));
+      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, past_k, past_v, attn4));
+    }
+  }
+  return seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t,
+                       plan.classes.data());
+}
+
+Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
+                                 std::span<const int32_t> positions, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, Tensor& attn) const {
+  const int64_t b = static_cast<int64_t>(seqs.size()), nh = shape_.heads, g = shape_.kv_heads,
+                d = shape_.head_dim;
+  const size_t row = static_cast<size_t>(g * d);
+  std::vector<ops::KvSpan> spans;
+  std::vector<int32_t> offsets(1, 0);
+  for (int64_t i = 0; i < b; ++i) {
+    Sequence& s = *seqs[i];
+    const float* ki = k.data<float>() + i * row;
+    const float* vi = v.data<float>() + i * row;
+    const int32_t pos = positions[static_cast<size_t>(i)];
+    const bool store = s.policy->OnDecodeWrite(l, pos);
+    if (store) FZ_RETURN_IF_ERROR(s.kv.Append(l, ki, vi, &pos, 1));
+    s.kv.AppendSpans(l, spans);
+    if (!store) {
+      // Attended to this step only: one extra f32 span straight from this step's k/v rows.
+      ops::KvSpan unstored;
+      unstored.k = ki;
+      unstored.v = vi;
+      unstored.num_tokens = 1;
+      unstored.format = kv::KvFormat::kF32;
+      spans.push_back(unstored);
+    }
+    offsets.push_back(static_cast<int32_t>(spans.size()));
+  }
+  FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(
+      q, spans, offsets, ops::PagedDecodeParams{static_cast<int>(g), 0}, attn));
+  // Decode residual window (METHODS.md §1.2 / KIVI's R): once a layer holds the policy's window
+  // of full-precision tokens, they are classified and requantised into the class formats. This
+  // step's attention above still read them at full precision.
+  std::vector<float> window_k;
+  std::vector<uint8_t> classes;
+  for (int64_t i = 0; i < b; ++i) {
+    Sequence& s = *seqs[i];
+    const int window = s.policy->ResidualWindow();
+    if (window <= 0 || s.kv.residual_tokens(l) < window) continue;
+    const int64_t n = s.kv.full_tokens(l);
+    window_k.resize(static_cast<size_t>(n) * row);
+    s.kv.GatherFull(l, window_k.data(), nullptr);
+    classes.clear();
+    FZ_RETURN_IF_ERROR(
+        s.policy->ClassifyResidual(l, q.data<float>() + i * nh * d, window_k.data(), n, classes));
+    FZ_RETURN_IF_ERROR(s.kv.CompressResidual(l, classes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::llm

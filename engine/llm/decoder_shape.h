@@ -1,0 +1,55 @@
+// What llm::Decoder needs to know of a model, and nothing of any model format: the shape of a
+// Qwen2 / Llama decoder (engine/model/README.md) and views of its tensors on any device.
+// Loading them from a model directory is runtime/decoder_loading.h's job, so the decoder builds
+// without the model loader (the GPU check compiles it alone).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/ops/rope.h"
+
+namespace framezip::engine::llm {
+
+struct DecoderShape {
+  int64_t hidden = 0;        // H
+  int64_t layers = 0;        // L
+  int64_t heads = 0;         // query heads
+  int64_t kv_heads = 0;      // G; heads % kv_heads == 0
+  int64_t head_dim = 0;      // d, even
+  int64_t intermediate = 0;  // I, the MLP's width
+  int64_t vocab = 0;         // V
+  float rms_eps = 1e-6f;
+  // Qwen2's q/k/v projections have biases: Create refuses weights without them, so a checkpoint
+  // that lost them fails loudly instead of running a different model.
+  bool qkv_bias = false;
+  ops::RopeParams rope;  // rope.head_dim == head_dim
+
+  int64_t q_dim() const { return heads * head_dim; }
+  int64_t kv_dim() const { return kv_heads * head_dim; }
+};
+
+// One layer's tensors (f32, bf16 or f16, see ops::Linear). Optional biases are undefined tensors.
+struct LayerWeights {
+  Tensor input_layernorm;           // [H]
+  Tensor q_proj, q_bias;            // [heads·d, H], [heads·d]
+  Tensor k_proj, k_bias;            // [G·d, H], [G·d]
+  Tensor v_proj, v_bias;            // [G·d, H], [G·d]
+  Tensor o_proj, o_bias;            // [H, heads·d], [H]
+  Tensor post_attention_layernorm;  // [H]
+  Tensor gate_proj, gate_bias;      // [I, H], [I]
+  Tensor up_proj, up_bias;          // [I, H], [I]
+  Tensor down_proj, down_bias;      // [H, I], [H]
+};
+
+// Views: whoever made them keeps the storage alive (ModelWeights' mmaps, or the caller's
+// buffers). The decoder copies them to its device at Create when they are elsewhere.
+struct DecoderWeights {
+  Tensor embed_tokens;               // [V, H]
+  std::vector<LayerWeights> layers;  // L entries
+  Tensor norm;                       // [H]
+  Tensor lm_head;                    // [V, H]; the embedding itself when tied
+};
+
+}  // namespace framezip::engine::llm
