@@ -544,7 +544,7 @@ int RunGpuBench(const std::vector<std::string>& args) {
           "  GPU ceilings (copy GB/s, cuBLAS bf16 GEMM), dense vs ZipVL sparse prefill attention\n"
           "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV, then "
           "the\n"
-          "  Qwen2-0.5B shape end to end (prefill and decode tokens/s, dense::DenseDecoder) and\n"
+          "  Qwen2-0.5B shape end to end (prefill and decode tokens/s, llm::Decoder on the GPU) and\n"
           "  OV's SigLIP-so400m vision tower (frames/s).\n"
           "  --quick: 4k prefill and 4k decode only (a smoke run). --json: JSON last line.\n");
       return 0;
@@ -586,7 +586,7 @@ int RunGpuBench(const std::vector<std::string>& args) {
                          "the kept rows and is compared with the f32 dense; ZipVL scores come from "
                          "the probe kernel on random-but-structured synthetic "
                          "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
-                         "dense::DenseDecoder with random bf16 weights, f32 activations and KV, "
+                         "llm::Decoder (policy none) with random bf16 weights, f32 activations and KV, "
                          "prefill attention on bf16 tensor cores (pipelined kernel), "
                          "greedy tokens picked on the device (ops::SampleTokens); vision row: "
                          "vision::VisionTowerHiddenStates with random bf16 weights on the GPU, "

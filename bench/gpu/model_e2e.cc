@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <memory>
 #include <span>
-#include <thread>
 
-#include "engine/core/half.h"
-#include "engine/dense/dense_decoder.h"
+#include "engine/kv/kv_pools.h"
+#include "engine/llm/decoder.h"
+#include "engine/llm/random_weights.h"
 #include "engine/ops/sample.h"
 #include "engine/vision/vision_tower.h"
 
@@ -20,83 +20,7 @@ namespace {
 
 using engine::DType;
 using engine::Tensor;
-namespace dense = engine::dense;
-
-dense::DecoderShape Qwen2_0_5B() {
-  dense::DecoderShape s;
-  s.hidden = 896;
-  s.layers = 24;
-  s.heads = 14;
-  s.kv_heads = 2;
-  s.head_dim = 64;
-  s.intermediate = 4864;
-  s.vocab = 151936;
-  s.rms_eps = 1e-6f;
-  s.rope.head_dim = 64;
-  s.rope.theta = 1e6;
-  return s;
-}
-
-// Host tensors of uniform values (std `stddev` around `mean`), filled on every core: 494 M
-// parameters take a few seconds on one.
-StatusOr<Tensor> Uniform(engine::Shape shape, DType dtype, uint64_t seed, float stddev,
-                         float mean = 0.f) {
-  FZ_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(std::move(shape), dtype));
-  const int64_t n = t.numel();
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  const float half_width = stddev * 1.7320508f;  // uniform on [-a, a] has std a / sqrt(3)
-  auto fill = [&](int64_t begin, int64_t end, uint64_t state) {
-    for (int64_t i = begin; i < end; ++i) {
-      state += 0x9E3779B97F4A7C15ull;  // splitmix64
-      uint64_t z = state;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      z ^= z >> 31;
-      const float u = static_cast<float>(z >> 40) * (1.f / 16777216.f);  // [0, 1)
-      const float v = mean + (2.f * u - 1.f) * half_width;
-      if (dtype == DType::kBF16) {
-        t.data<engine::BFloat16>()[i] = engine::F32ToBF16(v);
-      } else {
-        t.data<float>()[i] = v;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  const int64_t per = (n + threads - 1) / threads;
-  for (unsigned k = 0; k < threads; ++k) {
-    const int64_t b = std::min<int64_t>(n, k * per), e = std::min<int64_t>(n, b + per);
-    pool.emplace_back(fill, b, e, seed * 1000003 + k);
-  }
-  for (auto& th : pool) th.join();
-  return t;
-}
-
-StatusOr<dense::DecoderTensors> RandomWeights(const dense::DecoderShape& s) {
-  dense::DecoderTensors t;
-  uint64_t seed = 1;
-  const DType bf16 = DType::kBF16;
-  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
-  FZ_ASSIGN_OR_RETURN(t.embed, Uniform({s.vocab, s.hidden}, bf16, seed++, 0.02f));
-  t.lm_head = t.embed;  // tied, as Qwen2-0.5B
-  FZ_ASSIGN_OR_RETURN(t.norm, Uniform({s.hidden}, bf16, seed++, 0.02f, 1.f));
-  for (int64_t l = 0; l < s.layers; ++l) {
-    dense::LayerWeights w;
-    FZ_ASSIGN_OR_RETURN(w.input_norm, Uniform({s.hidden}, bf16, seed++, 0.02f, 1.f));
-    FZ_ASSIGN_OR_RETURN(w.post_norm, Uniform({s.hidden}, bf16, seed++, 0.02f, 1.f));
-    FZ_ASSIGN_OR_RETURN(w.q, Uniform({q, s.hidden}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.q_bias, Uniform({q}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.k, Uniform({kv, s.hidden}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.k_bias, Uniform({kv}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.v, Uniform({kv, s.hidden}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.v_bias, Uniform({kv}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.o, Uniform({s.hidden, q}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.gate, Uniform({s.intermediate, s.hidden}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.up, Uniform({s.intermediate, s.hidden}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(w.down, Uniform({s.hidden, s.intermediate}, bf16, seed++, 0.02f));
-    t.layers.push_back(std::move(w));
-  }
-  return t;
-}
+namespace llm = engine::llm;
 
 std::vector<int32_t> Ids(int64_t n, int64_t vocab, int32_t salt) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -117,9 +41,9 @@ double Seconds(F&& fn) {
 
 // One decode step as a server runs it: the forward pass, then the device sampler (greedy here)
 // picks each sequence's next token, and only those ids come back to the host.
-Status Step(const dense::DenseDecoder& d, std::span<dense::KvCache* const> caches,
+Status Step(const llm::Decoder& d, std::span<llm::Sequence* const> seqs,
             std::vector<int32_t>& tokens) {
-  FZ_ASSIGN_OR_RETURN(Tensor logits, d.DecodeStep(caches, tokens));
+  FZ_ASSIGN_OR_RETURN(Tensor logits, d.DecodeStep(seqs, tokens));
   const std::vector<engine::ops::RowSampling> rows(tokens.size());  // greedy
   return engine::ops::SampleTokens(logits, rows, tokens);
 }
@@ -151,24 +75,24 @@ StatusOr<engine::vision::VisionTowerWeights> RandomTower(const engine::model::Vi
   uint64_t seed = 1000;
   const DType bf16 = DType::kBF16;
   const int64_t D = c.hidden_size, I = c.intermediate_size, K = 3 * c.patch_size * c.patch_size;
-  FZ_ASSIGN_OR_RETURN(w.patch_weight, Uniform({D, K}, bf16, seed++, 0.02f));
-  FZ_ASSIGN_OR_RETURN(w.patch_bias, Uniform({D}, bf16, seed++, 0.02f));
-  FZ_ASSIGN_OR_RETURN(w.position_embedding, Uniform({c.num_positions(), D}, bf16, seed++, 0.02f));
+  FZ_ASSIGN_OR_RETURN(w.patch_weight, llm::RandomTensor({D, K}, bf16, seed++, 0.02f));
+  FZ_ASSIGN_OR_RETURN(w.patch_bias, llm::RandomTensor({D}, bf16, seed++, 0.02f));
+  FZ_ASSIGN_OR_RETURN(w.position_embedding, llm::RandomTensor({c.num_positions(), D}, bf16, seed++, 0.02f));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     engine::vision::EncoderLayerWeights e;
-    FZ_ASSIGN_OR_RETURN(e.ln1_weight, Uniform({D}, bf16, seed++, 0.02f, 1.f));
-    FZ_ASSIGN_OR_RETURN(e.ln1_bias, Uniform({D}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(e.ln2_weight, Uniform({D}, bf16, seed++, 0.02f, 1.f));
-    FZ_ASSIGN_OR_RETURN(e.ln2_bias, Uniform({D}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.ln1_weight, llm::RandomTensor({D}, bf16, seed++, 0.02f, 1.f));
+    FZ_ASSIGN_OR_RETURN(e.ln1_bias, llm::RandomTensor({D}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.ln2_weight, llm::RandomTensor({D}, bf16, seed++, 0.02f, 1.f));
+    FZ_ASSIGN_OR_RETURN(e.ln2_bias, llm::RandomTensor({D}, bf16, seed++, 0.02f));
     for (Tensor* t : {&e.q_weight, &e.k_weight, &e.v_weight, &e.out_weight}) {
-      FZ_ASSIGN_OR_RETURN(*t, Uniform({D, D}, bf16, seed++, 0.02f));
+      FZ_ASSIGN_OR_RETURN(*t, llm::RandomTensor({D, D}, bf16, seed++, 0.02f));
     }
     for (Tensor* t : {&e.q_bias, &e.k_bias, &e.v_bias, &e.out_bias, &e.fc2_bias}) {
-      FZ_ASSIGN_OR_RETURN(*t, Uniform({D}, bf16, seed++, 0.02f));
+      FZ_ASSIGN_OR_RETURN(*t, llm::RandomTensor({D}, bf16, seed++, 0.02f));
     }
-    FZ_ASSIGN_OR_RETURN(e.fc1_weight, Uniform({I, D}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(e.fc1_bias, Uniform({I}, bf16, seed++, 0.02f));
-    FZ_ASSIGN_OR_RETURN(e.fc2_weight, Uniform({D, I}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.fc1_weight, llm::RandomTensor({I, D}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.fc1_bias, llm::RandomTensor({I}, bf16, seed++, 0.02f));
+    FZ_ASSIGN_OR_RETURN(e.fc2_weight, llm::RandomTensor({D, I}, bf16, seed++, 0.02f));
     w.layers.push_back(std::move(e));
   }
   return w;
@@ -185,7 +109,7 @@ std::vector<E2eRow> VisionEndToEnd(bool quick) {
   // Video frames as the server sends them: preprocessed pixels on the host, 8 per batch (the
   // default VisionRunOptions), the last hidden state back on the host.
   const int64_t frames = quick ? 8 : 32;
-  auto pixels = Uniform({frames, 3, config.image_size, config.image_size}, DType::kF32, 7, 0.5f);
+  auto pixels = llm::RandomTensor({frames, 3, config.image_size, config.image_size}, DType::kF32, 7, 0.5f);
   if (!Ok(pixels.status(), "pixels")) return {};
   const std::vector<int64_t> last = {config.num_hidden_layers};
   Status st;
@@ -210,16 +134,28 @@ std::vector<E2eRow> VisionEndToEnd(bool quick) {
            static_cast<double>(frames) / runs[1], "frames/s"}};
 }
 
+// A prompt's token embeddings on the decoder's device, fed through Prefill.
+static Status PrefillIds(const llm::Decoder& d, llm::Sequence& seq, const std::vector<int32_t>& ids) {
+  FZ_ASSIGN_OR_RETURN(const Tensor embeds, d.Embed(ids));
+  return d.Prefill(seq, embeds).status();
+}
+
 std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
-  const dense::DecoderShape shape = Qwen2_0_5B();
-  auto host = RandomWeights(shape);
+  const llm::DecoderShape shape = llm::Qwen2_0_5BShape();
+  auto host = llm::MakeRandomDecoderWeights(
+      shape, {.dtype = DType::kBF16, .seed = 1, .stddev = 0.02f, .tied_lm_head = true});
   if (!Ok(host.status(), "random weights")) return {};
-  // The KV page pool is reserved at Create; 8 GiB holds every cache below (~10 k tokens of this
-  // shape's 1 KiB per token and layer) many times over, and leaves the card to the vision row.
-  auto dec = dense::DenseDecoder::Create(shape, *host, engine::Device::Cuda(0),
-                                         {.max_bytes = int64_t{8} << 30});
+  // The serving decoder, whole on the GPU: weights copied there at Create, the KV cache in f32
+  // pages of one pool on the device (taken in chunks from the caching allocator, capped at 8 GiB:
+  // every cache below many times over, and the card left to the vision row).
+  auto dec = llm::Decoder::Create(shape, host->weights, engine::Device::Cuda(0));
   if (!Ok(dec.status(), "weights to the GPU")) return {};
-  const dense::DenseDecoder& d = **dec;
+  const llm::Decoder& d = **dec;
+  const engine::kv::KvFormat format = engine::kv::KvFormat::kF32;
+  auto pools = engine::kv::KvPools::Create(d.KvLayout(format, 16), {&format, 1}, int64_t{8} << 30,
+                                           engine::Device::Cuda(0));
+  if (!Ok(pools.status(), "KV pool")) return {};
+  auto new_sequence = [&] { return d.NewSequence(**pools, format, "none"); };
 
   const int64_t prompt = quick ? 1024 : 4096, batch_context = quick ? 256 : 1024;
   const int steps = quick ? 8 : 32, batch = 16;
@@ -227,16 +163,15 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
 
   // Warm-up: cuBLAS handles, the caching allocator's segments, module loading.
   {
-    auto warm = d.NewCache(256 + 4);
-    if (!Ok(warm.status(), "warm-up cache")) return {};
-    if (!Ok(d.Prefill(**warm, Ids(256, shape.vocab, 9)).status(), "warm-up prefill")) return {};
+    auto warm = new_sequence();
+    if (!Ok(warm.status(), "warm-up sequence")) return {};
+    if (!Ok(PrefillIds(d, **warm, Ids(256, shape.vocab, 9)), "warm-up prefill")) return {};
   }
 
-  auto cache = d.NewCache(prompt + steps + 4);
-  if (!Ok(cache.status(), "cache")) return {};
+  auto seq = new_sequence();
+  if (!Ok(seq.status(), "sequence")) return {};
   Status st;
-  const double prefill_s =
-      Seconds([&] { st = d.Prefill(**cache, Ids(prompt, shape.vocab, 1)).status(); });
+  const double prefill_s = Seconds([&] { st = PrefillIds(d, **seq, Ids(prompt, shape.vocab, 1)); });
   if (!Ok(st, "prefill")) return {};
   rows.push_back(
       {"end-to-end prefill, Qwen2-0.5B shape bf16, " + std::to_string(prompt) + "-token prompt",
@@ -244,7 +179,7 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
 
   // Batch 1 after the long prompt: one token per step, picked on the device.
   {
-    dense::KvCache* one[] = {cache->get()};
+    llm::Sequence* one[] = {seq->get()};
     std::vector<int32_t> token = {42};
     if (!Ok(Step(d, one, token), "decode warm-up")) return {};
     const double s = Seconds([&] {
@@ -264,16 +199,16 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
 
   // Batch 16: sixteen sequences of batch_context tokens each, one token each per step.
   {
-    std::vector<std::unique_ptr<dense::KvCache>> caches;
-    std::vector<dense::KvCache*> ptrs;
+    std::vector<std::unique_ptr<llm::Sequence>> seqs;
+    std::vector<llm::Sequence*> ptrs;
     for (int b = 0; b < batch; ++b) {
-      auto c = d.NewCache(batch_context + steps + 4);
-      if (!Ok(c.status(), "batch cache")) return {};
-      if (!Ok(d.Prefill(**c, Ids(batch_context, shape.vocab, 100 + b)).status(), "batch prefill")) {
+      auto c = new_sequence();
+      if (!Ok(c.status(), "batch sequence")) return {};
+      if (!Ok(PrefillIds(d, **c, Ids(batch_context, shape.vocab, 100 + b)), "batch prefill")) {
         return {};
       }
       ptrs.push_back(c->get());
-      caches.push_back(std::move(*c));
+      seqs.push_back(std::move(*c));
     }
     std::vector<int32_t> tokens(batch, 42);
     if (!Ok(Step(d, ptrs, tokens), "batch decode warm-up")) return {};

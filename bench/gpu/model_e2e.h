@@ -1,6 +1,7 @@
 // End-to-end section of `framezip bench gpu`: the Qwen2-0.5B text model (hidden 896, 24 layers,
 // 14/2 heads of 64, intermediate 4864, vocabulary 151936, tied head) with random bf16 weights,
-// run whole on the GPU by dense::DenseDecoder: prefill tokens/s of one long prompt, decode
+// run whole on the GPU by the serving decoder (llm::Decoder, policy none, f32 KV pages on the
+// device): prefill tokens/s of one long prompt, decode
 // tokens/s at batch 1 and 16 (each step: forward pass + greedy pick on the device, ids back), and
 // batch-1 decode's weight bytes per second against the copy ceiling (decode is a pass over all
 // weights per step). Also the vision tower of the same model family (VisionEndToEnd).

@@ -86,6 +86,10 @@ class CompressionPolicy {
   // The name reported in turn stats ("none", "zipvl", ...).
   virtual std::string_view name() const = 0;
 
+  // Whether the policy reads its inputs (PrefillLayerInputs' tensors, ClassifyResidual's rows) on
+  // `device` itself. Where it does not, a decoder on that device hands it host copies: correct,
+  // at the price of the copies. "none" reads nothing, so it runs anywhere.
+  virtual bool RunsOn(Device device) const { return device.is_cpu(); }
   // The page formats this policy stores its token classes in, given the engine's full-precision
   // KV format (f16 or f32).
   virtual kv::KvPrecision Precision(kv::KvFormat full) const { return {full, full, full}; }
@@ -122,6 +126,7 @@ class CompressionPolicy {
 class NonePolicy final : public CompressionPolicy {
  public:
   std::string_view name() const override { return "none"; }
+  bool RunsOn(Device) const override { return true; }
   Status OnPrefillLayer(const PrefillLayerInputs&, std::vector<uint8_t>&) override {
     return absl::OkStatus();
   }

@@ -9,7 +9,7 @@ KvPools::KvPools(const PageLayout& base, int64_t max_bytes)
 
 StatusOr<std::unique_ptr<KvPools>> KvPools::Create(const PageLayout& base,
                                                    std::span<const KvFormat> formats,
-                                                   int64_t max_bytes) {
+                                                   int64_t max_bytes, Device device) {
   if (max_bytes <= 0 || formats.empty()) {
     return InvalidArgumentError("KV pools: {} formats with a budget of {} bytes", formats.size(),
                                 max_bytes);
@@ -22,7 +22,8 @@ StatusOr<std::unique_ptr<KvPools>> KvPools::Create(const PageLayout& base,
     const int64_t max_pages =
         std::max<int64_t>(1, max_bytes / static_cast<int64_t>(layout.PageBytes()));
     FZ_ASSIGN_OR_RETURN(p->pools_[static_cast<size_t>(f)],
-                        PagePool::Create(layout, max_pages, p->budget_.get()));
+                        PagePool::Create(layout, max_pages, p->budget_.get(),
+                                         PoolMemory{.device = device, .preallocate = false}));
   }
   return p;
 }

@@ -21,11 +21,13 @@ namespace framezip::engine::kv {
 
 class KvPools {
  public:
-  // Pools for `formats` (duplicates ignored; base.format is ignored) sharing `max_bytes`.
-  // INVALID_ARGUMENT as PagePool::Create (e.g. int4 with head_dim % 32 != 0).
+  // Pools for `formats` (duplicates ignored; base.format is ignored) sharing `max_bytes`, their
+  // pages on `device` (reserved in chunks as pages are taken: on a GPU from the caching
+  // allocator). INVALID_ARGUMENT as PagePool::Create (e.g. int4 with head_dim % 32 != 0).
   static StatusOr<std::unique_ptr<KvPools>> Create(const PageLayout& base,
                                                    std::span<const KvFormat> formats,
-                                                   int64_t max_bytes);
+                                                   int64_t max_bytes,
+                                                   Device device = Device::Cpu());
 
   // The pool of `format`, or nullptr when this set has none.
   PagePool* pool(KvFormat format) const { return pools_[static_cast<size_t>(format)].get(); }

@@ -88,7 +88,7 @@ std::vector<std::vector<CommittedPage>> CommittedPagesOf(const SequenceKv& kv) {
   for (int layer = 0; layer < kv.num_layers(); ++layer) {
     for (const PageRef& p : kv.pages(layer)) {
       out[static_cast<size_t>(layer)].push_back(
-          CommittedPage{p.id, p.num_tokens, kv.page_image(layer, out[layer].size()).format});
+          CommittedPage{p.id, p.num_tokens, p.format});
     }
   }
   return out;

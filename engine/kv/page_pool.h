@@ -12,12 +12,12 @@
 //
 // Memory: host pages by default. A pool may instead live on a GPU and be preallocated whole at
 // creation (PoolMemory), as a GPU engine reserves its KV pool once from the memory left after
-// the weights (core/kv_pool_sizing.h); its Keys()/Values() are then device pointers, written with
-// device copies (dense::DenseDecoder) — SequenceKv writes pages on the host and takes host pools
-// only.
+// the weights (core/kv_pool_sizing.h), or take chunks from the device's caching allocator as
+// pages are taken; its Keys()/Values() are then device pointers, written by kernels
+// (engine/kv/page_io.h).
 //
 // Thread-safety: Allocate/Free/counters are thread-safe. A page's bytes belong to whoever holds
-// its id (one SequenceKv or dense cache); pointers stay valid until the pool is destroyed.
+// its id (one SequenceKv); pointers stay valid until the pool is destroyed.
 #pragma once
 
 #include <cstdint>

@@ -4,22 +4,14 @@
 #include <cstring>
 #include <utility>
 
-#include "engine/core/half.h"
+#include "engine/core/device_memory.h"
+#include "engine/core/tensor.h"
+#include "engine/kv/page_io.h"
 #include "engine/kv/quant_page.h"
-#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/row_slices.h"
 
 namespace framezip::engine::kv {
 namespace {
-
-// Writes `n` f32 values as a dense pool's element type.
-void StoreRow(const float* src, int64_t n, DType dtype, void* dst) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  Float16* h = static_cast<Float16*>(dst);
-  for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]);
-}
 
 size_t Index(KvFormat f) { return static_cast<size_t>(f); }
 
@@ -29,7 +21,6 @@ SequenceKv::SequenceKv(PagePool* pool, int num_layers)
     : precision_{pool->format(), pool->format(), pool->format()},
       page_tokens_(pool->layout().page_tokens),
       layers_(num_layers) {
-  FZ_CHECK(pool->device().is_cpu() && "SequenceKv writes its pages on the host");
   pools_[Index(pool->format())] = pool;
 }
 
@@ -46,6 +37,12 @@ StatusOr<SequenceKv> SequenceKv::Create(const KvPools& pools, int num_layers,
                                   KvFormatName(f), fmt::join(pools.formats(), ", "));
     }
     s.pools_[Index(f)] = pools.pool(f);
+    if (pools.pool(f)->device() != pools.pool(precision.full)->device()) {
+      return InvalidArgumentError("KV: the {} pool is on {} and the {} pool on {}",
+                                  KvFormatName(f), DeviceName(pools.pool(f)->device()),
+                                  KvFormatName(precision.full),
+                                  DeviceName(pools.pool(precision.full)->device()));
+    }
   }
   s.precision_ = precision;
   s.page_tokens_ = pools.base_layout().page_tokens;
@@ -93,36 +90,56 @@ KvFormat SequenceKv::FormatOf(uint8_t token_class) const {
   }
 }
 
-Status SequenceKv::AppendDense(Layer& l, KvFormat f, const float* k, const float* v,
-                               int32_t position) {
+Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const float* v,
+                                  const int32_t* positions, int64_t n) {
   PagePool* p = pool(f);
-  int32_t& open = l.open[Index(f)];
-  if (open < 0 || l.pages[open].num_tokens == page_tokens_) {
-    FZ_ASSIGN_OR_RETURN(const PageId id, p->Allocate());
-    l.pages.push_back(PageRef{id, 0, f});
-    l.slot_positions.resize(l.slot_positions.size() + static_cast<size_t>(page_tokens_), 0);
-    open = static_cast<int32_t>(l.pages.size() - 1);
-  }
-  PageRef& page = l.pages[open];
   const int64_t row = p->layout().channels();
-  const size_t off = static_cast<size_t>(page.num_tokens * row) * DTypeSize(p->dtype());
-  StoreRow(k, row, p->dtype(), static_cast<char*>(p->Keys(page.id)) + off);
-  StoreRow(v, row, p->dtype(), static_cast<char*>(p->Values(page.id)) + off);
-  l.slot_positions[static_cast<size_t>(open) * page_tokens_ + page.num_tokens] = position;
-  ++page.num_tokens;
-  ++l.num_tokens;
+  int32_t& open = l.open[Index(f)];
+  for (int64_t done = 0; done < n;) {
+    if (open < 0 || l.pages[open].num_tokens == page_tokens_) {
+      FZ_ASSIGN_OR_RETURN(const PageId id, p->Allocate());
+      l.pages.push_back(PageRef{id, 0, f});
+      l.slot_positions.resize(l.slot_positions.size() + static_cast<size_t>(page_tokens_), 0);
+      open = static_cast<int32_t>(l.pages.size() - 1);
+    }
+    PageRef& page = l.pages[open];
+    const int64_t m = std::min<int64_t>(page_tokens_ - page.num_tokens, n - done);
+    FZ_RETURN_IF_ERROR(
+        WriteDenseSlots(*p, page.id, page.num_tokens, k + done * row, v + done * row, m));
+    std::copy(positions + done, positions + done + m,
+              l.slot_positions.begin() + static_cast<int64_t>(open) * page_tokens_ +
+                  page.num_tokens);
+    page.num_tokens += static_cast<int32_t>(m);
+    l.num_tokens += m;
+    done += m;
+  }
   return absl::OkStatus();
 }
 
-Status SequenceKv::AppendQuantPage(Layer& l, KvFormat f, const float* k, const float* v,
-                                   const int32_t* positions, int64_t n) {
+Status SequenceKv::AppendQuantPages(Layer& l, KvFormat f, const float* k, const float* v,
+                                    const int32_t* positions, int64_t n) {
   PagePool* p = pool(f);
-  FZ_ASSIGN_OR_RETURN(const PageId id, p->Allocate());
-  WriteQuantPage(p->layout(), k, v, n, p->Keys(id));
-  l.pages.push_back(PageRef{id, static_cast<int32_t>(n), f});
-  l.slot_positions.insert(l.slot_positions.end(), positions, positions + n);
-  l.slot_positions.resize(l.pages.size() * static_cast<size_t>(page_tokens_), 0);
-  l.num_tokens += n;
+  std::vector<PageId> ids;
+  for (int64_t t0 = 0; t0 < n; t0 += page_tokens_) {
+    StatusOr<PageId> id = p->Allocate();
+    if (!id.ok()) {
+      for (const PageId taken : ids) p->Free(taken);
+      return id.status();
+    }
+    ids.push_back(*id);
+  }
+  if (Status st = WriteQuantPages(*p, ids, k, v, n); !st.ok()) {
+    for (const PageId taken : ids) p->Free(taken);
+    return st;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t t0 = static_cast<int64_t>(i) * page_tokens_;
+    const int64_t m = std::min<int64_t>(page_tokens_, n - t0);
+    l.pages.push_back(PageRef{ids[i], static_cast<int32_t>(m), f});
+    l.slot_positions.insert(l.slot_positions.end(), positions + t0, positions + t0 + m);
+    l.slot_positions.resize(l.pages.size() * static_cast<size_t>(page_tokens_), 0);
+    l.num_tokens += m;
+  }
   return absl::OkStatus();
 }
 
@@ -131,39 +148,57 @@ Status SequenceKv::Append(int layer, const float* k, const float* v, const int32
   if (layer < 0 || layer >= num_layers()) {
     return InvalidArgumentError("KV append: layer {} of {}", layer, num_layers());
   }
+  for (int64_t i = 0; i < count && token_class != nullptr; ++i) {
+    if (token_class[i] > kRest) {
+      return InvalidArgumentError("KV append: token class {} at {}", token_class[i], i);
+    }
+  }
   Layer& l = layers_[layer];
   const int64_t row = pool()->layout().channels();
-  // Quantised classes are collected (in order) and written a page at a time after the dense ones.
+  auto class_of = [&](int64_t i) { return token_class == nullptr ? uint8_t{kFull} : token_class[i]; };
+  // Dense tokens are stored as they come, one write per run of consecutive tokens of one format;
+  // quantised classes are collected (in order) and written a page at a time after the dense ones.
   struct Pending {
     KvFormat format;
-    std::vector<float> k, v;
+    std::vector<int32_t> rows;
     std::vector<int32_t> positions;
   };
   std::vector<Pending> pending;
-  for (int64_t i = 0; i < count; ++i) {
-    const uint8_t cls = token_class == nullptr ? uint8_t{kFull} : token_class[i];
-    if (cls == kDrop) continue;
-    if (cls > kRest) return InvalidArgumentError("KV append: token class {} at {}", cls, i);
-    const KvFormat f = FormatOf(cls);
-    if (cls == kFull) ++l.residual;
-    if (!IsQuantized(f)) {
-      FZ_RETURN_IF_ERROR(AppendDense(l, f, k + i * row, v + i * row, positions[i]));
+  for (int64_t i = 0; i < count;) {
+    const uint8_t cls = class_of(i);
+    if (cls == kDrop) {
+      ++i;
       continue;
     }
-    auto it = std::find_if(pending.begin(), pending.end(),
-                           [f](const Pending& p) { return p.format == f; });
-    if (it == pending.end()) it = pending.insert(pending.end(), Pending{f, {}, {}, {}});
-    it->k.insert(it->k.end(), k + i * row, k + (i + 1) * row);
-    it->v.insert(it->v.end(), v + i * row, v + (i + 1) * row);
-    it->positions.push_back(positions[i]);
+    const KvFormat f = FormatOf(cls);
+    if (IsQuantized(f)) {
+      auto it = std::find_if(pending.begin(), pending.end(),
+                             [f](const Pending& p) { return p.format == f; });
+      if (it == pending.end()) it = pending.insert(pending.end(), Pending{f, {}, {}});
+      it->rows.push_back(static_cast<int32_t>(i));
+      it->positions.push_back(positions[i]);
+      ++i;
+      continue;
+    }
+    int64_t end = i;
+    while (end < count && class_of(end) != kDrop && FormatOf(class_of(end)) == f) {
+      if (class_of(end) == kFull) ++l.residual;
+      ++end;
+    }
+    FZ_RETURN_IF_ERROR(AppendDenseRun(l, f, k + i * row, v + i * row, positions + i, end - i));
+    i = end;
   }
   for (const Pending& p : pending) {
-    const int64_t n = static_cast<int64_t>(p.positions.size());
-    for (int64_t t0 = 0; t0 < n; t0 += page_tokens_) {
-      const int64_t m = std::min<int64_t>(page_tokens_, n - t0);
-      FZ_RETURN_IF_ERROR(AppendQuantPage(l, p.format, p.k.data() + t0 * row, p.v.data() + t0 * row,
-                                         p.positions.data() + t0, m));
-    }
+    // The class's rows side by side first (one gather each on the pages' device).
+    const int64_t n = static_cast<int64_t>(p.rows.size());
+    FZ_ASSIGN_OR_RETURN(Tensor pk, Tensor::Empty({n, row}, DType::kF32, device()));
+    FZ_ASSIGN_OR_RETURN(Tensor pv, Tensor::Empty({n, row}, DType::kF32, device()));
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device(), n, row, {.data = k, .stride = row, .rows = p.rows},
+                                          {.data = pk.data<float>(), .stride = row}));
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device(), n, row, {.data = v, .stride = row, .rows = p.rows},
+                                          {.data = pv.data<float>(), .stride = row}));
+    FZ_RETURN_IF_ERROR(
+        AppendQuantPages(l, p.format, pk.data<float>(), pv.data<float>(), p.positions.data(), n));
   }
   return absl::OkStatus();
 }
@@ -196,24 +231,14 @@ void SequenceKv::AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const {
   }
 }
 
-void SequenceKv::GatherPage(const PageRef& p, float* k, float* v) const {
-  const PagePool* pp = pool(p.format);
-  if (IsQuantized(p.format)) {
-    ReadQuantPage(pp->layout(), pp->Keys(p.id), p.num_tokens, k, v);
-    return;
-  }
-  const int64_t n = p.num_tokens * pp->layout().channels();
-  if (k != nullptr) ops::cpu::ToF32(pp->Keys(p.id), pp->dtype(), n, k);
-  if (v != nullptr) ops::cpu::ToF32(pp->Values(p.id), pp->dtype(), n, v);
-}
-
-void SequenceKv::Gather(int layer, float* k, float* v) const {
+Status SequenceKv::Gather(int layer, float* k, float* v) const {
   const int64_t row = pool()->layout().channels();
   for (const PageRef& p : layers_[layer].pages) {
-    GatherPage(p, k, v);
+    FZ_RETURN_IF_ERROR(ReadPageSlots(*pool(p.format), p.id, p.num_tokens, k, v));
     k += p.num_tokens * row;
     v += p.num_tokens * row;
   }
+  return absl::OkStatus();
 }
 
 int64_t SequenceKv::full_tokens(int layer) const {
@@ -224,14 +249,15 @@ int64_t SequenceKv::full_tokens(int layer) const {
   return n;
 }
 
-void SequenceKv::GatherFull(int layer, float* k, float* v) const {
+Status SequenceKv::GatherFull(int layer, float* k, float* v) const {
   const int64_t row = pool()->layout().channels();
   for (const PageRef& p : layers_[layer].pages) {
     if (p.format != precision_.full) continue;
-    GatherPage(p, k, v);
+    FZ_RETURN_IF_ERROR(ReadPageSlots(*pool(p.format), p.id, p.num_tokens, k, v));
     if (k != nullptr) k += p.num_tokens * row;
     if (v != nullptr) v += p.num_tokens * row;
   }
+  return absl::OkStatus();
 }
 
 Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes) {
@@ -245,9 +271,10 @@ Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes)
   }
   if (n == 0) return absl::OkStatus();
   const int64_t row = pool()->layout().channels();
-  std::vector<float> k(static_cast<size_t>(n * row)), v(k.size());
+  FZ_ASSIGN_OR_RETURN(Tensor k, Tensor::Empty({n, row}, DType::kF32, device()));
+  FZ_ASSIGN_OR_RETURN(Tensor v, Tensor::Empty({n, row}, DType::kF32, device()));
   std::vector<int32_t> pos;
-  GatherFull(layer, k.data(), v.data());
+  FZ_RETURN_IF_ERROR(GatherFull(layer, k.data<float>(), v.data<float>()));
   // Drop the window's pages (keeping the others in order), then store the tokens again by class.
   Layer& l = layers_[layer];
   Layer kept;
@@ -266,7 +293,7 @@ Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes)
     kept.num_tokens += p.num_tokens;
   }
   l = std::move(kept);
-  const Status st = Append(layer, k.data(), v.data(), pos.data(), n, classes.data());
+  const Status st = Append(layer, k.data<float>(), v.data<float>(), pos.data(), n, classes.data());
   l.residual = 0;  // tokens the policy kept kFull start a new window, not this one again
   return st;
 }
@@ -298,6 +325,7 @@ int64_t SequenceKv::stored_tokens() const {
 }
 
 PageImage SequenceKv::page_image(int layer, size_t index) const {
+  FZ_CHECK(device().is_cpu() && "page_image reads host pages; a GPU cache is staged first");
   const Layer& l = layers_[layer];
   const PageRef& p = l.pages[index];
   const PagePool* pp = pool(p.format);
@@ -329,7 +357,12 @@ Status SequenceKv::AdoptPage(int layer, const PageImage& image) {
                                 KvFormatName(image.format), image.bytes.size(), pl.PageBytes());
   }
   FZ_ASSIGN_OR_RETURN(const PageId id, pp->Allocate());
-  std::memcpy(pp->Keys(id), image.bytes.data(), image.bytes.size());
+  if (Status st = CopyBytes(pp->Keys(id), pp->device(), image.bytes.data(), Device::Cpu(),
+                            image.bytes.size());
+      !st.ok()) {
+    pp->Free(id);
+    return st;
+  }
   Layer& l = layers_[layer];
   l.pages.push_back(PageRef{id, image.num_tokens, image.format});
   l.slot_positions.insert(l.slot_positions.end(), image.positions.begin(), image.positions.end());

@@ -18,6 +18,10 @@
 // appends since the last recompression (the decoder's trigger). CompressResidual() re-stores the
 // window by class and frees its full pages.
 //
+// Device: the pages live where the pools do (all of a sequence's pools on one device, checked by
+// Create); every k/v pointer passed in or out addresses memory on that device, and page writes
+// and reads run there (engine/kv/page_io.h). page_image() reads host pages only.
+//
 // Ownership: a SequenceKv owns its pages and returns them to their pools in its destructor (the
 // pools must outlive it). Movable, not copyable. Not thread-safe: one sequence is advanced by one
 // engine step at a time, but different sequences may be written concurrently.
@@ -70,8 +74,9 @@ class SequenceKv {
   SequenceKv(const SequenceKv&) = delete;
   SequenceKv& operator=(const SequenceKv&) = delete;
 
-  // Appends `count` tokens to `layer`: k, v [count, G, d] f32 (post-RoPE); positions [count].
-  // token_class[i] is a TokenClass (kDrop = not stored); nullptr stores every token kFull.
+  // Appends `count` tokens to `layer`: k, v [count, G, d] f32 (post-RoPE, on device());
+  // positions [count] (host). token_class[i] (host) is a TokenClass (kDrop = not stored); nullptr
+  // stores every token kFull. INVALID_ARGUMENT (nothing stored) for an unknown class;
   // RESOURCE_EXHAUSTED when a pool runs out of pages (the tokens already stored stay).
   Status Append(int layer, const float* k, const float* v, const int32_t* positions, int64_t count,
                 const uint8_t* token_class = nullptr);
@@ -88,12 +93,12 @@ class SequenceKv {
 
   // Copies (dequantises) every stored token of `layer` to dense f32 k, v [num_tokens(layer), G, d]
   // in storage order (prefill chunks attend to earlier chunks through this).
-  void Gather(int layer, float* k, float* v) const;
+  Status Gather(int layer, float* k, float* v) const;
 
   // The residual window: tokens of `layer` in full-format pages, and their k, v (f32, storage
   // order; either pointer may be null).
   int64_t full_tokens(int layer) const;
-  void GatherFull(int layer, float* k, float* v) const;
+  Status GatherFull(int layer, float* k, float* v) const;
   // Tokens appended to `layer` as kFull since its last CompressResidual (what the decoder compares
   // with the policy's window, so tokens a policy keeps kFull are not recompressed every step).
   int64_t residual_tokens(int layer) const { return layers_[layer].residual; }
@@ -112,7 +117,7 @@ class SequenceKv {
   // would take is stored_tokens() · 4 · G · d).
   int64_t stored_tokens() const;
 
-  // Page `index` of `layer` as bytes (views valid until the sequence changes).
+  // Page `index` of `layer` as bytes (views valid until the sequence changes). Host pages only.
   PageImage page_image(int layer, size_t index) const;
 
   // Appends a page restored from its image to `layer` (after the layer's existing pages).
@@ -125,6 +130,8 @@ class SequenceKv {
 
   // The full-precision pool (the one kFull tokens go to); pool(f): the pool of format f or null.
   PagePool* pool() const { return pool(precision_.full); }
+  // Where the pages live (the host for a sequence without pools).
+  Device device() const { return pool() != nullptr ? pool()->device() : Device::Cpu(); }
   PagePool* pool(KvFormat f) const { return pools_[static_cast<size_t>(f)]; }
   const KvPrecision& precision() const { return precision_; }
 
@@ -138,10 +145,12 @@ class SequenceKv {
     Layer() { open.fill(-1); }
   };
   KvFormat FormatOf(uint8_t token_class) const;
-  Status AppendDense(Layer& l, KvFormat f, const float* k, const float* v, int32_t position);
-  Status AppendQuantPage(Layer& l, KvFormat f, const float* k, const float* v,
-                         const int32_t* positions, int64_t n);
-  void GatherPage(const PageRef& p, float* k, float* v) const;
+  // n consecutive tokens of dense format f into the layer's appendable page(s).
+  Status AppendDenseRun(Layer& l, KvFormat f, const float* k, const float* v,
+                        const int32_t* positions, int64_t n);
+  // n tokens of quantised format f into fresh pages of up to page_tokens each.
+  Status AppendQuantPages(Layer& l, KvFormat f, const float* k, const float* v,
+                          const int32_t* positions, int64_t n);
   const PageLayout& layout(KvFormat f) const { return pool(f)->layout(); }
 
   std::array<PagePool*, kNumKvFormats> pools_{};

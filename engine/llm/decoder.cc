@@ -95,6 +95,7 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
   }
   FZ_RETURN_IF_ERROR(CheckWeights(s, w));
   std::unique_ptr<Decoder> d(new Decoder(s, device));
+  d->bf16_attention_ = !w.layers.empty() && w.layers[0].q_proj.dtype() != DType::kF32;
   size_t& copied = d->weight_bytes_;
   FZ_ASSIGN_OR_RETURN(d->weights_.embed_tokens, OnDevice(w.embed_tokens, device, copied));
   FZ_ASSIGN_OR_RETURN(d->weights_.norm, OnDevice(w.norm, device, copied));

@@ -20,6 +20,7 @@
 // ComputePool(), whose loops are serialised — concurrency gains nothing; batch instead.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -194,6 +195,11 @@ class Decoder {
   Status AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
                             const uint8_t* visual, const Tensor& q, const Tensor& k,
                             const Tensor& v, Tensor& attn) const;
+  // Decode attention per sequence over its gathered cache (plus the unstored row where stored[i]
+  // is 0): where the device has no paged decode kernel for this head size.
+  Status AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
+                              std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
+                              const Tensor& v, Tensor& attn) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;
@@ -205,6 +211,12 @@ class Decoder {
   Device device_;
   DecoderWeights weights_;  // on device_
   size_t weight_bytes_ = 0;
+  // 16-bit projection weights: the activations already carry bf16-level error, so prefill
+  // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
+  bool bf16_attention_ = false;
+  // Set once the device's paged decode kernel answered UNIMPLEMENTED for this head size, so
+  // later steps go straight to AttendDecodeGathered.
+  mutable std::atomic<bool> paged_decode_unbuilt_{false};
 };
 
 }  // namespace framezip::engine::llm

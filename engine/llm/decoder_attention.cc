@@ -27,6 +27,22 @@ ops::RestRows RestRowsOf(const compress::PrefillLayerPlan& plan) {
   return {};
 }
 
+// The policy's view of a layer's activations: the tensors themselves where it reads them on the
+// decoder's device, else host copies.
+struct PolicyView {
+  Tensor q, k, v;
+};
+
+StatusOr<PolicyView> ViewFor(const compress::CompressionPolicy& policy, Device device,
+                             const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (policy.RunsOn(device)) return PolicyView{q, k, v};
+  PolicyView host;
+  FZ_ASSIGN_OR_RETURN(host.q, q.To(Device::Cpu()));
+  FZ_ASSIGN_OR_RETURN(host.k, k.To(Device::Cpu()));
+  FZ_ASSIGN_OR_RETURN(host.v, v.To(Device::Cpu()));
+  return host;
+}
+
 }  // namespace
 
 Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
@@ -37,10 +53,13 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
   compress::PrefillLayerPlan plan;
   plan.classes.assign(static_cast<size_t>(t), kv::kFull);
   const auto t_select = std::chrono::steady_clock::now();
-  FZ_RETURN_IF_ERROR(seq.policy->PlanPrefillLayer(
-      compress::PrefillLayerInputs{l, &q, &k, &v, positions.data(), past, visual,
-                                   static_cast<int>(shape_.layers)},
-      plan));
+  {
+    FZ_ASSIGN_OR_RETURN(const PolicyView view, ViewFor(*seq.policy, device_, q, k, v));
+    FZ_RETURN_IF_ERROR(seq.policy->PlanPrefillLayer(
+        compress::PrefillLayerInputs{l, &view.q, &view.k, &view.v, positions.data(), past, visual,
+                                     static_cast<int>(shape_.layers)},
+        plan));
+  }
   compress::PrefillStats& stats = seq.prefill_stats;
   stats.selection_ms += std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - t_select)
@@ -60,7 +79,7 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
   if (past > 0) {
     FZ_ASSIGN_OR_RETURN(past_k, Empty({1, past + t, g, d}));
     FZ_ASSIGN_OR_RETURN(past_v, Empty({1, past + t, g, d}));
-    seq.kv.Gather(l, past_k.data<float>(), past_v.data<float>());
+    FZ_RETURN_IF_ERROR(seq.kv.Gather(l, past_k.data<float>(), past_v.data<float>()));
   }
   if (plan.sparse) {
     // ZipVL / FastV: attention over the compacted important rows only (engine/ops/
@@ -77,17 +96,23 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
   } else {
     FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
     FZ_ASSIGN_OR_RETURN(Tensor attn4, attn.Reshape({1, t, nh, d}));
+    Tensor k4, v4;
     if (past == 0) {
-      FZ_ASSIGN_OR_RETURN(Tensor k4, k.Reshape({1, t, g, d}));
-      FZ_ASSIGN_OR_RETURN(Tensor v4, v.Reshape({1, t, g, d}));
-      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, k4, v4, attn4));
+      FZ_ASSIGN_OR_RETURN(k4, k.Reshape({1, t, g, d}));
+      FZ_ASSIGN_OR_RETURN(v4, v.Reshape({1, t, g, d}));
     } else {
       FZ_RETURN_IF_ERROR(CopyBytes(past_k.data<float>() + past * g * d, device_, k.raw_data(),
                                    device_, k.nbytes()));
       FZ_RETURN_IF_ERROR(CopyBytes(past_v.data<float>() + past * g * d, device_, v.raw_data(),
                                    device_, v.nbytes()));
-      FZ_RETURN_IF_ERROR(ops::CausalAttention(q4, past_k, past_v, attn4));
+      k4 = past_k;
+      v4 = past_v;
     }
+    ops::AttentionParams params;
+    params.causal = true;
+    params.q_offset = past;
+    params.allow_bf16_tensor_cores = bf16_attention_;
+    FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, params, attn4));
   }
   return seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t,
                        plan.classes.data());
@@ -96,17 +121,18 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
 Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
                                  std::span<const int32_t> positions, const Tensor& q,
                                  const Tensor& k, const Tensor& v, Tensor& attn) const {
-  const int64_t b = static_cast<int64_t>(seqs.size()), nh = shape_.heads, g = shape_.kv_heads,
-                d = shape_.head_dim;
+  const int64_t b = static_cast<int64_t>(seqs.size()), g = shape_.kv_heads, d = shape_.head_dim;
   const size_t row = static_cast<size_t>(g * d);
   std::vector<ops::KvSpan> spans;
   std::vector<int32_t> offsets(1, 0);
+  std::vector<uint8_t> stored(static_cast<size_t>(b));
   for (int64_t i = 0; i < b; ++i) {
     Sequence& s = *seqs[i];
     const float* ki = k.data<float>() + i * row;
     const float* vi = v.data<float>() + i * row;
     const int32_t pos = positions[static_cast<size_t>(i)];
     const bool store = s.policy->OnDecodeWrite(l, pos);
+    stored[static_cast<size_t>(i)] = store ? 1 : 0;
     if (store) FZ_RETURN_IF_ERROR(s.kv.Append(l, ki, vi, &pos, 1));
     s.kv.AppendSpans(l, spans);
     if (!store) {
@@ -120,24 +146,66 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     }
     offsets.push_back(static_cast<int32_t>(spans.size()));
   }
-  FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(
-      q, spans, offsets, ops::PagedDecodeParams{static_cast<int>(g), 0}, attn));
+  if (!paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
+    const Status paged = ops::PagedDecodeAttention(
+        q, spans, offsets, ops::PagedDecodeParams{static_cast<int>(g), 0}, attn);
+    if (paged.code() != absl::StatusCode::kUnimplemented || device_.is_cpu()) {
+      FZ_RETURN_IF_ERROR(paged);
+    } else {
+      // The GPU's paged decode kernel is built for head sizes 64 and 128 only: remember, and
+      // attend per sequence over its gathered cache from now on.
+      paged_decode_unbuilt_.store(true, std::memory_order_relaxed);
+    }
+  }
+  if (paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
+    FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs, stored, q, k, v, attn));
+  }
   // Decode residual window (METHODS.md §1.2 / KIVI's R): once a layer holds the policy's window
   // of full-precision tokens, they are classified and requantised into the class formats. This
   // step's attention above still read them at full precision.
-  std::vector<float> window_k;
   std::vector<uint8_t> classes;
   for (int64_t i = 0; i < b; ++i) {
     Sequence& s = *seqs[i];
     const int window = s.policy->ResidualWindow();
     if (window <= 0 || s.kv.residual_tokens(l) < window) continue;
     const int64_t n = s.kv.full_tokens(l);
-    window_k.resize(static_cast<size_t>(n) * row);
-    s.kv.GatherFull(l, window_k.data(), nullptr);
+    FZ_ASSIGN_OR_RETURN(Tensor window_k, Empty({n, g, d}));
+    FZ_RETURN_IF_ERROR(s.kv.GatherFull(l, window_k.data<float>(), nullptr));
+    FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
+    FZ_ASSIGN_OR_RETURN(const PolicyView view, ViewFor(*s.policy, device_, qi, window_k, window_k));
     classes.clear();
-    FZ_RETURN_IF_ERROR(
-        s.policy->ClassifyResidual(l, q.data<float>() + i * nh * d, window_k.data(), n, classes));
+    FZ_RETURN_IF_ERROR(s.policy->ClassifyResidual(l, view.q.data<float>(), view.k.data<float>(), n,
+                                                  classes));
     FZ_RETURN_IF_ERROR(s.kv.CompressResidual(l, classes));
+  }
+  return absl::OkStatus();
+}
+
+Status Decoder::AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
+                                     std::span<const uint8_t> stored, const Tensor& q,
+                                     const Tensor& k, const Tensor& v, Tensor& attn) const {
+  const int64_t nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = *seqs[i];
+    const int64_t cached = s.kv.num_tokens(l), n = cached + (stored[i] ? 0 : 1);
+    FZ_ASSIGN_OR_RETURN(Tensor keys, Empty({1, n, g, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor values, Empty({1, n, g, d}));
+    FZ_RETURN_IF_ERROR(s.kv.Gather(l, keys.data<float>(), values.data<float>()));
+    if (!stored[i]) {
+      const int64_t at = static_cast<int64_t>(i);
+      FZ_RETURN_IF_ERROR(CopyBytes(keys.data<float>() + cached * g * d, device_,
+                                   k.data<float>() + at * g * d, device_,
+                                   static_cast<size_t>(g * d) * sizeof(float)));
+      FZ_RETURN_IF_ERROR(CopyBytes(values.data<float>() + cached * g * d, device_,
+                                   v.data<float>() + at * g * d, device_,
+                                   static_cast<size_t>(g * d) * sizeof(float)));
+    }
+    const int64_t at = static_cast<int64_t>(i);
+    FZ_ASSIGN_OR_RETURN(Tensor qi, q.Slice(at, at + 1));
+    FZ_ASSIGN_OR_RETURN(Tensor q4, qi.Reshape({1, 1, nh, d}));
+    FZ_ASSIGN_OR_RETURN(Tensor oi, attn.Slice(at, at + 1));
+    FZ_ASSIGN_OR_RETURN(Tensor o4, oi.Reshape({1, 1, nh, d}));
+    FZ_RETURN_IF_ERROR(ops::Attention(q4, keys, values, ops::AttentionParams{}, o4));
   }
   return absl::OkStatus();
 }

@@ -39,7 +39,7 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params);
 
 // The same, for a caller that made `positions` from host values: `host_positions` ([T], equal to
 // `positions`) is checked instead, so on a GPU no copy comes back — that round trip drains the
-// stream twice per layer in a decode step (dense::DenseDecoder).
+// stream twice per layer in a decode step (llm::Decoder on a GPU).
 Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params,
                  std::span<const int32_t> host_positions);
 

@@ -43,7 +43,7 @@ TEST_CASE("RmsNorm AddRmsNorm and LayerNorm on the GPU match the CPU ops", "[cud
         REQUIRE(ops::RmsNorm(inplace, OnGpu(w.tensor), 1e-6f, inplace).ok());
         CheckClose(inplace, want, kF32Ops);
 
-        // Fused with the residual add, the output over the addend as DenseDecoder calls it.
+        // Fused with the residual add, the output over the addend as llm::Decoder calls it.
         const auto add = MakeRandom({7, d}, DType::kF32, rng, 3.f);
         Tensor residual_want = *x.tensor.To(Device::Cpu());
         Tensor fused_want = MakeEmpty({7, d});

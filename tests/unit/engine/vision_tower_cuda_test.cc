@@ -5,7 +5,7 @@
 // batch. Every hidden state asked for comes back to the host.
 //
 // Tolerances relative to the CPU result's RMS, those of the whole-decoder test
-// (dense_decoder_cuda_test.cc), whose ops these are too (a wrong row, head or mask gives errors of
+// (decoder_cuda_test.cc), whose ops these are too (a wrong row, head or mask gives errors of
 // the order of the RMS itself): f32 weights differ only in summation order and in the last bit
 // of exp/tanh (attention, GEMMs, norms, GELU): 1e-3 per element, 3e-4 in relative L2. bf16
 // weights: every GEMM on the GPU rounds its f32 input to bf16 (linear_cuda_test.cc: ~1e-3 of the

@@ -54,7 +54,7 @@ TEST_CASE("Mixed-format paged decode attention equals dequantise-then-dense",
       REQUIRE(seqs.back().Append(0, k.data(), v.data(), pos.data(), n, cls.data()).ok());
       const int64_t stored = seqs.back().num_tokens(0);
       std::vector<float> dk(stored * row), dv(dk.size());
-      seqs.back().Gather(0, dk.data(), dv.data());
+      REQUIRE(seqs.back().Gather(0, dk.data(), dv.data()).ok());
       keys[s].insert(keys[s].end(), dk.begin(), dk.end());
       values[s].insert(values[s].end(), dv.begin(), dv.end());
       seqs.back().AppendSpans(0, mine);

@@ -43,7 +43,7 @@ std::map<int32_t, std::pair<std::vector<float>, std::vector<float>>> ByPosition(
                                                                                 int layer) {
   const int64_t n = s.num_tokens(layer);
   std::vector<float> k(static_cast<size_t>(n * kRow)), v(k.size());
-  s.Gather(layer, k.data(), v.data());
+  REQUIRE(s.Gather(layer, k.data(), v.data()).ok());
   const auto pos = s.positions(layer);
   REQUIRE(static_cast<int64_t>(pos.size()) == n);
   std::map<int32_t, std::pair<std::vector<float>, std::vector<float>>> out;
@@ -137,8 +137,8 @@ TEST_CASE("Page images of every format restore the same tokens", "[unit][engine]
   REQUIRE(b.num_tokens(0) == 77);
   CHECK(b.positions(0) == a.positions(0));
   std::vector<float> ka(77 * kRow), va(ka.size()), kb(ka.size()), vb(ka.size());
-  a.Gather(0, ka.data(), va.data());
-  b.Gather(0, kb.data(), vb.data());
+  REQUIRE(a.Gather(0, ka.data(), va.data()).ok());
+  REQUIRE(b.Gather(0, kb.data(), vb.data()).ok());
   CHECK(ka == kb);
   CHECK(va == vb);
   for (size_t i = 0; i < a.pages(0).size(); ++i) {
@@ -170,7 +170,7 @@ TEST_CASE("CompressResidual requantises exactly the full-precision window", "[un
   REQUIRE(seq.full_tokens(0) == 45);
   CHECK(seq.residual_tokens(0) == 45);
   std::vector<float> wk(45 * kRow);
-  seq.GatherFull(0, wk.data(), nullptr);
+  REQUIRE(seq.GatherFull(0, wk.data(), nullptr).ok());
   CHECK(MaxErr(std::vector<float>(wk.begin(), wk.begin() + kRow), window.k.data()) < 4e-3);
   std::vector<uint8_t> cls(45, kRest);
   cls[0] = kDrop;

@@ -172,8 +172,8 @@ void CheckAgainstSeparateCalls(std::vector<Case> cases, bool small_steps) {
       CHECK(a.kv.residual_tokens(l) == b.kv.residual_tokens(l));
       const size_t n = static_cast<size_t>(a.kv.num_tokens(l) * config.kv_dim());
       std::vector<float> ka(n), va(n), kb(n), vb(n);
-      a.kv.Gather(l, ka.data(), va.data());
-      b.kv.Gather(l, kb.data(), vb.data());
+      REQUIRE(a.kv.Gather(l, ka.data(), va.data()).ok());
+      REQUIRE(b.kv.Gather(l, kb.data(), vb.data()).ok());
       if (!Quantizing(c.policy) || small_steps) {
         CHECK(RelativeError(ka.data(), kb.data(), n) <= 1e-4);
         CHECK(RelativeError(va.data(), vb.data(), n) <= 1e-4);

@@ -112,8 +112,8 @@ TEST_CASE("PrefillBatch equals separate prefills: logits, KV and policy stats",
       CHECK(a.kv.bytes_by_format() == b.kv.bytes_by_format());
       const size_t n = static_cast<size_t>(a.kv.num_tokens(l) * config.kv_dim());
       std::vector<float> ka(n), va(n), kb(n), vb(n);
-      a.kv.Gather(l, ka.data(), va.data());
-      b.kv.Gather(l, kb.data(), vb.data());
+      REQUIRE(a.kv.Gather(l, ka.data(), va.data()).ok());
+      REQUIRE(b.kv.Gather(l, kb.data(), vb.data()).ok());
       // Relative to the cache's scale: int4/int2 pages amplify f32 rounding through their scales.
       double err = 0, scale = 1;
       for (size_t j = 0; j < n; ++j) {

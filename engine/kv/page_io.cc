@@ -1,0 +1,112 @@
+#include "engine/kv/page_io.h"
+
+#include <cstring>
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "engine/core/half.h"
+#include "engine/core/tensor.h"
+#include "engine/kv/quant_page.h"
+#include "engine/ops/cast.h"
+#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/kv_quant_cuda.h"
+#include "engine/ops/row_slices.h"
+
+namespace framezip::engine::kv {
+namespace {
+
+// Writes `count` f32 values as a dense pool's element type, on the host.
+void StoreHost(const float* src, int64_t count, DType dtype, void* dst) {
+  if (dtype == DType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+    return;
+  }
+  Float16* h = static_cast<Float16*>(dst);
+  for (int64_t i = 0; i < count; ++i) h[i] = F32ToF16(src[i]);
+}
+
+// `count` values from `src` (dtype `from`) to `dst` (dtype `to`) on a GPU: a row copy kernel for
+// f32, else a cast kernel; both queued on the stream every op uses.
+Status ConvertOnDevice(Device device, const void* src, DType from, void* dst, DType to,
+                       int64_t count) {
+  if (from == DType::kF32 && to == DType::kF32) {
+    return ops::CopyRowSlices(device, 1, count,
+                              {.data = static_cast<const float*>(src), .stride = count},
+                              {.data = static_cast<float*>(dst), .stride = count});
+  }
+  const Tensor in = Tensor::View(const_cast<void*>(src), {count}, from, device);
+  Tensor out = Tensor::View(dst, {count}, to, device);
+  return ops::Cast(in, out);
+}
+
+}  // namespace
+
+Status WriteDenseSlots(const PagePool& pool, PageId id, int64_t slot0, const float* k,
+                       const float* v, int64_t n) {
+  const int64_t row = pool.layout().channels();
+  const size_t offset = static_cast<size_t>(slot0 * row) * DTypeSize(pool.dtype());
+  char* keys = static_cast<char*>(pool.Keys(id)) + offset;
+  char* values = static_cast<char*>(pool.Values(id)) + offset;
+  if (pool.device().is_cpu()) {
+    StoreHost(k, n * row, pool.dtype(), keys);
+    StoreHost(v, n * row, pool.dtype(), values);
+    return absl::OkStatus();
+  }
+  FZ_RETURN_IF_ERROR(ConvertOnDevice(pool.device(), k, DType::kF32, keys, pool.dtype(), n * row));
+  return ConvertOnDevice(pool.device(), v, DType::kF32, values, pool.dtype(), n * row);
+}
+
+Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const float* k,
+                       const float* v, int64_t n) {
+  const PageLayout& layout = pool.layout();
+  const int64_t p = layout.page_tokens, row = layout.channels();
+  if (pool.device().is_cpu()) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t t0 = static_cast<int64_t>(i) * p;
+      WriteQuantPage(layout, k + t0 * row, v + t0 * row, std::min(p, n - t0), pool.Keys(ids[i]));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<void*> pages;
+  pages.reserve(ids.size());
+  for (const PageId id : ids) pages.push_back(pool.Keys(id));
+  const Tensor kt = Tensor::View(const_cast<float*>(k), {n, row}, DType::kF32, pool.device());
+  const Tensor vt = Tensor::View(const_cast<float*>(v), {n, row}, DType::kF32, pool.device());
+  const int bits = layout.format == KvFormat::kInt2 ? 2 : 4;
+  return ops::QuantizeKvPagesCuda(kt, vt, p, bits, pages);
+}
+
+Status ReadPageSlots(const PagePool& pool, PageId id, int64_t n, float* k, float* v) {
+  const PageLayout& layout = pool.layout();
+  const int64_t row = layout.channels();
+  const Device device = pool.device();
+  if (IsQuantized(layout.format)) {
+    if (device.is_cpu()) {
+      ReadQuantPage(layout, pool.Keys(id), n, k, v);
+      return absl::OkStatus();
+    }
+    std::vector<std::byte> page(layout.PageBytes());
+    FZ_RETURN_IF_ERROR(CopyBytes(page.data(), Device::Cpu(), pool.Keys(id), device, page.size()));
+    std::vector<float> hk(static_cast<size_t>(n * row)), hv(hk.size());
+    ReadQuantPage(layout, page.data(), n, hk.data(), hv.data());
+    const size_t bytes = hk.size() * sizeof(float);
+    if (k != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(k, device, hk.data(), Device::Cpu(), bytes));
+    if (v != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(v, device, hv.data(), Device::Cpu(), bytes));
+    return absl::OkStatus();
+  }
+  if (device.is_cpu()) {
+    if (k != nullptr) ops::cpu::ToF32(pool.Keys(id), pool.dtype(), n * row, k);
+    if (v != nullptr) ops::cpu::ToF32(pool.Values(id), pool.dtype(), n * row, v);
+    return absl::OkStatus();
+  }
+  if (k != nullptr) {
+    FZ_RETURN_IF_ERROR(ConvertOnDevice(device, pool.Keys(id), pool.dtype(), k, DType::kF32, n * row));
+  }
+  if (v != nullptr) {
+    FZ_RETURN_IF_ERROR(
+        ConvertOnDevice(device, pool.Values(id), pool.dtype(), v, DType::kF32, n * row));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::kv
