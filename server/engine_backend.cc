@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "engine/core/device.h"
 #include "engine/runtime/engine.h"
 #include "engine/vision/llava_vision.h"
 #include "kvstore/service/remote_store.h"
@@ -130,6 +131,7 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
     const ServerConfig& config, std::shared_ptr<media::MediaBackend> media) {
   if (media == nullptr) return InvalidArgumentError("the engine needs a media backend");
   rt::EngineOptions options;
+  FZ_ASSIGN_OR_RETURN(options.device, engine::ParseDevice(config.device));
   options.kv_max_bytes = config.kv_budget_bytes > 0 ? config.kv_budget_bytes : int64_t{1} << 30;
   options.prefill_chunk_tokens = config.prefill_chunk_tokens;
   options.default_policy = config.default_policy;

@@ -19,10 +19,6 @@ StatusOr<std::unique_ptr<TurnEngine>> CreateEngine(const ServerConfig& config,
     if (Status usable = engine::CheckDeviceUsable(device); !usable.ok()) {
       return Annotate(usable, fmt::format("--device {}", config.device));
     }
-    return UnimplementedError(
-        "--device {}: a GPU is present, but the serving engine runs on the CPU so far (the "
-        "single decoder over device-dispatched ops is not finished); use --device cpu",
-        config.device);
   }
   FZ_ASSIGN_OR_RETURN(std::unique_ptr<EngineBackend> backend,
                       EngineBackend::Load(config, std::move(media)));

@@ -100,8 +100,8 @@ bool Unchangeable(const CommittedPage& p, int page_tokens) {
   return WrittenOnce(p.format) || p.num_tokens == page_tokens;
 }
 
-std::string SerializeStream(const SequenceKv& kv, const SegmentMark& since,
-                            const SegmentState& state, EncodedSegment& out) {
+StatusOr<std::string> SerializeStream(const SequenceKv& kv, const SegmentMark& since,
+                                      const SegmentState& state, EncodedSegment& out) {
   std::string stream;
   Writer w(stream);
   const CodecLayout layout = CodecLayoutOf(kv);
@@ -124,6 +124,7 @@ std::string SerializeStream(const SequenceKv& kv, const SegmentMark& since,
   out.next_mark.next_segment = since.next_segment + 1;
   out.next_mark.history_tokens = since.history_tokens + static_cast<int64_t>(state.tokens.size());
   out.next_mark.pages = CommittedPagesOf(kv);
+  std::vector<std::byte> staging;  // a page's bytes when the cache lives on a GPU
   for (int layer = 0; layer < kv.num_layers(); ++layer) {
     const std::vector<CommittedPage>& now = out.next_mark.pages[static_cast<size_t>(layer)];
     // Pages of the previous commit that cannot have changed, by identity.
@@ -143,7 +144,7 @@ std::string SerializeStream(const SequenceKv& kv, const SegmentMark& since,
         w.Put<uint32_t>(it->second);
         continue;
       }
-      const PageImage image = kv.page_image(layer, i);
+      FZ_ASSIGN_OR_RETURN(const PageImage image, kv.ReadPageImage(layer, i, staging));
       w.Put<uint8_t>(1);
       w.Put<uint8_t>(static_cast<uint8_t>(image.format));
       w.Put<int32_t>(image.num_tokens);
@@ -185,7 +186,7 @@ StatusOr<EncodedSegment> EncodeSegment(const SequenceKv& kv, const SegmentMark& 
                                 since.pages.size(), kv.num_layers());
   }
   EncodedSegment out;
-  const std::string stream = SerializeStream(kv, since, state, out);
+  FZ_ASSIGN_OR_RETURN(const std::string stream, SerializeStream(kv, since, state, out));
   const uint32_t stream_crc = Crc32c(stream.data(), stream.size());
   const size_t payload_max = max_block_bytes - kBlockHeaderBytes;
   const size_t parts = std::max<size_t>(1, (stream.size() + payload_max - 1) / payload_max);

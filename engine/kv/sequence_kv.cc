@@ -337,6 +337,22 @@ PageImage SequenceKv::page_image(int layer, size_t index) const {
                                  pp->layout().PageBytes())};
 }
 
+StatusOr<PageImage> SequenceKv::ReadPageImage(int layer, size_t index,
+                                              std::vector<std::byte>& staging) const {
+  if (device().is_cpu()) return page_image(layer, index);
+  const Layer& l = layers_[layer];
+  const PageRef& p = l.pages[index];
+  const PagePool* pp = pool(p.format);
+  staging.resize(pp->layout().PageBytes());
+  FZ_RETURN_IF_ERROR(
+      CopyBytes(staging.data(), Device::Cpu(), pp->Keys(p.id), pp->device(), staging.size()));
+  return PageImage{
+      p.format, p.num_tokens,
+      std::span<const int32_t>(l.slot_positions.data() + index * static_cast<size_t>(page_tokens_),
+                               static_cast<size_t>(p.num_tokens)),
+      std::span<const std::byte>(staging.data(), staging.size())};
+}
+
 Status SequenceKv::AdoptPage(int layer, const PageImage& image) {
   if (layer < 0 || layer >= num_layers()) {
     return InvalidArgumentError("KV restore: layer {} of {}", layer, num_layers());

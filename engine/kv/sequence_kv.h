@@ -119,6 +119,10 @@ class SequenceKv {
 
   // Page `index` of `layer` as bytes (views valid until the sequence changes). Host pages only.
   PageImage page_image(int layer, size_t index) const;
+  // The same on any device: host pages are viewed, a GPU page's bytes are copied into `staging`
+  // (the image's bytes then view it, valid until staging changes).
+  StatusOr<PageImage> ReadPageImage(int layer, size_t index,
+                                    std::vector<std::byte>& staging) const;
 
   // Appends a page restored from its image to `layer` (after the layer's existing pages).
   // INVALID_ARGUMENT when the format has no pool here, or the token count or byte size does not

@@ -9,6 +9,8 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/quant_page.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/vision/projector.h"
+#include "engine/vision/vision_tower.h"
 #include "engine/vision/llava_vision.h"
 
 namespace framezip::engine::runtime {
@@ -43,6 +45,13 @@ void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnSt
                            static_cast<double>(text.num_hidden_layers) * 4.0 *
                            static_cast<double>(text.kv_dim());
   st.compression_ratio = st.kv_bytes > 0 ? f16_bytes / static_cast<double>(st.kv_bytes) : 1;
+}
+
+// Logits where the sampler reads them (the host); a no-op for a CPU engine.
+// (Sampling on the device, only the ids coming back, is the next step of issue 21.)
+StatusOr<Tensor> OnHost(StatusOr<Tensor> t) {
+  if (!t.ok() || t->device().is_cpu()) return t;
+  return t->To(Device::Cpu());
 }
 
 }  // namespace
@@ -103,7 +112,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   }
   FZ_ASSIGN_OR_RETURN(e->vision_weights_, vision::BindLlavaVisionWeights(e->config_, e->weights_));
   FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw, DecoderWeightsFromModel(e->weights_, e->config_.text));
-  FZ_ASSIGN_OR_RETURN(e->decoder_, CreateDecoder(e->config_.text, std::move(dw)));
+  FZ_ASSIGN_OR_RETURN(e->decoder_, CreateDecoder(e->config_.text, std::move(dw), options.device));
+  if (!options.device.is_cpu()) {
+    // The tower and the projector run where the decoder does; pixels arrive and the visual rows
+    // leave through the host (vision_tower.h).
+    FZ_ASSIGN_OR_RETURN(e->vision_weights_.tower,
+                        vision::VisionTowerWeightsOn(e->vision_weights_.tower, options.device));
+    FZ_ASSIGN_OR_RETURN(e->vision_weights_.projector,
+                        vision::ProjectorWeightsOn(e->vision_weights_.projector, options.device));
+  }
   // One pool per page format a policy may ask for, all drawing from kv_max_bytes: the full format
   // plus int4/int2 (KIVI/ZipVL pages; only when head_dim allows 32-channel groups).
   const kv::PageLayout layout = e->decoder_->KvLayout(options.kv_format, options.kv_page_tokens);
@@ -112,7 +129,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
     formats.push_back(kv::KvFormat::kInt4);
     formats.push_back(kv::KvFormat::kInt2);
   }
-  FZ_ASSIGN_OR_RETURN(e->pools_, kv::KvPools::Create(layout, formats, options.kv_max_bytes));
+  FZ_ASSIGN_OR_RETURN(e->pools_, kv::KvPools::Create(layout, formats, options.kv_max_bytes,
+                                                     options.device));
   const int64_t max_pages = e->pools_->pool(options.kv_format)->max_pages();
   // What the template writes after an assistant reply (e.g. "<|im_end|>\n"): fed before the next
   // turn's messages so the cache holds exactly the rendered conversation.
@@ -251,7 +269,12 @@ StatusOr<Engine::PreparedTurn> Engine::Prepare(Conversation& c, std::span<const 
         "is {} tokens (max_position_embeddings), which leaves no room for an answer",
         total, c.sequence_->length, p.ids.size(), context_tokens());
   }
+  // Embedded where the table lives, then on the host: the visual rows are merged there, and the
+  // decoder takes each step's rows to its device itself.
   FZ_ASSIGN_OR_RETURN(p.embeds, decoder_->Embed(p.ids));
+  if (!p.embeds.device().is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(p.embeds, p.embeds.To(Device::Cpu()));
+  }
 
   // Visual features replace the placeholder rows, images and videos each in order.
   const double t0 = NowMs();
@@ -407,6 +430,14 @@ std::vector<StatusOr<StepOutput>> Engine::StartTurns(
   }
   const double t_prefill = NowMs();
   StatusOr<std::vector<Tensor>> logits = decoder_->PrefillBatch(seqs, embeds, prefill);
+  for (size_t j = 0; logits.ok() && j < logits->size(); ++j) {
+    StatusOr<Tensor> host = OnHost((*logits)[j]);
+    if (!host.ok()) {
+      logits = host.status();
+      break;
+    }
+    (*logits)[j] = std::move(*host);
+  }
   const double prefill_ms = NowMs() - t_prefill;
   for (size_t j = 0; j < pending.size(); ++j) {
     const size_t i = index[j];
@@ -467,7 +498,7 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
     tokens.push_back(c->next_token_);
   }
   const double t0 = NowMs();
-  FZ_ASSIGN_OR_RETURN(Tensor logits, decoder_->DecodeStep(seqs, tokens));
+  FZ_ASSIGN_OR_RETURN(Tensor logits, OnHost(decoder_->DecodeStep(seqs, tokens)));
   const double step_ms = NowMs() - t0;
   std::vector<StepOutput> outs;
   const int64_t v = logits.dim(1);
@@ -532,7 +563,7 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
     }
   }
   const double t0 = NowMs();
-  StatusOr<Tensor> logits = decoder_->MixedStep(inputs);
+  StatusOr<Tensor> logits = OnHost(decoder_->MixedStep(inputs));
   const double step_ms = NowMs() - t0;
   if (!logits.ok()) {
     // The step's sequences may hold part of what it appended: none can continue.
@@ -626,7 +657,7 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   prefill.chunk_tokens = options_.prefill_chunk_tokens;
   prefill.visual = p.visual;
   c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
-  FZ_ASSIGN_OR_RETURN(Tensor last, decoder_->Prefill(*c.sequence_, p.embeds, prefill));
+  FZ_ASSIGN_OR_RETURN(Tensor last, OnHost(decoder_->Prefill(*c.sequence_, p.embeds, prefill)));
   const double prefill_ms = NowMs() - t_prefill;
   c.history_.insert(c.history_.end(), p.ids.begin() + static_cast<ptrdiff_t>(p.recorded),
                     p.ids.end());
@@ -645,7 +676,7 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   for (int64_t i = 0; i + 1 < n; ++i) {
     c.history_.push_back(forced[i]);
     const double t0 = NowMs();
-    FZ_ASSIGN_OR_RETURN(Tensor step, decoder_->DecodeStep(seq, forced.subspan(i, 1)));
+    FZ_ASSIGN_OR_RETURN(Tensor step, OnHost(decoder_->DecodeStep(seq, forced.subspan(i, 1))));
     decode_ms += NowMs() - t0;
     std::memcpy(logits.data<float>() + (i + 1) * v, step.data<float>(),
                 static_cast<size_t>(v) * sizeof(float));

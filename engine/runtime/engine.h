@@ -67,6 +67,9 @@ namespace framezip::engine::runtime {
 
 struct EngineOptions {
   int threads = 0;  // compute threads; 0 keeps the current ComputePool size
+  // Where the decoder, its KV pages and the vision tower and projector run. Pixels, prompts and
+  // logits pass through the host.
+  Device device = Device::Cpu();
   kv::KvFormat kv_format = kv::KvFormat::kF16;
   int kv_page_tokens = 32;
   int64_t kv_max_bytes = int64_t{4} << 30;  // the KV pool never grows past this

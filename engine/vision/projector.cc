@@ -1,5 +1,7 @@
 #include "engine/vision/projector.h"
 
+#include <utility>
+
 #include "engine/ops/linear.h"
 #include "engine/vision/activation.h"
 #include "engine/vision/tensor_util.h"
@@ -14,15 +16,35 @@ StatusOr<Tensor> Project(const model::LlavaConfig& config, const ProjectorWeight
                                 ShapeString(features.shape()), DTypeName(features.dtype()), in);
   }
   const int64_t M = features.numel() / in;
+  const Device device = weights.linear1_weight.device();
   FZ_ASSIGN_OR_RETURN(Tensor x, features.Reshape({M, in}));
-  FZ_ASSIGN_OR_RETURN(Tensor hidden, NewF32({M, H}, "projector hidden"));
+  if (x.device() != device) {
+    FZ_ASSIGN_OR_RETURN(x, x.To(device));
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor hidden, NewF32({M, H}, "projector hidden", device));
   FZ_RETURN_IF_ERROR(ops::Linear(x, weights.linear1_weight, weights.linear1_bias, hidden));
   FZ_RETURN_IF_ERROR(ApplyActivation(config.projector_hidden_act, hidden));
   Shape out_shape = features.shape();
   out_shape.back() = H;
-  FZ_ASSIGN_OR_RETURN(Tensor out, NewF32({M, H}, "projector output"));
+  FZ_ASSIGN_OR_RETURN(Tensor out, NewF32({M, H}, "projector output", device));
   FZ_RETURN_IF_ERROR(ops::Linear(hidden, weights.linear2_weight, weights.linear2_bias, out));
+  if (features.device() != device) {
+    FZ_ASSIGN_OR_RETURN(out, out.To(features.device()));
+  }
   return out.Reshape(out_shape);
+}
+
+StatusOr<ProjectorWeights> ProjectorWeightsOn(const ProjectorWeights& weights, Device device) {
+  ProjectorWeights out;
+  for (auto [from, to] : {std::pair{&weights.linear1_weight, &out.linear1_weight},
+                          {&weights.linear1_bias, &out.linear1_bias},
+                          {&weights.linear2_weight, &out.linear2_weight},
+                          {&weights.linear2_bias, &out.linear2_bias}}) {
+    if (from->defined()) {
+      FZ_ASSIGN_OR_RETURN(*to, from->To(device));
+    }
+  }
+  return out;
 }
 
 }  // namespace framezip::engine::vision

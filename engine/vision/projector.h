@@ -10,9 +10,15 @@
 
 namespace framezip::engine::vision {
 
-// features [..., D·nL] f32 (VisionTowerFeatures' output) -> [..., H] f32, H = text hidden size.
-// INVALID_ARGUMENT when the last dimension is not the projector's input width.
+// features [..., D·nL] f32 (VisionTowerFeatures' output) -> [..., H] f32, H = text hidden size,
+// on the features' device. The projection runs where the weights are (the features go there and
+// the result comes back when they differ). INVALID_ARGUMENT when the last dimension is not the
+// projector's input width.
 StatusOr<Tensor> Project(const model::LlavaConfig& config, const ProjectorWeights& weights,
                          const Tensor& features);
+
+// The projector's weights copied to `device` (in their dtype). RESOURCE_EXHAUSTED when the device
+// memory runs out; UNIMPLEMENTED / UNAVAILABLE for a GPU without CUDA / without a GPU.
+StatusOr<ProjectorWeights> ProjectorWeightsOn(const ProjectorWeights& weights, Device device);
 
 }  // namespace framezip::engine::vision

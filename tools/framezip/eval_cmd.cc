@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
+#include "engine/core/device.h"
 #include "engine/core/thread_pool.h"
 #include "engine/runtime/engine.h"
 #include "media/media.h"
@@ -166,6 +167,7 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
 
 int RunEval(const std::vector<std::string>& args) {
   std::string model_dir, suite = "synthvid", split = "test", data_dir, kv_format = "f16";
+  std::string device = "cpu";
   EvalOptions opt;
   int limit = 0, threads = 0;
   bool json = false, items = false;
@@ -192,6 +194,7 @@ int RunEval(const std::vector<std::string>& args) {
   flags.Int("max-tokens", &opt.max_tokens, "tokens generated at most per answer");
   flags.Int("threads", &threads, "compute threads (0 = all CPUs)");
   flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
+  flags.String("device", &device, "where the engine runs: cpu, cuda or cuda:N", "DEVICE");
   flags.Bool("turn2", &opt.turn2, "also ask a follow-up question as a second turn");
   flags.Bool("agreement", &opt.agreement,
              "teacher-forced top-1 agreement and KL of the policy against full attention");
@@ -235,6 +238,9 @@ int RunEval(const std::vector<std::string>& args) {
   auto format = engine::kv::ParseKvFormat(kv_format);
   if (!format.ok()) return fail(format.status());
   options.kv_format = *format;
+  auto parsed_device = engine::ParseDevice(device);
+  if (!parsed_device.ok()) return fail(Annotate(parsed_device.status(), "--device"));
+  options.device = *parsed_device;
   auto eng = Engine::Load(model_dir, options);
   if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
   if (auto probe = (*eng)->NewConversation(opt.policy); !probe.ok()) return fail(probe.status());

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/device.h"
 #include "engine/runtime/engine.h"
 #include "media/media.h"
 #include "server/preprocess_spec.h"
@@ -23,7 +24,8 @@ void OnSigint(int) { g_cancel.store(true); }
 }  // namespace
 
 int RunRun(const std::vector<std::string>& args) {
-  std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16";
+  std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16",
+              device = "cpu";
   int max_tokens = 128, frames = 32, threads = 0;  // 32 frames: LLaVA-OneVision's default
   bool json = false, sample = false;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
@@ -40,6 +42,7 @@ int RunRun(const std::vector<std::string>& args) {
   flags.Int("threads", &threads, "compute threads (0 = all CPUs)");
   flags.String("policy", &policy, "KV compression policy", "P");
   flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
+  flags.String("device", &device, "where the engine runs: cpu, cuda or cuda:N", "DEVICE");
   flags.Bool("sample", &sample, "sample instead of greedy decoding");
   flags.Double("temperature", &temperature, "sampling temperature");
   flags.Int("top-k", &top_k, "sampling top-k (0 = off)");
@@ -64,6 +67,9 @@ int RunRun(const std::vector<std::string>& args) {
   auto format = engine::kv::ParseKvFormat(kv_format);
   if (!format.ok()) return fail(format.status());
   options.kv_format = *format;
+  auto parsed_device = engine::ParseDevice(device);
+  if (!parsed_device.ok()) return fail(Annotate(parsed_device.status(), "--device"));
+  options.device = *parsed_device;
   auto eng = engine::runtime::Engine::Load(model_dir, options);
   if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
 

@@ -1,0 +1,103 @@
+// [cuda]: the whole engine on a GPU (EngineOptions::device: the decoder, its KV pages, the vision
+// tower and the projector there) against the engine on the CPU, on the shipped model (bf16
+// weights): a three-turn conversation whose later turns reuse the KV of the earlier ones gives the
+// same logits, teacher-forced on the CPU's greedy replies (ScoreTurn leaves a conversation as
+// generation would), and a conversation exported from one device and restored on the other
+// continues alike. Logits are compared, not sampled tokens, so a near tie cannot flip the test:
+// the bf16 bounds of decoder_cuda_test.cc (every GPU GEMM rounds its input to bf16), 1e-1 of the
+// logits' RMS per element and 3e-2 in relative L2.
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "engine/runtime/engine.h"
+#include "tests/testing/random.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/unit/engine/cuda_test_util.h"
+
+namespace framezip::engine::runtime {
+namespace {
+
+std::vector<kv::DecodedSegment> Decode(const ConversationSegment& segment) {
+  auto d = kv::DecodeSegment(segment.encoded.blocks);
+  REQUIRE(d.ok());
+  std::vector<kv::DecodedSegment> out;
+  out.push_back(*std::move(d));
+  return out;
+}
+
+TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversations across",
+          "[cuda][engine][runtime]") {
+  if (test::SkipWithoutGpu()) return;
+  const auto dir = testing::SourceDir() / "models/framezip-tiny-video";
+  auto cpu = Engine::Load(dir);
+  EngineOptions on_gpu;
+  on_gpu.device = Device::Cuda(0);
+  auto gpu = Engine::Load(dir, on_gpu);
+  INFO((gpu.ok() ? "" : MessageOf(gpu.status())));
+  REQUIRE(cpu.ok());
+  REQUIRE(gpu.ok());
+  const test::RmsTolerance tol{1e-1, 3e-2};
+
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t s = (*cpu)->image_size();
+  VisualInput video;
+  video.pixels = *Tensor::Empty({8, 3, s, s}, DType::kF32);
+  const std::vector<float> noise = testing::RandomNormal(static_cast<size_t>(8 * 3 * s * s), rng);
+  std::copy(noise.begin(), noise.end(), video.pixels.data<float>());
+  std::vector<Message> turns(3);
+  turns[0].text = "What color is the circle?";
+  turns[0].visuals = {video};
+  turns[1].text = "What shape is the red object?";
+  turns[2].text = "How many times does it appear?";
+  TurnOptions opt;
+  opt.sampling.max_new_tokens = 8;
+
+  // The CPU's greedy replies, then both devices teacher-forced on them.
+  auto greedy = *(*cpu)->NewConversation();
+  auto forced_cpu = *(*cpu)->NewConversation();
+  auto forced_gpu = *(*gpu)->NewConversation();
+  std::vector<std::vector<int32_t>> replies;
+  for (int t = 0; t < 3; ++t) {
+    auto r = (*cpu)->RunTurn(*greedy, std::span(&turns[t], 1), opt);
+    REQUIRE(r.ok());
+    replies.push_back(r->token_ids);
+  }
+  for (int t = 0; t < 2; ++t) {
+    CAPTURE(t);
+    auto want = (*cpu)->ScoreTurn(*forced_cpu, std::span(&turns[t], 1), replies[t]);
+    auto got = (*gpu)->ScoreTurn(*forced_gpu, std::span(&turns[t], 1), replies[t]);
+    INFO((got.ok() ? "" : MessageOf(got.status())));
+    REQUIRE(want.ok());
+    REQUIRE(got.ok());
+    test::CheckWithinRms(*got, *want, tol);
+    CHECK(forced_gpu->current().stats.visual_tokens == forced_cpu->current().stats.visual_tokens);
+    CHECK(forced_gpu->current().stats.cached_tokens == forced_cpu->current().stats.cached_tokens);
+  }
+  CHECK(forced_gpu->current().stats.cached_tokens > 0);  // turn 2 reused turn 1's KV on the GPU
+  CHECK(forced_gpu->kv_bytes() == forced_cpu->kv_bytes());
+
+  // Export from each device, restore on the other: turn 3 scores as on the CPU's own conversation.
+  auto from_gpu = (*gpu)->ExportConversation(*forced_gpu, {}, 64 << 10);
+  auto from_cpu = (*cpu)->ExportConversation(*forced_cpu, {}, 64 << 10);
+  INFO((from_gpu.ok() ? "" : MessageOf(from_gpu.status())));
+  REQUIRE(from_gpu.ok());
+  REQUIRE(from_cpu.ok());
+  auto gpu_on_cpu = (*cpu)->RestoreConversation(Decode(*from_gpu));
+  auto cpu_on_gpu = (*gpu)->RestoreConversation(Decode(*from_cpu));
+  INFO((cpu_on_gpu.ok() ? "" : MessageOf(cpu_on_gpu.status())));
+  REQUIRE(gpu_on_cpu.ok());
+  REQUIRE(cpu_on_gpu.ok());
+  auto want = (*cpu)->ScoreTurn(*forced_cpu, std::span(&turns[2], 1), replies[2]);
+  auto a = (*cpu)->ScoreTurn(*gpu_on_cpu->conversation, std::span(&turns[2], 1), replies[2]);
+  auto b = (*gpu)->ScoreTurn(*cpu_on_gpu->conversation, std::span(&turns[2], 1), replies[2]);
+  REQUIRE(want.ok());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  test::CheckWithinRms(*a, *want, tol);
+  test::CheckWithinRms(*b, *want, tol);
+  CHECK(cpu_on_gpu->conversation->current().stats.cached_tokens ==
+        forced_cpu->current().stats.cached_tokens);
+}
+
+}  // namespace
+}  // namespace framezip::engine::runtime
