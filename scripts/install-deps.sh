@@ -24,6 +24,9 @@ packages=(
   # deployment tests: Prometheus and promtool evaluate the dashboard's and the alerts' queries
   # against a real server; python3-venv makes .venv-deploy/ for the chart test (helm-python-sdk)
   prometheus python3-venv
+  # synthvid v2 (tools/synthvid/synthvid2.py) runs on Debian's python3 with these alone: the
+  # eval generates its split with them, tests/tools/test_synthvid2.py tests it
+  python3-numpy python3-av python3-pil
 )
 
 missing=()
