@@ -71,9 +71,11 @@ std::optional<fs::path> FindSourceRoot() {
 }
 
 // A Python that imports the generator's modules: $FRAMEZIP_PYTHON when set (only it), else the
-// checkout's .venv, else python3.
+// checkout's .venv, else Debian's python3 (python3-numpy, python3-av and python3-pil come with
+// `make test`'s set-up, scripts/install-deps.sh), else python3 on the PATH.
 std::optional<std::string> FindPython(const fs::path& root) {
-  std::vector<std::string> candidates = {(root / ".venv/bin/python").string(), "python3"};
+  std::vector<std::string> candidates = {(root / ".venv/bin/python").string(), "/usr/bin/python3",
+                                         "python3"};
   if (const char* env = std::getenv("FRAMEZIP_PYTHON"); env != nullptr && *env != '\0') {
     candidates = {env};  // an explicit choice is the only one tried
   }
@@ -122,8 +124,8 @@ StatusOr<fs::path> FindOrGenerateSynthvidSplit(const fs::path& data_dir, std::st
   const std::optional<std::string> python = FindPython(*root);
   if (!python) {
     return FailedPreconditionError(
-        "{} not found, and no Python with numpy, av and pillow to generate it (set "
-        "FRAMEZIP_PYTHON, or run from {}: {})",
+        "{} not found, and no Python with numpy, av and pillow to generate it (install Debian's "
+        "python3-numpy python3-av python3-pil, set FRAMEZIP_PYTHON, or run from {}: {})",
         (data_dir / jsonl).string(), root->string(), how);
   }
   fs::create_directories(generate_dir, ec);

@@ -182,7 +182,7 @@ int RunEval(const std::vector<std::string>& args) {
       "The split is read from --data (<dir>/<split>.jsonl + videos/, as "
       "tools/synthvid/synthvid.py\n"
       "writes it); when it is absent, it is generated once with synthvid.py (needs a Python with\n"
-      "numpy, av and pillow: .venv/ from scripts/python-env.sh, or FRAMEZIP_PYTHON) into --data\n"
+      "numpy, av and pillow: .venv/, Debian's python3-numpy/av/pil, or FRAMEZIP_PYTHON) into --data\n"
       "when given, else into the cache ($FRAMEZIP_CACHE_DIR or ~/.cache/framezip/synthvid).");
   flags.String("model", &model_dir, "model directory (Hugging Face LLaVA-OneVision layout)", "DIR");
   flags.String("suite", &suite, "evaluation suite (synthvid)", "NAME");
