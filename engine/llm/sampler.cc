@@ -29,6 +29,10 @@ Status ValidateSamplingParams(const SamplingParams& p) {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
+  return ops::SampleRowCpu(logits, NextRow(history));
+}
+
+ops::RowSampling Sampler::NextRow(std::span<const int32_t> history) {
   ops::RowSampling row;
   row.greedy = !params_.do_sample;
   row.temperature = params_.temperature;
@@ -46,7 +50,7 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> histor
   if (params_.do_sample) {
     row.uniform = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
   }
-  return ops::SampleRowCpu(logits, row);
+  return row;
 }
 
 std::string_view StopReasonName(StopReason r) {

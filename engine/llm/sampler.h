@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/ops/sample.h"
 
 namespace framezip::engine::llm {
 
@@ -50,6 +51,12 @@ class Sampler {
   // The next token. `logits` [V] is modified in place (penalty, temperature, masking).
   // `history`: the sequence's tokens so far (prompt + generated) for the repetition penalty.
   int32_t Sample(std::span<float> logits, std::span<const int32_t> history);
+
+  // What Sample does to pick the next token, as one row of ops::SampleTokens: the parameters,
+  // the penalised ids and this step's draw (taken from this sampler's RNG exactly as Sample takes
+  // it). ops::SampleTokens on any device then gives Sample's token for those logits, so a GPU
+  // engine samples where its logits are and only the ids come back.
+  ops::RowSampling NextRow(std::span<const int32_t> history);
 
  private:
   SamplingParams params_;

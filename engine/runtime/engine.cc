@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/quant_page.h"
+#include "engine/ops/sample.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/vision/projector.h"
 #include "engine/vision/vision_tower.h"
@@ -47,8 +48,7 @@ void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnSt
   st.compression_ratio = st.kv_bytes > 0 ? f16_bytes / static_cast<double>(st.kv_bytes) : 1;
 }
 
-// Logits where the sampler reads them (the host); a no-op for a CPU engine.
-// (Sampling on the device, only the ids coming back, is the next step of issue 21.)
+// Logits on the host, for callers that read them (ScoreTurn); a no-op for a CPU engine.
 StatusOr<Tensor> OnHost(StatusOr<Tensor> t) {
   if (!t.ok() || t->device().is_cpu()) return t;
   return t->To(Device::Cpu());
@@ -342,8 +342,8 @@ StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
   return pending;
 }
 
-StepOutput Engine::FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
-                               double prefill_ms) {
+StatusOr<StepOutput> Engine::FinishStart(Conversation& c, PendingStart& pending,
+                                         Tensor& logits, double prefill_ms) {
   const PreparedTurn& p = pending.prepared;
   c.history_.insert(c.history_.end(), p.ids.begin() + static_cast<ptrdiff_t>(p.recorded),
                     p.ids.end());
@@ -370,8 +370,7 @@ StepOutput Engine::FinishStart(Conversation& c, PendingStart& pending, Tensor& l
   c.turn_start_ms_ = pending.start_ms;
   c.decoding_ = true;
 
-  const int32_t token = c.sampler_->Sample(
-      std::span<float>(logits.data<float>(), static_cast<size_t>(logits.dim(1))), c.history_);
+  FZ_ASSIGN_OR_RETURN(const int32_t token, SampleNext(c, logits));
   st.ttft_ms = NowMs() - pending.start_ms;
   return Accept(c, token);
 }
@@ -430,14 +429,6 @@ std::vector<StatusOr<StepOutput>> Engine::StartTurns(
   }
   const double t_prefill = NowMs();
   StatusOr<std::vector<Tensor>> logits = decoder_->PrefillBatch(seqs, embeds, prefill);
-  for (size_t j = 0; logits.ok() && j < logits->size(); ++j) {
-    StatusOr<Tensor> host = OnHost((*logits)[j]);
-    if (!host.ok()) {
-      logits = host.status();
-      break;
-    }
-    (*logits)[j] = std::move(*host);
-  }
   const double prefill_ms = NowMs() - t_prefill;
   for (size_t j = 0; j < pending.size(); ++j) {
     const size_t i = index[j];
@@ -498,16 +489,16 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
     tokens.push_back(c->next_token_);
   }
   const double t0 = NowMs();
-  FZ_ASSIGN_OR_RETURN(Tensor logits, OnHost(decoder_->DecodeStep(seqs, tokens)));
+  FZ_ASSIGN_OR_RETURN(Tensor logits, decoder_->DecodeStep(seqs, tokens));
   const double step_ms = NowMs() - t0;
   std::vector<StepOutput> outs;
-  const int64_t v = logits.dim(1);
   for (size_t b = 0; b < conversations.size(); ++b) {
     Conversation& c = *conversations[b];
     c.pending_.clear();  // the token just went into the cache
     c.current_.stats.decode_ms += step_ms;
-    const int32_t token = c.sampler_->Sample(
-        std::span<float>(logits.data<float>() + b * v, static_cast<size_t>(v)), c.history_);
+    const int64_t row = static_cast<int64_t>(b);
+    FZ_ASSIGN_OR_RETURN(Tensor row_logits, logits.Slice(row, row + 1));
+    FZ_ASSIGN_OR_RETURN(const int32_t token, SampleNext(c, row_logits));
     outs.push_back(Accept(c, token));
   }
   return outs;
@@ -563,7 +554,7 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
     }
   }
   const double t0 = NowMs();
-  StatusOr<Tensor> logits = OnHost(decoder_->MixedStep(inputs));
+  StatusOr<Tensor> logits = decoder_->MixedStep(inputs);
   const double step_ms = NowMs() - t0;
   if (!logits.ok()) {
     // The step's sequences may hold part of what it appended: none can continue.
@@ -577,7 +568,6 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
   }
   std::vector<StepOutput> outs;
   outs.reserve(work.size());
-  const int64_t v = logits->dim(1);
   for (size_t i = 0; i < work.size(); ++i) {
     Conversation& c = *work[i].conversation;
     FZ_ASSIGN_OR_RETURN(Tensor row, logits->Slice(static_cast<int64_t>(i),
@@ -593,16 +583,25 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
         continue;
       }
       const std::unique_ptr<PendingStart> start = std::move(c.start_);
-      outs.push_back(FinishStart(c, *start, row, start->prefill_ms));
+      FZ_ASSIGN_OR_RETURN(StepOutput first, FinishStart(c, *start, row, start->prefill_ms));
+      outs.push_back(std::move(first));
       continue;
     }
     c.pending_.clear();  // the token just went into the cache
     c.current_.stats.decode_ms += step_ms;
-    const int32_t token =
-        c.sampler_->Sample(std::span<float>(row.data<float>(), static_cast<size_t>(v)), c.history_);
+    FZ_ASSIGN_OR_RETURN(const int32_t token, SampleNext(c, row));
     outs.push_back(Accept(c, token));
   }
   return outs;
+}
+
+StatusOr<int32_t> Engine::SampleNext(Conversation& c, Tensor& logits) {
+  // The sampler's row (its draw taken as Sampler::Sample takes it), carried out where the logits
+  // are: on a GPU only the id comes back.
+  const ops::RowSampling row = c.sampler_->NextRow(c.history_);
+  int32_t token = 0;
+  FZ_RETURN_IF_ERROR(ops::SampleTokens(logits, std::span(&row, 1), std::span(&token, 1)));
+  return token;
 }
 
 void Engine::Cancel(Conversation& c) {

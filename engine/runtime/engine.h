@@ -67,8 +67,8 @@ namespace framezip::engine::runtime {
 
 struct EngineOptions {
   int threads = 0;  // compute threads; 0 keeps the current ComputePool size
-  // Where the decoder, its KV pages and the vision tower and projector run. Pixels, prompts and
-  // logits pass through the host.
+  // Where the decoder, its KV pages and the vision tower and projector run. Pixels and prompts
+  // pass through the host; tokens are sampled on the device (only their ids come back).
   Device device = Device::Cpu();
   kv::KvFormat kv_format = kv::KvFormat::kF16;
   int kv_page_tokens = 32;
@@ -344,8 +344,11 @@ class Engine {
   // stats, sampler, the first token from `logits` [1, V]).
   StatusOr<PendingStart> BeginTurn(Conversation& c, std::span<const Message> messages,
                                    const TurnOptions& options);
-  StepOutput FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
-                         double prefill_ms);
+  StatusOr<StepOutput> FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
+                                   double prefill_ms);
+  // The conversation's next token from `logits` [1, V] on the decoder's device (modified in place,
+  // as Sampler::Sample modifies them).
+  StatusOr<int32_t> SampleNext(Conversation& c, Tensor& logits);
   StatusOr<Tensor> EncodeVisual(const VisualInput& v, int64_t expected_rows) const;
   StepOutput Accept(Conversation& c, int32_t token);
 
