@@ -90,7 +90,8 @@ VALUE_SETS = [
     ("defaults", {}, KUBE_VERSIONS),
     ("gpu-external-redis", {
         "gpu": {"enabled": True, "count": 1, "runtimeClassName": "nvidia"},
-        "server": {"replicaCount": 2, "settings": {"max_running": 32, "kv_budget_bytes": 8589934592,
+        "server": {"replicaCount": 2, "device": "cuda",
+                   "settings": {"max_running": 32, "kv_budget_bytes": 8589934592,
                                                    "default_policy": "zipvl"},
                    "mediaDir": {"claimName": "framezip-media"}},
         "redis": {"mode": "external", "external": {"address": "redis.cache.svc:6379"}},
@@ -326,6 +327,7 @@ def check_set(c, name, objects, notes):
                 arg_value(args, "--tls-cert-file") == "/etc/framezip/tls/tls.crt" and
                 volumes["tls"]["secret"]["secretName"] == "framezip-tls",
                 f"{name}: auth token file and TLS from Secrets")
+        c.check(arg_value(args, "--device") == "cuda", f"{name}: --device cuda on the GPU pods")
         c.check(len(find(objects, "NetworkPolicy")) == 2 and d["spec"]["replicas"] == 2,
                 f"{name}: NetworkPolicies for server and kvstore, 2 replicas")
         c.check(volumes["media"].get("persistentVolumeClaim", {}).get("claimName") ==
@@ -396,6 +398,13 @@ def check_set(c, name, objects, notes):
                 f"{name}: model from an image volume")
 
 
+def gpu_present():
+    """Whether nvidia-smi sees a GPU (the server's --device cuda needs one to start)."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
 def run_rendered(c, name, objects, tmp):
     """Starts the built framezip-server and framezip-kvstore with the flags (and the settings
     file) the chart renders, paths and addresses moved to this machine: they must accept every
@@ -462,8 +471,16 @@ def run_rendered(c, name, objects, tmp):
         if made.returncode != 0:
             print(f"     {name}: openssl could not make a test certificate: not run")
             return
+    overrides = {}
+    device = next((a.split("=", 1)[1] for a in args if a.startswith("--device=")), "cpu")
+    if device != "cpu" and not gpu_present():
+        # The flag itself is checked (a bad value is a usage error before anything else); the
+        # server needs the GPU it names to start, and this machine has none.
+        print(f"     {name}: --device {device} rendered; no GPU here, so the server runs with "
+              "--device=cpu")
+        overrides["--device"] = "cpu"
     ok, detail = start("framezip-server", args, dict(
-        common, **{"--config": os.path.join(work, "server.yaml"),
+        common, **overrides, **{"--config": os.path.join(work, "server.yaml"),
                    "--model": os.path.join(SOURCE_DIR, "models", "framezip-tiny-video"),
                    "--media-dir": os.path.join(work, "media"), "--kvstore": "embedded",
                    "--auth-token-file": os.path.join(work, "tokens"),
