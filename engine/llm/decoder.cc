@@ -129,9 +129,19 @@ Status Decoder::CheckKvShape(const kv::PageLayout& pl) const {
   return absl::OkStatus();
 }
 
+Status Decoder::CheckKvDevice(Device pool_device) const {
+  // Attention reads the pages with the decoder's kernels: they must be where those run.
+  if (pool_device != device_) {
+    return InvalidArgumentError("KV pool pages are on {}, the decoder runs on {}",
+                                DeviceName(pool_device), DeviceName(device_));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
                                                          std::string_view policy) const {
   FZ_RETURN_IF_ERROR(CheckKvShape(pool->layout()));
+  FZ_RETURN_IF_ERROR(CheckKvDevice(pool->device()));
   auto seq = std::make_unique<Sequence>();
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
   const kv::KvPrecision want = seq->policy->Precision(pool->format());
@@ -149,6 +159,9 @@ StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(const kv::KvPools& pool
                                                          kv::KvFormat full,
                                                          std::string_view policy) const {
   FZ_RETURN_IF_ERROR(CheckKvShape(pools.base_layout()));
+  for (const kv::KvFormat f : pools.formats()) {
+    FZ_RETURN_IF_ERROR(CheckKvDevice(pools.pool(f)->device()));
+  }
   auto seq = std::make_unique<Sequence>();
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
   FZ_ASSIGN_OR_RETURN(seq->kv, kv::SequenceKv::Create(pools, static_cast<int>(shape_.layers),

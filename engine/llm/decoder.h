@@ -96,7 +96,8 @@ class Decoder {
 
   // A fresh, empty sequence whose pages come from `pool` (which must outlive it) and whose
   // compression policy is `policy` (compress::CreatePolicy names). INVALID_ARGUMENT when the
-  // pool's layout does not fit this model or the policy is unknown.
+  // pool's layout does not fit this model, its pages are on another device than the decoder's,
+  // or the policy is unknown.
   StatusOr<std::unique_ptr<Sequence>> NewSequence(kv::PagePool* pool,
                                                   std::string_view policy = "none") const;
   // A fresh sequence storing each token class in the format the policy's Precision(full) asks
@@ -201,6 +202,7 @@ class Decoder {
                               std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
                               const Tensor& v, Tensor& attn) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;
+  Status CheckKvDevice(Device pool_device) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;
   // Final norm + lm_head on the listed rows of x -> [rows.size(), V], in that order.

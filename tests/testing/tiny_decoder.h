@@ -1,16 +1,16 @@
 // What the decoder, batching and sparse-prefill tests share: a small Qwen2-shaped text config and
 // random input rows. Header-only, so the GPU-check build's framezip_testing (engine core only)
-// does not need the model and LLM libraries.
+// does not need the model, LLM and runtime libraries; the tests that include it link the engine.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 
-#include "engine/runtime/decoder_loading.h"
 #include "engine/core/tensor.h"
 #include "engine/llm/random_weights.h"
 #include "engine/model/config.h"
+#include "engine/runtime/decoder_loading.h"
 #include "tests/testing/random.h"
 
 namespace framezip::testing {

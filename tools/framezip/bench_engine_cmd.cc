@@ -11,13 +11,13 @@
 #include <cstdio>
 #include <vector>
 
-#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/linear.h"
+#include "engine/runtime/decoder_loading.h"
 #include "engine/vision/vision_bench.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"

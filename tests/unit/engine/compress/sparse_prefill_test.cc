@@ -3,10 +3,10 @@
 // differently per layer, and reports it; fastv drops visual tokens from layer K on.
 #include <catch2/catch.hpp>
 
-#include "engine/runtime/decoder_loading.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/runtime/decoder_loading.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 

@@ -4,11 +4,11 @@
 #include <random>
 #include <vector>
 
-#include "engine/runtime/decoder_loading.h"
 #include "engine/compress/policy.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/runtime/decoder_loading.h"
 #include "tests/testing/random.h"
 
 namespace framezip::engine {

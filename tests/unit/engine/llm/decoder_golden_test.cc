@@ -10,10 +10,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/model/safetensors.h"
+#include "engine/runtime/decoder_loading.h"
 #include "engine/runtime/engine.h"
 #include "tests/testing/compare.h"
 

@@ -1,6 +1,5 @@
 // The Qwen2/Llama decoder against a naive f64 forward pass of the same random tiny model, and its
 // KV paths (chunked prefill, decode steps, batched decode) against one-shot prefill.
-#include "engine/runtime/decoder_loading.h"
 #include "engine/llm/decoder.h"
 
 #include <catch2/catch.hpp>
@@ -8,6 +7,7 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/llm/random_weights.h"
+#include "engine/runtime/decoder_loading.h"
 #include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
@@ -221,6 +221,23 @@ TEST_CASE("Decoder refuses weights of the wrong shape, naming the tensor", "[uni
   auto dec = runtime::CreateDecoder(c, r.weights);
   REQUIRE(!dec.ok());
   CHECK_THAT(MessageOf(dec.status()), Catch::Contains("layers.1.k_proj"));
+}
+
+TEST_CASE("Decoder refuses KV pages on another device than its own, naming both",
+          "[unit][engine][llm]") {
+  auto c = testing::TinyDecoderConfig(true);
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 3);
+  auto dec = *runtime::CreateDecoder(c, r.weights);
+  // Pools reserve their pages lazily, so pools "on a GPU" exist on any machine until a page is
+  // taken: a CPU decoder must refuse them before any kernel reads a device pointer.
+  const kv::KvFormat f16 = kv::KvFormat::kF16;
+  auto gpu_pools = kv::KvPools::Create(dec->KvLayout(f16, 8), {&f16, 1}, 1 << 20, Device::Cuda(0));
+  REQUIRE(gpu_pools.ok());
+  auto seq = dec->NewSequence(**gpu_pools, f16, "none");
+  REQUIRE(seq.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(MessageOf(seq.status()), Catch::Contains("cuda:0") && Catch::Contains("cpu"));
+  auto cpu_pools = *kv::KvPools::Create(dec->KvLayout(f16, 8), {&f16, 1}, 1 << 20);
+  CHECK(dec->NewSequence(*cpu_pools, f16, "none").ok());
 }
 
 TEST_CASE("A full KV pool is RESOURCE_EXHAUSTED, not a crash", "[unit][engine][llm]") {

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/decoder_loading.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/runtime/decoder_loading.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 
