@@ -151,6 +151,23 @@ nlohmann::json EvalReport::Json(bool with_items) const {
       ref_correct += *r.reference_correct ? 1 : 0;
     }
   }
+  int64_t describe_items = 0;
+  double precision = 0, recall = 0, f1 = 0;
+  for (const ItemResult& r : items_) {
+    if (!r.describe) continue;
+    ++describe_items;
+    precision += r.describe->precision;
+    recall += r.describe->recall;
+    f1 += r.describe->f1;
+  }
+  if (describe_items > 0) {
+    const double d = static_cast<double>(describe_items);
+    j["describe"] = {{"items", describe_items},
+                     {"precision", precision / d},
+                     {"recall", recall / d},
+                     {"f1", f1 / d}};
+  }
+  if (!info_.data_manifest.is_null()) j["data_manifest"] = info_.data_manifest;
   if (turn2_items > 0) {
     j["turn2"] = {{"items", turn2_items},
                   {"accuracy", static_cast<double>(turn2_correct) / turn2_items}};
@@ -186,6 +203,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
         row["kl"] = r.agreement->mean_kl();
       }
       if (!r.kept_ratio.empty()) row["kept_ratio_per_layer"] = r.kept_ratio;
+      if (r.describe) row["describe_f1"] = r.describe->f1;
       rows.push_back(std::move(row));
     }
     j["item_results"] = std::move(rows);
@@ -197,15 +215,17 @@ std::string EvalReport::Table() const {
   const Group all = Overall();
   const auto by_task = ByTask();
   const bool agreement = all.agreement_items > 0;
-  std::string out = fmt::format("{} {} split, {} items, policy {}, model {}\n\n", info_.suite,
-                                info_.split, all.items, info_.policy, info_.model);
-  out += fmt::format("{:<10} {:>6} {:>9} {:>11} {:>9} {:>7}", "task", "items", "accuracy",
+  // synthvid2 reports one row per turn of its sessions.
+  const char* unit = info_.suite == "synthvid2" ? "turns" : "items";
+  std::string out = fmt::format("{} {} split, {} {}, policy {}, model {}\n\n", info_.suite,
+                                info_.split, all.items, unit, info_.policy, info_.model);
+  out += fmt::format("{:<13} {:>6} {:>9} {:>11} {:>9} {:>7}", "task", unit, "accuracy",
                      "prompt tok", "gen tok", "KV x");
   if (agreement) out += fmt::format(" {:>7} {:>9}", "top-1", "KL");
   out += "\n";
   auto row = [&](const std::string& name, const Group& g) {
     const double n = static_cast<double>(std::max<int64_t>(1, g.items));
-    out += fmt::format("{:<10} {:>6} {:>8.1f}% {:>11.1f} {:>9.2f} {:>7.2f}", name, g.items,
+    out += fmt::format("{:<13} {:>6} {:>8.1f}% {:>11.1f} {:>9.2f} {:>7.2f}", name, g.items,
                        100 * g.accuracy(), g.prompt_tokens / n, g.generated_tokens / n,
                        g.compression_ratio());
     if (agreement) {
@@ -228,6 +248,12 @@ std::string EvalReport::Table() const {
   }
   out += "\n";
   const nlohmann::json j = Json(false);
+  if (j.contains("describe")) {
+    const auto& d = j["describe"];
+    out += fmt::format("describe: {} replies, per-fact precision {:.3f} recall {:.3f} F1 {:.3f}\n",
+                       d["items"].get<int64_t>(), d["precision"].get<double>(),
+                       d["recall"].get<double>(), d["f1"].get<double>());
+  }
   if (j.contains("turn2")) {
     out +=
         fmt::format("turn 2 (follow-up question, same conversation): {:.1f}% of {}\n",

@@ -18,6 +18,8 @@
 //    "turn2"?: {"items", "accuracy"}          with --turn2,
 //    "agreement"?: {"reference": "none", "positions", "top1", "kl",
 //                   "reference_accuracy"}    with --agreement,
+//    "describe"?: {"items", "precision", "recall", "f1"}   means over describe replies,
+//    "data_manifest"?: {"generator", "generator_version", "jsonl_sha256"},
 //    "item_results"?: [{"id", "task", "num_frames", "answer", "pred", "ok", ...}]  with --items}
 #pragma once
 
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "tools/eval/agreement.h"
+#include "tools/eval/describe_score.h"
 
 namespace framezip::eval {
 
@@ -54,6 +57,7 @@ struct ItemResult {
   std::string turn2_answer, turn2_pred;
   std::optional<AgreementCounts> agreement;  // --agreement
   std::optional<bool> reference_correct;     // --agreement: the full model's greedy answer
+  std::optional<DescribeScore> describe;      // synthvid2's describe task
   double agreement_ms = 0;
 };
 
@@ -64,6 +68,9 @@ struct EvalRunInfo {
   std::string policy;
   std::string data_dir;
   int threads = 0;
+  // Where the data came from (synthvid2: the split manifest's generator, version and JSONL
+  // hash); reported as "data_manifest" when set.
+  nlohmann::json data_manifest = nullptr;
 };
 
 class EvalReport {

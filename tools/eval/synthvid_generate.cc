@@ -21,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kGenerator[] = "tools/synthvid/synthvid.py";
+constexpr char kGenerator2[] = "tools/synthvid/synthvid2.py";
 
 int LineCount(const fs::path& file) {
   std::ifstream in(file);
@@ -103,8 +104,11 @@ fs::path DefaultSynthvidCacheDir() {
   return base / "synthvid";
 }
 
-StatusOr<fs::path> FindOrGenerateSynthvidSplit(const fs::path& data_dir, std::string_view split,
-                                               int count, const fs::path& generate_dir) {
+namespace {
+
+// FindOrGenerateSynthvidSplit for the generator `generator` (a path in the checkout).
+StatusOr<fs::path> FindOrGenerate(const fs::path& data_dir, std::string_view split, int count,
+                                  const fs::path& generate_dir, const char* generator) {
   const std::string jsonl = std::string(split) + ".jsonl";
   std::error_code ec;
   if (fs::exists(data_dir / jsonl, ec)) return data_dir;
@@ -113,13 +117,13 @@ StatusOr<fs::path> FindOrGenerateSynthvidSplit(const fs::path& data_dir, std::st
   }
   const std::string how =
       fmt::format("scripts/python-env.sh && .venv/bin/python {} --split {} --count {} --out {}",
-                  kGenerator, split, count, data_dir.string());
+                  generator, split, count, data_dir.string());
   const std::optional<fs::path> root = FindSourceRoot();
   if (!root) {
     return FailedPreconditionError(
         "{} not found and {} is not reachable from here to generate it; in a framezip checkout "
         "run: {}",
-        (data_dir / jsonl).string(), kGenerator, how);
+        (data_dir / jsonl).string(), generator, how);
   }
   const std::optional<std::string> python = FindPython(*root);
   if (!python) {
@@ -132,14 +136,26 @@ StatusOr<fs::path> FindOrGenerateSynthvidSplit(const fs::path& data_dir, std::st
   if (ec) return InternalError("cannot create {}: {}", generate_dir.string(), ec.message());
   FZ_LOG_INFO("eval: generating {} items of the synthvid {} split into {} (one-time)", count, split,
               generate_dir.string());
-  const int rc = Run({*python, (*root / kGenerator).string(), "--split", std::string(split),
+  const int rc = Run({*python, (*root / generator).string(), "--split", std::string(split),
                       "--count", std::to_string(count), "--out", generate_dir.string()},
                      /*quiet=*/false);
   if (rc != 0) {
     return InternalError("{} {} --split {} --count {} --out {} failed (exit code {})", *python,
-                         (*root / kGenerator).string(), split, count, generate_dir.string(), rc);
+                         (*root / generator).string(), split, count, generate_dir.string(), rc);
   }
   return generate_dir;
+}
+
+}  // namespace
+
+StatusOr<fs::path> FindOrGenerateSynthvidSplit(const fs::path& data_dir, std::string_view split,
+                                               int count, const fs::path& generate_dir) {
+  return FindOrGenerate(data_dir, split, count, generate_dir, kGenerator);
+}
+
+StatusOr<fs::path> FindOrGenerateSynthvid2Split(const fs::path& data_dir, std::string_view split,
+                                                int count, const fs::path& generate_dir) {
+  return FindOrGenerate(data_dir, split, count, generate_dir, kGenerator2);
 }
 
 }  // namespace framezip::eval

@@ -29,4 +29,10 @@ StatusOr<std::filesystem::path> FindOrGenerateSynthvidSplit(
     const std::filesystem::path& data_dir, std::string_view split, int count,
     const std::filesystem::path& generate_dir);
 
+// The same for synthvid v2 (tools/synthvid/synthvid2.py; Debian's python3 with python3-numpy,
+// python3-av and python3-pil suffices).
+StatusOr<std::filesystem::path> FindOrGenerateSynthvid2Split(
+    const std::filesystem::path& data_dir, std::string_view split, int count,
+    const std::filesystem::path& generate_dir);
+
 }  // namespace framezip::eval

@@ -22,7 +22,9 @@
 #include "tools/eval/eval_report.h"
 #include "tools/eval/synthvid_generate.h"
 #include "tools/eval/synthvid_split.h"
+#include "tools/eval/synthvid2_split.h"
 #include "tools/framezip/cli_util.h"
+#include "tools/framezip/eval_synthvid2.h"
 #include "tools/framezip/subcommands.h"
 #include "tools/framezip/video_frames.h"
 
@@ -89,14 +91,44 @@ struct DecodedVideo {
   double ms = 0;
 };
 
-std::future<DecodedVideo> DecodeAhead(const eval::SynthvidItem& item, const EvalOptions& opt,
+std::future<DecodedVideo> DecodeAhead(const fs::path& video, int frames,
                                       const media::PreprocessSpec& spec) {
-  return std::async(std::launch::async, [&item, &opt, &spec] {
+  return std::async(std::launch::async, [video, frames, &spec] {
     const double t0 = NowMs();
-    StatusOr<engine::Tensor> pixels =
-        DecodeVideo(item.video, opt.frames > 0 ? opt.frames : item.num_frames, spec);
+    StatusOr<engine::Tensor> pixels = DecodeVideo(video, frames, spec);
     return DecodedVideo{std::move(pixels), NowMs() - t0};
   });
+}
+
+std::future<DecodedVideo> DecodeAhead(const eval::SynthvidItem& item, const EvalOptions& opt,
+                                      const media::PreprocessSpec& spec) {
+  return DecodeAhead(item.video, opt.frames > 0 ? opt.frames : item.num_frames, spec);
+}
+
+// synthvid2: every item a session, every turn scored (eval_synthvid2.h).
+Status RunSynthvid2(Engine& eng, const std::vector<eval::Synthvid2Item>& items,
+                    const EvalOptions& opt, const media::PreprocessSpec& spec,
+                    eval::EvalReport& report) {
+  const Synthvid2Options options{.policy = opt.policy, .max_tokens = opt.max_tokens};
+  const double start = NowMs();
+  const size_t n = items.size();
+  std::future<DecodedVideo> next = DecodeAhead(items.front().video, items.front().num_frames, spec);
+  for (size_t i = 0; i < n; ++i) {
+    const eval::Synthvid2Item& item = items[i];
+    DecodedVideo video = next.get();
+    if (i + 1 < n) next = DecodeAhead(items[i + 1].video, items[i + 1].num_frames, spec);
+    if (!video.pixels.ok()) return Annotate(video.pixels.status(), "item " + item.id);
+    auto turns = EvaluateSynthvid2Item(eng, item, options, std::move(*video.pixels), video.ms);
+    if (!turns.ok()) return Annotate(turns.status(), "item " + item.id);
+    for (eval::ItemResult& r : *turns) report.Add(std::move(r));
+    if ((i + 1) % 25 == 0 || i + 1 == n) {
+      std::fprintf(stderr, "eval: %zu/%zu items (%lld turns), accuracy %.1f%%, %.1f s\n", i + 1,
+                   n, static_cast<long long>(report.items()), 100 * report.Accuracy(),
+                   (NowMs() - start) / 1000);
+    }
+  }
+  report.SetSeconds((NowMs() - start) / 1000);
+  return absl::OkStatus();
 }
 
 StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& item,
@@ -185,7 +217,8 @@ int RunEval(const std::vector<std::string>& args) {
       "numpy, av and pillow: .venv/, Debian's python3-numpy/av/pil, or FRAMEZIP_PYTHON) into --data\n"
       "when given, else into the cache ($FRAMEZIP_CACHE_DIR or ~/.cache/framezip/synthvid).");
   flags.String("model", &model_dir, "model directory (Hugging Face LLaVA-OneVision layout)", "DIR");
-  flags.String("suite", &suite, "evaluation suite (synthvid)", "NAME");
+  flags.String("suite", &suite, "evaluation suite: synthvid, or synthvid2 (long videos, sessions, "
+               "descriptions)", "NAME");
   flags.String("split", &split, "split of the suite: test, val or train", "NAME");
   flags.String("data", &data_dir, "directory of the split (default .data/synthvid)", "DIR");
   flags.String("policy", &opt.policy, "KV compression policy", "P");
@@ -205,8 +238,16 @@ int RunEval(const std::vector<std::string>& args) {
     std::fprintf(stderr, "framezip eval: --model is required\n");
     return 2;
   }
-  if (suite != "synthvid") {
-    std::fprintf(stderr, "framezip eval: unknown suite '%s' (known: synthvid)\n", suite.c_str());
+  const bool v2 = suite == "synthvid2";
+  if (suite != "synthvid" && !v2) {
+    std::fprintf(stderr, "framezip eval: unknown suite '%s' (known: synthvid, synthvid2)\n",
+                 suite.c_str());
+    return 2;
+  }
+  if (v2 && (opt.turn2 || opt.agreement || opt.frames > 0)) {
+    std::fprintf(stderr,
+                 "framezip eval: --turn2, --agreement and --frames are synthvid (v1) options; "
+                 "synthvid2 items carry their own turns and frame counts\n");
     return 2;
   }
   if (split != "test" && split != "val" && split != "train") {
@@ -225,13 +266,27 @@ int RunEval(const std::vector<std::string>& args) {
   };
 
   const bool data_given = !data_dir.empty();
-  const fs::path data = data_given ? fs::path(data_dir) : fs::path(".data/synthvid");
+  const fs::path data = data_given ? fs::path(data_dir) : fs::path(".data") / suite;
   const int count = limit > 0 ? limit : eval::SynthvidSplitSize(split);
-  auto dir = eval::FindOrGenerateSynthvidSplit(data, split, count,
-                                               data_given ? data : eval::DefaultSynthvidCacheDir());
+  const fs::path cache = eval::DefaultSynthvidCacheDir().parent_path() / suite;
+  auto dir = v2 ? eval::FindOrGenerateSynthvid2Split(data, split, count, data_given ? data : cache)
+                : eval::FindOrGenerateSynthvidSplit(data, split, count, data_given ? data : cache);
   if (!dir.ok()) return fail(dir.status());
-  auto split_items = eval::LoadSynthvidSplit(*dir, split, limit);
-  if (!split_items.ok()) return fail(split_items.status());
+  StatusOr<std::vector<eval::SynthvidItem>> split_items = std::vector<eval::SynthvidItem>();
+  StatusOr<std::vector<eval::Synthvid2Item>> v2_items = std::vector<eval::Synthvid2Item>();
+  nlohmann::json data_manifest;
+  if (v2) {
+    v2_items = eval::LoadSynthvid2Split(*dir, split, limit);
+    if (!v2_items.ok()) return fail(v2_items.status());
+    if (auto p = eval::LoadSynthvid2Provenance(*dir, split); p.ok()) {
+      data_manifest = {{"generator", p->generator},
+                       {"generator_version", p->generator_version},
+                       {"jsonl_sha256", p->jsonl_sha256}};
+    }
+  } else {
+    split_items = eval::LoadSynthvidSplit(*dir, split, limit);
+    if (!split_items.ok()) return fail(split_items.status());
+  }
 
   engine::runtime::EngineOptions options;
   options.threads = threads;
@@ -246,11 +301,23 @@ int RunEval(const std::vector<std::string>& args) {
   if (auto probe = (*eng)->NewConversation(opt.policy); !probe.ok()) return fail(probe.status());
   const auto spec = server::PreprocessSpecFor((*eng)->preprocessor(), (*eng)->image_size());
 
-  eval::EvalReport report(eval::EvalRunInfo{.split = split,
+  eval::EvalReport report(eval::EvalRunInfo{.suite = suite,
+                                            .split = split,
                                             .model = model_dir,
                                             .policy = opt.policy,
                                             .data_dir = dir->string(),
-                                            .threads = engine::ComputeThreads()});
+                                            .threads = engine::ComputeThreads(),
+                                            .data_manifest = data_manifest});
+  if (v2) {
+    if (Status s = RunSynthvid2(**eng, *v2_items, opt, spec, report); !s.ok()) return fail(s);
+    std::fputs(report.Table().c_str(), stdout);
+    if (json) {
+      std::printf("%s\n", report.Json(items)
+                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                               .c_str());
+    }
+    return 0;
+  }
   const double start = NowMs();
   const size_t n = split_items->size();
   std::future<DecodedVideo> next = DecodeAhead(split_items->front(), opt, spec);
