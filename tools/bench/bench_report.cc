@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/ops/cpu_isa.h"
 #include "engine/core/device.h"
 
 namespace framezip::bench {
@@ -24,6 +25,8 @@ Machine DetectMachine() {
   if (m.cpu.empty()) m.cpu = "unknown";
   const int gpus = engine::CudaDeviceCount();
   m.gpu = gpus == 0 ? "none" : fmt::format("{} CUDA device(s)", gpus);
+  m.isa = engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa());
+  m.kernels = engine::ops::cpu::KernelIsa();
   return m;
 }
 
@@ -51,7 +54,12 @@ std::string Report::Json() const {
   }
   nlohmann::json out = {
       {"suite", suite_},
-      {"machine", {{"cpu", machine_.cpu}, {"threads", machine_.threads}, {"gpu", machine_.gpu}}},
+      {"machine",
+       {{"cpu", machine_.cpu},
+        {"isa", machine_.isa},
+        {"kernels", machine_.kernels},
+        {"threads", machine_.threads},
+        {"gpu", machine_.gpu}}},
       {"results", results}};
   return out.dump();
 }

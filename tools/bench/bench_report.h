@@ -1,6 +1,7 @@
 // The common output of `framezip bench SUITE` (ARCHITECTURE.md §6): human-readable lines while
 // running, then — with --json — one JSON object as the last line of stdout:
-//   {"suite", "machine": {"cpu", "threads", "gpu"}, "results": [{"name", "value", "unit",
+//   {"suite", "machine": {"cpu", "isa", "kernels", "threads", "gpu"}, "results": [{"name",
+//    "value", "unit",
 //    "target"?, "ok"?}]}
 // A result that has a target in an issue carries it, and "ok" says whether it was met
 // (value >= target for higher-is-better figures, value <= target for lower-is-better ones).
@@ -16,6 +17,8 @@ struct Machine {
   std::string cpu;  // /proc/cpuinfo model name
   int threads = 0;  // threads the benchmark used
   std::string gpu;  // "none" or the CUDA device description
+  std::string isa;      // the CPU's vector features (engine/ops/cpu_isa.h)
+  std::string kernels;  // the ISA the engine's CPU kernels dispatch to on it
 };
 
 // The CPU model name and the GPU summary of this machine (threads left 0 for the caller).

@@ -1,6 +1,8 @@
 // framezip bench engine: the CPU engine's throughput on the Qwen2-0.5B shape with random bf16
 // weights built in memory (no files), next to this machine's own limits measured in the same run:
 //   - sgemm GFLOP/s (ops::MatMul, f32, 2048³, all compute threads) and read bandwidth GB/s;
+//   - the physical compute ceiling: f32 FMA GFLOP/s of independent FMAs on the widest vector unit
+//     (engine/ops/cpu_isa.h), and sgemm and the prefill GEMMs as fractions of it;
 //   - prefill GEMM GFLOP/s at the decoder's Linear shapes (bf16 weights) as a fraction of sgemm
 //     (target >= 0.70), and prefill tokens/s at 512 and 2048 tokens;
 //   - decode tokens/s at batch 1, 8 and 16, and 16 over 1 (continuous batching's gain, target
@@ -15,6 +17,7 @@
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/ops/cpu_isa.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/linear.h"
 #include "engine/runtime/decoder_loading.h"
@@ -135,6 +138,11 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   auto bw = ReadBandwidthGBs();
   if (!bw.ok()) return fail(bw.status());
   report.Add("read_bandwidth", *bw, "GB/s");
+  // The physical compute ceiling: independent FMAs on the widest vector unit, every thread.
+  auto peak = engine::ops::cpu::PeakFmaGflops(engine::ComputeThreads());
+  if (!peak.ok()) return fail(peak.status());
+  report.Add("peak_fma_gflops_" + engine::ops::cpu::PeakIsa(), *peak, "GFLOP/s");
+  report.Add("sgemm_fraction_of_peak", *sgemm / *peak, "fraction");
 
   const engine::model::TextConfig config = engine::runtime::Qwen2_0_5BConfig();
   for (int64_t m : {512, 2048}) {
@@ -142,6 +150,7 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     if (!g.ok()) return fail(g.status());
     report.Add(fmt::format("prefill_gemm_gflops_{}", m), *g, "GFLOP/s");
     report.Add(fmt::format("prefill_gemm_fraction_of_sgemm_{}", m), *g / *sgemm, "fraction", 0.70);
+    report.Add(fmt::format("prefill_gemm_fraction_of_peak_{}", m), *g / *peak, "fraction");
   }
 
   const auto t_setup = Clock::now();

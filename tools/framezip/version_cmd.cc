@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "engine/core/device.h"
+#include "engine/ops/cpu_isa.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
 
@@ -11,6 +12,11 @@ int RunVersion(const std::vector<std::string>& args) {
   if (auto code = ParseOrExit(flags, args)) return *code;
   std::printf("framezip %s (CUDA backend: %s)\n", FRAMEZIP_VERSION,
               engine::BuiltWithCuda() ? "compiled" : "not compiled");
+  // Chosen at run time (never -march=native): what this machine's CPU offers, and what the
+  // engine's hand-written kernels dispatch to on it.
+  std::printf("CPU ISA: %s; kernels: %s\n",
+              engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa()).c_str(),
+              engine::ops::cpu::KernelIsa().c_str());
   return 0;
 }
 
