@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""framezip's CPU engine beside llama.cpp on the same model shape, in one run (issue 26).
+
+llama.cpp comes from PyPI: llama-cpp-python builds the llama.cpp it vendors, with its own CPU
+feature detection; `gguf` (llama.cpp's own writer) writes a GGUF of Qwen2-0.5B's shape (hidden 896,
+24 layers, 14/2 heads of 64, MLP 4864, vocabulary 151936, q/k/v biases, tied head, RoPE θ 1e6) with
+random F16 weights, so neither side needs a download. framezip runs the same shape with random
+bf16 weights (`framezip bench engine`). The two engines are alternated round by round and the
+ratios are medians over rounds.
+
+Figures (tokens/s): prefill of 512 and 2048 tokens, decode batch 1 after a 512-token prompt, and
+the same decode with 4-bit KV: llama.cpp's q4_0 cache (flash attention) next to framezip's KIVI
+int4 pages (policy kivi4); framezip's batch-16 decode is reported alone. Not measured here yet: batched decode of 16 sequences on llama.cpp (needs its low-level
+batch API) and one SigLIP frame through an mmproj.
+
+Usage:
+  scripts: python3 -m venv .venv-peers && .venv-peers/bin/pip install -r bench/peers/requirements.txt
+  .venv-peers/bin/python bench/peers/llama_cpp_peer.py --framezip build/bin/framezip --rounds 2
+Prints one line per measurement and a final JSON object.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTER, VOCAB = 896, 24, 14, 2, 64, 4864, 151936
+
+
+def write_gguf(path: str, seed: int = 7) -> None:
+    """A Qwen2-0.5B-shaped GGUF with random F16 weights and a placeholder vocabulary."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "qwen2")
+    w.add_name("framezip-peer-qwen2-0.5b-shape")
+    w.add_context_length(32768)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(INTER)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    # Token ids are fed directly, so the vocabulary only has to exist with the right size.
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([f"<t{i}>" for i in range(VOCAB)])
+    w.add_token_types([1] * VOCAB)
+    w.add_token_merges(["<t2> <t3>"])  # llama.cpp requires a non-empty merge list
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+
+    def t(name, shape, std=0.02, mean=0.0, dtype=np.float16):
+        w.add_tensor(name, (mean + std * rng.standard_normal(shape, dtype=np.float32)).astype(dtype))
+
+    t("token_embd.weight", (VOCAB, HIDDEN))
+    t("output_norm.weight", (HIDDEN,), 0.02, 1.0, np.float32)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        t(p + "attn_norm.weight", (HIDDEN,), 0.02, 1.0, np.float32)
+        t(p + "attn_q.weight", (q, HIDDEN))
+        t(p + "attn_q.bias", (q,), dtype=np.float32)
+        t(p + "attn_k.weight", (kv, HIDDEN))
+        t(p + "attn_k.bias", (kv,), dtype=np.float32)
+        t(p + "attn_v.weight", (kv, HIDDEN))
+        t(p + "attn_v.bias", (kv,), dtype=np.float32)
+        t(p + "attn_output.weight", (HIDDEN, q))
+        t(p + "ffn_norm.weight", (HIDDEN,), 0.02, 1.0, np.float32)
+        t(p + "ffn_gate.weight", (INTER, HIDDEN))
+        t(p + "ffn_up.weight", (INTER, HIDDEN))
+        t(p + "ffn_down.weight", (HIDDEN, INTER))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def ids(n: int, salt: int = 13) -> list:
+    return [(i * 7919 + salt) % VOCAB for i in range(n)]
+
+
+def llama_round(model: str, threads: int, decode_steps: int) -> dict:
+    """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at 512, 4-bit KV."""
+    from llama_cpp import Llama
+
+    out = {}
+    llm = Llama(model_path=model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=threads,
+                n_threads_batch=threads, verbose=False)
+    for n in (512, 2048):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids(n))
+        out[f"prefill_{n}"] = n / (time.perf_counter() - t0)
+    llm.reset()
+    llm.eval(ids(512))
+    t0 = time.perf_counter()
+    for i in range(decode_steps):
+        llm.eval([42 + i])
+    out["decode_batch1"] = decode_steps / (time.perf_counter() - t0)
+    del llm
+    # KV cache in 4 bits (q4_0 keys and values; V quantisation needs flash attention).
+    llm = Llama(model_path=model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=threads,
+                n_threads_batch=threads, flash_attn=True, type_k=2, type_v=2, verbose=False)
+    llm.eval(ids(512))
+    t0 = time.perf_counter()
+    for i in range(decode_steps):
+        llm.eval([42 + i])
+    out["decode_batch1_kv4"] = decode_steps / (time.perf_counter() - t0)
+    del llm
+    return out
+
+
+def framezip_round(binary: str, threads: int) -> dict:
+    run = subprocess.run([binary, "bench", "engine", "--skip-vision", "--threads", str(threads),
+                          "--json"], capture_output=True, text=True, check=True)
+    j = json.loads(run.stdout.strip().splitlines()[-1])
+    r = {x["name"]: x["value"] for x in j["results"]}
+    return {"prefill_512": r["prefill_tokens_per_s_512"],
+            "prefill_2048": r["prefill_tokens_per_s_2048"],
+            "decode_batch1": r["decode_tokens_per_s_batch1"],
+            "decode_batch1_kv4": r["decode_tokens_per_s_batch1_kv4"],
+            "decode_batch16": r["decode_tokens_per_s_batch16"],
+            "machine": j["machine"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--framezip", default="build/bin/framezip")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--decode-steps", type=int, default=24)
+    ap.add_argument("--gguf", default="", help="reuse this GGUF instead of writing one")
+    args = ap.parse_args()
+
+    model = args.gguf
+    tmp = None
+    if not model:
+        tmp = tempfile.TemporaryDirectory()
+        model = os.path.join(tmp.name, "qwen2-0.5b-shape-f16.gguf")
+        t0 = time.perf_counter()
+        write_gguf(model)
+        print(f"wrote {model} ({os.path.getsize(model) / 2**20:.0f} MiB) in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+    llama, fz = [], []
+    machine = {}
+    for r in range(args.rounds):
+        lr = llama_round(model, args.threads, args.decode_steps)
+        print(f"round {r + 1} llama.cpp: " + ", ".join(f"{k} {v:.2f}" for k, v in lr.items()),
+              flush=True)
+        llama.append(lr)
+        fr = framezip_round(args.framezip, args.threads)
+        machine = fr.pop("machine")
+        print(f"round {r + 1} framezip:  " + ", ".join(f"{k} {v:.2f}" for k, v in fr.items()),
+              flush=True)
+        fz.append(fr)
+
+    def med(rows, key):
+        return statistics.median(row[key] for row in rows)
+
+    table = {}
+    for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_kv4"):
+        table[key] = {"llama_cpp": med(llama, key), "framezip": med(fz, key),
+                      "ratio": med(fz, key) / med(llama, key)}
+    table["decode_batch16"] = {"framezip": med(fz, "decode_batch16")}
+    import llama_cpp
+    result = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
+              "llama_cpp_python": llama_cpp.__version__,
+              "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
+              "figures": table}
+    for key, v in table.items():
+        line = f"{key:20s}" + "".join(f" {k} {x:8.2f}" for k, x in v.items())
+        print(line)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
