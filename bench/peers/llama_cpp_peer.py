@@ -10,8 +10,9 @@ ratios are medians over rounds.
 
 Figures (tokens/s): prefill of 512 and 2048 tokens, decode batch 1 after a 512-token prompt, and
 the same decode with 4-bit KV: llama.cpp's q4_0 cache (flash attention) next to framezip's KIVI
-int4 pages (policy kivi4); framezip's batch-16 decode is reported alone. Not measured here yet: batched decode of 16 sequences on llama.cpp (needs its low-level
-batch API) and one SigLIP frame through an mmproj.
+int4 pages (policy kivi4); decode of 16 sequences together (llama.cpp through its low-level batch
+API, one seq_id each in a unified KV cache). Not measured here yet: decode at depth 2048 and one
+SigLIP frame through an mmproj.
 
 Usage:
   scripts: python3 -m venv .venv-peers && .venv-peers/bin/pip install -r bench/peers/requirements.txt
@@ -115,7 +116,51 @@ def llama_round(model: str, threads: int, decode_steps: int) -> dict:
         llm.eval([42 + i])
     out["decode_batch1_kv4"] = decode_steps / (time.perf_counter() - t0)
     del llm
+    out["decode_batch16"] = llama_batched_decode(model, threads, decode_steps)
     return out
+
+
+def llama_batched_decode(model: str, threads: int, steps: int, batch: int = 16) -> float:
+    """llama.cpp decoding `batch` sequences together (one llama_decode per step, each sequence
+    its own seq_id in a unified KV cache), after prompts of 32-88 tokens as framezip's batch 16
+    gets them; aggregate tokens/s. Through llama-cpp-python's low-level API (its Llama class
+    holds one sequence)."""
+    import llama_cpp as L
+
+    L.llama_backend_init()
+    model_params = L.llama_model_default_params()
+    m = L.llama_model_load_from_file(model.encode(), model_params)
+    if not m:
+        raise RuntimeError(f"llama.cpp could not load {model}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = 4096, 2048, 512, batch
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.kv_unified = True
+    ctx = L.llama_init_from_model(m, cp)
+    b = L.llama_batch_init(2048, 0, batch)
+
+    def decode(items):
+        b.n_tokens = len(items)
+        for i, (tok, pos, seq, logits) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, logits
+            b.seq_id[i][0] = seq
+        if L.llama_decode(ctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    try:
+        lengths = [32 + 8 * (s % 8) for s in range(batch)]
+        for s, n in enumerate(lengths):
+            prompt = ids(n, 100 + s)
+            decode([(t, p, s, p == n - 1) for p, t in enumerate(prompt)])
+        decode([(42, lengths[s], s, True) for s in range(batch)])  # warm-up step
+        t0 = time.perf_counter()
+        for i in range(steps):
+            decode([(42 + i, lengths[s] + 1 + i, s, True) for s in range(batch)])
+        return batch * steps / (time.perf_counter() - t0)
+    finally:
+        L.llama_batch_free(b)
+        L.llama_free(ctx)
+        L.llama_model_free(m)
 
 
 def framezip_round(binary: str, threads: int) -> dict:
@@ -166,10 +211,10 @@ def main() -> int:
         return statistics.median(row[key] for row in rows)
 
     table = {}
-    for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_kv4"):
+    for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_kv4",
+                "decode_batch16"):
         table[key] = {"llama_cpp": med(llama, key), "framezip": med(fz, key),
                       "ratio": med(fz, key) / med(llama, key)}
-    table["decode_batch16"] = {"framezip": med(fz, "decode_batch16")}
     import llama_cpp
     result = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
               "llama_cpp_python": llama_cpp.__version__,
