@@ -88,33 +88,37 @@ def ids(n: int, salt: int = 13) -> list:
     return [(i * 7919 + salt) % VOCAB for i in range(n)]
 
 
+def decode_after_prompt(llm, steps: int, prompt: int = 512) -> float:
+    """Batch-1 decode tokens/s of `llm` after a fresh `prompt`-token prefill."""
+    llm.reset()
+    llm.eval(ids(prompt))
+    t0 = time.perf_counter()
+    for i in range(steps):
+        llm.eval([42 + i])
+    return steps / (time.perf_counter() - t0)
+
+
 def llama_round(model: str, threads: int, decode_steps: int) -> dict:
-    """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at 512, 4-bit KV."""
+    """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at 512 (f16 and 4-bit
+    KV), and decode of 16 sequences together."""
     from llama_cpp import Llama
 
+    def load(**kv_options):
+        return Llama(model_path=model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=threads,
+                     n_threads_batch=threads, verbose=False, **kv_options)
+
     out = {}
-    llm = Llama(model_path=model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=threads,
-                n_threads_batch=threads, verbose=False)
+    llm = load()
     for n in (512, 2048):
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(ids(n))
         out[f"prefill_{n}"] = n / (time.perf_counter() - t0)
-    llm.reset()
-    llm.eval(ids(512))
-    t0 = time.perf_counter()
-    for i in range(decode_steps):
-        llm.eval([42 + i])
-    out["decode_batch1"] = decode_steps / (time.perf_counter() - t0)
+    out["decode_batch1"] = decode_after_prompt(llm, decode_steps)
     del llm
     # KV cache in 4 bits (q4_0 keys and values; V quantisation needs flash attention).
-    llm = Llama(model_path=model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=threads,
-                n_threads_batch=threads, flash_attn=True, type_k=2, type_v=2, verbose=False)
-    llm.eval(ids(512))
-    t0 = time.perf_counter()
-    for i in range(decode_steps):
-        llm.eval([42 + i])
-    out["decode_batch1_kv4"] = decode_steps / (time.perf_counter() - t0)
+    llm = load(flash_attn=True, type_k=2, type_v=2)
+    out["decode_batch1_kv4"] = decode_after_prompt(llm, decode_steps)
     del llm
     out["decode_batch16"] = llama_batched_decode(model, threads, decode_steps)
     return out

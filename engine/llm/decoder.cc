@@ -193,7 +193,10 @@ Status Decoder::Forward(const StepRows& rows, Tensor& x, const LayerObserver& ob
   FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
   std::copy(rows.host_positions.begin(), rows.host_positions.end(),
             host_positions.data<int32_t>());
-  FZ_ASSIGN_OR_RETURN(const Tensor positions, host_positions.To(device_));
+  Tensor positions = host_positions;  // on the CPU the host tensor is the device's
+  if (!device_.is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(positions, host_positions.To(device_));
+  }
   for (int64_t l = 0; l < shape_.layers; ++l) {
     FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), rows, positions, x));
     if (observer && l + 1 < shape_.layers) FZ_RETURN_IF_ERROR(observer(l + 1, x));

@@ -70,20 +70,22 @@ StatusOr<std::unique_ptr<llm::Decoder>> CreateDecoder(const model::TextConfig& c
 }
 
 model::TextConfig Qwen2_0_5BConfig() {
+  // The numbers live once, in llm::Qwen2_0_5BShape; this adds what only a config has.
+  const llm::DecoderShape s = llm::Qwen2_0_5BShape();
   model::TextConfig c;
   c.arch = model::TextArch::kQwen2;
   c.model_type = "qwen2";
-  c.vocab_size = 151936;
-  c.hidden_size = 896;
-  c.intermediate_size = 4864;
-  c.num_hidden_layers = 24;
-  c.num_attention_heads = 14;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.intermediate;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = s.heads;
+  c.num_key_value_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
   c.max_position_embeddings = 32768;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  c.qkv_bias = true;
+  c.rms_norm_eps = s.rms_eps;
+  c.rope_theta = s.rope.theta;
+  c.qkv_bias = s.qkv_bias;
   c.tie_word_embeddings = true;
   return c;
 }

@@ -30,6 +30,9 @@ import shutil
 import signal
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402  (tests/deploy/checks.py)
 import tempfile
 import time
 
@@ -70,19 +73,6 @@ def ensure_packages():
     os.execve(VENV_PYTHON, [VENV_PYTHON, os.path.abspath(__file__)] + sys.argv[1:], env)
 
 
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def check(self, ok, what, detail=""):
-        line = f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail else "")
-        print(line, flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(line)
-        return ok
 
 
 # Value sets: (name, values, Kubernetes versions to validate against).
@@ -535,8 +525,7 @@ def main():
                 message = " ".join(str(e).split())
                 c.check(why in message, f"refuses {json.dumps(values)}", message[-150:])
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{c.passed} passed, {len(c.failed)} failed")
-    sys.exit(1 if c.failed else 0)
+    c.finish()
 
 
 if __name__ == "__main__":

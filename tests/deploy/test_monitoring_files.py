@@ -20,23 +20,14 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402  (tests/deploy/checks.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("FRAMEZIP_SOURCE_DIR", os.path.normpath(os.path.join(HERE, "..", "..")))
 CHART = os.path.join(SOURCE_DIR, "helm", "framezip")
 
 
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def check(self, ok, what, detail=""):
-        line = f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail else "")
-        print(line, flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(line)
 
 
 def registered_metrics():
@@ -178,8 +169,7 @@ def main():
     missing = [n for n, _ in alerts if n not in docs]
     c.check(not missing, "docs/deployment.md names every alert", f"missing: {missing}")
 
-    print(f"{c.passed} passed, {len(c.failed)} failed")
-    sys.exit(1 if c.failed else 0)
+    c.finish()
 
 
 if __name__ == "__main__":

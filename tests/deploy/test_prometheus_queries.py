@@ -41,6 +41,9 @@ import signal
 import socket
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402  (tests/deploy/checks.py)
 import tempfile
 import threading
 import time
@@ -61,19 +64,6 @@ MODEL_NAME = "framezip-tiny-video"
 RATE_INTERVAL = "1m"  # what Grafana's $__rate_interval is at these scrape intervals and ranges
 
 
-class Failures:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def check(self, ok, what, detail=""):
-        line = f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail else "")
-        print(line, flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(line)
-        return ok
 
 
 def skip(reason):
@@ -220,7 +210,7 @@ def main():
     sys.path.insert(0, HERE)
     import framezip_load
 
-    f = Failures()
+    f = Checks()
     tmp = tempfile.mkdtemp(prefix="framezip-prom-")
     procs = Processes(tmp)
     try:

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tools/eval/jsonl_split.h"
+
 namespace framezip::eval {
 
 StatusOr<Synthvid2Item> ParseSynthvid2Item(std::string_view line,
@@ -25,7 +27,10 @@ StatusOr<Synthvid2Item> ParseSynthvid2Item(std::string_view line,
                               f.at("shape").get<std::string>(), f.at("motion").get<std::string>()});
       }
     }
-    if (item.num_frames < 1) return InvalidArgumentError("item {}: num_frames < 1", item.id);
+    if (item.num_frames < 1 || item.num_frames > kMaxSplitFrames) {
+      return InvalidArgumentError("item {}: num_frames {} outside [1, {}]", item.id,
+                                  item.num_frames, kMaxSplitFrames);
+    }
     if (item.turns.empty()) return InvalidArgumentError("item {}: no turns", item.id);
     if (item.task == "describe" && item.facts.empty()) {
       return InvalidArgumentError("item {}: a describe item without facts", item.id);
@@ -38,20 +43,7 @@ StatusOr<Synthvid2Item> ParseSynthvid2Item(std::string_view line,
 
 StatusOr<std::vector<Synthvid2Item>> LoadSynthvid2Split(const std::filesystem::path& dir,
                                                         std::string_view split, int limit) {
-  const std::filesystem::path file = dir / (std::string(split) + ".jsonl");
-  std::ifstream in(file);
-  if (!in) return NotFoundError("{} does not exist or cannot be read", file.string());
-  std::vector<Synthvid2Item> items;
-  std::string line;
-  for (int line_no = 1; std::getline(in, line); ++line_no) {
-    if (line.empty()) continue;
-    if (limit > 0 && static_cast<int>(items.size()) >= limit) break;
-    auto item = ParseSynthvid2Item(line, dir);
-    if (!item.ok()) return Annotate(item.status(), fmt::format("{}:{}", file.string(), line_no));
-    items.push_back(std::move(*item));
-  }
-  if (items.empty()) return InvalidArgumentError("{} holds no items", file.string());
-  return items;
+  return LoadJsonlSplit(dir, split, limit, ParseSynthvid2Item);
 }
 
 StatusOr<Synthvid2Provenance> LoadSynthvid2Provenance(const std::filesystem::path& dir,

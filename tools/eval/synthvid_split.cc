@@ -1,7 +1,8 @@
 #include "tools/eval/synthvid_split.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tools/eval/jsonl_split.h"
 
 namespace framezip::eval {
 namespace {
@@ -24,7 +25,10 @@ StatusOr<SynthvidItem> ParseSynthvidItem(std::string_view line, const std::files
     if (j.contains("followups")) {
       for (const auto& f : j.at("followups")) item.followups.push_back(QuestionFrom(f));
     }
-    if (item.num_frames < 1) return InvalidArgumentError("item {}: num_frames < 1", item.id);
+    if (item.num_frames < 1 || item.num_frames > kMaxSplitFrames) {
+      return InvalidArgumentError("item {}: num_frames {} outside [1, {}]", item.id,
+                                  item.num_frames, kMaxSplitFrames);
+    }
     return item;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgumentError("not a synthvid item ({})", e.what());
@@ -33,20 +37,7 @@ StatusOr<SynthvidItem> ParseSynthvidItem(std::string_view line, const std::files
 
 StatusOr<std::vector<SynthvidItem>> LoadSynthvidSplit(const std::filesystem::path& dir,
                                                       std::string_view split, int limit) {
-  const std::filesystem::path file = dir / (std::string(split) + ".jsonl");
-  std::ifstream in(file);
-  if (!in) return NotFoundError("{} does not exist or cannot be read", file.string());
-  std::vector<SynthvidItem> items;
-  std::string line;
-  for (int line_no = 1; std::getline(in, line); ++line_no) {
-    if (line.empty()) continue;
-    if (limit > 0 && static_cast<int>(items.size()) >= limit) break;
-    auto item = ParseSynthvidItem(line, dir);
-    if (!item.ok()) return Annotate(item.status(), fmt::format("{}:{}", file.string(), line_no));
-    items.push_back(std::move(*item));
-  }
-  if (items.empty()) return InvalidArgumentError("{} holds no items", file.string());
-  return items;
+  return LoadJsonlSplit(dir, split, limit, ParseSynthvidItem);
 }
 
 const SynthvidQuestion* SecondTurnQuestion(const SynthvidItem& item) {

@@ -105,6 +105,17 @@ std::future<DecodedVideo> DecodeAhead(const eval::SynthvidItem& item, const Eval
   return DecodeAhead(item.video, opt.frames > 0 ? opt.frames : item.num_frames, spec);
 }
 
+// The table, then with --json the one-line JSON object as the last line of stdout.
+void PrintReport(const eval::EvalReport& report, bool json, bool items) {
+  std::fputs(report.Table().c_str(), stdout);
+  if (json) {
+    std::printf(
+        "%s\n",
+        report.Json(items).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  std::fflush(stdout);
+}
+
 // synthvid2: every item a session, every turn scored (eval_synthvid2.h).
 Status RunSynthvid2(Engine& eng, const std::vector<eval::Synthvid2Item>& items,
                     const EvalOptions& opt, const media::PreprocessSpec& spec,
@@ -310,12 +321,7 @@ int RunEval(const std::vector<std::string>& args) {
                                             .data_manifest = data_manifest});
   if (v2) {
     if (Status s = RunSynthvid2(**eng, *v2_items, opt, spec, report); !s.ok()) return fail(s);
-    std::fputs(report.Table().c_str(), stdout);
-    if (json) {
-      std::printf("%s\n", report.Json(items)
-                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                               .c_str());
-    }
+    PrintReport(report, json, items);
     return 0;
   }
   const double start = NowMs();
@@ -334,13 +340,7 @@ int RunEval(const std::vector<std::string>& args) {
     }
   }
   report.SetSeconds((NowMs() - start) / 1000);
-  std::fputs(report.Table().c_str(), stdout);
-  if (json) {
-    std::printf(
-        "%s\n",
-        report.Json(items).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  }
-  std::fflush(stdout);
+  PrintReport(report, json, items);
   return 0;
 }
 

@@ -23,15 +23,17 @@
 
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
+#include "engine/llm/random_weights.h"
+#include "tests/testing/random.h"
 #include "tests/unit/engine/cuda_test_util.h"
-#include "tests/unit/engine/llm/op_test_util.h"
 
 namespace framezip::engine::test {
 namespace {
 
 struct TinyText {
   llm::DecoderShape shape;
-  llm::DecoderWeights weights;
+  llm::RandomDecoderWeights random;  // owns the tensors
+  const llm::DecoderWeights& weights() const { return random.weights; }
 };
 
 TinyText MakeTinyText(DType dtype, int64_t head_dim, std::mt19937_64& rng) {
@@ -48,31 +50,9 @@ TinyText MakeTinyText(DType dtype, int64_t head_dim, std::mt19937_64& rng) {
   s.qkv_bias = true;
   s.rope.head_dim = static_cast<int>(head_dim);
   s.rope.theta = 1e4;
-  auto norm = [&] {
-    RandomTensor t = MakeRandom({s.hidden}, DType::kF32, rng, 0.1f);
-    for (int64_t i = 0; i < s.hidden; ++i) t.tensor.data<float>()[i] += 1.f;
-    return t.tensor;
-  };
-  const int64_t q = s.q_dim(), kv = s.kv_dim();
-  m.weights.embed_tokens = MakeRandom({s.vocab, s.hidden}, dtype, rng, 0.5f).tensor;
-  m.weights.lm_head = m.weights.embed_tokens;  // tied, as the shipped model
-  m.weights.norm = norm();
-  for (int64_t l = 0; l < s.layers; ++l) {
-    llm::LayerWeights w;
-    w.input_layernorm = norm();
-    w.post_attention_layernorm = norm();
-    w.q_proj = MakeRandom({q, s.hidden}, dtype, rng, 0.09f).tensor;
-    w.q_bias = MakeRandom({q}, dtype, rng, 0.1f).tensor;
-    w.k_proj = MakeRandom({kv, s.hidden}, dtype, rng, 0.09f).tensor;
-    w.k_bias = MakeRandom({kv}, dtype, rng, 0.1f).tensor;
-    w.v_proj = MakeRandom({kv, s.hidden}, dtype, rng, 0.09f).tensor;
-    w.v_bias = MakeRandom({kv}, dtype, rng, 0.1f).tensor;
-    w.o_proj = MakeRandom({s.hidden, q}, dtype, rng, 0.09f).tensor;
-    w.gate_proj = MakeRandom({s.intermediate, s.hidden}, dtype, rng, 0.09f).tensor;
-    w.up_proj = MakeRandom({s.intermediate, s.hidden}, dtype, rng, 0.09f).tensor;
-    w.down_proj = MakeRandom({s.hidden, s.intermediate}, dtype, rng, 0.05f).tensor;
-    m.weights.layers.push_back(std::move(w));
-  }
+  // Tied head, as the shipped model; fresh values every run (the test seed).
+  m.random = *llm::MakeRandomDecoderWeights(
+      s, {.dtype = dtype, .seed = rng(), .stddev = 0.09f, .tied_lm_head = true});
   return m;
 }
 
@@ -84,7 +64,7 @@ struct Side {
 
 Side MakeSide(const TinyText& m, Device device, kv::KvFormat full) {
   Side side;
-  auto d = llm::Decoder::Create(m.shape, m.weights, device);
+  auto d = llm::Decoder::Create(m.shape, m.weights(), device);
   INFO((d.ok() ? "" : MessageOf(d.status())));
   REQUIRE(d.ok());
   side.decoder = std::move(*d);

@@ -82,5 +82,36 @@ TEST_CASE("synthvid2 JSONL lines parse into turns and facts", "[unit][eval]") {
   CHECK(!ParseSynthvid2Item("{not json", "/d").ok());
 }
 
+TEST_CASE("Malformed synthvid2 lines are refused, naming the field, never crash",
+          "[unit][eval]") {
+  const std::string head = R"({"id": "x", "task": "needle", "video": "v.mp4", )";
+  const std::string turns = R"("turns": [{"question": "q", "answer": "a"}])";
+  struct Case {
+    std::string line;
+    const char* says;  // a piece of the message
+  };
+  const Case cases[] = {
+      {head + R"("num_frames": -3, )" + turns + "}", "num_frames -3 outside"},
+      {head + R"("num_frames": 0, )" + turns + "}", "num_frames 0 outside"},
+      {head + R"("num_frames": 100000000, )" + turns + "}", "num_frames 100000000 outside"},
+      {head + R"("num_frames": "many", )" + turns + "}", "not a synthvid v2 item"},
+      {head + R"("num_frames": 8, "turns": "q?"})", "not a synthvid v2 item"},
+      {head + R"("num_frames": 8, "turns": [{"question": 7, "answer": "a"}]})",
+       "not a synthvid v2 item"},
+      {head + R"("num_frames": 8, )" + turns + R"(, "facts": {"order": "x"}})",
+       "not a synthvid v2 item"},
+      {head + R"("num_frames": 8, )" + turns.substr(0, 20), "not a synthvid v2 item"},  // cut
+      {"", "not a synthvid v2 item"},
+      {"[]", "not a synthvid v2 item"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.line);
+    auto item = ParseSynthvid2Item(c.line, "/d");
+    REQUIRE(!item.ok());
+    CHECK(item.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(item.status()), Catch::Contains(c.says));
+  }
+}
+
 }  // namespace
 }  // namespace framezip::eval
