@@ -1,5 +1,6 @@
 #include "engine/compress/policy.h"
 
+#include "engine/compress/dynamic_llava.h"
 #include "engine/compress/fastv.h"
 #include "engine/compress/kivi.h"
 #include "engine/compress/policy_options.h"
@@ -8,24 +9,34 @@
 namespace framezip::engine::compress {
 namespace {
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateNonePolicy(PolicyOptions& options) {
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateNonePolicy(PolicyOptions& options,
+                                                              const PolicyResources&) {
   FZ_RETURN_IF_ERROR(options.CheckAllUsed());
   return std::unique_ptr<CompressionPolicy>(new NonePolicy());
 }
 
 struct PolicyFactory {
   const char* name;
-  StatusOr<std::unique_ptr<CompressionPolicy>> (*create)(PolicyOptions& options);
+  StatusOr<std::unique_ptr<CompressionPolicy>> (*create)(PolicyOptions& options,
+                                                         const PolicyResources& resources);
 };
+
+// The policies that need nothing from the model.
+template <StatusOr<std::unique_ptr<CompressionPolicy>> (*Create)(PolicyOptions&)>
+StatusOr<std::unique_ptr<CompressionPolicy>> WithoutResources(PolicyOptions& options,
+                                                              const PolicyResources&) {
+  return Create(options);
+}
 
 // The registry: one line per policy.
 // clang-format off
 constexpr PolicyFactory kPolicies[] = {
     {"none", CreateNonePolicy},
-    {"zipvl", CreateZipVlPolicy},
-    {"fastv", CreateFastVPolicy},
-    {"kivi", CreateKiviPolicy},
-    {"kivi4", CreateKivi4Policy},
+    {"zipvl", WithoutResources<CreateZipVlPolicy>},
+    {"fastv", WithoutResources<CreateFastVPolicy>},
+    {"kivi", WithoutResources<CreateKiviPolicy>},
+    {"kivi4", WithoutResources<CreateKivi4Policy>},
+    {"dynamic_llava", CreateDynamicLlavaPolicy},
 };
 // clang-format on
 
@@ -45,11 +56,12 @@ std::vector<std::string> PolicyNames() {
   return names;
 }
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec) {
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec,
+                                                          const PolicyResources& resources) {
   FZ_ASSIGN_OR_RETURN(PolicyOptions options, PolicyOptions::Parse(spec));
   const std::string name = options.name().empty() ? "none" : options.name();
   for (const PolicyFactory& p : kPolicies) {
-    if (name == p.name) return p.create(options);
+    if (name == p.name) return p.create(options, resources);
   }
   return InvalidArgumentError("unknown compression policy '{}' (known: {})", name,
                               fmt::join(PolicyNames(), ", "));

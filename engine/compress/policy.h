@@ -9,6 +9,11 @@
 //     PlanPrefillLayer wraps it and may also ask for sparse prefill attention (ZipVL, FastV).
 //   - OnDecodeWrite, once per layer and decode step, before the new token's K/V is stored; false
 //     means "attend to it this step but do not store it" (Dynamic-LLaVA write gating).
+//   - Row selection (Dynamic-LLaVA), for a policy whose RowSelectionLayer() is a layer l: at the
+//     entry of layer l the policy sees the hidden states (the residual stream) of every prefill
+//     chunk (SelectPrefillRows) and may remove rows from the rest of the forward — no attention,
+//     no MLP, no KV in layers >= l; positions of the rows that stay are unchanged — and sees each
+//     decode token's hidden row (OnDecodeHidden) before OnDecodeWrite of layers >= l.
 //
 // Thread-safety: a policy is used by one sequence, from one engine step at a time.
 #pragma once
@@ -24,6 +29,16 @@
 #include "engine/kv/kv_format.h"
 
 namespace framezip::engine::compress {
+
+class DynamicLlavaPredictors;
+
+// What a model brings to the policies that need more than q/k/v: learned predictors. Built by
+// the runtime when it loads a model directory; a policy that needs an absent resource refuses
+// with `missing_reason`.
+struct PolicyResources {
+  std::shared_ptr<const DynamicLlavaPredictors> dynamic_llava;
+  std::string dynamic_llava_missing = "no Dynamic-LLaVA predictors were loaded";
+};
 
 // The attention inputs of one layer for one prefill chunk (views valid during the call).
 struct PrefillLayerInputs {
@@ -47,6 +62,14 @@ enum class URows : uint8_t {
   kLocal,            // Q[U] attends a sliding window of all tokens plus a few sink tokens
 };
 
+// The residual stream entering a layer for one prefill chunk (SelectPrefillRows).
+struct HiddenRowsInputs {
+  int layer = 0;
+  const Tensor* hidden = nullptr;      // [t, hidden] f32
+  const int32_t* positions = nullptr;  // [t]
+  const uint8_t* visual = nullptr;     // [t] 1 at visual rows, or null (no visual rows)
+};
+
 // A policy's decision for one layer and one prefill chunk (PlanPrefillLayer).
 struct PrefillLayerPlan {
   // kv::TokenClass per chunk token; arrives sized T and all kv::kFull.
@@ -66,14 +89,21 @@ struct PrefillLayerPlan {
 // Per-layer figures of the prefills a sequence ran (the decoder accumulates them over chunks;
 // the runtime resets them per turn and reports them in TurnStats).
 struct PrefillStats {
-  std::vector<int64_t> tokens;  // per layer: prefilled tokens
+  std::vector<int64_t> tokens;  // per layer: prefilled tokens that ran through the layer
   std::vector<int64_t> kept;    // per layer: of them stored as kFull or kImportant
-  double selection_ms = 0;      // time spent in PlanPrefillLayer (probe attention, top-p, ...)
+  std::vector<int64_t> visual;  // per layer: of them visual rows
+  double selection_ms = 0;      // time spent planning (probe attention, top-p, predictors, ...)
+  int64_t fed = 0;              // prefill rows fed (before any row selection)
+  // Decode tokens the policy did not store in the last layer (Dynamic-LLaVA's text gating).
+  int64_t decode_unstored = 0;
 
   void Reset(int num_layers) {
     tokens.assign(static_cast<size_t>(num_layers), 0);
     kept.assign(static_cast<size_t>(num_layers), 0);
+    visual.assign(static_cast<size_t>(num_layers), 0);
     selection_ms = 0;
+    fed = 0;
+    decode_unstored = 0;
   }
   // kept / tokens per layer (1 for a layer that saw no tokens).
   std::vector<float> KeptRatios() const;
@@ -108,6 +138,20 @@ class CompressionPolicy {
   // Whether the decode token at `position` is stored in `layer`.
   virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
 
+  // Row selection: the layer at whose entry SelectPrefillRows / OnDecodeHidden are called, or -1
+  // (the default: the policy never removes rows).
+  virtual int RowSelectionLayer() const { return -1; }
+  // keep[0..t) arrives all 1; a 0 removes that row of the chunk from layers >= the selection
+  // layer. inputs.hidden is on the decoder's device when RunsOn(it), else a host copy.
+  virtual Status SelectPrefillRows(const HiddenRowsInputs& /*inputs*/,
+                                   std::vector<uint8_t>& /*keep*/) {
+    return absl::OkStatus();
+  }
+  // hidden [1, hidden] f32: the decode token at `position` entering the selection layer.
+  virtual Status OnDecodeHidden(const Tensor& /*hidden*/, int32_t /*position*/) {
+    return absl::OkStatus();
+  }
+
   // Decode residual window (ZipVL §1.2, KIVI's R): decode tokens are stored as kv::kFull; once a
   // layer holds ResidualWindow() of them, the decoder asks ClassifyResidual for their classes and
   // recompresses them into the class formats. 0 = never recompress.
@@ -138,7 +182,9 @@ std::vector<std::string> PolicyNames();
 
 // A fresh policy for one sequence from a spec "name" or "name:key=value,key=value" (e.g.
 // "zipvl:tau=0.97,u_rows=attend"); INVALID_ARGUMENT listing the known names for an unknown name,
-// or naming the bad key / value.
-StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec);
+// or naming the bad key / value; FAILED_PRECONDITION when the policy needs a resource the model
+// does not have (dynamic_llava without predictors).
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec,
+                                                          const PolicyResources& resources = {});
 
 }  // namespace framezip::engine::compress

@@ -3,6 +3,7 @@
 // lay out a step's rows in mixed_step.cc.
 #include "engine/llm/decoder.h"
 
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -138,12 +139,22 @@ Status Decoder::CheckKvDevice(Device pool_device) const {
   return absl::OkStatus();
 }
 
+StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(std::string_view policy) const {
+  auto seq = std::make_unique<Sequence>();
+  FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy, policy_resources_));
+  const int select = seq->policy->RowSelectionLayer();
+  if (select >= shape_.layers) {
+    return InvalidArgumentError("policy {} selects rows at layer {}; the model has {} layers",
+                                policy, select, shape_.layers);
+  }
+  return seq;
+}
+
 StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
                                                          std::string_view policy) const {
   FZ_RETURN_IF_ERROR(CheckKvShape(pool->layout()));
   FZ_RETURN_IF_ERROR(CheckKvDevice(pool->device()));
-  auto seq = std::make_unique<Sequence>();
-  FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
+  FZ_ASSIGN_OR_RETURN(auto seq, SequenceWithPolicy(policy));
   const kv::KvPrecision want = seq->policy->Precision(pool->format());
   for (const kv::KvFormat f : {want.full, want.important, want.rest}) {
     if (f != pool->format()) {
@@ -162,8 +173,7 @@ StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(const kv::KvPools& pool
   for (const kv::KvFormat f : pools.formats()) {
     FZ_RETURN_IF_ERROR(CheckKvDevice(pools.pool(f)->device()));
   }
-  auto seq = std::make_unique<Sequence>();
-  FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy));
+  FZ_ASSIGN_OR_RETURN(auto seq, SequenceWithPolicy(policy));
   FZ_ASSIGN_OR_RETURN(seq->kv, kv::SequenceKv::Create(pools, static_cast<int>(shape_.layers),
                                                       seq->policy->Precision(full)));
   return seq;
@@ -188,21 +198,38 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
   return out;
 }
 
-Status Decoder::Forward(const StepRows& rows, Tensor& x, const LayerObserver& observer) const {
+Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserver& observer,
+                       std::vector<int64_t>* row_map) const {
   const int64_t t = x.dim(0);
   FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
-  std::copy(rows.host_positions.begin(), rows.host_positions.end(),
+  std::copy(input_rows.host_positions.begin(), input_rows.host_positions.end(),
             host_positions.data<int32_t>());
   Tensor positions = host_positions;  // on the CPU the host tensor is the device's
   if (!device_.is_cpu()) {
     FZ_ASSIGN_OR_RETURN(positions, host_positions.To(device_));
   }
+  StepRows rows = input_rows;
+  RemainingRows remaining;
+  std::vector<int64_t> local_map;
+  std::vector<int64_t>& map = row_map != nullptr ? *row_map : local_map;
+  map.resize(static_cast<size_t>(t));
+  std::iota(map.begin(), map.end(), int64_t{0});
   for (int64_t l = 0; l < shape_.layers; ++l) {
+    const int64_t before = x.dim(0);
+    FZ_RETURN_IF_ERROR(SelectRows(static_cast<int>(l), rows, x, positions, remaining, map));
+    if (observer && x.dim(0) != before) {
+      return FailedPreconditionError(
+          "hidden states per layer are not available when the policy removes rows");
+    }
     FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), rows, positions, x));
     if (observer && l + 1 < shape_.layers) FZ_RETURN_IF_ERROR(observer(l + 1, x));
   }
-  for (Sequence* s : rows.decode) ++s->length;
-  for (const PrefillPart& part : rows.parts) part.seq->length += part.rows;
+  // Positions consumed: every input row, removed or not.
+  for (Sequence* s : input_rows.decode) ++s->length;
+  for (const PrefillPart& part : input_rows.parts) {
+    part.seq->length += part.rows;
+    part.seq->prefill_stats.fed += part.rows;
+  }
   return absl::OkStatus();
 }
 

@@ -53,6 +53,7 @@ struct PrefillOptions {
   // results equal one-shot prefill up to f32 rounding.
   int64_t chunk_tokens = 0;
   // Logits for every input position ([T, V]) instead of the last one only ([1, V]).
+  // FAILED_PRECONDITION when the sequence's policy removes rows (dynamic_llava).
   bool all_logits = false;
   // When set, receives L + 1 tensors [T, H] exactly like HF's output_hidden_states: the input
   // embeddings, the output of layers 0..L-2, and the FINAL-NORMED output of the last layer.
@@ -90,6 +91,13 @@ class Decoder {
   Device device() const { return device_; }
   // Bytes of weights this decoder copied to its device (0 when it holds views).
   size_t weight_bytes() const { return weight_bytes_; }
+
+  // What the model brings to policies that need more than q/k/v (Dynamic-LLaVA's predictors),
+  // handed to every policy NewSequence creates. Set once, before sequences are made.
+  void set_policy_resources(compress::PolicyResources resources) {
+    policy_resources_ = std::move(resources);
+  }
+  const compress::PolicyResources& policy_resources() const { return policy_resources_; }
 
   // The KV page layout of this model for `format` and `page_tokens` slots per page.
   kv::PageLayout KvLayout(kv::KvFormat format, int page_tokens = 32) const;
@@ -159,6 +167,9 @@ class Decoder {
 
  private:
   Decoder(DecoderShape shape, Device device) : shape_(std::move(shape)), device_(device) {}
+  // A sequence without KV yet, with the policy `policy` made from policy_resources_; its row
+  // selection layer checked against the model.
+  StatusOr<std::unique_ptr<Sequence>> SequenceWithPolicy(std::string_view policy) const;
 
   // One sequence's rows [row0, row0 + rows) in a (possibly batched) prefill chunk.
   struct PrefillPart {
@@ -178,9 +189,24 @@ class Decoder {
   // Called with (l + 1, x) after each layer l < L - 1, as HF's output_hidden_states records them.
   using LayerObserver = std::function<Status(int64_t index, const Tensor& x)>;
 
-  // The one forward: x [T, H] f32 on the device through every layer, in place; then every
-  // sequence's length advances by its rows.
-  Status Forward(const StepRows& rows, Tensor& x, const LayerObserver& observer = {}) const;
+  // The one forward: x [T, H] f32 on the device through every layer; then every sequence's
+  // length advances by its rows. x is updated in place — unless a policy removes rows
+  // (SelectRows), when x becomes the remaining rows and row_map (if given; T entries) says where
+  // each input row ended up (-1: removed). A removal with an observer is FAILED_PRECONDITION.
+  Status Forward(const StepRows& rows, Tensor& x, const LayerObserver& observer = {},
+                 std::vector<int64_t>* row_map = nullptr) const;
+  // Owned storage of a step's rows once some were removed (SelectRows rewrites the StepRows to
+  // point into it).
+  struct RemainingRows {
+    std::vector<PrefillPart> parts;
+    std::vector<int32_t> host_positions;
+    std::vector<std::vector<uint8_t>> visual;  // per part, when it had a mask
+  };
+  // At the entry of layer `l`: hands every sequence whose policy selects rows at `l` its hidden
+  // rows (decode: OnDecodeHidden; prefill chunk: SelectPrefillRows), then removes the rows the
+  // policies dropped from x, positions and `rows` (storage in `remaining`), updating row_map.
+  Status SelectRows(int l, StepRows& rows, Tensor& x, Tensor& positions, RemainingRows& remaining,
+                    std::vector<int64_t>& row_map) const;
   // The one layer body: x [T, H] in place through layer `l`; positions [T] i32 on the device.
   Status RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x) const;
   // The per-sequence middle of a decode layer for the batch `seqs` (row i of q/k/v/attn belongs to
@@ -213,6 +239,7 @@ class Decoder {
   Device device_;
   DecoderWeights weights_;  // on device_
   size_t weight_bytes_ = 0;
+  compress::PolicyResources policy_resources_;
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
   bool bf16_attention_ = false;

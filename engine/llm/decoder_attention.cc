@@ -2,6 +2,7 @@
 // its o_proj for one prefill chunk (the policy's plan, dense or sparse attention over the cache,
 // the KV append) and for a batch of decode tokens (the KV write, one paged attention over every
 // sequence's pages, the residual-window recompression).
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -72,6 +73,7 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
     stats.Reset(static_cast<int>(shape_.layers));
   }
   stats.tokens[l] += t;
+  if (visual != nullptr) stats.visual[l] += std::count(visual, visual + t, uint8_t{1});
   for (uint8_t c : plan.classes) stats.kept[l] += (c == kv::kFull || c == kv::kImportant) ? 1 : 0;
 
   // Earlier chunks' keys (all at earlier positions) come first in the attention's key sequence.
@@ -133,6 +135,7 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     const int32_t pos = positions[static_cast<size_t>(i)];
     const bool store = s.policy->OnDecodeWrite(l, pos);
     stored[static_cast<size_t>(i)] = store ? 1 : 0;
+    if (!store && l + 1 == shape_.layers) ++s.prefill_stats.decode_unstored;
     if (store) FZ_RETURN_IF_ERROR(s.kv.Append(l, ki, vi, &pos, 1));
     s.kv.AppendSpans(l, spans);
     if (!store) {

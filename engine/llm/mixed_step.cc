@@ -89,14 +89,21 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
       }
     }
   }
-  FZ_RETURN_IF_ERROR(Forward(StepRows{decode, parts, positions}, x));
+  std::vector<int64_t> row_map;
+  FZ_RETURN_IF_ERROR(Forward(StepRows{decode, parts, positions}, x, {}, &row_map));
 
   std::vector<size_t> wanted;
   std::vector<int64_t> wanted_rows;
   for (size_t i = 0; i < n; ++i) {
     if (!inputs[i].embeds.defined() || inputs[i].logits) {
+      const int64_t row = row_map[static_cast<size_t>(row_of[i])];
+      if (row < 0) {
+        return FailedPreconditionError(
+            "MixedStep: input {} needs logits, but policy {} removed its last row", i,
+            inputs[i].seq->policy->name());
+      }
       wanted.push_back(i);
-      wanted_rows.push_back(row_of[i]);
+      wanted_rows.push_back(row);
     }
   }
   FZ_ASSIGN_OR_RETURN(Tensor logits,
@@ -154,6 +161,12 @@ StatusOr<std::vector<Tensor>> Decoder::PrefillBatch(std::span<Sequence* const> s
                                   o.visual.size(), total[i]);
     }
     chunk[i] = o.chunk_tokens > 0 ? o.chunk_tokens : total[i];
+    if ((o.all_logits || o.hidden_states != nullptr) && seqs[i]->policy->RowSelectionLayer() >= 0) {
+      return FailedPreconditionError(
+          "PrefillBatch: sequence {}'s policy {} removes rows, so per-row logits and hidden "
+          "states do not exist for every input row",
+          i, seqs[i]->policy->name());
+    }
     for (size_t j = 0; j < i; ++j) {
       if (seqs[j] == seqs[i]) return InvalidArgumentError("PrefillBatch: sequence {} repeats", i);
     }
@@ -217,8 +230,9 @@ StatusOr<std::vector<Tensor>> Decoder::PrefillBatch(std::span<Sequence* const> s
       return option(p.seq).hidden_states != nullptr;
     });
     if (any_hidden) FZ_RETURN_IF_ERROR(record(0, x));
+    std::vector<int64_t> row_map;
     FZ_RETURN_IF_ERROR(Forward(StepRows{{}, parts, positions}, x,
-                               any_hidden ? LayerObserver(record) : LayerObserver()));
+                               any_hidden ? LayerObserver(record) : LayerObserver(), &row_map));
     if (any_hidden) {
       // The last entry is the final-normed output, as HF's.
       FZ_ASSIGN_OR_RETURN(Tensor normed, Empty({rows, hid}));
@@ -235,6 +249,14 @@ StatusOr<std::vector<Tensor>> Decoder::PrefillBatch(std::span<Sequence* const> s
       }
     }
     if (logit_rows.empty()) continue;
+    for (int64_t& r : logit_rows) {
+      r = row_map[static_cast<size_t>(r)];
+      if (r < 0) {
+        return FailedPreconditionError(
+            "PrefillBatch: a sequence's policy removed the last row of its prompt, whose logits "
+            "are needed");
+      }
+    }
     FZ_ASSIGN_OR_RETURN(const Tensor part_logits, LogitsOfRows(x, logit_rows));
     int64_t next = 0;
     for (size_t p = 0; p < parts.size(); ++p) {

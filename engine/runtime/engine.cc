@@ -10,6 +10,7 @@
 #include "engine/kv/quant_page.h"
 #include "engine/ops/sample.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/runtime/predictor_loading.h"
 #include "engine/vision/projector.h"
 #include "engine/vision/vision_tower.h"
 #include "engine/vision/llava_vision.h"
@@ -39,7 +40,26 @@ size_t HeldBackBytes(const std::string& text, const std::vector<std::string>& st
 }
 
 // The KV figures of a turn's stats, from the conversation's cache.
+// The figures of a turn that the sequence and its policy keep: KV held, and what the policy kept,
+// removed and gated.
 void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnStats& st) {
+  const compress::PrefillStats& ps = seq.prefill_stats;
+  st.layer_kept_ratio = ps.KeptRatios();
+  st.selection_overhead_ms = ps.selection_ms;
+  st.layer_visual_tokens = ps.visual;
+  int64_t removed_row_layers = 0;
+  for (const int64_t ran : ps.tokens) removed_row_layers += std::max<int64_t>(ps.fed - ran, 0);
+  const double h = static_cast<double>(text.hidden_size);
+  const double linear_flops_per_row =
+      2.0 * (2.0 * h * static_cast<double>(text.num_attention_heads * text.head_dim) +
+             2.0 * h * static_cast<double>(text.kv_dim()) +
+             3.0 * h * static_cast<double>(text.intermediate_size));
+  st.prefill_flops_saved = static_cast<double>(removed_row_layers) * linear_flops_per_row;
+  const int64_t row_layers = ps.fed * static_cast<int64_t>(ps.tokens.size());
+  st.prefill_flops_saved_ratio =
+      row_layers > 0 ? static_cast<double>(removed_row_layers) / static_cast<double>(row_layers)
+                     : 0;
+  st.text_tokens_gated = ps.decode_unstored;
   st.kv_bytes = seq.kv.bytes();
   st.kv_bytes_by_format = seq.kv.bytes_by_format();
   const double f16_bytes = static_cast<double>(seq.length) *
@@ -113,6 +133,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   FZ_ASSIGN_OR_RETURN(e->vision_weights_, vision::BindLlavaVisionWeights(e->config_, e->weights_));
   FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw, DecoderWeightsFromModel(e->weights_, e->config_.text));
   FZ_ASSIGN_OR_RETURN(e->decoder_, CreateDecoder(e->config_.text, std::move(dw), options.device));
+  e->decoder_->set_policy_resources(
+      LoadPolicyResources(dir, e->config_.text.hidden_size, options.device));
   if (!options.device.is_cpu()) {
     // The tower and the projector run where the decoder does; pixels arrive and the visual rows
     // leave through the host (vision_tower.h).
@@ -359,8 +381,6 @@ StatusOr<StepOutput> Engine::FinishStart(Conversation& c, PendingStart& pending,
   st.visual_tokens = p.visual_tokens;
   st.vision_ms = p.vision_ms;
   st.prefill_ms = prefill_ms;
-  st.layer_kept_ratio = c.sequence_->prefill_stats.KeptRatios();
-  st.selection_overhead_ms = c.sequence_->prefill_stats.selection_ms;
   FillKvStats(*c.sequence_, config_.text, st);
   c.sampler_ = std::make_unique<llm::Sampler>(pending.sampling);
   c.stop_ = std::make_unique<llm::StopCondition>(pending.sampling);
@@ -702,8 +722,6 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   st.ttft_ms = ttft_ms;
   st.decode_ms = decode_ms;
   st.decode_tokens_per_s = decode_ms > 0 ? (n - 1) * 1000.0 / decode_ms : 0;
-  st.layer_kept_ratio = c.sequence_->prefill_stats.KeptRatios();
-  st.selection_overhead_ms = c.sequence_->prefill_stats.selection_ms;
   FillKvStats(*c.sequence_, config_.text, st);
   st.stop_reason = ends_on_eos ? llm::StopReason::kStopToken : llm::StopReason::kMaxTokens;
   return logits;

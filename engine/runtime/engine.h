@@ -128,6 +128,15 @@ struct TurnStats {
   // important ratio; FastV's kept fraction; 1 for none).
   std::vector<float> layer_kept_ratio;
   double selection_overhead_ms = 0;  // policy time choosing tokens during prefill
+  // Per decoder layer, this turn's visual rows that ran through it (Dynamic-LLaVA removes all but
+  // its kept ones from sparse_layer on).
+  std::vector<int64_t> layer_visual_tokens;
+  // Prefill work the policy removed: the linear layers' FLOPs (q/k/v/o projections and MLP) of
+  // the rows it took out of later layers, absolute and as a fraction of the turn's prefill.
+  double prefill_flops_saved = 0;
+  double prefill_flops_saved_ratio = 0;
+  // Generated tokens whose K/V the policy did not store (Dynamic-LLaVA's output-text gating).
+  int64_t text_tokens_gated = 0;
   llm::StopReason stop_reason = llm::StopReason::kNone;
 };
 
