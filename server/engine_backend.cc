@@ -105,7 +105,12 @@ class EngineBackend::Sequence final : public BackendSequence {
     stats.prefilled_tokens = static_cast<uint32_t>(s.prefilled_tokens);
     stats.prompt_tokens = static_cast<uint32_t>(s.cached_tokens + s.prefilled_tokens);
     stats.visual_tokens_before_pruning = static_cast<uint32_t>(s.visual_tokens);
-    stats.visual_tokens_after_pruning = static_cast<uint32_t>(s.visual_tokens);
+    // What reached the last layer (Dynamic-LLaVA removes visual rows from sparse_layer on).
+    stats.visual_tokens_after_pruning = static_cast<uint32_t>(
+        s.layer_visual_tokens.empty() ? s.visual_tokens : s.layer_visual_tokens.back());
+    stats.layer_visual_tokens.assign(s.layer_visual_tokens.begin(), s.layer_visual_tokens.end());
+    stats.prefill_flops_saved_ratio = s.prefill_flops_saved_ratio;
+    stats.text_tokens_gated = static_cast<uint32_t>(s.text_tokens_gated);
     stats.generated_tokens = static_cast<uint32_t>(s.generated_tokens);
     stats.vision_encode_seconds = s.vision_ms / 1000.0;
     if (s.prefill_ms > 0) stats.prefill_seconds = s.prefill_ms / 1000.0;
@@ -155,10 +160,10 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.vocab_size = static_cast<uint32_t>(c.text.vocab_size);
   m.weight_dtype = c.torch_dtype;
   m.device = config.device;
-  m.policies = {PolicyKind::kNone};
-  PolicyKind kind;
-  if (PolicyFromName(config.default_policy, &kind) && kind != PolicyKind::kNone) {
-    m.policies.push_back(kind);
+  // Every policy this model can run (dynamic_llava needs the model's predictors).
+  for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,
+                          PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi}) {
+    if (b->engine_->NewConversation(PolicyName(kind)).ok()) m.policies.push_back(kind);
   }
   m.vision.image_size = static_cast<uint32_t>(c.vision.image_size);
   m.vision.patch_size = static_cast<uint32_t>(c.vision.patch_size);
@@ -219,7 +224,7 @@ StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request,
                                                    KvReservations& kv, Sequence& seq,
                                                    PreparedTurn& turn) {
   if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
-    FZ_ASSIGN_OR_RETURN(seq.owned_, engine_->NewConversation(PolicyName(request.policy.kind)));
+    FZ_ASSIGN_OR_RETURN(seq.owned_, engine_->NewConversation(EngineSpec(request.policy)));
     seq.conversation_ = seq.owned_.get();
     return 0;
   }
@@ -251,7 +256,7 @@ StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request,
     state.store_current = true;
   } else if (state.conversation == nullptr) {
     FZ_ASSIGN_OR_RETURN(state.conversation,
-                        engine_->NewConversation(PolicyName(request.policy.kind)));
+                        engine_->NewConversation(EngineSpec(request.policy)));
     state.messages_fed = 0;
     state.stored_messages = 0;
     state.mark = {};

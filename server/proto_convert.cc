@@ -201,6 +201,9 @@ void ToProto(const TurnStats& s, v1::TurnStats* out) {
   out->set_compression_ratio(s.compression_ratio);
   for (float r : s.layer_kept_ratio) out->add_layer_kept_ratio(r);
   out->set_selection_overhead_ms(s.selection_overhead_ms);
+  for (uint32_t v : s.layer_visual_tokens) out->add_layer_visual_tokens(v);
+  out->set_prefill_flops_saved_ratio(s.prefill_flops_saved_ratio);
+  out->set_text_tokens_gated(s.text_tokens_gated);
   ToProto(s.policy, out->mutable_policy());
   out->set_seed(s.seed);
 }

@@ -1,5 +1,7 @@
 #include "server/turn_types.h"
 
+#include <fmt/format.h>
+
 namespace framezip::server {
 
 const char* PolicyName(PolicyKind kind) {
@@ -18,6 +20,17 @@ const char* PolicyName(PolicyKind kind) {
       return "kivi";
   }
   return "unknown";
+}
+
+std::string EngineSpec(const PolicySpec& spec) {
+  std::string out = PolicyName(spec.kind);
+  if (spec.kind == PolicyKind::kDynamicLlava) {
+    out += fmt::format(":text_gate={}", spec.dl_gate_generated_tokens ? "on" : "off");
+    if (spec.dl_vision_keep_ratio > 0) {
+      out += fmt::format(",vision_keep={}", spec.dl_vision_keep_ratio);
+    }
+  }
+  return out;
 }
 
 bool PolicyFromName(const std::string& name, PolicyKind* kind) {

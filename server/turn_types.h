@@ -56,6 +56,11 @@ struct PolicySpec {
   uint32_t kivi_residual_window = 0;
 };
 
+// The engine's policy spec ("name:key=value,...", engine/compress/policy.h) of a request's policy:
+// the options the engine implements are passed on (dynamic_llava: vision_keep and text_gate);
+// a zero option means the model's default.
+std::string EngineSpec(const PolicySpec& spec);
+
 struct SamplingSpec {
   float temperature = 0;  // 0 = greedy
   uint32_t top_k = 0;     // 0 = off
@@ -153,6 +158,9 @@ struct TurnStats {
   double compression_ratio = 1;
   std::vector<float> layer_kept_ratio;
   double selection_overhead_ms = 0;
+  std::vector<uint32_t> layer_visual_tokens;  // visual rows that ran through each layer
+  double prefill_flops_saved_ratio = 0;        // linear-layer prefill work removed by pruning
+  uint32_t text_tokens_gated = 0;              // generated tokens whose K/V was not stored
   PolicySpec policy;
   uint64_t seed = 0;
   // Inter-token gaps of this turn (seconds), for the ITL histogram; not sent to clients.
