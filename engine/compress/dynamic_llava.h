@@ -1,4 +1,4 @@
-// Dynamic-LLaVA (docs/methods.md, "Dynamic-LLaVA"): learned context sparsification.
+// Dynamic-LLaVA (docs/methods.md §3): learned context sparsification.
 //
 // Prefill: layers < sparse_layer see every token. At the entry of sparse_layer the image
 // predictor scores each block of visual rows (a contiguous run of visual rows in the chunk) from

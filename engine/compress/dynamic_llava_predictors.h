@@ -1,4 +1,4 @@
-// Dynamic-LLaVA's two learned predictors (docs/methods.md, "Dynamic-LLaVA"), run over
+// Dynamic-LLaVA's two learned predictors (docs/methods.md §3), run over
 // device-dispatched ops so they work wherever the decoder does.
 //
 //   image predictor, over the N visual rows of one block entering `sparse_layer`:

@@ -1,4 +1,4 @@
-// FastV baseline (METHODS.md §4.3), KV-cache variant: at layer K-1 the last token's attention,
+// FastV baseline (docs/methods.md §4.3), KV-cache variant: at layer K-1 the last token's attention,
 // averaged over query heads, scores the visual tokens; the round(N_img·(1-R)) best are kept and
 // the others are pruned from layer K on: not stored (kv::kDrop), not attended (sparse prefill
 // over the kept tokens, their own attention rows skipped). Their hidden rows still go through

@@ -1,4 +1,4 @@
-// KIVI baseline (METHODS.md §4.2): uniform low-bit KV, no sparsity. Every prefill token is
+// KIVI baseline (docs/methods.md §4.2): uniform low-bit KV, no sparsity. Every prefill token is
 // kImportant, stored in int2 ("kivi", default) or int4 ("kivi4") pages: keys per channel over
 // each 32-token page, values per token in 32-channel groups. Decode tokens stay full precision in
 // a residual window of `window` tokens (128); when a layer holds that many, all of them are

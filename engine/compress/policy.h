@@ -54,7 +54,7 @@ struct PrefillLayerInputs {
   int num_layers = 0;  // decoder layers
 };
 
-// How the rows outside the important set T are treated by sparse prefill (METHODS.md §1.1 step
+// How the rows outside the important set T are treated by sparse prefill (docs/methods.md §1.1 step
 // 8, [UNCERTAIN] in the paper, hence both).
 enum class URows : uint8_t {
   kSkip = 0,         // O[U] = 0: the residual stream passes unchanged, the MLP still runs

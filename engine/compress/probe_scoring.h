@@ -1,4 +1,4 @@
-// ZipVL's probe-based token scoring (METHODS.md §1.1 steps 2-4 and 6), on the CPU in f32.
+// ZipVL's probe-based token scoring (docs/methods.md §1.1 steps 2-4 and 6), on the CPU in f32.
 //
 //   P      = the `recent` most recent tokens ∪ `random` tokens drawn uniformly from the rest
 //            (every token when n <= recent + random), sorted ascending

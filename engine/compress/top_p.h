@@ -1,4 +1,4 @@
-// ZipVL's adaptive important-token count and split (METHODS.md §1.1 steps 5 and 7).
+// ZipVL's adaptive important-token count and split (docs/methods.md §1.1 steps 5 and 7).
 //
 //   p = min{ k : Σ_{r<k} a_sorted(r) >= τ · Σ_j a_j }       a sorted descending (Eq. 6)
 //   T = the p tokens with the largest ã, sorted ascending   (Eq. 8)

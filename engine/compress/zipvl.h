@@ -1,4 +1,4 @@
-// ZipVL (METHODS.md §1): layer-adaptive important-token selection with sparse prefill attention
+// ZipVL (docs/methods.md §1): layer-adaptive important-token selection with sparse prefill attention
 // and a mixed-precision (v1) or evicting (v2) KV cache.
 //
 // Prefill, per layer and chunk: probes P (probe_scoring.h) score the chunk's tokens; the

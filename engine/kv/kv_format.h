@@ -1,6 +1,6 @@
 // KV page formats. Every page carries one format tag; decode attention reads each format (with
 // fused dequantisation for the quantised ones). f32/f16 pages are dense and appendable; int4/int2
-// pages are KIVI-style (METHODS.md §4.2: keys per-channel over the page's tokens, values per-token
+// pages are KIVI-style (docs/methods.md §4.2: keys per-channel over the page's tokens, values per-token
 // in groups of 32 channels, f16 scale/zero inside the page; engine/kv/quant_page.h) and written
 // once. kLowRank is reserved for AttentionPack's low-rank segments.
 #pragma once

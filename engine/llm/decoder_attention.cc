@@ -163,7 +163,7 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   if (paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
     FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs, stored, q, k, v, attn));
   }
-  // Decode residual window (METHODS.md §1.2 / KIVI's R): once a layer holds the policy's window
+  // Decode residual window (docs/methods.md §1.2 / KIVI's R): once a layer holds the policy's window
   // of full-precision tokens, they are classified and requantised into the class formats. This
   // step's attention above still read them at full precision.
   std::vector<uint8_t> classes;

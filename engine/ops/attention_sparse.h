@@ -1,4 +1,4 @@
-// Token-level sparse prefill attention (ZipVL, METHODS.md §1.1 step 8; FastV's pruned layers).
+// Token-level sparse prefill attention (ZipVL, docs/methods.md §1.1 step 8; FastV's pruned layers).
 //
 // For a prefill chunk with queries q [T, H, d] and keys/values k, v [T, G, d] (post-RoPE, at the
 // tokens' original positions), and an important set T_imp of chunk rows (sorted ascending):

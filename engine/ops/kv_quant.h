@@ -1,4 +1,4 @@
-// KIVI-style KV quantisation (METHODS.md §4.2): the arithmetic and the code packing shared by the
+// KIVI-style KV quantisation (docs/methods.md §4.2): the arithmetic and the code packing shared by the
 // KV pages (engine/kv/quant_page.h writes them) and decode attention (which dequantises on the
 // fly).
 //

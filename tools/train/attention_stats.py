@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Attention sparsity of an exported model (METHODS.md 1.1, ZipVL's top-p rule): for each decoder
+"""Attention sparsity of an exported model (docs/methods.md §1.1, ZipVL's top-p rule): for each decoder
 layer, the fraction of the prompt's tokens that holds a mass tau of the attention of the last
 prompt position (the one that predicts the answer), summed over heads. Also the same fraction
 over video tokens only (mass restricted to and renormalized over the video tokens).

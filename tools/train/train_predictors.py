@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the Dynamic-LLaVA predictors (METHODS.md §3) for a framezip-tiny-video model folder, with
+"""Trains the Dynamic-LLaVA predictors (docs/methods.md §3) for a framezip-tiny-video model folder, with
 the model frozen, and saves them beside it as predictors.safetensors + predictors_config.json.
 
   train_predictors.py --model models/framezip-tiny-video --cache .data/cache [--out DIR]
@@ -564,7 +564,7 @@ def main():
                                 metadata={"format": "pt", "method": "dynamic-llava"})
     W = args.width
     cfg = {
-        "method": "Dynamic-LLaVA (Huang et al., ICLR 2025, arXiv 2412.00876), METHODS.md §3",
+        "method": "Dynamic-LLaVA (Huang et al., ICLR 2025, arXiv 2412.00876), docs/methods.md §3",
         "model": os.path.abspath(args.model),
         "sparse_layer": args.sparse_layer,
         "vision_keep_rate": args.vision_keep_rate,

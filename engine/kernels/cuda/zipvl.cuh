@@ -1,4 +1,4 @@
-// ZipVL's GPU kernels (METHODS.md §1.1; CPU versions: engine/compress/probe_scoring.h, top_p.h and
+// ZipVL's GPU kernels (docs/methods.md §1.1; CPU versions: engine/compress/probe_scoring.h, top_p.h and
 // ops/attention_sparse.h):
 //   * probe scores with column reduction: a_j = Σ_{h ∈ group} Σ_{i ∈ P} softmax_causal(q_i·K/√d)_j
 //     and ã_j = a_j / c_j (c_j = probes at or after j), never materialising [H, |P|, n];

@@ -1,4 +1,4 @@
-// ZipVL probe scoring against an f64 reference on fresh random inputs (METHODS.md §5.3 item 1).
+// ZipVL probe scoring against an f64 reference on fresh random inputs (docs/methods.md §5.3 item 1).
 #include "engine/compress/probe_scoring.h"
 
 #include <catch2/catch.hpp>

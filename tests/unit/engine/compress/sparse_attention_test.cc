@@ -1,4 +1,4 @@
-// Sparse prefill attention (METHODS.md §5.3 item 3): with T = every token it equals dense causal
+// Sparse prefill attention (docs/methods.md §5.3 item 3): with T = every token it equals dense causal
 // attention; with a random T it equals an f64 dense reference masked to T (rows outside T get 0,
 // or attend to the T tokens before them, or to a sliding window of all tokens plus sinks),
 // head-shared and per KV head, with and without past tokens from earlier chunks.

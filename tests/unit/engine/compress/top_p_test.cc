@@ -1,4 +1,4 @@
-// ZipVL's adaptive count and split (METHODS.md §5.3 item 2): p is minimal, τ = 1 keeps every
+// ZipVL's adaptive count and split (docs/methods.md §5.3 item 2): p is minimal, τ = 1 keeps every
 // token with mass, ties are deterministic.
 #include "engine/compress/top_p.h"
 

@@ -1,5 +1,5 @@
 // KIVI quantisation (engine/ops/kv_quant.h): bit-exact packing and the round-trip bound
-// |x - x̂| <= scale/2 with the stored f16 scale (METHODS.md §5.3 item 4).
+// |x - x̂| <= scale/2 with the stored f16 scale (docs/methods.md §5.3 item 4).
 #include "engine/ops/kv_quant.h"
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // Decode attention over f32, f16, int4 and int2 pages mixed in one call equals dense attention
-// (f64) over the dequantised tokens (METHODS.md §5.3 item 5): max abs err <= 1e-2, cosine > 0.999.
+// (f64) over the dequantised tokens (docs/methods.md §5.3 item 5): max abs err <= 1e-2, cosine > 0.999.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The decode residual window (METHODS.md §1.2, KIVI's R) through Decoder::DecodeStep, and the
+// The decode residual window (docs/methods.md §1.2, KIVI's R) through Decoder::DecodeStep, and the
 // kivi policy that uses it.
 #include <catch2/catch.hpp>
 #include <random>
