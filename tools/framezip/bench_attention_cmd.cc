@@ -1,5 +1,5 @@
 // framezip bench attention: a compressing policy (ZipVL by default; Dynamic-LLaVA, FastV, KIVI)
-// against dense attention on the tiny video model, in one run (issue 6; METHODS.md §1.4-1.5;
+// against dense attention on the tiny video model, in one run (issue 6; docs/methods.md §1.4-1.5;
 // issue 23 for dynamic_llava):
 //   - prefill ms at ~2k / 8k / 16k tokens of real video context, policy none vs zipvl (one-shot
 //     prefill, the paper's setting), the speedup, the measured kept ratio per layer and the

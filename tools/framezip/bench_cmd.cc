@@ -18,9 +18,13 @@ constexpr Suite kSuites[] = {
     {"engine", "CPU engine: GEMM/bandwidth limits, prefill and decode tok/s, vision ms/frame",
      RunBenchEngine},
     {"attention",
-     "ZipVL vs dense on the tiny video model: prefill speedup at 2k/8k/16k, kept ratios, decode "
-     "tok/s and KV bytes f16 vs 4/2-bit",
+     "a policy (zipvl, dynamic_llava, ...) vs dense on the tiny video model: prefill speedup at "
+     "2k/8k/16k, kept ratios, decode tok/s, KV bytes",
      RunBenchAttention},
+    {"pruning",
+     "Dynamic-LLaVA vs dense prefill on a Qwen2-0.5B-shaped decoder with predictors of the "
+     "shipped architecture (random weights)",
+     RunBenchPruning},
     {"media", "media: sample 32 frames from 1-min vs 30-min 720p, decode fps, peak RSS",
      RunBenchMedia},
     {"kvstore", "KV store: put/get MiB/s and p50/p99 per tier, embedded and over gRPC", RunBenchKvstore},

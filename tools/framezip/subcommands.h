@@ -14,6 +14,7 @@ int RunRun(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunBenchEngine(const std::vector<std::string>& args);
 int RunBenchAttention(const std::vector<std::string>& args);
+int RunBenchPruning(const std::vector<std::string>& args);
 int RunBenchMedia(const std::vector<std::string>& args);
 int RunBenchKvstore(const std::vector<std::string>& args);
 int RunBenchServer(const std::vector<std::string>& args);

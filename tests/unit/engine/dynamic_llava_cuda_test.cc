@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "engine/compress/dynamic_llava_predictors.h"
+#include "engine/compress/random_predictors.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
@@ -30,62 +30,11 @@ Tensor RandomTensor(Shape shape, float stddev, std::mt19937_64& rng) {
   return t;
 }
 
-compress::DenseWeights Dense(int64_t out, int64_t in, std::mt19937_64& rng) {
-  const float scale = 1.f / std::sqrt(static_cast<float>(in));
-  return {RandomTensor({out, in}, scale, rng), RandomTensor({out}, 0.1f, rng)};
-}
-
-compress::NormWeights Norm(int64_t c, std::mt19937_64& rng) {
-  compress::NormWeights n{RandomTensor({c}, 0.1f, rng), RandomTensor({c}, 0.1f, rng)};
-  for (int64_t i = 0; i < c; ++i) n.weight.data<float>()[i] += 1.f;
-  return n;
-}
-
-// Random predictors with the shipped shape, their weights copied to `device` when it is a GPU.
+// Random predictors of the shipped shape; the same values on every device for one seed.
 std::shared_ptr<const compress::DynamicLlavaPredictors> RandomPredictors(uint64_t seed,
                                                                          Device device) {
-  std::mt19937_64 rng(seed);
-  compress::ImagePredictorWeights image;
-  image.in_norm = Norm(kHidden, rng);
-  image.in_proj = Dense(kWidth, kHidden, rng);
-  for (int b = 0; b < 2; ++b) {
-    compress::PredictorVitBlock blk;
-    blk.norm1 = Norm(kWidth, rng);
-    blk.norm2 = Norm(kWidth, rng);
-    blk.q = Dense(kWidth, kWidth, rng);
-    blk.k = Dense(kWidth, kWidth, rng);
-    blk.v = Dense(kWidth, kWidth, rng);
-    blk.proj = Dense(kWidth, kWidth, rng);
-    blk.fc1 = Dense(4 * kWidth, kWidth, rng);
-    blk.fc2 = Dense(kWidth, 4 * kWidth, rng);
-    image.blocks.push_back(blk);
-  }
-  image.fc1 = Dense(kWidth / 2, kWidth, rng);
-  image.fc2 = Dense(kWidth / 4, kWidth / 2, rng);
-  image.fc3 = Dense(2, kWidth / 4, rng);
-  compress::TextPredictorWeights text;
-  text.in_norm = Norm(kHidden, rng);
-  text.in_proj = Dense(kWidth, kHidden, rng);
-  text.fc1 = Dense(kWidth / 2, kWidth, rng);
-  text.fc2 = Dense(kWidth / 4, kWidth / 2, rng);
-  text.fc3 = Dense(2, kWidth / 4, rng);
-  if (!device.is_cpu()) {
-    auto move = [](Tensor& t) { t = OnGpu(t); };
-    auto dense = [&](compress::DenseWeights& d) { move(d.weight), move(d.bias); };
-    auto norm = [&](compress::NormWeights& n) { move(n.weight), move(n.bias); };
-    norm(image.in_norm), dense(image.in_proj), dense(image.fc1), dense(image.fc2),
-        dense(image.fc3);
-    for (auto& blk : image.blocks) {
-      norm(blk.norm1), norm(blk.norm2), dense(blk.q), dense(blk.k), dense(blk.v),
-          dense(blk.proj), dense(blk.fc1), dense(blk.fc2);
-    }
-    norm(text.in_norm), dense(text.in_proj), dense(text.fc1), dense(text.fc2), dense(text.fc3);
-  }
-  compress::PredictorConfig config;
-  config.hidden = kHidden;
-  config.width = kWidth;
-  config.heads = kHeads;
-  auto p = compress::DynamicLlavaPredictors::Create(config, image, text);
+  auto p = compress::MakeRandomPredictors(
+      {.hidden = kHidden, .width = kWidth, .heads = kHeads, .seed = seed, .device = device});
   FZ_CHECK(p.ok());
   return *p;
 }
