@@ -289,6 +289,31 @@ TEST_CASE("dynamic_llava removes the unkept visual rows from sparse_layer on",
   CHECK(LayerPositions(KvLayers(eng, *rnd)[2]) != LayerPositions(layers[2]));
 }
 
+TEST_CASE("dynamic_llava with bits=4 stores what it keeps in int4 pages, KIVI-style",
+          "[unit][engine][compress]") {
+  runtime::Engine& eng = SharedEngine();
+  const runtime::Message m = VideoMessage(6, eng.image_size());
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 3;
+  opt.ignore_eos = true;
+  auto dense = *eng.NewConversation("dynamic_llava:text_gate=off");
+  auto quant = *eng.NewConversation("dynamic_llava:text_gate=off,bits=4");
+  auto a = eng.RunTurn(*dense, std::span(&m, 1), opt);
+  auto b = eng.RunTurn(*quant, std::span(&m, 1), opt);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const auto la = KvLayers(eng, *dense), lb = KvLayers(eng, *quant);
+  for (size_t l = 0; l < la.size(); ++l) {
+    INFO("layer " << l);
+    // The same rows kept, prompt pages in int4 (decode tokens in the f16 residual window).
+    CHECK(LayerPositions(lb[l]) == LayerPositions(la[l]));
+    CHECK(lb[l].pages.front().page.format == kv::KvFormat::kInt4);
+  }
+  const auto int4 = static_cast<size_t>(kv::KvFormat::kInt4);
+  CHECK(b->stats.kv_bytes_by_format[int4] > 0);
+  CHECK(b->stats.kv_bytes < a->stats.kv_bytes);
+}
+
 TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later layers",
           "[unit][engine][compress]") {
   runtime::Engine& eng = SharedEngine();
