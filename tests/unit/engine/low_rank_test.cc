@@ -1,0 +1,425 @@
+// AttentionPack's numeric core (engine/ops/low_rank.h) against float64 references: the
+// randomized SVD against Eckart–Young on matrices of known spectrum, and the two factor-reading
+// attention functions against "rebuild each row at its rank, then attend" in double.
+#include "engine/ops/low_rank.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "fmt/format.h"
+#include "tests/testing/random.h"
+
+namespace framezip::engine::ops {
+namespace {
+
+using Columns = std::vector<std::vector<double>>;  // a matrix as its columns
+
+// k orthonormal columns of length m (m >= k): Gram–Schmidt QR of a Gaussian matrix, each
+// column projected twice so the basis is orthonormal to double precision.
+Columns RandomOrthonormal(int64_t m, int64_t k, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal;
+  Columns x(static_cast<size_t>(k), std::vector<double>(static_cast<size_t>(m)));
+  for (size_t j = 0; j < x.size(); ++j) {
+    for (double& v : x[j]) v = normal(rng);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < j; ++i) {
+        double dot = 0;
+        for (int64_t r = 0; r < m; ++r) dot += x[i][r] * x[j][r];
+        for (int64_t r = 0; r < m; ++r) x[j][r] -= dot * x[i][r];
+      }
+    }
+    double norm = 0;
+    for (double v : x[j]) norm += v * v;
+    for (double& v : x[j]) v /= std::sqrt(norm);
+  }
+  return x;
+}
+
+// k = min(m, n) singular values decaying by 5% a step, with a 20× drop after the first `rank`.
+// Without oversampling, randomized SVD resolves σ_1..σ_R to about (σ_{R+1}/σ_R)^(2q+1) (q = 2
+// power iterations); the gap makes 1e-3 a fair bar for every seed, while the tail stays far
+// above f32 rounding so the Eckart–Young comparison has teeth.
+std::vector<double> GappedSpectrum(int64_t k, int64_t rank) {
+  std::vector<double> sigma(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) sigma[i] = 3.0 * std::pow(0.95, i) * (i < rank ? 1.0 : 0.05);
+  return sigma;
+}
+
+// A = X·diag(σ)·Yᵀ, m × n row-major, with orthonormal X [m, k] and Y [n, k].
+std::vector<double> MatrixWithSpectrum(int64_t m, int64_t n, const std::vector<double>& sigma,
+                                       std::mt19937_64& rng) {
+  const int64_t k = static_cast<int64_t>(sigma.size());
+  const Columns x = RandomOrthonormal(m, k, rng), y = RandomOrthonormal(n, k, rng);
+  std::vector<double> a(static_cast<size_t>(m * n), 0.0);
+  for (int64_t l = 0; l < k; ++l) {
+    for (int64_t i = 0; i < m; ++i) {
+      const double s = sigma[l] * x[l][i];
+      for (int64_t j = 0; j < n; ++j) a[i * n + j] += s * y[l][j];
+    }
+  }
+  return a;
+}
+
+std::vector<float> ToFloat(const std::vector<double>& x) { return {x.begin(), x.end()}; }
+
+// ‖A − us·vt‖_F² in double.
+double ReconstructionError2(const std::vector<double>& a, const LowRankFactors& f) {
+  double err = 0;
+  for (int64_t i = 0; i < f.rows; ++i) {
+    for (int64_t j = 0; j < f.cols; ++j) {
+      double v = 0;
+      for (int l = 0; l < f.rank; ++l) v += double{f.us[i * f.rank + l]} * f.vt[l * f.cols + j];
+      err += (a[i * f.cols + j] - v) * (a[i * f.cols + j] - v);
+    }
+  }
+  return err;
+}
+
+// The rows of vt are orthonormal (vt·vtᵀ = I).
+double OrthonormalityError(const LowRankFactors& f) {
+  double worst = 0;
+  for (int i = 0; i < f.rank; ++i) {
+    for (int j = 0; j < f.rank; ++j) {
+      double dot = 0;
+      for (int64_t c = 0; c < f.cols; ++c) {
+        dot += double{f.vt[i * f.cols + c]} * f.vt[j * f.cols + c];
+      }
+      worst = std::max(worst, std::fabs(dot - (i == j ? 1.0 : 0.0)));
+    }
+  }
+  return worst;
+}
+
+TEST_CASE("RandomizedSvd meets Eckart-Young and finds the leading singular values",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t m = GENERATE(1, 7, 300, 2049);
+  const int64_t n = GENERATE(64, 128);
+  const int64_t k = std::min(m, n);
+  const int rank = static_cast<int>(std::max<int64_t>(1, k / 4));
+  CAPTURE(m, n, k, rank);
+  const std::vector<double> sigma = GappedSpectrum(k, rank);
+  const std::vector<double> a = MatrixWithSpectrum(m, n, sigma, rng);
+  const std::vector<float> af = ToFloat(a);
+  double total = 0;
+  for (double s : sigma) total += s * s;
+
+  if (rank < k) {
+    auto f = RandomizedSvd(af, m, n, {.rank = rank, .seed = rng()});
+    INFO((f.ok() ? "" : MessageOf(f.status())));
+    REQUIRE(f.ok());
+    REQUIRE(f->us.size() == static_cast<size_t>(m * rank));
+    REQUIRE(f->vt.size() == static_cast<size_t>(rank * n));
+    double tail = 0;
+    for (int64_t i = rank; i < k; ++i) tail += sigma[i] * sigma[i];
+    const double err = ReconstructionError2(a, *f);
+    CAPTURE(err, tail, total);
+    CHECK(std::fabs(err - tail) <= 0.01 * tail + 1e-9 * total);
+    for (int i = 0; i < rank; ++i) {
+      CAPTURE(i, f->singular_values[i], sigma[i]);
+      CHECK(std::fabs(f->singular_values[i] - sigma[i]) <= 1e-3 * sigma[i]);
+    }
+    CHECK(OrthonormalityError(*f) <= 1e-4);
+  }
+
+  // Full rank: the factorisation is exact up to f32 rounding.
+  auto full = RandomizedSvd(af, m, n, {.rank = static_cast<int>(k), .seed = rng()});
+  REQUIRE(full.ok());
+  const double err = ReconstructionError2(a, *full);
+  CAPTURE(err, total);
+  CHECK(std::sqrt(err) <= 1e-4 * std::sqrt(total));
+  CHECK(std::is_sorted(full->singular_values.rbegin(), full->singular_values.rend()));
+  CHECK(OrthonormalityError(*full) <= 1e-4);
+}
+
+TEST_CASE("RandomizedSvd is deterministic per seed and handles a zero matrix",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const auto a = testing::RandomNormal(300 * 64, rng);
+  const uint64_t seed = rng();
+  auto f1 = RandomizedSvd(a, 300, 64, {.rank = 16, .seed = seed});
+  auto f2 = RandomizedSvd(a, 300, 64, {.rank = 16, .seed = seed});
+  REQUIRE(f1.ok());
+  REQUIRE(f2.ok());
+  CHECK(f1->us == f2->us);
+  CHECK(f1->vt == f2->vt);
+
+  const std::vector<float> zero(300 * 64, 0.f);
+  auto z = RandomizedSvd(zero, 300, 64, {.rank = 8, .seed = seed});
+  REQUIRE(z.ok());
+  CHECK(std::all_of(z->us.begin(), z->us.end(), [](float v) { return v == 0.f; }));
+  CHECK(std::all_of(z->singular_values.begin(), z->singular_values.end(),
+                    [](float v) { return v == 0.f; }));
+}
+
+TEST_CASE("RandomizedSvd refuses bad arguments", "[unit][engine][ops]") {
+  std::vector<float> a(7 * 64, 1.f);
+  const auto refused = [&](int64_t rows, int64_t cols, const RandomizedSvdOptions& o,
+                           const std::string& what) {
+    auto f = RandomizedSvd(a, rows, cols, o);
+    REQUIRE_FALSE(f.ok());
+    CHECK(f.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(f.status()), Catch::Contains(what));
+  };
+  refused(7, 64, {.rank = 0}, "rank 0");
+  refused(7, 64, {.rank = 8}, "rank 8 is outside [1, min(rows, cols) = 7]");
+  refused(7, 63, {.rank = 4}, "a has 448 elements, want rows·cols = 441");
+  refused(0, 64, {.rank = 1}, "rows is 0");
+  refused(7, 0, {.rank = 1}, "cols is 0");
+  refused(7, 64, {.rank = 4, .power_iterations = -1}, "power_iterations is -1");
+  a[3 * 64 + 5] = std::numeric_limits<float>::quiet_NaN();
+  refused(7, 64, {.rank = 4}, "a[3, 5] is not finite");
+}
+
+// Random factors with the method's two groups (§2.3): a random 25% of the tokens at rank R, the
+// rest at R/4, and one token at rank 0 (it must contribute nothing).
+struct Factors {
+  std::vector<float> us, vt;
+  std::vector<int32_t> ranks;
+};
+Factors MixedRankFactors(int64_t tokens, int rank, int64_t hd, std::mt19937_64& rng) {
+  Factors f;
+  f.us = testing::RandomNormal(static_cast<size_t>(tokens * rank), rng);
+  f.vt = testing::RandomNormal(static_cast<size_t>(rank * hd), rng);
+  f.ranks.assign(static_cast<size_t>(tokens), rank / 4);
+  std::fill(f.ranks.begin(), f.ranks.begin() + (tokens + 3) / 4, rank);
+  std::shuffle(f.ranks.begin(), f.ranks.end(), rng);
+  if (tokens > 2) f.ranks[static_cast<size_t>(tokens / 2)] = 0;
+  return f;
+}
+
+// Row t rebuilt at its rank, all HD columns, in double.
+std::vector<double> RebuiltRow(const Factors& f, int64_t t, int rank, int64_t hd) {
+  std::vector<double> row(static_cast<size_t>(hd), 0.0);
+  for (int j = 0; j < f.ranks[t]; ++j) {
+    for (int64_t c = 0; c < hd; ++c) row[c] += double{f.us[t * rank + j]} * f.vt[j * hd + c];
+  }
+  return row;
+}
+
+// Softmax rows [heads, tokens] of random logits: attention probabilities.
+std::vector<float> RandomProbabilities(int64_t heads, int64_t tokens, std::mt19937_64& rng) {
+  std::vector<float> p = testing::RandomNormal(static_cast<size_t>(heads * tokens), rng, 2.f);
+  for (int64_t h = 0; h < heads; ++h) {
+    float* row = p.data() + h * tokens;
+    const float mx = *std::max_element(row, row + tokens);
+    double sum = 0;
+    for (int64_t t = 0; t < tokens; ++t) sum += std::exp(double{row[t]} - mx);
+    for (int64_t t = 0; t < tokens; ++t) {
+      row[t] = static_cast<float>(std::exp(double{row[t]} - mx) / sum);
+    }
+  }
+  return p;
+}
+
+TEST_CASE("LowRankValueAttend equals rebuilding the values at their ranks", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int heads = 4, kv_heads = 2, rank = 32;
+  const int d = GENERATE(32, 64);
+  const int64_t tokens = GENERATE(1, 300);
+  const int64_t hd = int64_t{kv_heads} * d, group = heads / kv_heads;
+  CAPTURE(d, tokens);
+  const Factors f = MixedRankFactors(tokens, rank, hd, rng);
+  const std::vector<float> p = RandomProbabilities(heads, tokens, rng);
+  const std::vector<float> out0 = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
+
+  // The reference adds Σ_t p·ṽ_t to out0, so the op's accumulation into `out` is checked too.
+  std::vector<double> delta(static_cast<size_t>(heads * d), 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<double> v = RebuiltRow(f, t, rank, hd);
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < d; ++c) delta[h * d + c] += p[h * tokens + t] * v[h / group * d + c];
+    }
+  }
+  std::vector<float> out = out0;
+  const LowRankAttentionShape shape{
+      .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .rank = rank};
+  REQUIRE(LowRankValueAttend(p, f.us, f.vt, f.ranks, shape, out).ok());
+  double max_delta = 0;
+  for (double v : delta) max_delta = std::max(max_delta, std::fabs(v));
+  for (size_t i = 0; i < out.size(); ++i) {
+    CAPTURE(i, out[i], out0[i] + delta[i], max_delta);
+    REQUIRE(std::fabs(out[i] - (out0[i] + delta[i])) <= 1e-4 * max_delta);
+  }
+}
+
+TEST_CASE("LowRankValueAttend refuses bad arguments", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const LowRankAttentionShape shape{.num_heads = 4, .num_kv_heads = 2, .head_dim = 32, .rank = 16};
+  Factors f = MixedRankFactors(10, 16, 64, rng);
+  const std::vector<float> p(4 * 10, 0.1f);
+  std::vector<float> out(4 * 32);
+  const auto refused = [&](const LowRankAttentionShape& s, std::span<const float> pp,
+                           std::span<float> o, const std::string& what) {
+    const Status st = LowRankValueAttend(pp, f.us, f.vt, f.ranks, s, o);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(st), Catch::Contains(what));
+  };
+  LowRankAttentionShape s = shape;
+  s.num_kv_heads = 3;
+  refused(s, p, out, "num_heads 4 is not a positive multiple of num_kv_heads 3");
+  refused(shape, std::span(p).first(39), out, "p has 39 elements, want 40");
+  refused(shape, p, std::span(out).first(100), "out has 100 elements, want 128");
+  s = shape;
+  s.head_dim = 16;
+  refused(s, p, out, "vt has 1024 elements, want 512");
+  f.ranks[7] = 17;
+  refused(shape, p, out, "ranks[7] is 17, outside [0, 16]");
+}
+
+// The engine's half-split RoPE (rope.h) in double: the angle is the f32 product
+// float(pos)·inv_freq[i] as ApplyRope forms it, its cos/sin and the rotation in double.
+void RotateHalfSplit(std::vector<double>& x, int32_t pos, const std::vector<float>& inv_freq) {
+  const size_t half = x.size() / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const double angle = static_cast<float>(pos) * inv_freq[i];
+    const double c = std::cos(angle), s = std::sin(angle), a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+}
+
+RopeParams MakeRope(int d, bool llama3) {
+  RopeParams rope{.head_dim = d};
+  if (llama3) {
+    rope.theta = 500000;
+    rope.llama3_factor = 8;
+  }
+  return rope;
+}
+
+TEST_CASE("LowRankKeyScores equals RoPE of the keys rebuilt at their ranks",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int heads = 4, kv_heads = 2, rank = 32;
+  const int d = GENERATE(32, 64);
+  const int64_t tokens = GENERATE(1, 300);
+  const bool llama3 = GENERATE(false, true);
+  const float scale = GENERATE(0.f, 0.3f);
+  const int64_t hd = int64_t{kv_heads} * d, group = heads / kv_heads;
+  CAPTURE(d, tokens, llama3, scale);
+  const RopeParams rope = MakeRope(d, llama3);
+  const Factors f = MixedRankFactors(tokens, rank, hd, rng);
+  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
+  std::uniform_int_distribution<int32_t> pos_dist(0, 32767);
+  std::vector<int32_t> positions(static_cast<size_t>(tokens));
+  for (int32_t& pos : positions) pos = pos_dist(rng);
+
+  std::vector<float> scores(static_cast<size_t>(heads * tokens), -1.f);
+  const LowRankAttentionShape shape{
+      .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .rank = rank};
+  REQUIRE(LowRankKeyScores(q, f.us, f.vt, f.ranks, positions, shape, rope, scale, scores).ok());
+
+  const double want_scale = scale == 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
+  const std::vector<float> inv_freq = RopeInverseFrequencies(rope);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<double> row = RebuiltRow(f, t, rank, hd);
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<double> k(row.begin() + h / group * d, row.begin() + (h / group + 1) * d);
+      RotateHalfSplit(k, positions[t], inv_freq);
+      double want = 0, qq = 0, kk = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        want += q[h * d + c] * k[c];
+        qq += double{q[h * d + c]} * q[h * d + c];
+        kk += k[c] * k[c];
+      }
+      want *= want_scale;
+      // Relative to the dot product's own scale, so scores near zero are held to it too.
+      const double tol = 1e-4 * want_scale * std::sqrt(qq * kk) + 1e-30;
+      CAPTURE(t, h, f.ranks[t], scores[h * tokens + t], want);
+      REQUIRE(std::fabs(scores[h * tokens + t] - want) <= tol);
+    }
+  }
+}
+
+TEST_CASE("LowRankKeyScores at full rank equals RoPE of the original keys", "[unit][engine][ops]") {
+  // Compressing before RoPE and rotating the rebuilt key is the engine's ApplyRope of the key.
+  std::mt19937_64 rng(testing::TestSeed());
+  const int heads = 4, kv_heads = 2;
+  const int d = GENERATE(32, 64);
+  const int64_t tokens = 300, hd = int64_t{kv_heads} * d, group = heads / kv_heads;
+  const int rank = static_cast<int>(hd);
+  CAPTURE(d);
+  std::vector<float> keys = testing::RandomNormal(static_cast<size_t>(tokens * hd), rng);
+  auto f = RandomizedSvd(keys, tokens, hd, {.rank = rank, .seed = rng()});
+  REQUIRE(f.ok());
+  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
+  std::vector<int32_t> positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(35 + t);  // LLaVA
+  const std::vector<int32_t> ranks(static_cast<size_t>(tokens), rank);
+  const RopeParams rope = MakeRope(d, false);
+  std::vector<float> scores(static_cast<size_t>(heads * tokens));
+  const LowRankAttentionShape shape{
+      .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .rank = rank};
+  REQUIRE(LowRankKeyScores(q, f->us, f->vt, ranks, positions, shape, rope, 0.f, scores).ok());
+
+  Tensor kt = Tensor::View(keys.data(), {tokens, kv_heads, d}, DType::kF32);
+  const Tensor pt = Tensor::View(positions.data(), {tokens}, DType::kI32);
+  REQUIRE(ApplyRope(kt, pt, rope).ok());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* k = keys.data() + t * hd + h / group * d;
+      double want = 0, qq = 0, kk = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        want += double{q[h * d + c]} * k[c];
+        qq += double{q[h * d + c]} * q[h * d + c];
+        kk += double{k[c]} * k[c];
+      }
+      CAPTURE(t, h, scores[h * tokens + t], scale * want);
+      REQUIRE(std::fabs(scores[h * tokens + t] - scale * want) <=
+              1e-4 * scale * std::sqrt(qq * kk));
+    }
+  }
+}
+
+TEST_CASE("LowRankKeyScores refuses bad arguments", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const LowRankAttentionShape shape{.num_heads = 4, .num_kv_heads = 2, .head_dim = 32, .rank = 16};
+  const Factors f = MixedRankFactors(10, 16, 64, rng);
+  const std::vector<float> q(4 * 32, 1.f);
+  std::vector<int32_t> positions(10, 3);
+  std::vector<float> scores(4 * 10);
+  const auto refused = [&](const LowRankAttentionShape& s, const RopeParams& rope,
+                           std::span<float> out, const std::string& what) {
+    const Status st = LowRankKeyScores(q, f.us, f.vt, f.ranks, positions, s, rope, 0.f, out);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(st), Catch::Contains(what));
+  };
+  refused(shape, MakeRope(64, false), scores, "head_dim 32 with rope.head_dim 64");
+  refused(shape, MakeRope(32, false), std::span(scores).first(39),
+          "scores has 39 elements, want 40");
+  positions[4] = -2;
+  refused(shape, MakeRope(32, false), scores, "positions[4] is -2");
+}
+
+// Not a check: prints the factorisation time at the shapes of one video's visual block.
+TEST_CASE("RandomizedSvd timing", "[.][bench]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t m = 4096, n = 64;
+  const auto a = testing::RandomNormal(static_cast<size_t>(m * n), rng);
+  for (int rank : {16, 64}) {
+    double best = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto f = RandomizedSvd(a, m, n, {.rank = rank, .seed = rng()});
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      REQUIRE(f.ok());
+      best = std::min(best, s);
+    }
+    std::cout << fmt::format("RandomizedSvd m={} n={} R={} q=2: {:.2f} ms (best of 5)\n", m, n,
+                             rank, best * 1e3);
+  }
+}
+
+}  // namespace
+}  // namespace framezip::engine::ops
