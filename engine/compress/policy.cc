@@ -1,5 +1,6 @@
 #include "engine/compress/policy.h"
 
+#include "engine/compress/attentionpack.h"
 #include "engine/compress/dynamic_llava.h"
 #include "engine/compress/fastv.h"
 #include "engine/compress/kivi.h"
@@ -37,6 +38,7 @@ constexpr PolicyFactory kPolicies[] = {
     {"kivi", WithoutResources<CreateKiviPolicy>},
     {"kivi4", WithoutResources<CreateKivi4Policy>},
     {"dynamic_llava", CreateDynamicLlavaPolicy},
+    {"attentionpack", WithoutResources<CreateAttentionPackPolicy>},
 };
 // clang-format on
 

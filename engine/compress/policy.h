@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,13 @@ struct PrefillLayerPlan {
   URows u_rows = URows::kSkip;
   int64_t u_window = 64;  // kLocal: recent keys each U row sees (its own included)
   int64_t u_sinks = 4;    // kLocal: leading keys of the sequence each U row sees
+  // AttentionPack: chunk-local rows (ascending) the layer stores as one low-rank block (keys
+  // pre-RoPE and values factorised at these ranks, kv/low_rank_block.h) instead of in pages; their
+  // classes are kDrop. The chunk's own attention still reads them exactly.
+  std::vector<int32_t> low_rank_rows;
+  int low_rank_k = 0;
+  int low_rank_v = 0;
+  uint64_t low_rank_seed = 0;
 };
 
 // Per-layer figures of the prefills a sequence ran (the decoder accumulates them over chunks;
@@ -137,6 +145,16 @@ class CompressionPolicy {
 
   // Whether the decode token at `position` is stored in `layer`.
   virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
+
+  // Whether the policy's KV must live on the host (low-rank blocks: AttentionPack on the CPU only
+  // so far); a decoder on another device refuses to make such a sequence.
+  virtual bool NeedsHostKv() const { return false; }
+  // AttentionPack, after a decode step's attention over a low-rank block of `layer`:
+  // mean_probs[t] is the attention its token t got, averaged over query heads; the policy updates
+  // the block's importance and the rank (<= full_rank) each value is read at from the next step.
+  virtual void OnLowRankAttention(int /*layer*/, std::span<const float> /*mean_probs*/,
+                                  std::span<float> /*importance*/,
+                                  std::span<int32_t> /*value_ranks*/, int /*full_rank*/) {}
 
   // Row selection: the layer at whose entry SelectPrefillRows / OnDecodeHidden are called, or -1
   // (the default: the policy never removes rows).

@@ -78,6 +78,34 @@ class Reader {
   size_t at_ = 0;
 };
 
+bool KnownVersion(uint16_t v) { return v >= kOldestPageCodecVersion && v <= kPageCodecVersion; }
+
+template <typename T>
+void PutArray(Writer& w, const std::vector<T>& v) {
+  w.PutBytes(v.data(), v.size() * sizeof(T));
+}
+
+void PutBlock(Writer& w, const LowRankBlock& b) {
+  w.Put<int32_t>(static_cast<int32_t>(b.tokens()));
+  w.Put<int32_t>(b.num_kv_heads);
+  w.Put<int32_t>(static_cast<int32_t>(b.keys.cols));
+  w.Put<int32_t>(b.keys.rank);
+  w.Put<int32_t>(b.values.rank);
+  w.Put<int32_t>(b.rope.head_dim);
+  w.Put<double>(b.rope.theta);
+  w.Put<double>(b.rope.llama3_factor);
+  w.Put<double>(b.rope.llama3_low_freq_factor);
+  w.Put<double>(b.rope.llama3_high_freq_factor);
+  w.Put<double>(b.rope.llama3_original_max_positions);
+  PutArray(w, b.positions);
+  PutArray(w, b.value_ranks);
+  PutArray(w, b.importance);
+  PutArray(w, b.keys.us);
+  PutArray(w, b.keys.vt);
+  PutArray(w, b.values.us);
+  PutArray(w, b.values.vt);
+}
+
 bool KnownFormat(uint8_t f) { return f <= static_cast<uint8_t>(KvFormat::kLowRank); }
 
 // Written-once page formats (int4/int2 pages are never appended to).
@@ -157,6 +185,9 @@ StatusOr<std::string> SerializeStream(const SequenceKv& kv, const SegmentMark& s
         out.formats.push_back(image.format);
       }
     }
+    const std::vector<LowRankBlock>& blocks = kv.low_rank_blocks(layer);
+    w.Put<uint32_t>(static_cast<uint32_t>(blocks.size()));
+    for (const LowRankBlock& b : blocks) PutBlock(w, b);
   }
   return stream;
 }
@@ -230,7 +261,7 @@ StatusOr<std::string> JoinBlocks(std::span<const std::string> blocks) {
       return DataLossError("KV block {}: bad magic {:#x} (not a framezip KV block)", i, magic);
     }
     FZ_RETURN_IF_ERROR(r.Get(version));
-    if (version != kPageCodecVersion) {
+    if (!KnownVersion(version)) {
       return InvalidArgumentError("KV block {}: codec version {}, this engine reads {}", i,
                                   version, kPageCodecVersion);
     }
@@ -273,6 +304,72 @@ StatusOr<std::string> JoinBlocks(std::span<const std::string> blocks) {
   return stream;
 }
 
+// f16 / f32 / i32 arrays of n elements, bounds-checked against the stream.
+template <typename T>
+Status GetArray(Reader& r, size_t n, std::vector<T>& out) {
+  if (n > r.remaining() / sizeof(T)) return DataLossError("KV segment: truncated block arrays");
+  std::string bytes;
+  FZ_RETURN_IF_ERROR(r.GetBytes(n * sizeof(T), bytes));
+  out.resize(n);
+  if (n > 0) std::memcpy(out.data(), bytes.data(), bytes.size());
+  return absl::OkStatus();
+}
+
+Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
+  int32_t tokens = 0, heads = 0, cols = 0, rank_k = 0, rank_v = 0;
+  FZ_RETURN_IF_ERROR(r.Get(tokens));
+  FZ_RETURN_IF_ERROR(r.Get(heads));
+  FZ_RETURN_IF_ERROR(r.Get(cols));
+  FZ_RETURN_IF_ERROR(r.Get(rank_k));
+  FZ_RETURN_IF_ERROR(r.Get(rank_v));
+  const int32_t max_rank = std::min(tokens, cols);
+  if (tokens <= 0 || heads != l.num_kv_heads || cols != l.num_kv_heads * l.head_dim ||
+      rank_k < 1 || rank_k > max_rank || rank_v < 1 || rank_v > max_rank) {
+    return DataLossError("KV segment: low-rank block of {} tokens, {} heads, {} columns, ranks "
+                         "{}/{} in a layout of {} heads of {}",
+                         tokens, heads, cols, rank_k, rank_v, l.num_kv_heads, l.head_dim);
+  }
+  FZ_RETURN_IF_ERROR(r.Get(b.rope.head_dim));
+  FZ_RETURN_IF_ERROR(r.Get(b.rope.theta));
+  FZ_RETURN_IF_ERROR(r.Get(b.rope.llama3_factor));
+  FZ_RETURN_IF_ERROR(r.Get(b.rope.llama3_low_freq_factor));
+  FZ_RETURN_IF_ERROR(r.Get(b.rope.llama3_high_freq_factor));
+  FZ_RETURN_IF_ERROR(r.Get(b.rope.llama3_original_max_positions));
+  if (b.rope.head_dim != l.head_dim) {
+    return DataLossError("KV segment: low-rank block RoPE of {} dims, heads of {}",
+                         b.rope.head_dim, l.head_dim);
+  }
+  const size_t t = static_cast<size_t>(tokens), c = static_cast<size_t>(cols);
+  FZ_RETURN_IF_ERROR(GetArray(r, t, b.positions));
+  FZ_RETURN_IF_ERROR(GetArray(r, t, b.value_ranks));
+  FZ_RETURN_IF_ERROR(GetArray(r, t, b.importance));
+  for (const int32_t rank : b.value_ranks) {
+    if (rank < 0 || rank > rank_v) return DataLossError("KV segment: value rank {} of {}", rank, rank_v);
+  }
+  for (const int32_t p : b.positions) {
+    if (p < 0) return DataLossError("KV segment: negative position {} in a low-rank block", p);
+  }
+  b.num_kv_heads = heads;
+  b.keys.rows = b.values.rows = tokens;
+  b.keys.cols = b.values.cols = cols;
+  b.keys.rank = rank_k;
+  b.values.rank = rank_v;
+  FZ_RETURN_IF_ERROR(GetArray(r, t * static_cast<size_t>(rank_k), b.keys.us));
+  FZ_RETURN_IF_ERROR(GetArray(r, static_cast<size_t>(rank_k) * c, b.keys.vt));
+  FZ_RETURN_IF_ERROR(GetArray(r, t * static_cast<size_t>(rank_v), b.values.us));
+  return GetArray(r, static_cast<size_t>(rank_v) * c, b.values.vt);
+}
+
+Status GetBlocks(Reader& r, const CodecLayout& l, std::vector<LowRankBlock>& blocks) {
+  uint32_t n = 0;
+  FZ_RETURN_IF_ERROR(r.Get(n));
+  // A block header alone is over 60 bytes: a count the stream cannot hold is corrupt.
+  if (n > r.remaining() / 60) return DataLossError("KV segment: {} low-rank blocks", n);
+  blocks.resize(n);
+  for (LowRankBlock& b : blocks) FZ_RETURN_IF_ERROR(GetBlock(r, l, b));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
@@ -284,7 +381,7 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
   FZ_RETURN_IF_ERROR(r.Get(magic));
   FZ_RETURN_IF_ERROR(r.Get(version));
   FZ_RETURN_IF_ERROR(r.Get(reserved));
-  if (magic != kStreamMagic || version != kPageCodecVersion || reserved != 0) {
+  if (magic != kStreamMagic || !KnownVersion(version) || reserved != 0) {
     return DataLossError("KV segment: bad magic {:#x} or version {}", magic, version);
   }
   CodecLayout& l = seg.layout;
@@ -346,6 +443,7 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
       FZ_RETURN_IF_ERROR(r.GetIds(static_cast<size_t>(page.num_tokens), page.positions));
       FZ_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(byte_size), page.bytes));
     }
+    if (version >= 2) FZ_RETURN_IF_ERROR(GetBlocks(r, l, layer.blocks));
   }
   if (r.remaining() != 0) {
     return DataLossError("KV segment: {} trailing bytes", r.remaining());
@@ -354,7 +452,7 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
 }
 
 StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments, SequenceKv& kv) {
-  if (kv.num_pages() != 0) {
+  if (kv.stored_tokens() != 0) {
     return FailedPreconditionError("KV restore: the target sequence is not empty");
   }
   const CodecLayout want = CodecLayoutOf(kv);
@@ -412,6 +510,18 @@ StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments
       if (!st.ok()) {
         kv.Clear();  // never a half-restored sequence
         return Annotate(st, fmt::format("KV restore: layer {}", layer));
+      }
+    }
+  }
+  if (!segments.empty()) {
+    // Every segment carries its layers' whole block lists: the last one's are the state.
+    for (size_t layer = 0; layer < plan.size(); ++layer) {
+      for (const LowRankBlock& b : segments.back().layers[layer].blocks) {
+        const Status st = kv.AppendLowRankBlock(static_cast<int>(layer), b);
+        if (!st.ok()) {
+          kv.Clear();
+          return Annotate(st, fmt::format("KV restore: layer {}", layer));
+        }
       }
     }
   }

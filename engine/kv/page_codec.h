@@ -23,6 +23,15 @@
 //     0 (reference): u32 index of the page in the layer as of the previous commit
 //     1 (data): u8 format, i32 num_tokens, u64 byte_size, i32 positions[num_tokens],
 //               bytes[byte_size]
+//   (version 2) then u32 num_blocks and the layer's low-rank blocks (AttentionPack,
+//     kv/low_rank_block.h), all of them in every segment (they are small and replace the
+//     previous segment's list on restore), each:
+//     i32 tokens, i32 kv_heads, i32 cols, i32 rank_k, i32 rank_v,
+//     RoPE: i32 head_dim, f64 theta, llama3 factor, low, high, original max positions,
+//     i32 positions[tokens], i32 value_ranks[tokens], f32 importance[tokens],
+//     f16 keys.us[tokens·rank_k], keys.vt[rank_k·cols], values.us[tokens·rank_v],
+//     values.vt[rank_v·cols]
+// Version 1 segments (no block lists) are still read.
 // split into blocks of at most `max_block_bytes`, each:
 //   u32 magic 'FZKB', u16 version, u16 0, u32 part, u32 parts, u64 stream_bytes,
 //   u32 stream_crc32c, u32 payload_bytes, u32 payload_crc32c, payload
@@ -46,7 +55,9 @@
 
 namespace framezip::engine::kv {
 
-inline constexpr uint16_t kPageCodecVersion = 1;
+inline constexpr uint16_t kPageCodecVersion = 2;
+// The oldest version DecodeSegment still reads.
+inline constexpr uint16_t kOldestPageCodecVersion = 1;
 
 // The model/layout a segment was written for; restoring into another layout is refused.
 struct CodecLayout {
@@ -121,6 +132,7 @@ struct DecodedLayerPage {
 
 struct DecodedLayer {
   std::vector<DecodedLayerPage> pages;
+  std::vector<LowRankBlock> blocks;  // the layer's whole block list as of this segment
 };
 
 struct DecodedSegment {
@@ -142,7 +154,8 @@ struct RestoredState {
   SegmentMark mark;                // to continue committing after the restore
 };
 
-// Restores `segments` into the EMPTY sequence `kv` through AdoptPage. INVALID_ARGUMENT when a
+// Restores `segments` into the EMPTY sequence `kv` through AdoptPage (and the last segment's
+// low-rank blocks through AppendLowRankBlock). INVALID_ARGUMENT when a
 // segment's layout differs from kv's, the segments are not 0..N in order, or a page does not fit;
 // RESOURCE_EXHAUSTED when the pool is full. On any error `kv` is left empty.
 StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments, SequenceKv& kv);

@@ -211,7 +211,43 @@ std::vector<int32_t> SequenceKv::positions(int layer) const {
     const int32_t* first = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
     out.insert(out.end(), first, first + l.pages[i].num_tokens);
   }
+  for (const LowRankBlock& b : l.blocks) out.insert(out.end(), b.positions.begin(), b.positions.end());
   return out;
+}
+
+int64_t SequenceKv::page_tokens(int layer) const {
+  int64_t n = layers_[layer].num_tokens;
+  for (const LowRankBlock& b : layers_[layer].blocks) n -= b.tokens();
+  return n;
+}
+
+Status SequenceKv::AppendLowRankBlock(int layer, LowRankBlock block) {
+  if (layer < 0 || layer >= num_layers()) {
+    return InvalidArgumentError("KV low-rank block: layer {} of {}", layer, num_layers());
+  }
+  if (!device().is_cpu()) {
+    return FailedPreconditionError("KV low-rank blocks live on the host; this sequence's pages are "
+                                   "on {}",
+                                   DeviceName(device()));
+  }
+  const int64_t cols = pool()->layout().channels();
+  if (block.keys.cols != cols || block.values.cols != cols ||
+      block.keys.rows != block.tokens() || block.values.rows != block.tokens()) {
+    return InvalidArgumentError("KV low-rank block of {}x{} keys for a layout of {} channels",
+                                block.keys.rows, block.keys.cols, cols);
+  }
+  Layer& l = layers_[layer];
+  l.num_tokens += block.tokens();
+  l.blocks.push_back(std::move(block));
+  return absl::OkStatus();
+}
+
+size_t SequenceKv::low_rank_bytes() const {
+  size_t n = 0;
+  for (const Layer& l : layers_) {
+    for (const LowRankBlock& b : l.blocks) n += b.bytes();
+  }
+  return n;
 }
 
 void SequenceKv::AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const {
@@ -231,12 +267,23 @@ void SequenceKv::AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const {
   }
 }
 
-Status SequenceKv::Gather(int layer, float* k, float* v) const {
+Status SequenceKv::GatherPages(int layer, float* k, float* v) const {
   const int64_t row = pool()->layout().channels();
   for (const PageRef& p : layers_[layer].pages) {
     FZ_RETURN_IF_ERROR(ReadPageSlots(*pool(p.format), p.id, p.num_tokens, k, v));
     k += p.num_tokens * row;
     v += p.num_tokens * row;
+  }
+  return absl::OkStatus();
+}
+
+Status SequenceKv::Gather(int layer, float* k, float* v) const {
+  FZ_RETURN_IF_ERROR(GatherPages(layer, k, v));
+  const int64_t row = pool()->layout().channels();
+  int64_t at = page_tokens(layer);
+  for (const LowRankBlock& b : layers_[layer].blocks) {
+    FZ_RETURN_IF_ERROR(b.Reconstruct(k + at * row, v + at * row));
+    at += b.tokens();
   }
   return absl::OkStatus();
 }
@@ -292,6 +339,8 @@ Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes)
     kept.slot_positions.insert(kept.slot_positions.end(), slots, slots + page_tokens_);
     kept.num_tokens += p.num_tokens;
   }
+  for (const LowRankBlock& b : l.blocks) kept.num_tokens += b.tokens();
+  kept.blocks = std::move(l.blocks);
   l = std::move(kept);
   const Status st = Append(layer, k.data<float>(), v.data<float>(), pos.data(), n, classes.data());
   l.residual = 0;  // tokens the policy kept kFull start a new window, not this one again
@@ -313,7 +362,7 @@ KvBytesByFormat SequenceKv::bytes_by_format() const {
 }
 
 size_t SequenceKv::bytes() const {
-  size_t n = 0;
+  size_t n = low_rank_bytes();
   for (const size_t b : bytes_by_format()) n += b;
   return n;
 }

@@ -35,6 +35,7 @@
 
 #include "common/status.h"
 #include "engine/kv/kv_pools.h"
+#include "engine/kv/low_rank_block.h"
 #include "engine/kv/page_pool.h"
 #include "engine/ops/paged_attention.h"
 
@@ -81,8 +82,22 @@ class SequenceKv {
   Status Append(int layer, const float* k, const float* v, const int32_t* positions, int64_t count,
                 const uint8_t* token_class = nullptr);
 
-  // Tokens stored in `layer`.
+  // Tokens stored in `layer`: in its pages and in its low-rank blocks.
   int64_t num_tokens(int layer) const { return layers_[layer].num_tokens; }
+  // Of them, tokens in pages (what AppendSpans covers).
+  int64_t page_tokens(int layer) const;
+
+  // AttentionPack (kv/low_rank_block.h): a layer's visual tokens as low-rank factors beside its
+  // pages. A block counts in num_tokens, positions, Gather (rebuilt), bytes and stored_tokens, but
+  // not in the pages' spans: attention reads it through ops/low_rank.h. Host sequences only
+  // (FAILED_PRECONDITION on another device).
+  Status AppendLowRankBlock(int layer, LowRankBlock block);
+  const std::vector<LowRankBlock>& low_rank_blocks(int layer) const {
+    return layers_[layer].blocks;
+  }
+  std::vector<LowRankBlock>& mutable_low_rank_blocks(int layer) { return layers_[layer].blocks; }
+  // Bytes of every layer's low-rank blocks.
+  size_t low_rank_bytes() const;
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<PageRef>& pages(int layer) const { return layers_[layer].pages; }
   // Positions of the stored tokens of `layer`, in storage order (page by page).
@@ -92,8 +107,11 @@ class SequenceKv {
   void AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const;
 
   // Copies (dequantises) every stored token of `layer` to dense f32 k, v [num_tokens(layer), G, d]
-  // in storage order (prefill chunks attend to earlier chunks through this).
+  // in storage order — pages, then low-rank blocks rebuilt (keys rotated to post-RoPE) — for
+  // prefill chunks, which attend to earlier chunks through this.
   Status Gather(int layer, float* k, float* v) const;
+  // The same for the pages only: k, v [page_tokens(layer), G, d].
+  Status GatherPages(int layer, float* k, float* v) const;
 
   // The residual window: tokens of `layer` in full-format pages, and their k, v (f32, storage
   // order; either pointer may be null).
@@ -145,6 +163,7 @@ class SequenceKv {
     std::vector<int32_t> slot_positions;  // page_tokens entries per page
     int64_t num_tokens = 0;
     int64_t residual = 0;  // kFull appends since the last CompressResidual
+    std::vector<LowRankBlock> blocks;  // AttentionPack's visual tokens, in order
     std::array<int32_t, kNumKvFormats> open;  // per dense format: index of its appendable page
     Layer() { open.fill(-1); }
   };

@@ -227,6 +227,17 @@ class Decoder {
   Status AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
                               std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
                               const Tensor& v, Tensor& attn) const;
+  // AttentionPack: rows plan.low_rank_rows (chunk-local) of this chunk's k (post-RoPE) and v
+  // [t, G, d] become one low-rank block of layer l (host only).
+  Status StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
+                           const compress::PrefillLayerPlan& plan, const Tensor& k,
+                           const Tensor& v) const;
+  // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
+  // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,
+  // one softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).
+  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d]; host memory.
+  Status AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q, const float* k,
+                             const float* v, float* out) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;
   Status CheckKvDevice(Device pool_device) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].

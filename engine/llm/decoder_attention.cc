@@ -116,8 +116,10 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
     params.allow_bf16_tensor_cores = bf16_attention_;
     FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, params, attn4));
   }
-  return seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t,
-                       plan.classes.data());
+  FZ_RETURN_IF_ERROR(seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t,
+                                   plan.classes.data()));
+  if (plan.low_rank_rows.empty()) return absl::OkStatus();
+  return StoreLowRankBlock(l, seq, positions, plan, k, v);
 }
 
 Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
@@ -149,7 +151,29 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     }
     offsets.push_back(static_cast<int32_t>(spans.size()));
   }
-  if (!paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
+  bool low_rank = false;
+  for (const Sequence* s : seqs) low_rank = low_rank || !s->kv.low_rank_blocks(l).empty();
+  if (low_rank) {
+    // AttentionPack's blocks are read by their own kernels: each sequence on its own.
+    const int64_t nh = shape_.heads;
+    for (int64_t i = 0; i < b; ++i) {
+      Sequence& s = *seqs[i];
+      if (!s.kv.low_rank_blocks(l).empty()) {
+        FZ_RETURN_IF_ERROR(AttendDecodeLowRank(
+            l, s, stored[static_cast<size_t>(i)] != 0, q.data<float>() + i * nh * d,
+            k.data<float>() + i * static_cast<int64_t>(row),
+            v.data<float>() + i * static_cast<int64_t>(row), attn.data<float>() + i * nh * d));
+        continue;
+      }
+      FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
+      FZ_ASSIGN_OR_RETURN(const Tensor ki, k.Slice(i, i + 1));
+      FZ_ASSIGN_OR_RETURN(const Tensor vi, v.Slice(i, i + 1));
+      FZ_ASSIGN_OR_RETURN(Tensor oi, attn.Slice(i, i + 1));
+      FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs.subspan(static_cast<size_t>(i), 1),
+                                              std::span(stored).subspan(static_cast<size_t>(i), 1),
+                                              qi, ki, vi, oi));
+    }
+  } else if (!paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
     const Status paged = ops::PagedDecodeAttention(
         q, spans, offsets, ops::PagedDecodeParams{static_cast<int>(g), 0}, attn);
     if (paged.code() != absl::StatusCode::kUnimplemented || device_.is_cpu()) {
@@ -160,7 +184,7 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
       paged_decode_unbuilt_.store(true, std::memory_order_relaxed);
     }
   }
-  if (paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
+  if (!low_rank && paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
     FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs, stored, q, k, v, attn));
   }
   // Decode residual window (docs/methods.md §1.2 / KIVI's R): once a layer holds the policy's window

@@ -1,0 +1,70 @@
+#include "engine/compress/attentionpack.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace framezip::engine::compress {
+
+Status AttentionPackPolicy::OnPrefillLayer(const PrefillLayerInputs&, std::vector<uint8_t>&) {
+  return absl::OkStatus();  // PlanPrefillLayer decides
+}
+
+Status AttentionPackPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerPlan& plan) {
+  if (in.visual == nullptr || in.layer < options_.dense_layers) return absl::OkStatus();
+  const int64_t t = in.q->dim(0);
+  std::vector<int32_t> rows;
+  for (int64_t i = 0; i < t; ++i) {
+    if (in.visual[i]) rows.push_back(static_cast<int32_t>(i));
+  }
+  if (static_cast<int64_t>(rows.size()) < options_.min_tokens) return absl::OkStatus();
+  for (const int32_t r : rows) plan.classes[static_cast<size_t>(r)] = kv::kDrop;
+  plan.low_rank_rows = std::move(rows);
+  plan.low_rank_k = options_.rank_k;
+  plan.low_rank_v = options_.rank_v;
+  plan.low_rank_seed = options_.seed + 2 * static_cast<uint64_t>(in.layer);
+  return absl::OkStatus();
+}
+
+void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_probs,
+                                             std::span<float> importance,
+                                             std::span<int32_t> value_ranks, int full_rank) {
+  const size_t n = mean_probs.size();
+  const float w = static_cast<float>(options_.ema);
+  for (size_t t = 0; t < n; ++t) importance[t] = w * importance[t] + (1.f - w) * mean_probs[t];
+  if (options_.groups <= 1) {
+    std::fill(value_ranks.begin(), value_ranks.end(), full_rank);
+    return;
+  }
+  // The top fraction by importance at full rank, the rest at a quarter of it (§2.3's F = 2).
+  const size_t top = std::min(
+      n, static_cast<size_t>(std::ceil(options_.top_fraction * static_cast<double>(n))));
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(top), order.end(),
+                   [&](size_t a, size_t b) { return importance[a] > importance[b]; });
+  const int low = std::max(1, full_rank / 4);
+  for (size_t i = 0; i < n; ++i) value_ranks[order[i]] = i < top ? full_rank : low;
+}
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& o) {
+  AttentionPackOptions a;
+  FZ_ASSIGN_OR_RETURN(const int64_t rank_k, o.Int("rank_k", a.rank_k, 1, 1 << 16));
+  FZ_ASSIGN_OR_RETURN(const int64_t rank_v, o.Int("rank_v", a.rank_v, 1, 1 << 16));
+  FZ_ASSIGN_OR_RETURN(const int64_t groups, o.Int("groups", a.groups, 1, 2));
+  FZ_ASSIGN_OR_RETURN(a.top_fraction, o.Double("top_fraction", a.top_fraction, 0, 1));
+  FZ_ASSIGN_OR_RETURN(a.ema, o.Double("ema", a.ema, 0, 1));
+  FZ_ASSIGN_OR_RETURN(const int64_t dense, o.Int("dense_layers", a.dense_layers, 0, 1 << 16));
+  FZ_ASSIGN_OR_RETURN(const int64_t min_tokens, o.Int("min_tokens", a.min_tokens, 1, 1 << 30));
+  FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
+  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
+  a.rank_k = static_cast<int>(rank_k);
+  a.rank_v = static_cast<int>(rank_v);
+  a.groups = static_cast<int>(groups);
+  a.dense_layers = static_cast<int>(dense);
+  a.min_tokens = static_cast<int>(min_tokens);
+  a.seed = static_cast<uint64_t>(seed);
+  return std::unique_ptr<CompressionPolicy>(new AttentionPackPolicy(a));
+}
+
+}  // namespace framezip::engine::compress

@@ -1,0 +1,59 @@
+// AttentionPack (docs/methods.md §2): per request and layer, the visual tokens' keys (before RoPE)
+// and values, all KV heads concatenated, are stored as low-rank factors (randomized SVD,
+// kv/low_rank_block.h) instead of pages; decode reads them without rebuilding the block
+// (ops/low_rank.h) and, for the values, at a rank chosen per token by the attention it gets:
+// an EMA of its head-averaged probability; the top `top_fraction` at full rank, the rest at
+// rank / 4 (keys stay at full rank: they are the more sensitive, §2.3). Text and generated
+// tokens stay in pages at the engine's full precision.
+//
+// Compression happens per prefill chunk, on the chunk's visual rows, after the chunk's own
+// (exact) attention; a later chunk or turn attends to a block rebuilt. Blocks smaller than
+// `min_tokens` rows stay in pages. CPU only for now (NeedsHostKv).
+//
+// Options ("attentionpack:key=value,..."): rank_k (32), rank_v (16) — of HD = G·d (64 for the
+// shipped model; the defaults are HD/2 and HD/4) —, groups (2: top_fraction at rank_v, the rest
+// at rank_v/4; 1: every value at rank_v), top_fraction (0.25), ema (0.9, ω), dense_layers (0:
+// layers below it keep every token in pages), min_tokens (32), seed (0).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/compress/policy.h"
+#include "engine/compress/policy_options.h"
+
+namespace framezip::engine::compress {
+
+struct AttentionPackOptions {
+  int rank_k = 32;
+  int rank_v = 16;
+  int groups = 2;
+  double top_fraction = 0.25;
+  double ema = 0.9;
+  int dense_layers = 0;
+  int min_tokens = 32;
+  uint64_t seed = 0;
+};
+
+class AttentionPackPolicy final : public CompressionPolicy {
+ public:
+  explicit AttentionPackPolicy(AttentionPackOptions options) : options_(options) {}
+
+  std::string_view name() const override { return "attentionpack"; }
+  bool NeedsHostKv() const override { return true; }
+  Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
+  Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
+  bool OnDecodeWrite(int, int32_t) override { return true; }
+  void OnLowRankAttention(int layer, std::span<const float> mean_probs,
+                          std::span<float> importance, std::span<int32_t> value_ranks,
+                          int full_rank) override;
+
+  const AttentionPackOptions& options() const { return options_; }
+
+ private:
+  AttentionPackOptions options_;
+};
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& options);
+
+}  // namespace framezip::engine::compress

@@ -1,0 +1,72 @@
+// LowRankBlock: AttentionPack's storage of one layer's visual tokens (docs/methods.md §2) — their
+// pre-RoPE keys and their values, each as rank-R factors U·S [T, R] and Vᵀ [R, HD] in f16, plus
+// what decode needs to read them: positions (to rotate the rebuilt keys), the rank each token's
+// value is read at, and the attention-importance EMA that chooses those ranks.
+//
+// A block is written once (after a prefill chunk's attention) and lives beside the layer's pages
+// in kv::SequenceKv; only its ranks and importance change during decode. Host memory only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/core/half.h"
+#include "engine/ops/low_rank.h"
+#include "engine/ops/rope.h"
+
+namespace framezip::engine::kv {
+
+// Rank-R factors of a [rows, cols] matrix in f16: M ≈ us · vt.
+struct LowRankMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int rank = 0;
+  std::vector<Float16> us;  // [rows, rank]
+  std::vector<Float16> vt;  // [rank, cols]
+
+  // Rounds f32 factors to f16.
+  static LowRankMatrix FromFactors(const ops::LowRankFactors& f);
+  std::vector<float> UsF32() const;
+  std::vector<float> VtF32() const;
+  size_t bytes() const { return (us.size() + vt.size()) * sizeof(Float16); }
+};
+
+struct LowRankBlock {
+  std::vector<int32_t> positions;    // [T] token positions, ascending
+  LowRankMatrix keys;                // pre-RoPE keys, [T, G·d]
+  LowRankMatrix values;              // values, [T, G·d]
+  std::vector<int32_t> value_ranks;  // [T] rank each value is read at (<= values.rank)
+  std::vector<float> importance;     // [T] EMA of the head-averaged attention each token got
+  ops::RopeParams rope;              // the model's RoPE, to rotate rebuilt keys
+  int num_kv_heads = 0;              // G (cols = G·d)
+
+  int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
+  // Bytes the block holds: factors, positions, ranks and importance.
+  size_t bytes() const;
+  // Every token rebuilt: keys rotated to post-RoPE at their positions, values at their ranks
+  // (what a dense cache would have held, up to the factorisation), [T, G·d] each.
+  Status Reconstruct(float* k, float* v) const;
+};
+
+// Keys [n, G, d] post-RoPE at `positions` back to pre-RoPE (RoPE is a rotation: the inverse turns
+// by the same angles backwards), in place.
+void UnrotateKeys(float* k, int64_t n, int num_kv_heads, int head_dim,
+                  std::span<const int32_t> positions, const ops::RopeParams& rope);
+
+struct LowRankBlockOptions {
+  int rank_k = 0;  // clamped to [1, min(n, G·d)]
+  int rank_v = 0;
+  uint64_t seed = 0;
+};
+
+// The block of n tokens from their post-RoPE keys and values [n, G·d]: keys un-rotated, both
+// factorised (ops::RandomizedSvd), every value read at full rank until decode sets ranks.
+StatusOr<LowRankBlock> MakeLowRankBlock(std::span<const float> k_post_rope,
+                                        std::span<const float> v,
+                                        std::span<const int32_t> positions, int num_kv_heads,
+                                        int head_dim, const ops::RopeParams& rope,
+                                        const LowRankBlockOptions& options);
+
+}  // namespace framezip::engine::kv

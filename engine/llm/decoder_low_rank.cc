@@ -1,0 +1,136 @@
+// AttentionPack's two places in the decoder (compress/attentionpack.h): a prefill chunk's visual
+// rows becoming a low-rank block, and decode attention over pages plus blocks in one softmax,
+// reading the blocks through ops/low_rank.h (keys rebuilt a tile at a time, values never).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/kv/low_rank_block.h"
+#include "engine/llm/decoder.h"
+#include "engine/ops/low_rank.h"
+
+namespace framezip::engine::llm {
+
+Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
+                                  const compress::PrefillLayerPlan& plan, const Tensor& k,
+                                  const Tensor& v) const {
+  if (!device_.is_cpu()) {
+    return UnimplementedError("low-rank KV blocks are built on the CPU only");
+  }
+  const int64_t hd = shape_.kv_heads * shape_.head_dim;
+  const size_t n = plan.low_rank_rows.size();
+  std::vector<float> rows_k(n * static_cast<size_t>(hd)), rows_v(rows_k.size());
+  std::vector<int32_t> rows_pos(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t r = plan.low_rank_rows[i];
+    if (r < 0 || r >= k.dim(0) || (i > 0 && r <= plan.low_rank_rows[i - 1])) {
+      return InternalError("policy {}: low-rank row {} out of order or range", seq.policy->name(),
+                           r);
+    }
+    std::copy_n(k.data<float>() + r * hd, hd, rows_k.data() + i * hd);
+    std::copy_n(v.data<float>() + r * hd, hd, rows_v.data() + i * hd);
+    rows_pos[i] = positions[static_cast<size_t>(r)];
+  }
+  FZ_ASSIGN_OR_RETURN(
+      kv::LowRankBlock block,
+      kv::MakeLowRankBlock(rows_k, rows_v, rows_pos, static_cast<int>(shape_.kv_heads),
+                           static_cast<int>(shape_.head_dim), shape_.rope,
+                           {.rank_k = plan.low_rank_k,
+                            .rank_v = plan.low_rank_v,
+                            .seed = plan.low_rank_seed}));
+  return seq.kv.AppendLowRankBlock(l, std::move(block));
+}
+
+Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q,
+                                    const float* k, const float* v, float* out) const {
+  const int nh = static_cast<int>(shape_.heads), g = static_cast<int>(shape_.kv_heads);
+  const int d = static_cast<int>(shape_.head_dim), per_group = nh / g;
+  const int64_t hd = static_cast<int64_t>(g) * d;
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(l);
+
+  // The dense part: the pages, plus this step's row when it is not stored.
+  const int64_t pages = seq.kv.page_tokens(l), dense = pages + (stored ? 0 : 1);
+  std::vector<float> dk(static_cast<size_t>(dense * hd)), dv(dk.size());
+  FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, dk.data(), dv.data()));
+  if (!stored) {
+    std::copy_n(k, hd, dk.data() + pages * hd);
+    std::copy_n(v, hd, dv.data() + pages * hd);
+  }
+  int64_t total = dense;
+  for (const kv::LowRankBlock& b : blocks) total += b.tokens();
+
+  // Scores [nh, total]: dense keys first, then each block's.
+  std::vector<float> scores(static_cast<size_t>(nh * total));
+  for (int h = 0; h < nh; ++h) {
+    const float* qh = q + h * d;
+    const int64_t col = static_cast<int64_t>(h / per_group) * d;
+    for (int64_t j = 0; j < dense; ++j) {
+      const float* kj = dk.data() + j * hd + col;
+      float s = 0;
+      for (int c = 0; c < d; ++c) s += qh[c] * kj[c];
+      scores[static_cast<size_t>(h * total + j)] = s * scale;
+    }
+  }
+  std::vector<float> block_scores;
+  int64_t at = dense;
+  for (const kv::LowRankBlock& b : blocks) {
+    const int64_t t = b.tokens();
+    block_scores.resize(static_cast<size_t>(nh * t));
+    const std::vector<int32_t> key_ranks(static_cast<size_t>(t), b.keys.rank);
+    FZ_RETURN_IF_ERROR(ops::LowRankKeyScores(
+        {q, static_cast<size_t>(nh * d)}, b.keys.UsF32(), b.keys.VtF32(), key_ranks, b.positions,
+        {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.keys.rank}, b.rope, scale,
+        block_scores));
+    for (int h = 0; h < nh; ++h) {
+      std::copy_n(block_scores.data() + h * t, t, scores.data() + h * total + at);
+    }
+    at += t;
+  }
+
+  // One softmax per head over everything the token sees.
+  for (int h = 0; h < nh; ++h) {
+    float* row = scores.data() + h * total;
+    const float m = *std::max_element(row, row + total);
+    double sum = 0;
+    for (int64_t j = 0; j < total; ++j) {
+      row[j] = std::exp(row[j] - m);
+      sum += row[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < total; ++j) row[j] *= inv;
+  }
+
+  // out = P_dense · V_dense + Σ_blocks P_block · (U·S)·Vᵀ at each token's rank.
+  std::fill_n(out, nh * d, 0.f);
+  for (int h = 0; h < nh; ++h) {
+    const float* p = scores.data() + h * total;
+    const int64_t col = static_cast<int64_t>(h / per_group) * d;
+    float* o = out + h * d;
+    for (int64_t j = 0; j < dense; ++j) {
+      const float* vj = dv.data() + j * hd + col;
+      for (int c = 0; c < d; ++c) o[c] += p[j] * vj[c];
+    }
+  }
+  at = dense;
+  std::vector<float> block_probs, mean_probs;
+  for (kv::LowRankBlock& b : blocks) {
+    const int64_t t = b.tokens();
+    block_probs.resize(static_cast<size_t>(nh * t));
+    mean_probs.assign(static_cast<size_t>(t), 0.f);
+    for (int h = 0; h < nh; ++h) {
+      const float* p = scores.data() + h * total + at;
+      std::copy_n(p, t, block_probs.data() + h * t);
+      for (int64_t j = 0; j < t; ++j) mean_probs[static_cast<size_t>(j)] += p[j] / nh;
+    }
+    FZ_RETURN_IF_ERROR(ops::LowRankValueAttend(
+        block_probs, b.values.UsF32(), b.values.VtF32(), b.value_ranks,
+        {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.values.rank},
+        {out, static_cast<size_t>(nh * d)}));
+    seq.policy->OnLowRankAttention(l, mean_probs, b.importance, b.value_ranks, b.values.rank);
+    at += t;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::llm

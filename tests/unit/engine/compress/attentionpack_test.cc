@@ -1,0 +1,180 @@
+// AttentionPack (engine/compress/attentionpack.h) on the shipped model: visual tokens leave the
+// pages for low-rank blocks in every layer, full rank reproduces `none`, lower ranks change the
+// decode logits (the blocks are what decode reads), the attention importance picks a quarter of
+// the tokens for full-rank values, and a conversation survives the page codec and restore.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/kv/page_codec.h"
+#include "engine/runtime/engine.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_decoder.h"
+
+namespace framezip::engine {
+namespace {
+
+runtime::Engine& SharedEngine() {
+  static std::unique_ptr<runtime::Engine> engine = [] {
+    SetComputeThreads(2);
+    auto e = runtime::Engine::Load(testing::SourceDir() / "models/framezip-tiny-video");
+    if (!e.ok()) FAIL("loading the shipped model: " << MessageOf(e.status()));
+    return *std::move(e);
+  }();
+  return *engine;
+}
+
+runtime::Message VideoMessage(int64_t frames, int64_t size) {
+  runtime::VisualInput video;
+  video.pixels = *Tensor::Zeros({frames, 3, size, size}, DType::kF32);
+  for (int64_t i = 0; i < video.pixels.numel(); ++i) {
+    video.pixels.data<float>()[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f;
+  }
+  return runtime::Message{"user", "What color is the cross?", {video}};
+}
+
+// Teacher-forced logits of `forced` after the video message, under `policy`.
+Tensor Scores(const char* policy, const std::vector<int32_t>& forced) {
+  runtime::Engine& eng = SharedEngine();
+  const runtime::Message m = VideoMessage(16, eng.image_size());
+  auto c = eng.NewConversation(policy);
+  REQUIRE(c.ok());
+  auto s = eng.ScoreTurn(**c, std::span(&m, 1), forced);
+  INFO((s.ok() ? "" : MessageOf(s.status())));
+  REQUIRE(s.ok());
+  return *std::move(s);
+}
+
+double MaxAbsDiff(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    m = std::max<double>(m, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
+  }
+  return m;
+}
+
+double MaxAbs(const Tensor& a) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max<double>(m, std::fabs(a.data<float>()[i]));
+  return m;
+}
+
+const std::vector<int32_t> kForced = {313, 11, 42, 100, 7, 250, 313, 402};
+
+TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode reads the blocks",
+          "[unit][engine][compress]") {
+  const Tensor none = Scores("none", kForced);
+  const Tensor full = Scores("attentionpack:rank_k=64,rank_v=64,groups=1", kForced);
+  const Tensor low = Scores("attentionpack:rank_k=4,rank_v=2,groups=1", kForced);
+  // Full rank: the factors hold the block exactly up to their f16 rounding (the pages round K/V
+  // to f16 too): the logits agree to well under a percent of their range.
+  CHECK(MaxAbsDiff(full, none) < 1e-2 * MaxAbs(none));
+  // Rank 4 / 2 of 64: a visibly different cache, so every decode position differs.
+  CHECK(MaxAbsDiff(low, none) > 1e-2 * MaxAbs(none));
+  // The first position comes from the prompt's own (exact) prefill attention: identical.
+  const int64_t v = none.dim(1);
+  double first = 0;
+  for (int64_t i = 0; i < v; ++i) {
+    first = std::max<double>(first, std::fabs(low.data<float>()[i] - none.data<float>()[i]));
+  }
+  CHECK(first < 1e-4 * MaxAbs(none));
+}
+
+TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
+          "[unit][engine][compress]") {
+  runtime::Engine& eng = SharedEngine();
+  const llm::Decoder& dec = eng.decoder();
+  std::mt19937_64 rng(5);
+  const int64_t t = 8 + 120 + 10, hid = dec.shape().hidden;
+  std::vector<uint8_t> visual(static_cast<size_t>(t), 0);
+  std::fill(visual.begin() + 8, visual.begin() + 128, uint8_t{1});
+  const Tensor embeds = testing::RandomEmbeds(t, hid, rng);
+  auto seq = dec.NewSequence(eng.kv_pool(), kv::KvFormat::kF16, "attentionpack");
+  REQUIRE(seq.ok());
+  auto logits = dec.Prefill(**seq, embeds, {.visual = visual});
+  REQUIRE(logits.ok());
+  const kv::SequenceKv& kv = (*seq)->kv;
+  for (int l = 0; l < kv.num_layers(); ++l) {
+    INFO("layer " << l);
+    REQUIRE(kv.low_rank_blocks(l).size() == 1);
+    const kv::LowRankBlock& b = kv.low_rank_blocks(l)[0];
+    CHECK(b.tokens() == 120);
+    CHECK(b.keys.rank == 32);
+    CHECK(b.values.rank == 16);
+    CHECK(kv.page_tokens(l) == 18);  // the text rows only
+    CHECK(kv.num_tokens(l) == t);
+    std::vector<int32_t> all(static_cast<size_t>(t));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<int32_t> got = kv.positions(l);
+    std::sort(got.begin(), got.end());
+    CHECK(got == all);
+  }
+  CHECK(kv.low_rank_bytes() > 0);
+
+  // Decode: importance accumulates and a quarter of the tokens get full-rank values.
+  int32_t token = 5;
+  llm::Sequence* const one[] = {seq->get()};
+  for (int step = 0; step < 4; ++step) {
+    auto out = dec.DecodeStep(one, std::span(&token, 1));
+    REQUIRE(out.ok());
+  }
+  for (int l = 0; l < kv.num_layers(); ++l) {
+    const kv::LowRankBlock& b = kv.low_rank_blocks(l)[0];
+    const auto full = std::count(b.value_ranks.begin(), b.value_ranks.end(), b.values.rank);
+    const auto quarter = std::count(b.value_ranks.begin(), b.value_ranks.end(), b.values.rank / 4);
+    CHECK(full == 30);  // ceil(0.25 · 120)
+    CHECK(quarter == 90);
+    // The full-rank tokens are the most attended ones.
+    float lowest_full = 1, highest_rest = 0;
+    for (size_t i = 0; i < b.value_ranks.size(); ++i) {
+      if (b.value_ranks[i] == b.values.rank) {
+        lowest_full = std::min(lowest_full, b.importance[i]);
+      } else {
+        highest_rest = std::max(highest_rest, b.importance[i]);
+      }
+    }
+    CHECK(lowest_full >= highest_rest);
+    CHECK(kv.page_tokens(l) == 18 + 4);  // decode tokens go to pages
+  }
+}
+
+TEST_CASE("An attentionpack conversation survives the page codec and continues alike",
+          "[unit][engine][compress]") {
+  runtime::Engine& eng = SharedEngine();
+  const runtime::Message m = VideoMessage(16, eng.image_size());
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 5;
+  opt.ignore_eos = true;
+  auto c = *eng.NewConversation("attentionpack");
+  REQUIRE(eng.RunTurn(*c, std::span(&m, 1), opt).ok());
+  auto seg = eng.ExportConversation(*c, kv::SegmentMark{}, 1 << 16);
+  REQUIRE(seg.ok());
+  CHECK(seg->encoded.blocks.size() > 1);  // split over several store blocks
+  auto decoded = kv::DecodeSegment(seg->encoded.blocks);
+  INFO((decoded.ok() ? "" : MessageOf(decoded.status())));
+  REQUIRE(decoded.ok());
+  for (const kv::DecodedLayer& layer : decoded->layers) CHECK(layer.blocks.size() == 1);
+  auto restored = eng.RestoreConversation(std::span(&*decoded, 1));
+  INFO((restored.ok() ? "" : MessageOf(restored.status())));
+  REQUIRE(restored.ok());
+  const runtime::Message follow{"user", "And what shape was it?", {}};
+  auto a = eng.RunTurn(*c, std::span(&follow, 1), opt);
+  auto b = eng.RunTurn(*restored->conversation, std::span(&follow, 1), opt);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->token_ids == b->token_ids);
+
+  // A flipped byte anywhere is caught by the checksums.
+  std::vector<std::string> broken = seg->encoded.blocks;
+  broken[0][broken[0].size() / 2] ^= 0x40;
+  auto bad = kv::DecodeSegment(broken);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(absl::IsDataLoss(bad.status()));
+}
+
+}  // namespace
+}  // namespace framezip::engine
