@@ -104,6 +104,9 @@ struct PrefillStats {
   int64_t fed = 0;              // prefill rows fed (before any row selection)
   // Decode tokens the policy did not store in the last layer (Dynamic-LLaVA's text gating).
   int64_t decode_unstored = 0;
+  // AttentionPack: time factorising blocks (prefill) and attending to them (decode).
+  double low_rank_build_ms = 0;
+  double low_rank_attend_ms = 0;
 
   void Reset(int num_layers) {
     tokens.assign(static_cast<size_t>(num_layers), 0);
@@ -112,6 +115,8 @@ struct PrefillStats {
     selection_ms = 0;
     fed = 0;
     decode_unstored = 0;
+    low_rank_build_ms = 0;
+    low_rank_attend_ms = 0;
   }
   // kept / tokens per layer (1 for a layer that saw no tokens).
   std::vector<float> KeptRatios() const;

@@ -2,7 +2,8 @@
 // fused dequantisation for the quantised ones). f32/f16 pages are dense and appendable; int4/int2
 // pages are KIVI-style (docs/methods.md §4.2: keys per-channel over the page's tokens, values per-token
 // in groups of 32 channels, f16 scale/zero inside the page; engine/kv/quant_page.h) and written
-// once. kLowRank is reserved for AttentionPack's low-rank segments.
+// once. kLowRank names AttentionPack's low-rank blocks (kv/low_rank_block.h) in byte accounting;
+// no page has that format.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ enum class KvFormat : uint8_t {
   kF16 = 1,
   kInt4 = 2,     // 4-bit codes, key group = the page's tokens, value group = 32 channels
   kInt2 = 3,     // 2-bit codes, same grouping
-  kLowRank = 4,  // reserved: AttentionPack low-rank segment (pre-RoPE keys)
+  kLowRank = 4,  // AttentionPack low-rank blocks (accounting only: blocks are not pages)
 };
 
 constexpr std::string_view KvFormatName(KvFormat f) {

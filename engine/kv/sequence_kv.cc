@@ -358,11 +358,12 @@ KvBytesByFormat SequenceKv::bytes_by_format() const {
   for (const Layer& l : layers_) {
     for (const PageRef& p : l.pages) out[Index(p.format)] += layout(p.format).PageBytes();
   }
+  out[Index(KvFormat::kLowRank)] = low_rank_bytes();
   return out;
 }
 
 size_t SequenceKv::bytes() const {
-  size_t n = low_rank_bytes();
+  size_t n = 0;
   for (const size_t b : bytes_by_format()) n += b;
   return n;
 }

@@ -127,7 +127,8 @@ class SequenceKv {
   // full_tokens(layer); RESOURCE_EXHAUSTED when pools are full (the window is then lost).
   Status CompressResidual(int layer, std::span<const uint8_t> classes);
 
-  // Pages held over all layers, and their bytes (in total and per format).
+  // Pages held over all layers, and their bytes (in total and per format; low-rank blocks count
+  // as KvFormat::kLowRank).
   int64_t num_pages() const;
   size_t bytes() const;
   KvBytesByFormat bytes_by_format() const;

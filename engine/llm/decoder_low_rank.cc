@@ -2,6 +2,7 @@
 // rows becoming a low-rank block, and decode attention over pages plus blocks in one softmax,
 // reading the blocks through ops/low_rank.h (keys rebuilt a tile at a time, values never).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -10,6 +11,14 @@
 #include "engine/ops/low_rank.h"
 
 namespace framezip::engine::llm {
+namespace {
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
 
 Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
                                   const compress::PrefillLayerPlan& plan, const Tensor& k,
@@ -17,6 +26,7 @@ Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t>
   if (!device_.is_cpu()) {
     return UnimplementedError("low-rank KV blocks are built on the CPU only");
   }
+  const auto start = std::chrono::steady_clock::now();
   const int64_t hd = shape_.kv_heads * shape_.head_dim;
   const size_t n = plan.low_rank_rows.size();
   std::vector<float> rows_k(n * static_cast<size_t>(hd)), rows_v(rows_k.size());
@@ -38,7 +48,9 @@ Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t>
                            {.rank_k = plan.low_rank_k,
                             .rank_v = plan.low_rank_v,
                             .seed = plan.low_rank_seed}));
-  return seq.kv.AppendLowRankBlock(l, std::move(block));
+  FZ_RETURN_IF_ERROR(seq.kv.AppendLowRankBlock(l, std::move(block)));
+  seq.prefill_stats.low_rank_build_ms += MillisecondsSince(start);
+  return absl::OkStatus();
 }
 
 Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q,
@@ -47,6 +59,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   const int d = static_cast<int>(shape_.head_dim), per_group = nh / g;
   const int64_t hd = static_cast<int64_t>(g) * d;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  const auto start = std::chrono::steady_clock::now();
   std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(l);
 
   // The dense part: the pages, plus this step's row when it is not stored.
@@ -130,6 +143,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
     seq.policy->OnLowRankAttention(l, mean_probs, b.importance, b.value_ranks, b.values.rank);
     at += t;
   }
+  seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
   return absl::OkStatus();
 }
 

@@ -60,6 +60,20 @@ void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnSt
       row_layers > 0 ? static_cast<double>(removed_row_layers) / static_cast<double>(row_layers)
                      : 0;
   st.text_tokens_gated = ps.decode_unstored;
+  st.low_rank_build_ms = ps.low_rank_build_ms;
+  st.low_rank_attend_ms = ps.low_rank_attend_ms;
+  int64_t lr_tokens = 0;
+  double key_ranks = 0, value_ranks = 0;
+  for (int l = 0; l < seq.kv.num_layers(); ++l) {
+    for (const kv::LowRankBlock& b : seq.kv.low_rank_blocks(l)) {
+      lr_tokens += b.tokens();
+      key_ranks += static_cast<double>(b.keys.rank) * static_cast<double>(b.tokens());
+      for (const int32_t r : b.value_ranks) value_ranks += r;
+    }
+  }
+  st.low_rank_tokens = lr_tokens;
+  st.low_rank_key_rank = lr_tokens > 0 ? key_ranks / static_cast<double>(lr_tokens) : 0;
+  st.low_rank_value_rank_mean = lr_tokens > 0 ? value_ranks / static_cast<double>(lr_tokens) : 0;
   st.kv_bytes = seq.kv.bytes();
   st.kv_bytes_by_format = seq.kv.bytes_by_format();
   const double f16_bytes = static_cast<double>(seq.length) *

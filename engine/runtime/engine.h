@@ -137,6 +137,13 @@ struct TurnStats {
   double prefill_flops_saved_ratio = 0;
   // Generated tokens whose K/V the policy did not store (Dynamic-LLaVA's output-text gating).
   int64_t text_tokens_gated = 0;
+  // AttentionPack: tokens held in low-rank blocks (over all layers), the key rank and the mean
+  // rank values are read at, and the time factorising (prefill) and reading the blocks (decode).
+  int64_t low_rank_tokens = 0;
+  double low_rank_key_rank = 0;
+  double low_rank_value_rank_mean = 0;
+  double low_rank_build_ms = 0;
+  double low_rank_attend_ms = 0;
   llm::StopReason stop_reason = llm::StopReason::kNone;
 };
 

@@ -142,6 +142,35 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
   }
 }
 
+TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
+          "[unit][engine][compress]") {
+  runtime::Engine& eng = SharedEngine();
+  const runtime::Message m = VideoMessage(16, eng.image_size());
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 6;
+  opt.ignore_eos = true;
+  auto dense = *eng.NewConversation("none");
+  auto packed = *eng.NewConversation("attentionpack");
+  auto a = eng.RunTurn(*dense, std::span(&m, 1), opt);
+  auto b = eng.RunTurn(*packed, std::span(&m, 1), opt);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const runtime::TurnStats& st = b->stats;
+  const int64_t layers = eng.config().text.num_hidden_layers;
+  CHECK(st.low_rank_tokens == layers * st.visual_tokens);
+  CHECK(st.low_rank_key_rank == Approx(32));
+  CHECK(st.low_rank_value_rank_mean > 4);
+  CHECK(st.low_rank_value_rank_mean < 16);
+  CHECK(st.low_rank_build_ms > 0);
+  CHECK(st.low_rank_attend_ms > 0);
+  const auto low_rank = static_cast<size_t>(kv::KvFormat::kLowRank);
+  CHECK(st.kv_bytes_by_format[low_rank] > 0);
+  CHECK(std::accumulate(st.kv_bytes_by_format.begin(), st.kv_bytes_by_format.end(), size_t{0}) ==
+        st.kv_bytes);
+  CHECK(st.kv_bytes < a->stats.kv_bytes);
+  CHECK(st.compression_ratio > a->stats.compression_ratio);
+}
+
 TEST_CASE("An attentionpack conversation survives the page codec and continues alike",
           "[unit][engine][compress]") {
   runtime::Engine& eng = SharedEngine();
