@@ -163,6 +163,12 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
     case PolicyKind::kAttentionPack: {
       const auto& a = p.attentionpack();
       FZ_RETURN_IF_ERROR(CheckUnit(a.energy(), f + ".attentionpack.energy"));
+      if (a.energy() > 0) {
+        return InvalidArgumentError(
+            "{}.attentionpack.energy: choosing ranks by spectral energy is not supported yet; "
+            "give key_rank and value_rank (or 0 for the defaults)",
+            f);
+      }
       FZ_RETURN_IF_ERROR(CheckUnit(a.decompress_fraction(),
                                    f + ".attentionpack.decompress_fraction"));
       FZ_RETURN_IF_ERROR(CheckKnob(a.key_rank(), f + ".attentionpack.key_rank"));

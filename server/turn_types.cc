@@ -1,6 +1,9 @@
 #include "server/turn_types.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
 
 namespace framezip::server {
 
@@ -24,6 +27,15 @@ const char* PolicyName(PolicyKind kind) {
 
 std::string EngineSpec(const PolicySpec& spec) {
   std::string out = PolicyName(spec.kind);
+  if (spec.kind == PolicyKind::kAttentionPack) {
+    std::vector<std::string> options;
+    if (spec.ap_key_rank > 0) options.push_back(fmt::format("rank_k={}", spec.ap_key_rank));
+    if (spec.ap_value_rank > 0) options.push_back(fmt::format("rank_v={}", spec.ap_value_rank));
+    if (spec.ap_decompress_fraction > 0) {
+      options.push_back(fmt::format("top_fraction={}", spec.ap_decompress_fraction));
+    }
+    if (!options.empty()) out = fmt::format("{}:{}", out, fmt::join(options, ","));
+  }
   if (spec.kind == PolicyKind::kDynamicLlava) {
     out += fmt::format(":text_gate={}", spec.dl_gate_generated_tokens ? "on" : "off");
     if (spec.dl_vision_keep_ratio > 0) {

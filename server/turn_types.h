@@ -57,7 +57,8 @@ struct PolicySpec {
 };
 
 // The engine's policy spec ("name:key=value,...", engine/compress/policy.h) of a request's policy:
-// the options the engine implements are passed on (dynamic_llava: vision_keep and text_gate);
+// the options the engine implements are passed on (dynamic_llava: vision_keep and text_gate;
+// attentionpack: key/value ranks and the full-rank fraction);
 // a zero option means the model's default.
 std::string EngineSpec(const PolicySpec& spec);
 

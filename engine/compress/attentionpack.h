@@ -10,8 +10,10 @@
 // (exact) attention; a later chunk or turn attends to a block rebuilt. Blocks smaller than
 // `min_tokens` rows stay in pages. CPU only for now (NeedsHostKv).
 //
-// Options ("attentionpack:key=value,..."): rank_k (32), rank_v (16) — of HD = G·d (64 for the
-// shipped model; the defaults are HD/2 and HD/4) —, groups (2: top_fraction at rank_v, the rest
+// Options ("attentionpack:key=value,..."): rank_k (8), rank_v (16) — of HD = G·d (64 for the
+// shipped model: HD/8 and HD/4. The rank sweep in bench/RESULTS.md chose them: this model's
+// pre-RoPE visual keys lose nothing down to rank 4, values need 8 or more; and a key rank is
+// paid on every decode step, each key being rebuilt from rank_k products) —, groups (2: top_fraction at rank_v, the rest
 // at rank_v/4; 1: every value at rank_v), top_fraction (0.25), ema (0.9, ω), dense_layers (0:
 // layers below it keep every token in pages), min_tokens (32), seed (0).
 #pragma once
@@ -25,7 +27,7 @@
 namespace framezip::engine::compress {
 
 struct AttentionPackOptions {
-  int rank_k = 32;
+  int rank_k = 8;
   int rank_v = 16;
   int groups = 2;
   double top_fraction = 0.25;

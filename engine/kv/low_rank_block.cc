@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/ops/cpu_kernels.h"
+
 namespace framezip::engine::kv {
 namespace {
 
 std::vector<float> ToF32(const std::vector<Float16>& h) {
   std::vector<float> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) out[i] = F16ToF32(h[i]);
+  ops::cpu::ToF32(h.data(), DType::kF16, static_cast<int64_t>(h.size()), out.data());  // F16C
   return out;
 }
 

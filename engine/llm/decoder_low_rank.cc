@@ -8,6 +8,7 @@
 
 #include "engine/kv/low_rank_block.h"
 #include "engine/llm/decoder.h"
+#include "engine/ops/cpu_kernels.h"
 #include "engine/ops/low_rank.h"
 
 namespace framezip::engine::llm {
@@ -105,13 +106,8 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   for (int h = 0; h < nh; ++h) {
     float* row = scores.data() + h * total;
     const float m = *std::max_element(row, row + total);
-    double sum = 0;
-    for (int64_t j = 0; j < total; ++j) {
-      row[j] = std::exp(row[j] - m);
-      sum += row[j];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < total; ++j) row[j] *= inv;
+    const float sum = ops::cpu::ExpShiftSum(row, total, m);
+    ops::cpu::Scale(1.f / sum, total, row);
   }
 
   // out = P_dense · V_dense + Σ_blocks P_block · (U·S)·Vᵀ at each token's rank.

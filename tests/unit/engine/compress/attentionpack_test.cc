@@ -103,7 +103,7 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
     REQUIRE(kv.low_rank_blocks(l).size() == 1);
     const kv::LowRankBlock& b = kv.low_rank_blocks(l)[0];
     CHECK(b.tokens() == 120);
-    CHECK(b.keys.rank == 32);
+    CHECK(b.keys.rank == 8);
     CHECK(b.values.rank == 16);
     CHECK(kv.page_tokens(l) == 18);  // the text rows only
     CHECK(kv.num_tokens(l) == t);
@@ -158,7 +158,7 @@ TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
   const runtime::TurnStats& st = b->stats;
   const int64_t layers = eng.config().text.num_hidden_layers;
   CHECK(st.low_rank_tokens == layers * st.visual_tokens);
-  CHECK(st.low_rank_key_rank == Approx(32));
+  CHECK(st.low_rank_key_rank == Approx(8));
   CHECK(st.low_rank_value_rank_mean > 4);
   CHECK(st.low_rank_value_rank_mean < 16);
   CHECK(st.low_rank_build_ms > 0);
@@ -180,7 +180,7 @@ TEST_CASE("An attentionpack conversation survives the page codec and continues a
   opt.ignore_eos = true;
   auto c = *eng.NewConversation("attentionpack");
   REQUIRE(eng.RunTurn(*c, std::span(&m, 1), opt).ok());
-  auto seg = eng.ExportConversation(*c, kv::SegmentMark{}, 1 << 16);
+  auto seg = eng.ExportConversation(*c, kv::SegmentMark{}, 1 << 13);
   REQUIRE(seg.ok());
   CHECK(seg->encoded.blocks.size() > 1);  // split over several store blocks
   auto decoded = kv::DecodeSegment(seg->encoded.blocks);
