@@ -1,6 +1,7 @@
 #include "engine/kv/page_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -323,7 +324,8 @@ Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
   FZ_RETURN_IF_ERROR(r.Get(rank_k));
   FZ_RETURN_IF_ERROR(r.Get(rank_v));
   const int32_t max_rank = std::min(tokens, cols);
-  if (tokens <= 0 || heads != l.num_kv_heads || cols != l.num_kv_heads * l.head_dim ||
+  if (tokens <= 0 || heads != l.num_kv_heads ||
+      int64_t{cols} != int64_t{l.num_kv_heads} * l.head_dim ||
       rank_k < 1 || rank_k > max_rank || rank_v < 1 || rank_v > max_rank) {
     return DataLossError("KV segment: low-rank block of {} tokens, {} heads, {} columns, ranks "
                          "{}/{} in a layout of {} heads of {}",
@@ -348,6 +350,12 @@ Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
   }
   for (const int32_t p : b.positions) {
     if (p < 0) return DataLossError("KV segment: negative position {} in a low-rank block", p);
+  }
+  // Decode ranks tokens by importance: a NaN would break the ordering the ranking relies on.
+  for (const float w : b.importance) {
+    if (!std::isfinite(w) || w < 0) {
+      return DataLossError("KV segment: low-rank importance {} is not a finite weight", w);
+    }
   }
   b.num_kv_heads = heads;
   b.keys.rows = b.values.rows = tokens;

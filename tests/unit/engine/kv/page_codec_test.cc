@@ -234,3 +234,79 @@ TEST_CASE("page codec rejects corrupt, truncated, reordered and foreign blocks",
 
 }  // namespace
 }  // namespace framezip::engine::kv
+
+namespace framezip::engine::kv {
+namespace {
+
+TEST_CASE("page codec version 2 carries low-rank blocks exactly, segment after segment",
+          "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  TestSequence t = MakeSequence(KvFormat::kF16);
+  AppendRandom(t.kv, 0, 5, rng);
+  const ops::RopeParams rope{.head_dim = kHeadDim, .theta = 1e4};
+  const int64_t cols = kHeads * kHeadDim;
+  auto add_block = [&](int32_t first, int n) {
+    for (int layer = 0; layer < kLayers; ++layer) {
+      const std::vector<float> k = testing::RandomNormal(static_cast<size_t>(n * cols), rng);
+      const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(n * cols), rng);
+      std::vector<int32_t> pos(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = first + i;
+      auto block = MakeLowRankBlock(k, v, pos, kHeads, kHeadDim, rope,
+                                    {.rank_k = 4, .rank_v = 8, .seed = 1});
+      REQUIRE(block.ok());
+      block->value_ranks[0] = 2;  // decode-time state travels too
+      block->importance[1] = 0.25f;
+      REQUIRE(t.kv.AppendLowRankBlock(layer, *std::move(block)).ok());
+    }
+  };
+  add_block(5, 40);
+  SegmentState state;
+  state.sequence_length = 45;
+  auto s0 = EncodeSegment(t.kv, SegmentMark{}, state, 4096);
+  REQUIRE(s0.ok());
+  AppendRandom(t.kv, 45, 3, rng);
+  add_block(48, 20);
+  state.sequence_length = 68;
+  auto s1 = EncodeSegment(t.kv, s0->next_mark, state, 4096);
+  REQUIRE(s1.ok());
+
+  std::vector<DecodedSegment> decoded;
+  for (const EncodedSegment* s : {&*s0, &*s1}) {
+    auto d = DecodeSegment(s->blocks);
+    INFO((d.ok() ? "" : MessageOf(d.status())));
+    REQUIRE(d.ok());
+    decoded.push_back(*std::move(d));
+  }
+  SequenceKv restored = EmptyLike(t);
+  auto r = RestoreSegments(decoded, restored);
+  INFO((r.ok() ? "" : MessageOf(r.status())));
+  REQUIRE(r.ok());
+  for (int layer = 0; layer < kLayers; ++layer) {
+    CHECK(restored.positions(layer) == t.kv.positions(layer));
+    CHECK(restored.num_tokens(layer) == t.kv.num_tokens(layer));
+    const auto& want = t.kv.low_rank_blocks(layer);
+    const auto& got = restored.low_rank_blocks(layer);
+    REQUIRE(got.size() == 2);
+    for (size_t b = 0; b < want.size(); ++b) {
+      CHECK(got[b].value_ranks == want[b].value_ranks);
+      CHECK(got[b].importance == want[b].importance);
+      CHECK(got[b].keys.rank == want[b].keys.rank);
+      CHECK(std::equal(got[b].keys.us.begin(), got[b].keys.us.end(), want[b].keys.us.begin(),
+                       [](Float16 a, Float16 c) { return a.bits == c.bits; }));
+      CHECK(std::equal(got[b].values.vt.begin(), got[b].values.vt.end(),
+                       want[b].values.vt.begin(),
+                       [](Float16 a, Float16 c) { return a.bits == c.bits; }));
+    }
+    // Rebuilt K/V of the whole layer agree too.
+    const size_t n = static_cast<size_t>(t.kv.num_tokens(layer) * cols);
+    std::vector<float> k0(n), v0(n), k1(n), v1(n);
+    REQUIRE(t.kv.Gather(layer, k0.data(), v0.data()).ok());
+    REQUIRE(restored.Gather(layer, k1.data(), v1.data()).ok());
+    CHECK(k0 == k1);
+    CHECK(v0 == v1);
+  }
+  CHECK(restored.low_rank_bytes() == t.kv.low_rank_bytes());
+}
+
+}  // namespace
+}  // namespace framezip::engine::kv
