@@ -8,9 +8,14 @@
 namespace framezip::engine::kv {
 namespace {
 
-std::vector<float> ToF32(const std::vector<Float16>& h) {
-  std::vector<float> out(h.size());
+void ToF32(const std::vector<Float16>& h, std::vector<float>& out) {
+  out.resize(h.size());
   ops::cpu::ToF32(h.data(), DType::kF16, static_cast<int64_t>(h.size()), out.data());  // F16C
+}
+
+std::vector<float> ToF32(const std::vector<Float16>& h) {
+  std::vector<float> out;
+  ToF32(h, out);
   return out;
 }
 
@@ -70,6 +75,8 @@ LowRankMatrix LowRankMatrix::FromFactors(const ops::LowRankFactors& f) {
 
 std::vector<float> LowRankMatrix::UsF32() const { return ToF32(us); }
 std::vector<float> LowRankMatrix::VtF32() const { return ToF32(vt); }
+void LowRankMatrix::UsF32(std::vector<float>& out) const { ToF32(us, out); }
+void LowRankMatrix::VtF32(std::vector<float>& out) const { ToF32(vt, out); }
 
 size_t LowRankBlock::bytes() const {
   return keys.bytes() + values.bytes() +

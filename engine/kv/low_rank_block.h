@@ -30,6 +30,9 @@ struct LowRankMatrix {
   static LowRankMatrix FromFactors(const ops::LowRankFactors& f);
   std::vector<float> UsF32() const;
   std::vector<float> VtF32() const;
+  // The same into a caller's buffer (resized), so a decode step reuses its memory.
+  void UsF32(std::vector<float>& out) const;
+  void VtF32(std::vector<float>& out) const;
   size_t bytes() const { return (us.size() + vt.size()) * sizeof(Float16); }
 };
 

@@ -75,7 +75,8 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   for (const kv::LowRankBlock& b : blocks) total += b.tokens();
 
   // Scores [nh, total]: dense keys first, then each block's.
-  std::vector<float> scores(static_cast<size_t>(nh * total));
+  thread_local std::vector<float> scores;
+  scores.assign(static_cast<size_t>(nh * total), 0.f);
   for (int h = 0; h < nh; ++h) {
     const float* qh = q + h * d;
     const int64_t col = static_cast<int64_t>(h / per_group) * d;
@@ -86,14 +87,19 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
       scores[static_cast<size_t>(h * total + j)] = s * scale;
     }
   }
-  std::vector<float> block_scores;
+  // Per-thread scratch reused across steps: a decode step converts the factors to f32 once per
+  // layer, and fresh multi-megabyte buffers would page-fault every time.
+  thread_local std::vector<float> block_scores, us_f32, vt_f32;
+  thread_local std::vector<int32_t> key_ranks;
   int64_t at = dense;
   for (const kv::LowRankBlock& b : blocks) {
     const int64_t t = b.tokens();
     block_scores.resize(static_cast<size_t>(nh * t));
-    const std::vector<int32_t> key_ranks(static_cast<size_t>(t), b.keys.rank);
+    key_ranks.assign(static_cast<size_t>(t), b.keys.rank);
+    b.keys.UsF32(us_f32);
+    b.keys.VtF32(vt_f32);
     FZ_RETURN_IF_ERROR(ops::LowRankKeyScores(
-        {q, static_cast<size_t>(nh * d)}, b.keys.UsF32(), b.keys.VtF32(), key_ranks, b.positions,
+        {q, static_cast<size_t>(nh * d)}, us_f32, vt_f32, key_ranks, b.positions,
         {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.keys.rank}, b.rope, scale,
         block_scores));
     for (int h = 0; h < nh; ++h) {
@@ -122,7 +128,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
     }
   }
   at = dense;
-  std::vector<float> block_probs, mean_probs;
+  thread_local std::vector<float> block_probs, mean_probs;
   for (kv::LowRankBlock& b : blocks) {
     const int64_t t = b.tokens();
     block_probs.resize(static_cast<size_t>(nh * t));
@@ -132,8 +138,10 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
       std::copy_n(p, t, block_probs.data() + h * t);
       for (int64_t j = 0; j < t; ++j) mean_probs[static_cast<size_t>(j)] += p[j] / nh;
     }
+    b.values.UsF32(us_f32);
+    b.values.VtF32(vt_f32);
     FZ_RETURN_IF_ERROR(ops::LowRankValueAttend(
-        block_probs, b.values.UsF32(), b.values.VtF32(), b.value_ranks,
+        block_probs, us_f32, vt_f32, b.value_ranks,
         {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.values.rank},
         {out, static_cast<size_t>(nh * d)}));
     seq.policy->OnLowRankAttention(l, mean_probs, b.importance, b.value_ranks, b.values.rank);

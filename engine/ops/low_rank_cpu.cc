@@ -2,6 +2,7 @@
 // touches column-major, so the row-major input is read as its transpose and no copy is made;
 // the two attention functions stream the factors with the shared AVX2 loops of cpu_kernels.h.
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <climits>
@@ -208,6 +209,76 @@ void RotateKeys(const std::vector<float>& inv_freq, const std::vector<float>& st
   }
 }
 
+// The angles of token i of a tile into cos/sin [d/2]: exact for the tile's first token and after a
+// position gap, by one step of angle addition otherwise (see RotateKeys).
+void TokenAngles(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
+                 const std::vector<float>& step_sin, const int32_t* positions, int64_t t,
+                 bool next, float* cos, float* sin) {
+  const size_t half = inv_freq.size();
+  for (size_t c = 0; c < half; ++c) {
+    if (next) {
+      const float co = cos[c], si = sin[c];
+      cos[c] = co * step_cos[c] - si * step_sin[c];
+      sin[c] = si * step_cos[c] + co * step_sin[c];
+      continue;
+    }
+    const float f = static_cast<float>(positions[t]) * inv_freq[c];
+    cos[c] = static_cast<float>(std::cos(static_cast<double>(f)));
+    sin[c] = static_cast<float>(std::sin(static_cast<double>(f)));
+  }
+}
+
+#define FZ_LOW_RANK_AVX2 __attribute__((target("avx2,fma")))
+
+FZ_LOW_RANK_AVX2 float HorizontalSum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// One tile of LowRankKeyScores fused per token with AVX2 (d a multiple of 16): the key row is
+// rebuilt in 8-wide chunks with the rank loop innermost (vt stays in L1), rotated and dotted
+// with each query head while it is hot — no per-call overhead of the shared vector loops.
+FZ_LOW_RANK_AVX2 void ScoreTileAvx2(const float* us, const float* vt, const int32_t* ranks,
+                                    const int32_t* positions, int64_t t0, int64_t n, int64_t rank,
+                                    int64_t kv_heads, int64_t d, int64_t heads, const float* q,
+                                    float scale, const std::vector<float>& inv_freq,
+                                    const std::vector<float>& step_cos,
+                                    const std::vector<float>& step_sin, float* cos, float* sin,
+                                    float* key, float* scores, int64_t tokens) {
+  const int64_t hd = kv_heads * d, half = d / 2, group = heads / kv_heads;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = t0 + i;
+    TokenAngles(inv_freq, step_cos, step_sin, positions, t,
+                i > 0 && positions[t] == positions[t - 1] + 1, cos, sin);
+    const float* u = us + t * rank;
+    const int32_t r_t = ranks[t];
+    for (int64_t c = 0; c < hd; c += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int32_t j = 0; j < r_t; ++j) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(u[j]), _mm256_loadu_ps(vt + j * hd + c), acc);
+      }
+      _mm256_storeu_ps(key + c, acc);
+    }
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      float* kg = key + g * d;
+      for (int64_t c = 0; c < half; c += 8) {
+        const __m256 a = _mm256_loadu_ps(kg + c), b = _mm256_loadu_ps(kg + c + half);
+        const __m256 co = _mm256_loadu_ps(cos + c), si = _mm256_loadu_ps(sin + c);
+        _mm256_storeu_ps(kg + c, _mm256_fnmadd_ps(b, si, _mm256_mul_ps(a, co)));
+        _mm256_storeu_ps(kg + c + half, _mm256_fmadd_ps(a, si, _mm256_mul_ps(b, co)));
+      }
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t c = 0; c < d; c += 8) {
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + c), _mm256_loadu_ps(kg + c), acc);
+        }
+        scores[h * tokens + t] = scale * HorizontalSum(acc);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<LowRankFactors> RandomizedSvd(std::span<const float> a, int64_t rows, int64_t cols,
@@ -249,7 +320,8 @@ Status LowRankValueAttend(std::span<const float> p, std::span<const float> us,
 
   // z [H, R] = p [H, T] · us_masked [T, R], us_masked[t, j] = us[t, j] for j < r_t, else 0: one
   // GEMM instead of T·H short vector updates (the masked copy costs T·R, as reading us does).
-  std::vector<float> masked(static_cast<size_t>(tokens * rank));
+  thread_local std::vector<float> masked;  // reused: a fresh buffer page-faults every call
+  masked.resize(static_cast<size_t>(tokens * rank));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* u = us.data() + t * rank;
     float* m = masked.data() + t * rank;
@@ -302,11 +374,19 @@ Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
     step_sin[c] = static_cast<float>(std::sin(static_cast<double>(inv_freq[c])));
   }
   const int64_t group = heads / kv_heads, tiles = (tokens + kKeyTile - 1) / kKeyTile;
+  // The fused AVX2 tile wants 8-wide chunks in each half of a head.
+  const bool fused = cpu::UseAvx2() && d % 16 == 0;
   ComputePool().ParallelFor(tiles, 1, [&](int64_t b0, int64_t b1) {
     std::vector<float> keys(static_cast<size_t>(kKeyTile * hd));
     std::vector<float> cos_buf(static_cast<size_t>(d / 2)), sin_buf(static_cast<size_t>(d / 2));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * kKeyTile, n = std::min(kKeyTile, tokens - t0);
+      if (fused) {
+        ScoreTileAvx2(us.data(), vt.data(), ranks.data(), positions.data(), t0, n, shape.rank,
+                      kv_heads, d, heads, q.data(), scale, inv_freq, step_cos, step_sin,
+                      cos_buf.data(), sin_buf.data(), keys.data(), scores.data(), tokens);
+        continue;
+      }
       RebuildKeys(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, hd, keys.data());
       RotateKeys(inv_freq, step_cos, step_sin, positions.data(), t0, n, kv_heads, d, keys.data(),
                  cos_buf.data(), sin_buf.data());
