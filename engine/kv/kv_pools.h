@@ -36,6 +36,8 @@ class KvPools {
   const PageLayout& base_layout() const { return base_; }
 
   int64_t max_bytes() const { return budget_->max_bytes(); }
+  // Bytes taken from the budget: pages in use and low-rank blocks.
+  int64_t used_bytes() const { return budget_->used_bytes(); }
   int64_t pages_in_use() const;
   size_t bytes_in_use() const;
   size_t bytes_reserved() const;

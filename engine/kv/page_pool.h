@@ -101,6 +101,8 @@ class PagePool {
   // Element type of a dense pool; kU8 for quantised pools.
   DType dtype() const { return dtype_; }
   int64_t max_pages() const { return max_pages_; }
+  // The byte budget shared with other pools, or null (what low-rank blocks are charged to).
+  PageBudget* budget() const { return budget_; }
   int64_t pages_in_use() const;
   size_t bytes_in_use() const { return static_cast<size_t>(pages_in_use()) * layout_.PageBytes(); }
   size_t bytes_reserved() const;

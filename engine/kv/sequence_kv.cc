@@ -75,6 +75,9 @@ SequenceKv& SequenceKv::operator=(SequenceKv&& other) noexcept {
 void SequenceKv::Clear() {
   for (Layer& l : layers_) {
     for (const PageRef& p : l.pages) pool(p.format)->Free(p.id);
+    if (PageBudget* budget = pool() != nullptr ? pool()->budget() : nullptr) {
+      for (const LowRankBlock& b : l.blocks) budget->Give(static_cast<int64_t>(b.bytes()));
+    }
     l = Layer();
   }
 }
@@ -235,6 +238,12 @@ Status SequenceKv::AppendLowRankBlock(int layer, LowRankBlock block) {
       block.keys.rows != block.tokens() || block.values.rows != block.tokens()) {
     return InvalidArgumentError("KV low-rank block of {}x{} keys for a layout of {} channels",
                                 block.keys.rows, block.keys.cols, cols);
+  }
+  // Blocks share the pages' byte budget, so the KV limit bounds every byte of the cache.
+  if (PageBudget* budget = pool()->budget();
+      budget != nullptr && !budget->TryTake(static_cast<int64_t>(block.bytes()))) {
+    return ResourceExhaustedError("KV budget of {} bytes cannot hold a {}-byte low-rank block",
+                                  budget->max_bytes(), block.bytes());
   }
   Layer& l = layers_[layer];
   l.num_tokens += block.tokens();

@@ -88,7 +88,7 @@ class SequenceKv {
   int64_t page_tokens(int layer) const;
 
   // AttentionPack (kv/low_rank_block.h): a layer's visual tokens as low-rank factors beside its
-  // pages. A block counts in num_tokens, positions, Gather (rebuilt), bytes and stored_tokens, but
+  // pages, charged to the pools' shared byte budget (RESOURCE_EXHAUSTED when it is used up). A block counts in num_tokens, positions, Gather (rebuilt), bytes and stored_tokens, but
   // not in the pages' spans: attention reads it through ops/low_rank.h. Host sequences only
   // (FAILED_PRECONDITION on another device).
   Status AppendLowRankBlock(int layer, LowRankBlock block);

@@ -192,6 +192,42 @@ StatusOr<uint64_t> StoredBytes(const engine::llm::Sequence& seq, std::string_vie
   return stats.tiers.front().bytes;
 }
 
+// Sessions of one context that fit in a KV budget of `budget_bytes` (each prefilled until the
+// budget refuses one), and their aggregate decode rate as one batch over `steps` steps (the
+// prompts' last pages have room for them, so the full budget is not an obstacle).
+struct BudgetFit {
+  int64_t sessions = 0;
+  double decode_tokens_per_s = 0;
+};
+
+StatusOr<BudgetFit> FillBudget(const LoadedModel& m, std::string_view policy, const Context& ctx,
+                               int64_t budget_bytes, int steps) {
+  const kv::KvFormat formats[] = {kv::KvFormat::kF16, kv::KvFormat::kInt4, kv::KvFormat::kInt2};
+  FZ_ASSIGN_OR_RETURN(auto pools, kv::KvPools::Create(m.decoder().KvLayout(kv::KvFormat::kF16),
+                                                      formats, budget_bytes));
+  std::vector<std::unique_ptr<engine::llm::Sequence>> seqs;
+  for (int i = 0; i < 100000; ++i) {
+    FZ_ASSIGN_OR_RETURN(auto seq, m.decoder().NewSequence(*pools, kv::KvFormat::kF16, policy));
+    const Status st = m.decoder().Prefill(*seq, ctx.embeds, {.visual = ctx.visual}).status();
+    if (absl::IsResourceExhausted(st)) break;  // `seq` gives its pages back
+    FZ_RETURN_IF_ERROR(st);
+    seqs.push_back(std::move(seq));
+  }
+  BudgetFit fit;
+  fit.sessions = static_cast<int64_t>(seqs.size());
+  if (seqs.empty()) return fit;
+  std::vector<engine::llm::Sequence*> batch;
+  for (auto& s : seqs) batch.push_back(s.get());
+  std::vector<int32_t> tokens(batch.size(), 7);
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    FZ_RETURN_IF_ERROR(m.decoder().DecodeStep(batch, tokens).status());
+  }
+  fit.decode_tokens_per_s = static_cast<double>(steps) * static_cast<double>(batch.size()) /
+                            (MsSince(t0) / 1000.0);
+  return fit;
+}
+
 // The policy's name in metric names: "zipvl" of "zipvl:tau=0.9".
 std::string PolicyTag(std::string_view spec) { return std::string(spec.substr(0, spec.find(':'))); }
 
@@ -215,7 +251,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   std::string model_dir = "models/framezip-tiny-video",
               clip = "tests/data/synthvid/demo-test-000011.mp4";
   std::string policy = "zipvl", lengths_flag = "2048,8192,16384";
-  int threads = 2, decode_steps = 128, decode_context = 8192;
+  int threads = 2, decode_steps = 128, decode_context = 8192, budget_mib = 32;
   bool json = false;
   FlagSet flags("framezip bench attention",
                 "Prefill dense vs a compressing policy (zipvl, dynamic_llava, ...) at ~2k/8k/16k "
@@ -230,6 +266,8 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   flags.Int("decode-steps", &decode_steps, "decode steps timed per cache");
   flags.Int("decode-context", &decode_context,
             "context length of the decode runs (one of --lengths)");
+  flags.Int("budget-mib", &budget_mib,
+            "KV budget for the sessions-in-budget figure (64-frame sessions; 0 = skip)");
   flags.Bool("json", &json, "print one JSON object as the last line");
   if (auto code = ParseOrExit(flags, args)) return *code;
   const std::string ptag = PolicyTag(policy);
@@ -354,6 +392,28 @@ int RunBenchAttention(const std::vector<std::string>& args) {
                  static_cast<double>(grown) / decode_steps, "tokens");
     }
     report.Add(fmt::format("decode_tokens_per_s_kivi_{}", tag), (*tps)[2], "tokens/s");
+  }
+  if (budget_mib > 0) {
+    // Sessions of a 64-frame video (the longest the model was trained on) in a fixed budget.
+    auto ctx = BuildContext(m, *frames, 64);
+    if (!ctx.ok()) return fail(Annotate(ctx.status(), "building the 64-frame context"));
+    const int64_t budget = int64_t{budget_mib} << 20;
+    auto dense = FillBudget(m, "none", *ctx, budget, 4);
+    if (!dense.ok()) return fail(Annotate(dense.status(), "filling the budget with f16 sessions"));
+    auto packed = FillBudget(m, policy, *ctx, budget, 4);
+    if (!packed.ok()) return fail(Annotate(packed.status(), "filling the budget"));
+    std::printf("-- %d MiB of KV: %lld f16 sessions of 64 frames, %lld %s\n", budget_mib,
+                static_cast<long long>(dense->sessions), static_cast<long long>(packed->sessions),
+                ptag.c_str());
+    report.Add("sessions_in_budget_f16", static_cast<double>(dense->sessions), "sessions");
+    report.Add(fmt::format("sessions_in_budget_{}", ptag), static_cast<double>(packed->sessions),
+               "sessions");
+    report.Add(fmt::format("sessions_ratio_{}_over_f16", ptag),
+               static_cast<double>(packed->sessions) / static_cast<double>(dense->sessions), "x",
+               ptag == "attentionpack" ? std::optional<double>(3.0) : std::nullopt);
+    report.Add("aggregate_decode_tokens_per_s_f16", dense->decode_tokens_per_s, "tokens/s");
+    report.Add(fmt::format("aggregate_decode_tokens_per_s_{}", ptag), packed->decode_tokens_per_s,
+               "tokens/s");
   }
   report.Add("peak_rss", bench::Report::PeakRssMiB(), "MiB");
   if (json) std::printf("%s\n", report.Json().c_str());

@@ -310,3 +310,35 @@ TEST_CASE("page codec version 2 carries low-rank blocks exactly, segment after s
 
 }  // namespace
 }  // namespace framezip::engine::kv
+
+namespace framezip::engine::kv {
+namespace {
+
+TEST_CASE("low-rank blocks are charged to the pools' byte budget and given back",
+          "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const ops::RopeParams rope{.head_dim = kHeadDim, .theta = 1e4};
+  const int64_t cols = kHeads * kHeadDim, n = 40;
+  const std::vector<float> k = testing::RandomNormal(static_cast<size_t>(n * cols), rng);
+  const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(n * cols), rng);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  auto block = MakeLowRankBlock(k, v, pos, kHeads, kHeadDim, rope, {.rank_k = 4, .rank_v = 8});
+  REQUIRE(block.ok());
+  const int64_t bytes = static_cast<int64_t>(block->bytes());
+
+  TestSequence roomy = MakeSequence(KvFormat::kF16);
+  const int64_t before = roomy.pools->used_bytes();
+  REQUIRE(roomy.kv.AppendLowRankBlock(0, *block).ok());
+  CHECK(roomy.pools->used_bytes() == before + bytes);
+  roomy.kv.Clear();
+  CHECK(roomy.pools->used_bytes() == before);
+
+  TestSequence tight = MakeSequence(KvFormat::kF16, bytes - 1);
+  const Status st = tight.kv.AppendLowRankBlock(0, *std::move(block));
+  CHECK(absl::IsResourceExhausted(st));
+  CHECK(tight.kv.num_tokens(0) == 0);
+}
+
+}  // namespace
+}  // namespace framezip::engine::kv
