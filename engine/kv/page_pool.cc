@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "engine/core/device_memory.h"
 #include "engine/kv/quant_page.h"
 
 namespace framezip::engine::kv {
@@ -89,7 +90,18 @@ StatusOr<PageId> PagePool::Allocate() {
                                   budget_->max_bytes() >> 20);
   }
   StatusOr<PageId> id = AllocateLocked();
-  if (!id.ok() && budget_ != nullptr) budget_->Give(page_bytes);
+  if (!id.ok()) {
+    if (budget_ != nullptr) budget_->Give(page_bytes);
+    return id;
+  }
+  // A page is handed out zeroed: its unfilled slots are part of the page image the codec exports
+  // (kv/page_codec.h), and must not carry a freed page's K/V — another conversation's — into this
+  // conversation's stored blocks.
+  const Status zeroed = ZeroBytes(Keys(*id), memory_.device, layout_.PageBytes());
+  if (!zeroed.ok()) {
+    Free(*id);
+    return zeroed;
+  }
   return id;
 }
 

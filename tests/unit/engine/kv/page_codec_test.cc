@@ -4,6 +4,7 @@
 #include "engine/kv/page_codec.h"
 
 #include <algorithm>
+#include <cstring>
 #include <catch2/catch.hpp>
 #include <random>
 
@@ -338,6 +339,30 @@ TEST_CASE("low-rank blocks are charged to the pools' byte budget and given back"
   const Status st = tight.kv.AppendLowRankBlock(0, *std::move(block));
   CHECK(absl::IsResourceExhausted(st));
   CHECK(tight.kv.num_tokens(0) == 0);
+}
+
+}  // namespace
+}  // namespace framezip::engine::kv
+
+namespace framezip::engine::kv {
+namespace {
+
+TEST_CASE("a reused page comes back zeroed, so page images never carry a freed page's K/V",
+          "[unit][engine][kv]") {
+  for (const KvFormat format : {KvFormat::kF16, KvFormat::kInt4}) {
+    auto pool = PagePool::Create(PageLayout{kPageTokens, kHeads, kHeadDim, format}, 4);
+    REQUIRE(pool.ok());
+    auto first = (*pool)->Allocate();
+    REQUIRE(first.ok());
+    const size_t bytes = (*pool)->layout().PageBytes();
+    std::memset((*pool)->Keys(*first), 0xA5, bytes);
+    (*pool)->Free(*first);
+    auto again = (*pool)->Allocate();
+    REQUIRE(again.ok());
+    CHECK(*again == *first);  // the free list hands the same page back
+    const auto* p = static_cast<const unsigned char*>((*pool)->Keys(*again));
+    CHECK(std::all_of(p, p + bytes, [](unsigned char b) { return b == 0; }));
+  }
 }
 
 }  // namespace
