@@ -25,27 +25,6 @@ std::vector<Float16> ToF16(const std::vector<float>& f) {
   return out;
 }
 
-// Rotates each row's G heads of d channels by +angle (sign 1) or −angle (sign −1) at its position,
-// with the f32 angles of ops::ApplyRope (position · inv_freq in f32, cos/sin in double).
-void RotateRows(float* k, int64_t n, int heads, int d, std::span<const int32_t> positions,
-                const ops::RopeParams& rope, float sign) {
-  const std::vector<float> inv = ops::RopeInverseFrequencies(rope);
-  const int half = d / 2;
-  for (int64_t t = 0; t < n; ++t) {
-    for (int i = 0; i < half; ++i) {
-      const float f = static_cast<float>(positions[static_cast<size_t>(t)]) * inv[i];
-      const float c = static_cast<float>(std::cos(static_cast<double>(f)));
-      const float s = sign * static_cast<float>(std::sin(static_cast<double>(f)));
-      for (int h = 0; h < heads; ++h) {
-        float* x = k + (t * heads + h) * d;
-        const float a = x[i], b = x[i + half];
-        x[i] = a * c - b * s;
-        x[i + half] = b * c + a * s;
-      }
-    }
-  }
-}
-
 // rows of us[:, :rank_t] · vt[:rank_t, :] into out [rows, cols].
 void Rebuild(const std::vector<float>& us, const std::vector<float>& vt, int64_t rows,
              int64_t cols, int rank, std::span<const int32_t> ranks, float* out) {
@@ -92,14 +71,14 @@ Status LowRankBlock::Reconstruct(float* k, float* v) const {
                          t, keys.rows, keys.cols, values.rows, values.cols);
   }
   Rebuild(keys.UsF32(), keys.VtF32(), t, cols, keys.rank, {}, k);
-  RotateRows(k, t, num_kv_heads, static_cast<int>(cols / num_kv_heads), positions, rope, 1.f);
+  ops::RotateHalfSplitRows(k, t, num_kv_heads, cols / num_kv_heads, positions.data(), rope);
   Rebuild(values.UsF32(), values.VtF32(), t, cols, values.rank, value_ranks, v);
   return absl::OkStatus();
 }
 
 void UnrotateKeys(float* k, int64_t n, int num_kv_heads, int head_dim,
                   std::span<const int32_t> positions, const ops::RopeParams& rope) {
-  RotateRows(k, n, num_kv_heads, head_dim, positions, rope, -1.f);
+  ops::RotateHalfSplitRows(k, n, num_kv_heads, head_dim, positions.data(), rope, -1.f);
 }
 
 StatusOr<LowRankBlock> MakeLowRankBlock(std::span<const float> k_post_rope,

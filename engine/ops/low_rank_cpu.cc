@@ -176,39 +176,6 @@ void RebuildKeys(const float* us, const float* vt, const int32_t* ranks, int64_t
   }
 }
 
-// Half-split RoPE of each tile row's G heads at its token's position. A tile's first token (and
-// any token not one position after its predecessor) gets the f32 angles of ApplyRopeCpu; the next
-// ones turn the previous cos/sin by one position's step (angle addition), which replaces d
-// transcendental calls per token — the cost that dominated decode over a block — by 4 products
-// per frequency, at an error that grows to ~32 f32 ulps over a 32-token tile.
-void RotateKeys(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
-                const std::vector<float>& step_sin, const int32_t* positions, int64_t t0,
-                int64_t n, int64_t kv_heads, int64_t d, float* keys, float* cos, float* sin) {
-  const int64_t half = d / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool next = i > 0 && positions[t0 + i] == positions[t0 + i - 1] + 1;
-    for (int64_t c = 0; c < half; ++c) {
-      if (next) {
-        const float co = cos[c], si = sin[c];
-        cos[c] = co * step_cos[c] - si * step_sin[c];
-        sin[c] = si * step_cos[c] + co * step_sin[c];
-        continue;
-      }
-      const float f = static_cast<float>(positions[t0 + i]) * inv_freq[c];
-      cos[c] = static_cast<float>(std::cos(static_cast<double>(f)));
-      sin[c] = static_cast<float>(std::sin(static_cast<double>(f)));
-    }
-    for (int64_t g = 0; g < kv_heads; ++g) {
-      float* v = keys + (i * kv_heads + g) * d;
-      for (int64_t c = 0; c < half; ++c) {
-        const float x = v[c], y = v[c + half];
-        v[c] = x * cos[c] - y * sin[c];
-        v[c + half] = y * cos[c] + x * sin[c];
-      }
-    }
-  }
-}
-
 // The angles of token i of a tile into cos/sin [d/2]: exact for the tile's first token and after a
 // position gap, by one step of angle addition otherwise (see RotateKeys).
 void TokenAngles(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
@@ -225,6 +192,30 @@ void TokenAngles(const std::vector<float>& inv_freq, const std::vector<float>& s
     const float f = static_cast<float>(positions[t]) * inv_freq[c];
     cos[c] = static_cast<float>(std::cos(static_cast<double>(f)));
     sin[c] = static_cast<float>(std::sin(static_cast<double>(f)));
+  }
+}
+
+// Half-split RoPE of each tile row's G heads at its token's position. A tile's first token (and
+// any token not one position after its predecessor) gets the f32 angles of ApplyRopeCpu; the next
+// ones turn the previous cos/sin by one position's step (angle addition), which replaces d
+// transcendental calls per token — the cost that dominated decode over a block — by 4 products
+// per frequency, at an error that grows to ~32 f32 ulps over a 32-token tile.
+void RotateKeys(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
+                const std::vector<float>& step_sin, const int32_t* positions, int64_t t0,
+                int64_t n, int64_t kv_heads, int64_t d, float* keys, float* cos, float* sin) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = t0 + i;
+    TokenAngles(inv_freq, step_cos, step_sin, positions, t,
+                i > 0 && positions[t] == positions[t - 1] + 1, cos, sin);
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      float* v = keys + (i * kv_heads + g) * d;
+      for (int64_t c = 0; c < half; ++c) {
+        const float x = v[c], y = v[c + half];
+        v[c] = x * cos[c] - y * sin[c];
+        v[c + half] = y * cos[c] + x * sin[c];
+      }
+    }
   }
 }
 

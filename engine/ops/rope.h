@@ -31,6 +31,12 @@ struct RopeParams {
 // The d/2 inverse frequencies of `params`, in f32 exactly as HF computes them.
 std::vector<float> RopeInverseFrequencies(const RopeParams& params);
 
+// Host rows x [rows, heads, d] f32 rotated in place at positions[rows] (>= 0), by the angles
+// ApplyRope uses (sign +1) or by their negatives (sign -1: RoPE undone, e.g. keys back to
+// pre-RoPE for AttentionPack). What the CPU backend of ApplyRope runs.
+void RotateHalfSplitRows(float* x, int64_t rows, int64_t heads, int64_t d,
+                         const int32_t* positions, const RopeParams& params, float sign = 1.f);
+
 // x [T, H, d] f32, rotated in place; positions [T] i32 (>= 0).
 // Errors: INVALID_ARGUMENT when d is odd or differs from params.head_dim, on shape/dtype
 // mismatch or a negative position; x and positions on one device (on a GPU, head_dim <= 512 and

@@ -6,11 +6,10 @@
 
 namespace framezip::engine::ops {
 
-Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params) {
-  const int64_t tokens = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
+void RotateHalfSplitRows(float* xp, int64_t tokens, int64_t heads, int64_t d,
+                         const int32_t* pos, const RopeParams& params, float sign) {
+  const int64_t half = d / 2;
   const std::vector<float> inv = RopeInverseFrequencies(params);
-  const int32_t* pos = positions.data<int32_t>();
-  float* xp = x.data<float>();
   ComputePool().ParallelFor(tokens, 4, [&](int64_t t0, int64_t t1) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
     for (int64_t t = t0; t < t1; ++t) {
@@ -18,7 +17,7 @@ Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params
         // f32 product as HF (position_ids.float() @ inv_freq), then cos/sin of that f32 value.
         const float f = static_cast<float>(pos[t]) * inv[i];
         c[i] = static_cast<float>(std::cos(static_cast<double>(f)));
-        s[i] = static_cast<float>(std::sin(static_cast<double>(f)));
+        s[i] = sign * static_cast<float>(std::sin(static_cast<double>(f)));
       }
       for (int64_t h = 0; h < heads; ++h) {
         float* v = xp + (t * heads + h) * d;
@@ -30,6 +29,11 @@ Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params
       }
     }
   });
+}
+
+Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params) {
+  RotateHalfSplitRows(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), positions.data<int32_t>(),
+                      params);
   return absl::OkStatus();
 }
 

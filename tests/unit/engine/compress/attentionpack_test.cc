@@ -12,35 +12,19 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_codec.h"
 #include "engine/runtime/engine.h"
+#include "tests/testing/shipped_model.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tiny_decoder.h"
 
 namespace framezip::engine {
 namespace {
 
-runtime::Engine& SharedEngine() {
-  static std::unique_ptr<runtime::Engine> engine = [] {
-    SetComputeThreads(2);
-    auto e = runtime::Engine::Load(testing::SourceDir() / "models/framezip-tiny-video");
-    if (!e.ok()) FAIL("loading the shipped model: " << MessageOf(e.status()));
-    return *std::move(e);
-  }();
-  return *engine;
-}
 
-runtime::Message VideoMessage(int64_t frames, int64_t size) {
-  runtime::VisualInput video;
-  video.pixels = *Tensor::Zeros({frames, 3, size, size}, DType::kF32);
-  for (int64_t i = 0; i < video.pixels.numel(); ++i) {
-    video.pixels.data<float>()[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f;
-  }
-  return runtime::Message{"user", "What color is the cross?", {video}};
-}
 
 // Teacher-forced logits of `forced` after the video message, under `policy`.
 Tensor Scores(const char* policy, const std::vector<int32_t>& forced) {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(16, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   auto c = eng.NewConversation(policy);
   REQUIRE(c.ok());
   auto s = eng.ScoreTurn(**c, std::span(&m, 1), forced);
@@ -49,13 +33,6 @@ Tensor Scores(const char* policy, const std::vector<int32_t>& forced) {
   return *std::move(s);
 }
 
-double MaxAbsDiff(const Tensor& a, const Tensor& b) {
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    m = std::max<double>(m, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
-  }
-  return m;
-}
 
 double MaxAbs(const Tensor& a) {
   double m = 0;
@@ -72,9 +49,9 @@ TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode re
   const Tensor low = Scores("attentionpack:rank_k=4,rank_v=2,groups=1", kForced);
   // Full rank: the factors hold the block exactly up to their f16 rounding (the pages round K/V
   // to f16 too): the logits agree to well under a percent of their range.
-  CHECK(MaxAbsDiff(full, none) < 1e-2 * MaxAbs(none));
+  CHECK(testing::MaxAbsDiff(full, none) < 1e-2 * MaxAbs(none));
   // Rank 4 / 2 of 64: a visibly different cache, so every decode position differs.
-  CHECK(MaxAbsDiff(low, none) > 1e-2 * MaxAbs(none));
+  CHECK(testing::MaxAbsDiff(low, none) > 1e-2 * MaxAbs(none));
   // The first position comes from the prompt's own (exact) prefill attention: identical.
   const int64_t v = none.dim(1);
   double first = 0;
@@ -86,7 +63,7 @@ TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode re
 
 TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
+  runtime::Engine& eng = testing::ShippedEngine();
   const llm::Decoder& dec = eng.decoder();
   std::mt19937_64 rng(5);
   const int64_t t = 8 + 120 + 10, hid = dec.shape().hidden;
@@ -144,8 +121,8 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
 
 TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(16, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 6;
   opt.ignore_eos = true;
@@ -173,8 +150,8 @@ TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
 
 TEST_CASE("An attentionpack conversation survives the page codec and continues alike",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(16, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 5;
   opt.ignore_eos = true;

@@ -20,6 +20,7 @@
 #include "engine/runtime/engine.h"
 #include "engine/runtime/predictor_loading.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/shipped_model.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tiny_decoder.h"
 
@@ -28,34 +29,8 @@ namespace {
 
 std::filesystem::path ModelDir() { return testing::SourceDir() / "models/framezip-tiny-video"; }
 
-runtime::Engine& SharedEngine() {
-  static std::unique_ptr<runtime::Engine> engine = [] {
-    SetComputeThreads(2);
-    auto e = runtime::Engine::Load(ModelDir());
-    if (!e.ok()) FAIL("loading the shipped model: " << MessageOf(e.status()));
-    return *std::move(e);
-  }();
-  return *engine;
-}
 
-// A `frames`-frame video of deterministic pseudo-random pixels (6 frames: 25 visual rows).
-runtime::Message VideoMessage(int64_t frames, int64_t size, uint32_t salt = 0) {
-  runtime::VisualInput video;
-  video.pixels = *Tensor::Zeros({frames, 3, size, size}, DType::kF32);
-  for (int64_t i = 0; i < video.pixels.numel(); ++i) {
-    video.pixels.data<float>()[i] =
-        static_cast<float>(((i + salt) * 2654435761u) % 1000) / 500.f - 1.f;
-  }
-  return runtime::Message{"user", "What color is the cross?", {video}};
-}
 
-double MaxAbsDiff(const Tensor& a, const Tensor& b) {
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    m = std::max<double>(m, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
-  }
-  return m;
-}
 
 // The conversation's KV as decoded pages per layer (one export of everything).
 std::vector<kv::DecodedLayer> KvLayers(const runtime::Engine& eng, const runtime::Conversation& c) {
@@ -92,7 +67,7 @@ TEST_CASE("Dynamic-LLaVA predictors equal PyTorch's on real hidden states",
   auto image = (*preds)->ImageLogits(image_hidden);
   REQUIRE(image.ok());
   REQUIRE(image->shape() == image_want.shape());
-  CHECK(MaxAbsDiff(*image, image_want) < 1e-4);
+  CHECK(testing::MaxAbsDiff(*image, image_want) < 1e-4);
   // The same top-k (k = floor(25 · 0.2) = 5) as torch: the keep decision itself.
   const int64_t n = image_want.dim(0), k = n / 5;
   auto top = [&](const Tensor& l) {
@@ -113,7 +88,7 @@ TEST_CASE("Dynamic-LLaVA predictors equal PyTorch's on real hidden states",
   const Tensor text_want = *golden->Get("text.logits");
   auto text = (*preds)->TextLogits(text_hidden);
   REQUIRE(text.ok());
-  CHECK(MaxAbsDiff(*text, text_want) < 1e-4);
+  CHECK(testing::MaxAbsDiff(*text, text_want) < 1e-4);
   for (int64_t r = 0; r < text_want.dim(0); ++r) {
     const float* g = text_want.data<float>() + 2 * r;
     const float* c = text->data<float>() + 2 * r;
@@ -149,7 +124,7 @@ TEST_CASE("dynamic_llava's pruned prefill matches transformers with the pruning 
   std::vector<uint8_t> visual(static_cast<size_t>(t), 0);
   for (int64_t i = 0; i < rows.numel(); ++i) visual[rows.data<int32_t>()[i]] = 1;
 
-  runtime::Engine& eng = SharedEngine();
+  runtime::Engine& eng = testing::ShippedEngine();
   auto seq = eng.decoder().NewSequence(eng.kv_pool(), kv::KvFormat::kF16, "dynamic_llava");
   REQUIRE(seq.ok());
   llm::PrefillOptions options;
@@ -196,7 +171,7 @@ TEST_CASE("dynamic_llava refuses without predictors and rejects bad options",
   CHECK_THAT(std::string(refused.status().message()),
              Catch::Contains("predictors.safetensors"));
 
-  runtime::Engine& eng = SharedEngine();
+  runtime::Engine& eng = testing::ShippedEngine();
   for (const char* spec : {"dynamic_llava:vision_keep=0", "dynamic_llava:vision_keep=1.5",
                            "dynamic_llava:select=best", "dynamic_llava:bits=8",
                            "dynamic_llava:text_keep=2", "dynamic_llava:colour=red"}) {
@@ -212,8 +187,8 @@ TEST_CASE("dynamic_llava refuses without predictors and rejects bad options",
 
 TEST_CASE("dynamic_llava with vision_keep = 1 and gating off is exactly none",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(6, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 6;
   opt.ignore_eos = true;
@@ -241,8 +216,8 @@ TEST_CASE("dynamic_llava with vision_keep = 1 and gating off is exactly none",
 
 TEST_CASE("dynamic_llava removes the unkept visual rows from sparse_layer on",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(6, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 4;
   opt.ignore_eos = true;
@@ -282,8 +257,8 @@ TEST_CASE("dynamic_llava removes the unkept visual rows from sparse_layer on",
 
 TEST_CASE("dynamic_llava with bits=4 stores what it keeps in int4 pages, KIVI-style",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(6, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 3;
   opt.ignore_eos = true;
@@ -307,8 +282,8 @@ TEST_CASE("dynamic_llava with bits=4 stores what it keeps in int4 pages, KIVI-st
 
 TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later layers",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(6, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 21;  // 20 of them are fed back as decode steps
   opt.ignore_eos = true;
@@ -332,8 +307,8 @@ TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later l
 
 TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and continues alike",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
-  const runtime::Message m = VideoMessage(6, eng.image_size());
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 5;
   opt.ignore_eos = true;
@@ -362,7 +337,7 @@ TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and 
 
 TEST_CASE("dynamic_llava in batched prefill and mixed steps equals separate runs",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = SharedEngine();
+  runtime::Engine& eng = testing::ShippedEngine();
   const llm::Decoder& dec = eng.decoder();
   const int64_t hid = dec.shape().hidden;
   std::mt19937_64 rng(7);
@@ -396,8 +371,8 @@ TEST_CASE("dynamic_llava in batched prefill and mixed steps equals separate runs
   const llm::PrefillOptions options[] = {{}, with_visual};
   auto batch = dec.PrefillBatch(seqs, embeds, options);
   REQUIRE(batch.ok());
-  CHECK(MaxAbsDiff((*batch)[0], *ld) < 1e-4);
-  CHECK(MaxAbsDiff((*batch)[1], *lp) < 1e-4);
+  CHECK(testing::MaxAbsDiff((*batch)[0], *ld) < 1e-4);
+  CHECK(testing::MaxAbsDiff((*batch)[1], *lp) < 1e-4);
   for (int l = 0; l < 4; ++l) {
     CHECK(p2->kv.positions(l) == p1->kv.positions(l));
     CHECK(d2->kv.positions(l) == d1->kv.positions(l));
@@ -420,8 +395,8 @@ TEST_CASE("dynamic_llava in batched prefill and mixed steps equals separate runs
   INFO((mixed.ok() ? "" : MessageOf(mixed.status())));
   REQUIRE(mixed.ok());
   const Tensor mixed_decode = *mixed->Slice(0, 1), mixed_prompt = *mixed->Slice(1, 2);
-  CHECK(MaxAbsDiff(mixed_decode, *decode_alone) < 1e-4);
-  CHECK(MaxAbsDiff(mixed_prompt, *lp) < 1e-4);
+  CHECK(testing::MaxAbsDiff(mixed_decode, *decode_alone) < 1e-4);
+  CHECK(testing::MaxAbsDiff(mixed_prompt, *lp) < 1e-4);
   for (int l = 0; l < 4; ++l) CHECK(p3->kv.positions(l) == p1->kv.positions(l));
 }
 
