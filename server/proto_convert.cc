@@ -46,6 +46,7 @@ void ToProto(const PolicySpec& s, v1::CompressionPolicy* out) {
       a->set_value_rank(s.ap_value_rank);
       a->set_energy(s.ap_energy);
       a->set_decompress_fraction(s.ap_decompress_fraction);
+      a->set_factor_bits(s.ap_factor_bits);
       break;
     }
     case PolicyKind::kDynamicLlava:

@@ -177,6 +177,10 @@ StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const Valida
       spec.ap_value_rank = a.value_rank();
       spec.ap_energy = a.energy();
       spec.ap_decompress_fraction = a.decompress_fraction();
+      if (a.factor_bits() != 0) {
+        FZ_RETURN_IF_ERROR(CheckBits(a.factor_bits(), f + ".attentionpack.factor_bits", {4, 16}));
+      }
+      spec.ap_factor_bits = a.factor_bits();
       break;
     }
     case PolicyKind::kDynamicLlava: {

@@ -62,7 +62,9 @@ json PolicyJson(const PolicySpec& p) {
                      p.zipvl_important_bits, p.zipvl_other_bits, p.zipvl_evict_other,
                      p.zipvl_per_head_selection, p.zipvl_other_rows_attend_important,
                      p.zipvl_residual_window, p.zipvl_recompress_interval}},
-          {"attentionpack", {p.ap_key_rank, p.ap_value_rank, p.ap_energy, p.ap_decompress_fraction}},
+          {"attentionpack",
+           {p.ap_key_rank, p.ap_value_rank, p.ap_energy, p.ap_decompress_fraction,
+            p.ap_factor_bits}},
           {"dynamic_llava", {p.dl_vision_keep_ratio, p.dl_gate_generated_tokens}},
           {"fastv", {p.fastv_layer, p.fastv_keep_ratio}},
           {"kivi", {p.kivi_bits, p.kivi_group_size, p.kivi_residual_window}}};
@@ -89,6 +91,8 @@ PolicySpec PolicyFrom(const json& j) {
   p.ap_value_rank = a.at(1).get<uint32_t>();
   p.ap_energy = a.at(2).get<float>();
   p.ap_decompress_fraction = a.at(3).get<float>();
+  // Sessions written before factor_bits existed hold four values: f16 factors.
+  p.ap_factor_bits = a.size() > 4 ? a.at(4).get<uint32_t>() : 0;
   const json& d = j.at("dynamic_llava");
   p.dl_vision_keep_ratio = d.at(0).get<float>();
   p.dl_gate_generated_tokens = d.at(1).get<bool>();

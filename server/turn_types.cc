@@ -34,6 +34,7 @@ std::string EngineSpec(const PolicySpec& spec) {
     if (spec.ap_decompress_fraction > 0) {
       options.push_back(fmt::format("top_fraction={}", spec.ap_decompress_fraction));
     }
+    if (spec.ap_factor_bits == 4) options.push_back("factors=int4");
     if (!options.empty()) out = fmt::format("{}:{}", out, fmt::join(options, ","));
   }
   if (spec.kind == PolicyKind::kDynamicLlava) {

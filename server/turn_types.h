@@ -44,6 +44,7 @@ struct PolicySpec {
   uint32_t ap_value_rank = 0;
   float ap_energy = 0;
   float ap_decompress_fraction = 0;
+  uint32_t ap_factor_bits = 0;  // 0 | 16 (f16) | 4
   // Dynamic-LLaVA
   float dl_vision_keep_ratio = 0;
   bool dl_gate_generated_tokens = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 namespace framezip::engine::compress {
@@ -22,18 +23,19 @@ Status AttentionPackPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, Prefi
   plan.low_rank_rows = std::move(rows);
   plan.low_rank_k = options_.rank_k;
   plan.low_rank_v = options_.rank_v;
+  plan.low_rank_factors = options_.factors;
   plan.low_rank_seed = options_.seed + 2 * static_cast<uint64_t>(in.layer);
   return absl::OkStatus();
 }
 
 void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_probs,
                                              std::span<float> importance,
-                                             std::span<int32_t> value_ranks, int full_rank) {
+                                             std::span<uint16_t> value_ranks, int full_rank) {
   const size_t n = mean_probs.size();
   const float w = static_cast<float>(options_.ema);
   for (size_t t = 0; t < n; ++t) importance[t] = w * importance[t] + (1.f - w) * mean_probs[t];
   if (options_.groups <= 1) {
-    std::fill(value_ranks.begin(), value_ranks.end(), full_rank);
+    std::fill(value_ranks.begin(), value_ranks.end(), static_cast<uint16_t>(full_rank));
     return;
   }
   // The top fraction by importance at full rank, the rest at a quarter of it (§2.3's F = 2).
@@ -43,20 +45,22 @@ void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_pr
   std::iota(order.begin(), order.end(), size_t{0});
   std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(top), order.end(),
                    [&](size_t a, size_t b) { return importance[a] > importance[b]; });
-  const int low = std::max(1, full_rank / 4);
-  for (size_t i = 0; i < n; ++i) value_ranks[order[i]] = i < top ? full_rank : low;
+  const auto full = static_cast<uint16_t>(full_rank);
+  const auto low = static_cast<uint16_t>(std::max(1, full_rank / 4));
+  for (size_t i = 0; i < n; ++i) value_ranks[order[i]] = i < top ? full : low;
 }
 
 StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& o) {
   AttentionPackOptions a;
-  FZ_ASSIGN_OR_RETURN(const int64_t rank_k, o.Int("rank_k", a.rank_k, 1, 1 << 16));
-  FZ_ASSIGN_OR_RETURN(const int64_t rank_v, o.Int("rank_v", a.rank_v, 1, 1 << 16));
+  FZ_ASSIGN_OR_RETURN(const int64_t rank_k, o.Int("rank_k", a.rank_k, 1, UINT16_MAX));
+  FZ_ASSIGN_OR_RETURN(const int64_t rank_v, o.Int("rank_v", a.rank_v, 1, UINT16_MAX));
   FZ_ASSIGN_OR_RETURN(const int64_t groups, o.Int("groups", a.groups, 1, 2));
   FZ_ASSIGN_OR_RETURN(a.top_fraction, o.Double("top_fraction", a.top_fraction, 0, 1));
   FZ_ASSIGN_OR_RETURN(a.ema, o.Double("ema", a.ema, 0, 1));
   FZ_ASSIGN_OR_RETURN(const int64_t dense, o.Int("dense_layers", a.dense_layers, 0, 1 << 16));
   FZ_ASSIGN_OR_RETURN(const int64_t min_tokens, o.Int("min_tokens", a.min_tokens, 1, 1 << 30));
   FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
+  FZ_ASSIGN_OR_RETURN(const int factors, o.Choice("factors", {"f16", "int4"}));
   FZ_RETURN_IF_ERROR(o.CheckAllUsed());
   a.rank_k = static_cast<int>(rank_k);
   a.rank_v = static_cast<int>(rank_v);
@@ -64,6 +68,7 @@ StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOpt
   a.dense_layers = static_cast<int>(dense);
   a.min_tokens = static_cast<int>(min_tokens);
   a.seed = static_cast<uint64_t>(seed);
+  a.factors = factors == 1 ? kv::FactorFormat::kInt4 : kv::FactorFormat::kF16;
   return std::unique_ptr<CompressionPolicy>(new AttentionPackPolicy(a));
 }
 

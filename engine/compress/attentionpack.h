@@ -15,7 +15,8 @@
 // pre-RoPE visual keys lose nothing down to rank 4, values need 8 or more; and a key rank is
 // paid on every decode step, each key being rebuilt from rank_k products) —, groups (2: top_fraction at rank_v, the rest
 // at rank_v/4; 1: every value at rank_v), top_fraction (0.25), ema (0.9, ω), dense_layers (0:
-// layers below it keep every token in pages), min_tokens (32), seed (0).
+// layers below it keep every token in pages), min_tokens (32), seed (0), factors (f16 | int4:
+// U·S and Vᵀ in 4 bits with a scale per column and 32 rows, kv/low_rank_factor.h).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@ struct AttentionPackOptions {
   int dense_layers = 0;
   int min_tokens = 32;
   uint64_t seed = 0;
+  kv::FactorFormat factors = kv::FactorFormat::kF16;
 };
 
 class AttentionPackPolicy final : public CompressionPolicy {
@@ -47,7 +49,7 @@ class AttentionPackPolicy final : public CompressionPolicy {
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
   void OnLowRankAttention(int layer, std::span<const float> mean_probs,
-                          std::span<float> importance, std::span<int32_t> value_ranks,
+                          std::span<float> importance, std::span<uint16_t> value_ranks,
                           int full_rank) override;
 
   const AttentionPackOptions& options() const { return options_; }

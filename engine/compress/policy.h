@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_format.h"
+#include "engine/kv/low_rank_factor.h"
 
 namespace framezip::engine::compress {
 
@@ -91,6 +92,7 @@ struct PrefillLayerPlan {
   std::vector<int32_t> low_rank_rows;
   int low_rank_k = 0;
   int low_rank_v = 0;
+  kv::FactorFormat low_rank_factors = kv::FactorFormat::kF16;
   uint64_t low_rank_seed = 0;
 };
 
@@ -159,7 +161,7 @@ class CompressionPolicy {
   // the block's importance and the rank (<= full_rank) each value is read at from the next step.
   virtual void OnLowRankAttention(int /*layer*/, std::span<const float> /*mean_probs*/,
                                   std::span<float> /*importance*/,
-                                  std::span<int32_t> /*value_ranks*/, int /*full_rank*/) {}
+                                  std::span<uint16_t> /*value_ranks*/, int /*full_rank*/) {}
 
   // Row selection: the layer at whose entry SelectPrefillRows / OnDecodeHidden are called, or -1
   // (the default: the policy never removes rows).

@@ -8,30 +8,13 @@
 namespace framezip::engine::kv {
 namespace {
 
-void ToF32(const std::vector<Float16>& h, std::vector<float>& out) {
-  out.resize(h.size());
-  ops::cpu::ToF32(h.data(), DType::kF16, static_cast<int64_t>(h.size()), out.data());  // F16C
-}
-
-std::vector<float> ToF32(const std::vector<Float16>& h) {
-  std::vector<float> out;
-  ToF32(h, out);
-  return out;
-}
-
-std::vector<Float16> ToF16(const std::vector<float>& f) {
-  std::vector<Float16> out(f.size());
-  for (size_t i = 0; i < f.size(); ++i) out[i] = F32ToF16(f[i]);
-  return out;
-}
-
 // rows of us[:, :rank_t] · vt[:rank_t, :] into out [rows, cols].
 void Rebuild(const std::vector<float>& us, const std::vector<float>& vt, int64_t rows,
-             int64_t cols, int rank, std::span<const int32_t> ranks, float* out) {
+             int64_t cols, int rank, std::span<const uint16_t> ranks, float* out) {
   for (int64_t t = 0; t < rows; ++t) {
     float* o = out + t * cols;
     std::fill_n(o, cols, 0.f);
-    const int r_t = ranks.empty() ? rank : ranks[static_cast<size_t>(t)];
+    const int r_t = ranks.empty() ? rank : int{ranks[static_cast<size_t>(t)]};
     for (int r = 0; r < r_t; ++r) {
       const float u = us[static_cast<size_t>(t * rank + r)];
       const float* row = vt.data() + static_cast<int64_t>(r) * cols;
@@ -42,24 +25,19 @@ void Rebuild(const std::vector<float>& us, const std::vector<float>& vt, int64_t
 
 }  // namespace
 
-LowRankMatrix LowRankMatrix::FromFactors(const ops::LowRankFactors& f) {
+LowRankMatrix LowRankMatrix::FromFactors(const ops::LowRankFactors& f, FactorFormat format) {
   LowRankMatrix m;
   m.rows = f.rows;
   m.cols = f.cols;
   m.rank = f.rank;
-  m.us = ToF16(f.us);
-  m.vt = ToF16(f.vt);
+  m.us = LowRankFactor::Encode(f.us, f.rows, f.rank, format);
+  m.vt = LowRankFactor::Encode(f.vt, f.rank, f.cols, format);
   return m;
 }
 
-std::vector<float> LowRankMatrix::UsF32() const { return ToF32(us); }
-std::vector<float> LowRankMatrix::VtF32() const { return ToF32(vt); }
-void LowRankMatrix::UsF32(std::vector<float>& out) const { ToF32(us, out); }
-void LowRankMatrix::VtF32(std::vector<float>& out) const { ToF32(vt, out); }
-
 size_t LowRankBlock::bytes() const {
-  return keys.bytes() + values.bytes() +
-         positions.size() * (sizeof(int32_t) + sizeof(int32_t) + sizeof(float));
+  return keys.bytes() + values.bytes() + positions.bytes() +
+         value_ranks.size() * sizeof(uint16_t) + importance.size() * sizeof(float);
 }
 
 Status LowRankBlock::Reconstruct(float* k, float* v) const {
@@ -70,9 +48,10 @@ Status LowRankBlock::Reconstruct(float* k, float* v) const {
     return InternalError("low-rank block: inconsistent sizes ({} tokens, {}x{} keys, {}x{} values)",
                          t, keys.rows, keys.cols, values.rows, values.cols);
   }
-  Rebuild(keys.UsF32(), keys.VtF32(), t, cols, keys.rank, {}, k);
-  ops::RotateHalfSplitRows(k, t, num_kv_heads, cols / num_kv_heads, positions.data(), rope);
-  Rebuild(values.UsF32(), values.VtF32(), t, cols, values.rank, value_ranks, v);
+  Rebuild(keys.us.Decode(), keys.vt.Decode(), t, cols, keys.rank, {}, k);
+  const std::vector<int32_t> pos = positions.Expand();
+  ops::RotateHalfSplitRows(k, t, num_kv_heads, cols / num_kv_heads, pos.data(), rope);
+  Rebuild(values.us.Decode(), values.vt.Decode(), t, cols, values.rank, value_ranks, v);
   return absl::OkStatus();
 }
 
@@ -93,6 +72,12 @@ StatusOr<LowRankBlock> MakeLowRankBlock(std::span<const float> k_post_rope,
     return InvalidArgumentError("low-rank block: {} keys / {} values for {} tokens of {} channels",
                                 k_post_rope.size(), v.size(), n, cols);
   }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t p = positions[static_cast<size_t>(i)];
+    if (p < 0 || (i > 0 && p <= positions[static_cast<size_t>(i - 1)])) {
+      return InvalidArgumentError("low-rank block: position {} at row {} is not ascending", p, i);
+    }
+  }
   const auto clamp_rank = [&](int r) {
     return static_cast<int>(std::clamp<int64_t>(r, 1, std::min(n, cols)));
   };
@@ -106,10 +91,10 @@ StatusOr<LowRankBlock> MakeLowRankBlock(std::span<const float> k_post_rope,
                                          {.rank = clamp_rank(options.rank_v),
                                           .seed = options.seed + 1}));
   LowRankBlock b;
-  b.positions.assign(positions.begin(), positions.end());
-  b.keys = LowRankMatrix::FromFactors(kf);
-  b.values = LowRankMatrix::FromFactors(vf);
-  b.value_ranks.assign(static_cast<size_t>(n), b.values.rank);
+  b.positions = PositionRuns::From(positions);
+  b.keys = LowRankMatrix::FromFactors(kf, options.factors);
+  b.values = LowRankMatrix::FromFactors(vf, options.factors);
+  b.value_ranks.assign(static_cast<size_t>(n), static_cast<uint16_t>(b.values.rank));
   b.importance.assign(static_cast<size_t>(n), 0.f);
   b.rope = rope;
   b.num_kv_heads = num_kv_heads;

@@ -86,6 +86,13 @@ void PutArray(Writer& w, const std::vector<T>& v) {
   w.PutBytes(v.data(), v.size() * sizeof(T));
 }
 
+void PutFactor(Writer& w, const LowRankFactor& f) {
+  PutArray(w, f.f16());
+  PutArray(w, f.packed());
+  PutArray(w, f.scales());
+}
+
+// Version 3 (the layout page_codec.h describes).
 void PutBlock(Writer& w, const LowRankBlock& b) {
   w.Put<int32_t>(static_cast<int32_t>(b.tokens()));
   w.Put<int32_t>(b.num_kv_heads);
@@ -98,13 +105,18 @@ void PutBlock(Writer& w, const LowRankBlock& b) {
   w.Put<double>(b.rope.llama3_low_freq_factor);
   w.Put<double>(b.rope.llama3_high_freq_factor);
   w.Put<double>(b.rope.llama3_original_max_positions);
-  PutArray(w, b.positions);
+  w.Put<uint8_t>(static_cast<uint8_t>(b.keys.format()));
+  w.Put<uint32_t>(static_cast<uint32_t>(b.positions.runs().size()));
+  for (const PositionRuns::Run& run : b.positions.runs()) {
+    w.Put<int32_t>(run.start);
+    w.Put<int32_t>(run.count);
+  }
   PutArray(w, b.value_ranks);
   PutArray(w, b.importance);
-  PutArray(w, b.keys.us);
-  PutArray(w, b.keys.vt);
-  PutArray(w, b.values.us);
-  PutArray(w, b.values.vt);
+  PutFactor(w, b.keys.us);
+  PutFactor(w, b.keys.vt);
+  PutFactor(w, b.values.us);
+  PutFactor(w, b.values.vt);
 }
 
 bool KnownFormat(uint8_t f) { return f <= static_cast<uint8_t>(KvFormat::kLowRank); }
@@ -316,7 +328,57 @@ Status GetArray(Reader& r, size_t n, std::vector<T>& out) {
   return absl::OkStatus();
 }
 
-Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
+StatusOr<LowRankFactor> GetFactor(Reader& r, FactorFormat format, int64_t rows, int64_t cols) {
+  std::vector<Float16> f16, scales;
+  std::vector<uint8_t> packed;
+  if (format == FactorFormat::kF16) {
+    FZ_RETURN_IF_ERROR(GetArray(r, static_cast<size_t>(rows * cols), f16));
+  } else {
+    FZ_RETURN_IF_ERROR(GetArray(r, LowRankFactor::PackedBytes(rows, cols), packed));
+    FZ_RETURN_IF_ERROR(GetArray(r, LowRankFactor::ScaleCount(rows, cols), scales));
+  }
+  return LowRankFactor::FromParts(format, rows, cols, std::move(f16), std::move(packed),
+                                  std::move(scales));
+}
+
+// Positions, value ranks and importance: version 2 wrote i32 positions, i32 ranks; version 3
+// position runs and u16 ranks.
+Status GetBlockTokens(Reader& r, uint16_t version, size_t t, LowRankBlock& b) {
+  if (version < 3) {
+    std::vector<int32_t> positions, ranks;
+    FZ_RETURN_IF_ERROR(GetArray(r, t, positions));
+    FZ_RETURN_IF_ERROR(GetArray(r, t, ranks));
+    for (size_t i = 0; i < t; ++i) {
+      if (positions[i] < 0 || (i > 0 && positions[i] <= positions[i - 1])) {
+        return DataLossError("KV segment: low-rank position {} at row {} is not ascending",
+                             positions[i], i);
+      }
+      if (ranks[i] < 0 || ranks[i] > UINT16_MAX) {
+        return DataLossError("KV segment: value rank {}", ranks[i]);
+      }
+    }
+    b.positions = PositionRuns::From(positions);
+    b.value_ranks.assign(ranks.begin(), ranks.end());
+  } else {
+    uint32_t runs = 0;
+    FZ_RETURN_IF_ERROR(r.Get(runs));
+    if (runs > t) return DataLossError("KV segment: {} position runs for {} tokens", runs, t);
+    std::vector<PositionRuns::Run> stored(runs);
+    for (PositionRuns::Run& run : stored) {
+      FZ_RETURN_IF_ERROR(r.Get(run.start));
+      FZ_RETURN_IF_ERROR(r.Get(run.count));
+    }
+    FZ_ASSIGN_OR_RETURN(b.positions, PositionRuns::FromRuns(std::move(stored)));
+    if (b.positions.size() != static_cast<int64_t>(t)) {
+      return DataLossError("KV segment: position runs cover {} of {} tokens", b.positions.size(),
+                           t);
+    }
+    FZ_RETURN_IF_ERROR(GetArray(r, t, b.value_ranks));
+  }
+  return GetArray(r, t, b.importance);
+}
+
+Status GetBlock(Reader& r, const CodecLayout& l, uint16_t version, LowRankBlock& b) {
   int32_t tokens = 0, heads = 0, cols = 0, rank_k = 0, rank_v = 0;
   FZ_RETURN_IF_ERROR(r.Get(tokens));
   FZ_RETURN_IF_ERROR(r.Get(heads));
@@ -326,7 +388,8 @@ Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
   const int32_t max_rank = std::min(tokens, cols);
   if (tokens <= 0 || heads != l.num_kv_heads ||
       int64_t{cols} != int64_t{l.num_kv_heads} * l.head_dim ||
-      rank_k < 1 || rank_k > max_rank || rank_v < 1 || rank_v > max_rank) {
+      rank_k < 1 || rank_k > max_rank || rank_v < 1 || rank_v > max_rank ||
+      rank_v > UINT16_MAX) {
     return DataLossError("KV segment: low-rank block of {} tokens, {} heads, {} columns, ranks "
                          "{}/{} in a layout of {} heads of {}",
                          tokens, heads, cols, rank_k, rank_v, l.num_kv_heads, l.head_dim);
@@ -341,15 +404,17 @@ Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
     return DataLossError("KV segment: low-rank block RoPE of {} dims, heads of {}",
                          b.rope.head_dim, l.head_dim);
   }
-  const size_t t = static_cast<size_t>(tokens), c = static_cast<size_t>(cols);
-  FZ_RETURN_IF_ERROR(GetArray(r, t, b.positions));
-  FZ_RETURN_IF_ERROR(GetArray(r, t, b.value_ranks));
-  FZ_RETURN_IF_ERROR(GetArray(r, t, b.importance));
-  for (const int32_t rank : b.value_ranks) {
-    if (rank < 0 || rank > rank_v) return DataLossError("KV segment: value rank {} of {}", rank, rank_v);
+  uint8_t format = 0;
+  if (version >= 3) {
+    FZ_RETURN_IF_ERROR(r.Get(format));
+    if (format > static_cast<uint8_t>(FactorFormat::kInt4)) {
+      return DataLossError("KV segment: unknown low-rank factor format {}", format);
+    }
   }
-  for (const int32_t p : b.positions) {
-    if (p < 0) return DataLossError("KV segment: negative position {} in a low-rank block", p);
+  const size_t t = static_cast<size_t>(tokens);
+  FZ_RETURN_IF_ERROR(GetBlockTokens(r, version, t, b));
+  for (const uint16_t rank : b.value_ranks) {
+    if (rank > rank_v) return DataLossError("KV segment: value rank {} of {}", rank, rank_v);
   }
   // Decode ranks tokens by importance: a NaN would break the ordering the ranking relies on.
   for (const float w : b.importance) {
@@ -362,19 +427,22 @@ Status GetBlock(Reader& r, const CodecLayout& l, LowRankBlock& b) {
   b.keys.cols = b.values.cols = cols;
   b.keys.rank = rank_k;
   b.values.rank = rank_v;
-  FZ_RETURN_IF_ERROR(GetArray(r, t * static_cast<size_t>(rank_k), b.keys.us));
-  FZ_RETURN_IF_ERROR(GetArray(r, static_cast<size_t>(rank_k) * c, b.keys.vt));
-  FZ_RETURN_IF_ERROR(GetArray(r, t * static_cast<size_t>(rank_v), b.values.us));
-  return GetArray(r, static_cast<size_t>(rank_v) * c, b.values.vt);
+  const auto f = static_cast<FactorFormat>(format);
+  FZ_ASSIGN_OR_RETURN(b.keys.us, GetFactor(r, f, tokens, rank_k));
+  FZ_ASSIGN_OR_RETURN(b.keys.vt, GetFactor(r, f, rank_k, cols));
+  FZ_ASSIGN_OR_RETURN(b.values.us, GetFactor(r, f, tokens, rank_v));
+  FZ_ASSIGN_OR_RETURN(b.values.vt, GetFactor(r, f, rank_v, cols));
+  return absl::OkStatus();
 }
 
-Status GetBlocks(Reader& r, const CodecLayout& l, std::vector<LowRankBlock>& blocks) {
+Status GetBlocks(Reader& r, const CodecLayout& l, uint16_t version,
+                 std::vector<LowRankBlock>& blocks) {
   uint32_t n = 0;
   FZ_RETURN_IF_ERROR(r.Get(n));
   // A block header alone is over 60 bytes: a count the stream cannot hold is corrupt.
   if (n > r.remaining() / 60) return DataLossError("KV segment: {} low-rank blocks", n);
   blocks.resize(n);
-  for (LowRankBlock& b : blocks) FZ_RETURN_IF_ERROR(GetBlock(r, l, b));
+  for (LowRankBlock& b : blocks) FZ_RETURN_IF_ERROR(GetBlock(r, l, version, b));
   return absl::OkStatus();
 }
 
@@ -451,7 +519,7 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
       FZ_RETURN_IF_ERROR(r.GetIds(static_cast<size_t>(page.num_tokens), page.positions));
       FZ_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(byte_size), page.bytes));
     }
-    if (version >= 2) FZ_RETURN_IF_ERROR(GetBlocks(r, l, layer.blocks));
+    if (version >= 2) FZ_RETURN_IF_ERROR(GetBlocks(r, l, version, layer.blocks));
   }
   if (r.remaining() != 0) {
     return DataLossError("KV segment: {} trailing bytes", r.remaining());

@@ -23,15 +23,19 @@
 //     0 (reference): u32 index of the page in the layer as of the previous commit
 //     1 (data): u8 format, i32 num_tokens, u64 byte_size, i32 positions[num_tokens],
 //               bytes[byte_size]
-//   (version 2) then u32 num_blocks and the layer's low-rank blocks (AttentionPack,
+//   (version >= 2) then u32 num_blocks and the layer's low-rank blocks (AttentionPack,
 //     kv/low_rank_block.h), all of them in every segment (they are small and replace the
-//     previous segment's list on restore), each:
+//     previous segment's list on restore), each (version 3):
 //     i32 tokens, i32 kv_heads, i32 cols, i32 rank_k, i32 rank_v,
 //     RoPE: i32 head_dim, f64 theta, llama3 factor, low, high, original max positions,
-//     i32 positions[tokens], i32 value_ranks[tokens], f32 importance[tokens],
-//     f16 keys.us[tokens·rank_k], keys.vt[rank_k·cols], values.us[tokens·rank_v],
-//     values.vt[rank_v·cols]
-// Version 1 segments (no block lists) are still read.
+//     u8 factor format (0 f16, 1 int4), u32 n + (i32 start, i32 count)[n] position runs,
+//     u16 value_ranks[tokens], f32 importance[tokens],
+//     then the factors keys.us [tokens, rank_k], keys.vt [rank_k, cols], values.us
+//     [tokens, rank_v], values.vt [rank_v, cols], each as f16[rows·cols] (f16) or as
+//     u8 nibbles[ceil(rows·cols / 2)] + f16 scales[ceil(rows / 32)·cols] (int4,
+//     kv/low_rank_factor.h).
+//     Version 2 wrote no format byte (f16), i32 positions[tokens] and i32 value_ranks[tokens].
+// Version 1 segments (no block lists) and version 2 are still read.
 // split into blocks of at most `max_block_bytes`, each:
 //   u32 magic 'FZKB', u16 version, u16 0, u32 part, u32 parts, u64 stream_bytes,
 //   u32 stream_crc32c, u32 payload_bytes, u32 payload_crc32c, payload
@@ -55,7 +59,7 @@
 
 namespace framezip::engine::kv {
 
-inline constexpr uint16_t kPageCodecVersion = 2;
+inline constexpr uint16_t kPageCodecVersion = 3;
 // The oldest version DecodeSegment still reads.
 inline constexpr uint16_t kOldestPageCodecVersion = 1;
 

@@ -214,7 +214,10 @@ std::vector<int32_t> SequenceKv::positions(int layer) const {
     const int32_t* first = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
     out.insert(out.end(), first, first + l.pages[i].num_tokens);
   }
-  for (const LowRankBlock& b : l.blocks) out.insert(out.end(), b.positions.begin(), b.positions.end());
+  for (const LowRankBlock& b : l.blocks) {
+    const std::vector<int32_t> block_positions = b.positions.Expand();
+    out.insert(out.end(), block_positions.begin(), block_positions.end());
+  }
   return out;
 }
 

@@ -48,6 +48,7 @@ Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t>
                            static_cast<int>(shape_.head_dim), shape_.rope,
                            {.rank_k = plan.low_rank_k,
                             .rank_v = plan.low_rank_v,
+                            .factors = plan.low_rank_factors,
                             .seed = plan.low_rank_seed}));
   FZ_RETURN_IF_ERROR(seq.kv.AppendLowRankBlock(l, std::move(block)));
   seq.prefill_stats.low_rank_build_ms += MillisecondsSince(start);
@@ -90,16 +91,18 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   // Per-thread scratch reused across steps: a decode step converts the factors to f32 once per
   // layer, and fresh multi-megabyte buffers would page-fault every time.
   thread_local std::vector<float> block_scores, us_f32, vt_f32;
-  thread_local std::vector<int32_t> key_ranks;
+  thread_local std::vector<uint16_t> key_ranks;
+  thread_local std::vector<int32_t> positions;
   int64_t at = dense;
   for (const kv::LowRankBlock& b : blocks) {
     const int64_t t = b.tokens();
     block_scores.resize(static_cast<size_t>(nh * t));
-    key_ranks.assign(static_cast<size_t>(t), b.keys.rank);
+    key_ranks.assign(static_cast<size_t>(t), static_cast<uint16_t>(b.keys.rank));
+    b.positions.ExpandInto(positions);
     b.keys.UsF32(us_f32);
     b.keys.VtF32(vt_f32);
     FZ_RETURN_IF_ERROR(ops::LowRankKeyScores(
-        {q, static_cast<size_t>(nh * d)}, us_f32, vt_f32, key_ranks, b.positions,
+        {q, static_cast<size_t>(nh * d)}, us_f32, vt_f32, key_ranks, positions,
         {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.keys.rank}, b.rope, scale,
         block_scores));
     for (int h = 0; h < nh; ++h) {

@@ -76,7 +76,7 @@ struct LowRankAttentionShape {
 // Errors: INVALID_ARGUMENT for a non-positive or non-dividing head count, a span of the wrong
 // size, or a rank outside [0, R].
 Status LowRankValueAttend(std::span<const float> p, std::span<const float> us,
-                          std::span<const float> vt, std::span<const int32_t> ranks,
+                          std::span<const float> vt, std::span<const uint16_t> ranks,
                           const LowRankAttentionShape& shape, std::span<float> out);
 
 // Keys: scores[h, t] = scale · q[h] · RoPE_{positions[t]}(k̃_t[head slice of h]), where
@@ -89,7 +89,7 @@ Status LowRankValueAttend(std::span<const float> p, std::span<const float> us,
 // Errors: INVALID_ARGUMENT as for LowRankValueAttend, plus an odd d, rope.head_dim != d or a
 // negative position.
 Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
-                        std::span<const float> vt, std::span<const int32_t> ranks,
+                        std::span<const float> vt, std::span<const uint16_t> ranks,
                         std::span<const int32_t> positions, const LowRankAttentionShape& shape,
                         const RopeParams& rope, float scale, std::span<float> scores);
 

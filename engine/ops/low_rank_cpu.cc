@@ -147,7 +147,7 @@ Status CheckSize(std::string_view op, std::string_view name, size_t size, int64_
 
 // The checks both attention functions share: head counts, factor sizes and per-token ranks.
 Status CheckFactors(std::string_view op, const LowRankAttentionShape& s, std::span<const float> us,
-                    std::span<const float> vt, std::span<const int32_t> ranks) {
+                    std::span<const float> vt, std::span<const uint16_t> ranks) {
   if (s.num_kv_heads < 1 || s.num_heads < 1 || s.num_heads % s.num_kv_heads != 0) {
     return InvalidArgumentError("{}: num_heads {} is not a positive multiple of num_kv_heads {}",
                                 op, s.num_heads, s.num_kv_heads);
@@ -159,7 +159,7 @@ Status CheckFactors(std::string_view op, const LowRankAttentionShape& s, std::sp
   FZ_RETURN_IF_ERROR(CheckSize(op, "us", us.size(), tokens * s.rank));
   FZ_RETURN_IF_ERROR(CheckSize(op, "vt", vt.size(), s.rank * hd));
   for (size_t t = 0; t < ranks.size(); ++t) {
-    if (ranks[t] < 0 || ranks[t] > s.rank) {
+    if (ranks[t] > s.rank) {
       return InvalidArgumentError("{}: ranks[{}] is {}, outside [0, {}]", op, t, ranks[t], s.rank);
     }
   }
@@ -167,7 +167,7 @@ Status CheckFactors(std::string_view op, const LowRankAttentionShape& s, std::sp
 }
 
 // keys[i, :] = us[t0 + i, :r] · vt[:r, :] for the n tokens of a tile (all G heads).
-void RebuildKeys(const float* us, const float* vt, const int32_t* ranks, int64_t t0, int64_t n,
+void RebuildKeys(const float* us, const float* vt, const uint16_t* ranks, int64_t t0, int64_t n,
                  int64_t rank, int64_t hd, float* keys) {
   std::fill(keys, keys + n * hd, 0.f);
   for (int64_t i = 0; i < n; ++i) {
@@ -230,7 +230,7 @@ FZ_LOW_RANK_AVX2 float HorizontalSum(__m256 v) {
 // One tile of LowRankKeyScores fused per token with AVX2 (d a multiple of 16): the key row is
 // rebuilt in 8-wide chunks with the rank loop innermost (vt stays in L1), rotated and dotted
 // with each query head while it is hot — no per-call overhead of the shared vector loops.
-FZ_LOW_RANK_AVX2 void ScoreTileAvx2(const float* us, const float* vt, const int32_t* ranks,
+FZ_LOW_RANK_AVX2 void ScoreTileAvx2(const float* us, const float* vt, const uint16_t* ranks,
                                     const int32_t* positions, int64_t t0, int64_t n, int64_t rank,
                                     int64_t kv_heads, int64_t d, int64_t heads, const float* q,
                                     float scale, const std::vector<float>& inv_freq,
@@ -300,7 +300,7 @@ StatusOr<LowRankFactors> RandomizedSvd(std::span<const float> a, int64_t rows, i
 }
 
 Status LowRankValueAttend(std::span<const float> p, std::span<const float> us,
-                          std::span<const float> vt, std::span<const int32_t> ranks,
+                          std::span<const float> vt, std::span<const uint16_t> ranks,
                           const LowRankAttentionShape& shape, std::span<float> out) {
   constexpr std::string_view kOp = "LowRankValueAttend";
   FZ_RETURN_IF_ERROR(CheckFactors(kOp, shape, us, vt, ranks));
@@ -337,7 +337,7 @@ Status LowRankValueAttend(std::span<const float> p, std::span<const float> us,
 }
 
 Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
-                        std::span<const float> vt, std::span<const int32_t> ranks,
+                        std::span<const float> vt, std::span<const uint16_t> ranks,
                         std::span<const int32_t> positions, const LowRankAttentionShape& shape,
                         const RopeParams& rope, float scale, std::span<float> scores) {
   constexpr std::string_view kOp = "LowRankKeyScores";

@@ -167,6 +167,19 @@ StatusOr<std::vector<double>> InterleavedDecodeRates(const LoadedModel& m,
   return rates;
 }
 
+// f16 bytes of the tokens a sequence holds in low-rank blocks over the blocks' bytes (factors,
+// positions, ranks and importance); nullopt without blocks.
+std::optional<double> LowRankBlockRatio(const engine::kv::SequenceKv& kv) {
+  double f16_bytes = 0;
+  for (int l = 0; l < kv.num_layers(); ++l) {
+    for (const engine::kv::LowRankBlock& b : kv.low_rank_blocks(l)) {
+      f16_bytes += 2.0 * static_cast<double>(b.tokens() * b.keys.cols) * sizeof(uint16_t);
+    }
+  }
+  if (f16_bytes == 0) return std::nullopt;
+  return f16_bytes / static_cast<double>(kv.low_rank_bytes());
+}
+
 // Bytes the embedded KV store (host tier) holds after a session's commit of `seq`: its pages
 // encoded by the engine's page codec (1 MiB blocks, headers and checksums included) and Put one
 // key per block, as the server commits a turn (issue 7: f16 vs compressed for one context).
@@ -348,6 +361,12 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     report.Add(fmt::format("kv_ratio_f16_over_{}_{}", ptag, tag),
                f16_bytes / static_cast<double>(sparse->seq->kv.bytes()), "x",
                ptag == "zipvl" ? std::optional<double>(4.0) : std::nullopt);
+    if (const std::optional<double> ratio = LowRankBlockRatio(sparse->seq->kv)) {
+      // AttentionPack's visual block alone, against the f16 pages those tokens would take.
+      const bool int4 = policy.find("factors=int4") != std::string::npos;
+      report.Add(fmt::format("low_rank_block_ratio_f16_over_{}_{}", ptag, tag), *ratio, "x",
+                 int4 ? 12.0 : 4.0);
+    }
     if (target != decode_context) continue;
 
     // The same context as the KV store holds it: f16 vs the compressing policy (and kivi).

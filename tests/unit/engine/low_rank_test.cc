@@ -184,7 +184,7 @@ TEST_CASE("RandomizedSvd refuses bad arguments", "[unit][engine][ops]") {
 // rest at R/4, and one token at rank 0 (it must contribute nothing).
 struct Factors {
   std::vector<float> us, vt;
-  std::vector<int32_t> ranks;
+  std::vector<uint16_t> ranks;
 };
 Factors MixedRankFactors(int64_t tokens, int rank, int64_t hd, std::mt19937_64& rng) {
   Factors f;
@@ -355,7 +355,7 @@ TEST_CASE("LowRankKeyScores at full rank equals RoPE of the original keys", "[un
   const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
   std::vector<int32_t> positions(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(35 + t);  // LLaVA
-  const std::vector<int32_t> ranks(static_cast<size_t>(tokens), rank);
+  const std::vector<uint16_t> ranks(static_cast<size_t>(tokens), static_cast<uint16_t>(rank));
   const RopeParams rope = MakeRope(d, false);
   std::vector<float> scores(static_cast<size_t>(heads * tokens));
   const LowRankAttentionShape shape{

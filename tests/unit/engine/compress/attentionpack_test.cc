@@ -61,6 +61,32 @@ TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode re
   CHECK(first < 1e-4 * MaxAbs(none));
 }
 
+TEST_CASE("attentionpack with int4 factors holds under half the bytes and decodes nearly alike",
+          "[unit][engine][compress]") {
+  const Tensor f16 = Scores("attentionpack", kForced);
+  const Tensor int4 = Scores("attentionpack:factors=int4", kForced);
+  // 4-bit factors move the logits, by less than a tenth of their range on this video.
+  CHECK(testing::MaxAbsDiff(int4, f16) > 0);
+  CHECK(testing::MaxAbsDiff(int4, f16) < 0.1 * MaxAbs(f16));
+
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 2;
+  auto a = *eng.NewConversation("attentionpack");
+  auto b = *eng.NewConversation("attentionpack:factors=int4");
+  auto ra = eng.RunTurn(*a, std::span(&m, 1), opt);
+  auto rb = eng.RunTurn(*b, std::span(&m, 1), opt);
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  const auto low_rank = static_cast<size_t>(kv::KvFormat::kLowRank);
+  const size_t f16_bytes = ra->stats.kv_bytes_by_format[low_rank];
+  const size_t int4_bytes = rb->stats.kv_bytes_by_format[low_rank];
+  CAPTURE(f16_bytes, int4_bytes);
+  CHECK(int4_bytes * 2 < f16_bytes);  // a 16-frame block: Vᵀ, per block, still weighs in
+  CHECK(rb->stats.low_rank_tokens == ra->stats.low_rank_tokens);
+}
+
 TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
@@ -150,12 +176,14 @@ TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
 
 TEST_CASE("An attentionpack conversation survives the page codec and continues alike",
           "[unit][engine][compress]") {
+  const char* policy = GENERATE("attentionpack", "attentionpack:factors=int4");
+  CAPTURE(policy);
   runtime::Engine& eng = testing::ShippedEngine();
   const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 5;
   opt.ignore_eos = true;
-  auto c = *eng.NewConversation("attentionpack");
+  auto c = *eng.NewConversation(policy);
   REQUIRE(eng.RunTurn(*c, std::span(&m, 1), opt).ok());
   auto seg = eng.ExportConversation(*c, kv::SegmentMark{}, 1 << 13);
   REQUIRE(seg.ok());

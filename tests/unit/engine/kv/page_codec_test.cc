@@ -239,8 +239,10 @@ TEST_CASE("page codec rejects corrupt, truncated, reordered and foreign blocks",
 namespace framezip::engine::kv {
 namespace {
 
-TEST_CASE("page codec version 2 carries low-rank blocks exactly, segment after segment",
+TEST_CASE("page codec carries low-rank blocks of either factor format exactly, segment after segment",
           "[unit][engine][kv]") {
+  const FactorFormat factors = GENERATE(FactorFormat::kF16, FactorFormat::kInt4);
+  CAPTURE(FactorFormatName(factors));
   std::mt19937_64 rng(testing::TestSeed());
   TestSequence t = MakeSequence(KvFormat::kF16);
   AppendRandom(t.kv, 0, 5, rng);
@@ -253,7 +255,7 @@ TEST_CASE("page codec version 2 carries low-rank blocks exactly, segment after s
       std::vector<int32_t> pos(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = first + i;
       auto block = MakeLowRankBlock(k, v, pos, kHeads, kHeadDim, rope,
-                                    {.rank_k = 4, .rank_v = 8, .seed = 1});
+                                    {.rank_k = 4, .rank_v = 8, .factors = factors, .seed = 1});
       REQUIRE(block.ok());
       block->value_ranks[0] = 2;  // decode-time state travels too
       block->importance[1] = 0.25f;
@@ -291,12 +293,13 @@ TEST_CASE("page codec version 2 carries low-rank blocks exactly, segment after s
     for (size_t b = 0; b < want.size(); ++b) {
       CHECK(got[b].value_ranks == want[b].value_ranks);
       CHECK(got[b].importance == want[b].importance);
+      CHECK(got[b].positions == want[b].positions);
       CHECK(got[b].keys.rank == want[b].keys.rank);
-      CHECK(std::equal(got[b].keys.us.begin(), got[b].keys.us.end(), want[b].keys.us.begin(),
-                       [](Float16 a, Float16 c) { return a.bits == c.bits; }));
-      CHECK(std::equal(got[b].values.vt.begin(), got[b].values.vt.end(),
-                       want[b].values.vt.begin(),
-                       [](Float16 a, Float16 c) { return a.bits == c.bits; }));
+      CHECK(got[b].keys.format() == factors);
+      CHECK(got[b].keys.us == want[b].keys.us);
+      CHECK(got[b].keys.vt == want[b].keys.vt);
+      CHECK(got[b].values.us == want[b].values.us);
+      CHECK(got[b].values.vt == want[b].values.vt);
     }
     // Rebuilt K/V of the whole layer agree too.
     const size_t n = static_cast<size_t>(t.kv.num_tokens(layer) * cols);
