@@ -185,6 +185,27 @@ TEST_CASE("framezip eval generates and scores a synthvid2 split: sessions per tu
     CAPTURE(frames);
     CHECK(j["per_num_frames"].contains(frames));
   }
+  CHECK(j["scoring"] == "free_running");
+
+  // Teacher-forced on the same split: a short answer is right exactly when greedy decoding would
+  // say it and stop, so every first turn (same history either way) scores as free-running did,
+  // and a right row's prediction is the answer itself.
+  const nlohmann::json tf = LastLineJson(testing::RunFramezipCli(
+      EvalOn(data.path()) + " --suite synthvid2 --limit 30 --json --items --teacher-forced",
+      "FRAMEZIP_PYTHON=/usr/bin/python3"));
+  CHECK(tf["scoring"] == "teacher_forced");
+  REQUIRE(tf["item_results"].size() == j["item_results"].size());
+  for (size_t i = 0; i < j["item_results"].size(); ++i) {
+    const auto& free_row = j["item_results"][i];
+    const auto& forced_row = tf["item_results"][i];
+    CAPTURE(free_row["id"], free_row["pred"], forced_row["pred"], free_row["answer"]);
+    REQUIRE(forced_row["id"] == free_row["id"]);
+    if (free_row["task"] == "multiturn_t2+") continue;  // histories differ from turn 2 on
+    CHECK(forced_row["ok"] == free_row["ok"]);
+    if (free_row["task"] != "describe" && forced_row["ok"].get<bool>()) {
+      CHECK(forced_row["pred"] == forced_row["answer"]);
+    }
+  }
 }
 
 }  // namespace

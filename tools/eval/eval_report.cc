@@ -168,6 +168,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
                      {"f1", f1 / d}};
   }
   if (!info_.data_manifest.is_null()) j["data_manifest"] = info_.data_manifest;
+  if (!info_.scoring.empty()) j["scoring"] = info_.scoring;
   if (turn2_items > 0) {
     j["turn2"] = {{"items", turn2_items},
                   {"accuracy", static_cast<double>(turn2_correct) / turn2_items}};

@@ -20,6 +20,7 @@
 //                   "reference_accuracy"}    with --agreement,
 //    "describe"?: {"items", "precision", "recall", "f1"}   means over describe replies,
 //    "data_manifest"?: {"generator", "generator_version", "jsonl_sha256"},
+//    "scoring"?: "free_running" | "teacher_forced"  (synthvid2),
 //    "item_results"?: [{"id", "task", "num_frames", "answer", "pred", "ok", ...}]  with --items}
 #pragma once
 
@@ -71,6 +72,9 @@ struct EvalRunInfo {
   // Where the data came from (synthvid2: the split manifest's generator, version and JSONL
   // hash); reported as "data_manifest" when set.
   nlohmann::json data_manifest = nullptr;
+  // How later turns were scored (synthvid2): "free_running" or "teacher_forced"; reported as
+  // "scoring" when set.
+  std::string scoring = {};
 };
 
 class EvalReport {

@@ -48,6 +48,7 @@ struct EvalOptions {
   int max_tokens = 6;  // evaluate.py's max_new_tokens
   bool turn2 = false;
   bool agreement = false;
+  bool teacher_forced = false;  // synthvid2 (eval_synthvid2.h)
 };
 
 // The item's video as model input: `frames` frames sampled uniformly (for a synthvid file with
@@ -120,7 +121,8 @@ void PrintReport(const eval::EvalReport& report, bool json, bool items) {
 Status RunSynthvid2(Engine& eng, const std::vector<eval::Synthvid2Item>& items,
                     const EvalOptions& opt, const media::PreprocessSpec& spec,
                     eval::EvalReport& report) {
-  const Synthvid2Options options{.policy = opt.policy, .max_tokens = opt.max_tokens};
+  const Synthvid2Options options{
+      .policy = opt.policy, .max_tokens = opt.max_tokens, .teacher_forced = opt.teacher_forced};
   const double start = NowMs();
   const size_t n = items.size();
   std::future<DecodedVideo> next = DecodeAhead(items.front().video, items.front().num_frames, spec);
@@ -242,6 +244,9 @@ int RunEval(const std::vector<std::string>& args) {
   flags.Bool("turn2", &opt.turn2, "also ask a follow-up question as a second turn");
   flags.Bool("agreement", &opt.agreement,
              "teacher-forced top-1 agreement and KL of the policy against full attention");
+  flags.Bool("teacher-forced", &opt.teacher_forced,
+             "synthvid2: score short answers teacher-forced, so later turns see the expected "
+             "answers in their history (default: free-running, the model's own replies)");
   flags.Bool("json", &json, "print one JSON object with the results as the last line");
   flags.Bool("items", &items, "with --json, include every item's result");
   if (auto code = ParseOrExit(flags, args)) return *code;
@@ -259,6 +264,10 @@ int RunEval(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "framezip eval: --turn2, --agreement and --frames are synthvid (v1) options; "
                  "synthvid2 items carry their own turns and frame counts\n");
+    return 2;
+  }
+  if (!v2 && opt.teacher_forced) {
+    std::fprintf(stderr, "framezip eval: --teacher-forced is a synthvid2 option\n");
     return 2;
   }
   if (split != "test" && split != "val" && split != "train") {
@@ -318,7 +327,10 @@ int RunEval(const std::vector<std::string>& args) {
                                             .policy = opt.policy,
                                             .data_dir = dir->string(),
                                             .threads = engine::ComputeThreads(),
-                                            .data_manifest = data_manifest});
+                                            .data_manifest = data_manifest,
+                                            .scoring = !v2                 ? ""
+                                                       : opt.teacher_forced ? "teacher_forced"
+                                                                            : "free_running"});
   if (v2) {
     if (Status s = RunSynthvid2(**eng, *v2_items, opt, spec, report); !s.ok()) return fail(s);
     PrintReport(report, json, items);

@@ -17,13 +17,21 @@ struct Synthvid2Options {
   std::string policy = "none";
   int max_tokens = 6;            // short answers (evaluate.py's)
   int describe_max_tokens = 96;  // describe replies run to ~60 tokens
+  // Short-answer turns are teacher-forced: the expected answer (and the end of the reply) is fed
+  // instead of sampled, so a later turn sees the right history whatever the model said before.
+  bool teacher_forced = false;
 };
 
 // The item's video (`pixels`, preprocessed, decoded in `media_ms`) goes with turn 1; every turn's
 // greedy reply is scored on its own: exact match, or for describe the per-fact score (correct
-// when every fact and nothing else is said). The session is free-running, as a user's is: the
-// model's own earlier replies stay in its history. One ItemResult per turn; a multiturn item's
-// turns are tasks "multiturn_t1" and "multiturn_t2+", so later turns are reported apart.
+// when every fact and nothing else is said). By default the session is free-running, as a user's
+// is: the model's own earlier replies stay in its history. With options.teacher_forced every
+// short-answer turn is scored by Engine::ScoreTurn on the expected answer instead: it is correct
+// when the greedy choice at every answer position, and at the end of the reply, is the expected
+// token (which is exactly when greedy decoding would have produced the answer and stopped), and
+// the expected answer stays in the history. Describe turns stay free-running. One ItemResult per
+// turn; a multiturn item's turns are tasks "multiturn_t1" and "multiturn_t2+", so later turns
+// are reported apart.
 StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::Engine& engine,
                                                               const eval::Synthvid2Item& item,
                                                               const Synthvid2Options& options,
