@@ -12,20 +12,26 @@ Status AttentionPackPolicy::OnPrefillLayer(const PrefillLayerInputs&, std::vecto
 }
 
 Status AttentionPackPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerPlan& plan) {
-  if (in.visual == nullptr || in.layer < options_.dense_layers) return absl::OkStatus();
-  const int64_t t = in.q->dim(0);
+  if (in.visual == nullptr) return absl::OkStatus();
   std::vector<int32_t> rows;
-  for (int64_t i = 0; i < t; ++i) {
+  for (int64_t i = 0; i < in.q->dim(0); ++i) {
     if (in.visual[i]) rows.push_back(static_cast<int32_t>(i));
   }
-  if (static_cast<int64_t>(rows.size()) < options_.min_tokens) return absl::OkStatus();
+  PlanLowRankRows(in.layer, std::move(rows), plan);
+  return absl::OkStatus();
+}
+
+void AttentionPackPolicy::PlanLowRankRows(int layer, std::vector<int32_t> rows,
+                                          PrefillLayerPlan& plan) const {
+  if (layer < options_.dense_layers || static_cast<int64_t>(rows.size()) < options_.min_tokens) {
+    return;
+  }
   for (const int32_t r : rows) plan.classes[static_cast<size_t>(r)] = kv::kDrop;
   plan.low_rank_rows = std::move(rows);
   plan.low_rank_k = options_.rank_k;
   plan.low_rank_v = options_.rank_v;
   plan.low_rank_factors = options_.factors;
-  plan.low_rank_seed = options_.seed + 2 * static_cast<uint64_t>(in.layer);
-  return absl::OkStatus();
+  plan.low_rank_seed = options_.seed + 2 * static_cast<uint64_t>(layer);
 }
 
 void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_probs,
@@ -50,7 +56,7 @@ void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_pr
   for (size_t i = 0; i < n; ++i) value_ranks[order[i]] = i < top ? full : low;
 }
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& o) {
+StatusOr<AttentionPackOptions> ParseAttentionPackOptions(PolicyOptions& o) {
   AttentionPackOptions a;
   FZ_ASSIGN_OR_RETURN(const int64_t rank_k, o.Int("rank_k", a.rank_k, 1, UINT16_MAX));
   FZ_ASSIGN_OR_RETURN(const int64_t rank_v, o.Int("rank_v", a.rank_v, 1, UINT16_MAX));
@@ -61,7 +67,6 @@ StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOpt
   FZ_ASSIGN_OR_RETURN(const int64_t min_tokens, o.Int("min_tokens", a.min_tokens, 1, 1 << 30));
   FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
   FZ_ASSIGN_OR_RETURN(const int factors, o.Choice("factors", {"f16", "int4"}));
-  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
   a.rank_k = static_cast<int>(rank_k);
   a.rank_v = static_cast<int>(rank_v);
   a.groups = static_cast<int>(groups);
@@ -69,6 +74,12 @@ StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOpt
   a.min_tokens = static_cast<int>(min_tokens);
   a.seed = static_cast<uint64_t>(seed);
   a.factors = factors == 1 ? kv::FactorFormat::kInt4 : kv::FactorFormat::kF16;
+  return a;
+}
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& o) {
+  FZ_ASSIGN_OR_RETURN(const AttentionPackOptions a, ParseAttentionPackOptions(o));
+  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
   return std::unique_ptr<CompressionPolicy>(new AttentionPackPolicy(a));
 }
 

@@ -54,10 +54,17 @@ class AttentionPackPolicy final : public CompressionPolicy {
 
   const AttentionPackOptions& options() const { return options_; }
 
+  // Plans chunk-local `rows` (ascending) of `layer` as one low-rank block: their classes become
+  // kDrop and the plan carries the ranks, format and seed — unless the layer is dense or there are
+  // fewer than min_tokens rows, when the plan is left as it is.
+  void PlanLowRankRows(int layer, std::vector<int32_t> rows, PrefillLayerPlan& plan) const;
+
  private:
   AttentionPackOptions options_;
 };
 
+// Reads the attentionpack keys of `options` (the caller checks there are no others).
+StatusOr<AttentionPackOptions> ParseAttentionPackOptions(PolicyOptions& options);
 StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& options);
 
 }  // namespace framezip::engine::compress

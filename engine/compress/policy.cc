@@ -6,6 +6,7 @@
 #include "engine/compress/kivi.h"
 #include "engine/compress/policy_options.h"
 #include "engine/compress/zipvl.h"
+#include "engine/compress/zipvl_attentionpack.h"
 
 namespace framezip::engine::compress {
 namespace {
@@ -39,6 +40,7 @@ constexpr PolicyFactory kPolicies[] = {
     {"kivi4", WithoutResources<CreateKivi4Policy>},
     {"dynamic_llava", CreateDynamicLlavaPolicy},
     {"attentionpack", WithoutResources<CreateAttentionPackPolicy>},
+    {"zipvl+attentionpack", WithoutResources<CreateZipVlAttentionPackPolicy>},
 };
 // clang-format on
 

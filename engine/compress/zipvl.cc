@@ -59,12 +59,12 @@ StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& o) {
   z.window = static_cast<int>(window);
   FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
   z.seed = static_cast<uint64_t>(seed);
-  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
   return z;
 }
 
 StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlPolicy(PolicyOptions& options) {
   FZ_ASSIGN_OR_RETURN(ZipVlOptions z, ParseZipVlOptions(options));
+  FZ_RETURN_IF_ERROR(options.CheckAllUsed());
   return std::unique_ptr<CompressionPolicy>(new ZipVlPolicy(z));
 }
 

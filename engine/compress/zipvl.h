@@ -59,7 +59,7 @@ struct ZipVlOptions {
   uint64_t seed = 0;
 };
 
-// Reads the zipvl keys of `options` (and checks there are no others).
+// Reads the zipvl keys of `options` (the caller checks there are no others: CheckAllUsed).
 StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& options);
 
 class ZipVlPolicy final : public CompressionPolicy {

@@ -145,6 +145,42 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
   }
 }
 
+TEST_CASE("zipvl+attentionpack packs the visual rows ZipVL keeps and leaves the rest in low-bit pages",
+          "[unit][engine][compress]") {
+  runtime::Engine& eng = testing::ShippedEngine();
+  const llm::Decoder& dec = eng.decoder();
+  std::mt19937_64 rng(7);
+  const int64_t t = 8 + 120 + 10, hid = dec.shape().hidden;
+  std::vector<uint8_t> visual(static_cast<size_t>(t), 0);
+  std::fill(visual.begin() + 8, visual.begin() + 128, uint8_t{1});
+  const Tensor embeds = testing::RandomEmbeds(t, hid, rng);
+  // keep_recent=0 and a low tau: ZipVL's important set is well short of every visual row.
+  auto seq = dec.NewSequence(eng.kv_pool(), kv::KvFormat::kF16,
+                             "zipvl+attentionpack:tau=0.5,keep_recent=0,min_tokens=1");
+  REQUIRE(seq.ok());
+  REQUIRE(dec.Prefill(**seq, embeds, {.visual = visual}).ok());
+  const kv::SequenceKv& kv = (*seq)->kv;
+  int64_t packed = 0;
+  for (int l = 0; l < kv.num_layers(); ++l) {
+    INFO("layer " << l);
+    REQUIRE(kv.low_rank_blocks(l).size() == 1);
+    const kv::LowRankBlock& b = kv.low_rank_blocks(l)[0];
+    CHECK(b.tokens() > 0);
+    CHECK(b.tokens() < 120);
+    for (const int32_t p : b.positions.Expand()) {
+      CHECK(p >= 8);
+      CHECK(p < 128);
+    }
+    // Nothing is evicted (low_bits=2): pages hold the text and the visual rows left out.
+    CHECK(kv.page_tokens(l) + b.tokens() == t);
+    packed += b.tokens();
+  }
+  const auto by_format = kv.bytes_by_format();
+  CHECK(by_format[static_cast<size_t>(kv::KvFormat::kLowRank)] > 0);
+  CHECK(by_format[static_cast<size_t>(kv::KvFormat::kInt2)] > 0);  // ZipVL's U
+  CHECK(packed < 4 * 120);
+}
+
 TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
@@ -176,7 +212,8 @@ TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
 
 TEST_CASE("An attentionpack conversation survives the page codec and continues alike",
           "[unit][engine][compress]") {
-  const char* policy = GENERATE("attentionpack", "attentionpack:factors=int4");
+  const char* policy = GENERATE("attentionpack", "attentionpack:factors=int4",
+                                "zipvl+attentionpack:tau=0.5,keep_recent=8,min_tokens=1");
   CAPTURE(policy);
   runtime::Engine& eng = testing::ShippedEngine();
   const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");

@@ -1,0 +1,51 @@
+// zipvl+attentionpack (docs/methods.md §2.4): ZipVL chooses, per layer and chunk, the important
+// tokens (probe scores, adaptive top-p) and runs its sparse prefill; the important VISUAL tokens
+// then leave the pages for an AttentionPack low-rank block, while the rest of the visual tokens
+// take ZipVL's low-bit pages (or are evicted with low_bits=evict) and the text keeps ZipVL's
+// classes. Decode reads pages and blocks in one softmax (llm/decoder_low_rank.cc); the blocks'
+// value ranks follow the attention EMA, the residual window follows ZipVL.
+//
+// Options: every zipvl key and every attentionpack key ("zipvl+attentionpack:tau=0.9,rank_v=16,
+// factors=int4"); `seed` and `dense_layers` are shared (dense layers attend densely in prefill
+// and keep their tokens in pages). CPU only, as attentionpack (NeedsHostKv).
+#pragma once
+
+#include <memory>
+
+#include "engine/compress/attentionpack.h"
+#include "engine/compress/policy.h"
+#include "engine/compress/policy_options.h"
+#include "engine/compress/zipvl.h"
+
+namespace framezip::engine::compress {
+
+class ZipVlAttentionPackPolicy final : public CompressionPolicy {
+ public:
+  ZipVlAttentionPackPolicy(ZipVlOptions zipvl, AttentionPackOptions pack)
+      : zipvl_(zipvl), pack_(pack) {}
+
+  std::string_view name() const override { return "zipvl+attentionpack"; }
+  kv::KvPrecision Precision(kv::KvFormat full) const override { return zipvl_.Precision(full); }
+  bool NeedsHostKv() const override { return true; }
+  Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
+  Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
+  bool OnDecodeWrite(int, int32_t) override { return true; }
+  int ResidualWindow() const override { return zipvl_.ResidualWindow(); }
+  Status ClassifyResidual(int layer, const float* q, const float* k, int64_t n,
+                          std::vector<uint8_t>& classes) override {
+    return zipvl_.ClassifyResidual(layer, q, k, n, classes);
+  }
+  void OnLowRankAttention(int layer, std::span<const float> mean_probs,
+                          std::span<float> importance, std::span<uint16_t> value_ranks,
+                          int full_rank) override {
+    pack_.OnLowRankAttention(layer, mean_probs, importance, value_ranks, full_rank);
+  }
+
+ private:
+  ZipVlPolicy zipvl_;
+  AttentionPackPolicy pack_;
+};
+
+StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlAttentionPackPolicy(PolicyOptions& options);
+
+}  // namespace framezip::engine::compress
