@@ -34,6 +34,15 @@ void AttentionPackPolicy::PlanLowRankRows(int layer, std::vector<int32_t> rows,
   plan.low_rank_seed = options_.seed + 2 * static_cast<uint64_t>(layer);
 }
 
+std::optional<LowRankSpec> AttentionPackPolicy::ResidualLowRank(int layer) const {
+  if (options_.recompress <= 0 || layer < options_.dense_layers) return std::nullopt;
+  // Odd offsets: the prefill blocks of a layer use seed + 2·layer.
+  return LowRankSpec{.rank_k = options_.rank_k,
+                     .rank_v = options_.rank_v,
+                     .factors = options_.factors,
+                     .seed = options_.seed + 2 * static_cast<uint64_t>(layer) + 1};
+}
+
 void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_probs,
                                              std::span<float> importance,
                                              std::span<uint16_t> value_ranks, int full_rank) {
@@ -67,6 +76,8 @@ StatusOr<AttentionPackOptions> ParseAttentionPackOptions(PolicyOptions& o) {
   FZ_ASSIGN_OR_RETURN(const int64_t min_tokens, o.Int("min_tokens", a.min_tokens, 1, 1 << 30));
   FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
   FZ_ASSIGN_OR_RETURN(const int factors, o.Choice("factors", {"f16", "int4"}));
+  FZ_ASSIGN_OR_RETURN(const int64_t recompress, o.Int("recompress", 0, 0, 1 << 20));
+  a.recompress = static_cast<int>(recompress);
   a.rank_k = static_cast<int>(rank_k);
   a.rank_v = static_cast<int>(rank_v);
   a.groups = static_cast<int>(groups);

@@ -16,7 +16,9 @@
 // paid on every decode step, each key being rebuilt from rank_k products) —, groups (2: top_fraction at rank_v, the rest
 // at rank_v/4; 1: every value at rank_v), top_fraction (0.25), ema (0.9, ω), dense_layers (0:
 // layers below it keep every token in pages), min_tokens (32), seed (0), factors (f16 | int4:
-// U·S and Vᵀ in 4 bits with a scale per column and 32 rows, kv/low_rank_factor.h).
+// U·S and Vᵀ in 4 bits with a scale per column and 32 rows, kv/low_rank_factor.h), recompress
+// (T_p, 0 = off: a layer's full-precision tokens — text and generated — become a block once
+// there are this many).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,11 @@ struct AttentionPackOptions {
   int min_tokens = 32;
   uint64_t seed = 0;
   kv::FactorFormat factors = kv::FactorFormat::kF16;
+  // T_p: once a layer holds this many full-precision tokens (text and generated ones), they
+  // become one more low-rank block at rank_k / rank_v. 0 = never (the default: on the shipped
+  // model's short conversations text is a small part of the cache, and the question's tokens are
+  // the ones the next answer leans on hardest).
+  int recompress = 0;
 };
 
 class AttentionPackPolicy final : public CompressionPolicy {
@@ -48,6 +55,8 @@ class AttentionPackPolicy final : public CompressionPolicy {
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  int ResidualWindow() const override { return options_.recompress; }
+  std::optional<LowRankSpec> ResidualLowRank(int layer) const override;
   void OnLowRankAttention(int layer, std::span<const float> mean_probs,
                           std::span<float> importance, std::span<uint16_t> value_ranks,
                           int full_rank) override;

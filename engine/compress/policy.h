@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -94,6 +95,14 @@ struct PrefillLayerPlan {
   int low_rank_v = 0;
   kv::FactorFormat low_rank_factors = kv::FactorFormat::kF16;
   uint64_t low_rank_seed = 0;
+};
+
+// Ranks, factor format and seed of a low-rank block built outside a prefill plan.
+struct LowRankSpec {
+  int rank_k = 0;
+  int rank_v = 0;
+  kv::FactorFormat factors = kv::FactorFormat::kF16;
+  uint64_t seed = 0;
 };
 
 // Per-layer figures of the prefills a sequence ran (the decoder accumulates them over chunks;
@@ -181,6 +190,11 @@ class CompressionPolicy {
   // layer holds ResidualWindow() of them, the decoder asks ClassifyResidual for their classes and
   // recompresses them into the class formats. 0 = never recompress.
   virtual int ResidualWindow() const { return 0; }
+
+  // AttentionPack's recompression (docs/methods.md §2.2 item 7, T_p): a spec instead moves the
+  // whole full window of `layer` into one new low-rank block at these ranks (ClassifyResidual is
+  // then not asked). nullopt: classify as usual.
+  virtual std::optional<LowRankSpec> ResidualLowRank(int /*layer*/) const { return std::nullopt; }
 
   // classes[i] (kv::TokenClass) for the window's n tokens, oldest first. q: the current decode
   // token's query [H, d]; k: the window's keys [n, G, d]; both f32, post-RoPE.

@@ -319,6 +319,18 @@ Status SequenceKv::GatherFull(int layer, float* k, float* v) const {
   return absl::OkStatus();
 }
 
+std::vector<int32_t> SequenceKv::FullPositions(int layer) const {
+  const Layer& l = layers_[layer];
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < l.pages.size(); ++i) {
+    const PageRef& p = l.pages[i];
+    if (p.format != precision_.full) continue;
+    const int32_t* slots = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
+    out.insert(out.end(), slots, slots + p.num_tokens);
+  }
+  return out;
+}
+
 Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes) {
   if (layer < 0 || layer >= num_layers()) {
     return InvalidArgumentError("KV compress: layer {} of {}", layer, num_layers());

@@ -117,6 +117,8 @@ class SequenceKv {
   // order; either pointer may be null).
   int64_t full_tokens(int layer) const;
   Status GatherFull(int layer, float* k, float* v) const;
+  // Positions of the full_tokens(layer) window tokens, in GatherFull's order.
+  std::vector<int32_t> FullPositions(int layer) const;
   // Tokens appended to `layer` as kFull since its last CompressResidual (what the decoder compares
   // with the policy's window, so tokens a policy keeps kFull are not recompressed every step).
   int64_t residual_tokens(int layer) const { return layers_[layer].residual; }

@@ -232,6 +232,9 @@ class Decoder {
   Status StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
                            const compress::PrefillLayerPlan& plan, const Tensor& k,
                            const Tensor& v) const;
+  // AttentionPack's recompression: layer l's full window (text and generated tokens) becomes one
+  // more low-rank block at `spec`, and its full pages are freed (host only).
+  Status StoreResidualLowRank(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
   // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
   // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,
   // one softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).

@@ -195,6 +195,10 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     Sequence& s = *seqs[i];
     const int window = s.policy->ResidualWindow();
     if (window <= 0 || s.kv.residual_tokens(l) < window) continue;
+    if (const std::optional<compress::LowRankSpec> spec = s.policy->ResidualLowRank(l)) {
+      FZ_RETURN_IF_ERROR(StoreResidualLowRank(l, s, *spec));
+      continue;
+    }
     const int64_t n = s.kv.full_tokens(l);
     FZ_ASSIGN_OR_RETURN(Tensor window_k, Empty({n, g, d}));
     FZ_RETURN_IF_ERROR(s.kv.GatherFull(l, window_k.data<float>(), nullptr));

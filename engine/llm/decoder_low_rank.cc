@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "engine/kv/low_rank_block.h"
@@ -50,6 +51,46 @@ Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t>
                             .rank_v = plan.low_rank_v,
                             .factors = plan.low_rank_factors,
                             .seed = plan.low_rank_seed}));
+  FZ_RETURN_IF_ERROR(seq.kv.AppendLowRankBlock(l, std::move(block)));
+  seq.prefill_stats.low_rank_build_ms += MillisecondsSince(start);
+  return absl::OkStatus();
+}
+
+Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
+                                     const compress::LowRankSpec& spec) const {
+  if (!device_.is_cpu()) {
+    return UnimplementedError("low-rank KV blocks are built on the CPU only");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t n = seq.kv.full_tokens(l), hd = shape_.kv_heads * shape_.head_dim;
+  if (n == 0) return absl::OkStatus();
+  std::vector<float> k(static_cast<size_t>(n * hd)), v(k.size());
+  FZ_RETURN_IF_ERROR(seq.kv.GatherFull(l, k.data(), v.data()));
+  std::vector<int32_t> positions = seq.kv.FullPositions(l);
+  // A block's rows ascend by position; the window's storage order may not (a requantised window
+  // is stored again after older pages).
+  std::vector<size_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return positions[a] < positions[b]; });
+  std::vector<float> sorted_k(k.size()), sorted_v(v.size());
+  std::vector<int32_t> sorted_positions(positions.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::copy_n(k.data() + order[i] * hd, hd, sorted_k.data() + i * hd);
+    std::copy_n(v.data() + order[i] * hd, hd, sorted_v.data() + i * hd);
+    sorted_positions[i] = positions[order[i]];
+  }
+  FZ_ASSIGN_OR_RETURN(
+      kv::LowRankBlock block,
+      kv::MakeLowRankBlock(sorted_k, sorted_v, sorted_positions,
+                           static_cast<int>(shape_.kv_heads), static_cast<int>(shape_.head_dim),
+                           shape_.rope,
+                           {.rank_k = spec.rank_k,
+                            .rank_v = spec.rank_v,
+                            .factors = spec.factors,
+                            .seed = spec.seed}));
+  // Free the window's pages (every token kDrop), then hold the tokens in the block.
+  const std::vector<uint8_t> drop(static_cast<size_t>(n), kv::kDrop);
+  FZ_RETURN_IF_ERROR(seq.kv.CompressResidual(l, drop));
   FZ_RETURN_IF_ERROR(seq.kv.AppendLowRankBlock(l, std::move(block)));
   seq.prefill_stats.low_rank_build_ms += MillisecondsSince(start);
   return absl::OkStatus();
