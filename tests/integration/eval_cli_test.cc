@@ -186,6 +186,13 @@ TEST_CASE("framezip eval generates and scores a synthvid2 split: sessions per tu
     CHECK(j["per_num_frames"].contains(frames));
   }
   CHECK(j["scoring"] == "free_running");
+  // Length buckets and turns carry prefill time, visual tokens and KV bytes by format.
+  // (a mean over the bucket's rows: later turns of a session add no visual tokens)
+  CHECK(j["per_num_frames"]["512"]["visual_tokens"].get<double>() > 1000);
+  CHECK(j["per_num_frames"]["512"]["prefill_ms"].get<double>() > 0);
+  CHECK(j["per_num_frames"]["512"]["kv_bytes_by_format"]["f16"].get<double>() > 0);
+  CHECK(j["per_turn"]["1"]["items"].get<int>() == 30);
+  CHECK(j["per_turn"].contains("2"));
 
   // Teacher-forced on the same split: a short answer is right exactly when greedy decoding would
   // say it and stop, so every first turn (same history either way) scores as free-running did,

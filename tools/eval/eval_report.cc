@@ -26,6 +26,33 @@ std::vector<std::string> TasksInOrder(const Map& by_task) {
   return out;
 }
 
+// Accuracy, prefill time, visual tokens and KV bytes (in total and per format) of some rows,
+// means over them.
+nlohmann::json BucketJson(const std::vector<const ItemResult*>& rows) {
+  int64_t correct = 0;
+  double prefill = 0, visual = 0, kv = 0;
+  std::map<std::string, double> by_format;
+  for (const ItemResult* r : rows) {
+    correct += r->correct ? 1 : 0;
+    prefill += r->prefill_ms;
+    visual += static_cast<double>(r->visual_tokens);
+    kv += static_cast<double>(r->kv_bytes);
+    for (const auto& [format, bytes] : r->kv_bytes_by_format) {
+      by_format[format] += static_cast<double>(bytes);
+    }
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, rows.size()));
+  nlohmann::json formats = nlohmann::json::object();
+  for (const auto& [format, bytes] : by_format) formats[format] = bytes / n;
+  return {{"items", rows.size()},
+          {"correct", correct},
+          {"accuracy", static_cast<double>(correct) / n},
+          {"prefill_ms", prefill / n},
+          {"visual_tokens", visual / n},
+          {"kv_bytes_per_item", kv / n},
+          {"kv_bytes_by_format", formats}};
+}
+
 std::string Ratios(const std::vector<double>& r) {
   std::string s;
   for (double x : r) s += fmt::format("{}{:.3f}", s.empty() ? "" : " ", x);
@@ -101,16 +128,18 @@ nlohmann::json EvalReport::Json(bool with_items) const {
     }
     j["per_task"][task] = t;
   }
-  std::map<int, std::pair<int64_t, int64_t>> by_frames;  // frames -> (items, correct)
+  std::map<int, std::vector<const ItemResult*>> by_frames, by_turn;
   for (const ItemResult& r : items_) {
-    auto& [n, ok] = by_frames[r.num_frames];
-    ++n;
-    ok += r.correct ? 1 : 0;
+    by_frames[r.num_frames].push_back(&r);
+    by_turn[r.turn].push_back(&r);
   }
   j["per_num_frames"] = nlohmann::json::object();
-  for (const auto& [frames, c] : by_frames) {
-    j["per_num_frames"][std::to_string(frames)] = {
-        {"items", c.first}, {"correct", c.second}, {"accuracy", double(c.second) / c.first}};
+  for (const auto& [frames, rows] : by_frames) {
+    j["per_num_frames"][std::to_string(frames)] = BucketJson(rows);
+  }
+  if (by_turn.size() > 1) {
+    j["per_turn"] = nlohmann::json::object();
+    for (const auto& [turn, rows] : by_turn) j["per_turn"][std::to_string(turn)] = BucketJson(rows);
   }
   int64_t visual = 0;
   double media = 0, vision = 0, prefill = 0, decode = 0, item_ms = 0, agreement_ms = 0,

@@ -8,7 +8,10 @@
 //    "per_task": {task: {"items", "correct", "accuracy", "prompt_tokens", "generated_tokens",
 //                        "compression_ratio", "kept_ratio_per_layer"?: [L],
 //                        "top1_agreement"?, "kl"?}},
-//    "per_num_frames": {"8": {"items", "correct", "accuracy"}, ...},
+//    "per_num_frames": {"8": {"items", "correct", "accuracy", "prefill_ms", "visual_tokens",
+//                             "kv_bytes_per_item", "kv_bytes_by_format": {format: bytes}}, ...}
+//                      (means over the bucket's rows),
+//    "per_turn"?: {"1": {... as per_num_frames}, "2": ...}  when some row is a later turn,
 //    "tokens": {"prompt", "visual", "generated", "prompt_per_item", "generated_per_item"},
 //    "kv": {"bytes_per_item", "compression_ratio"}   means over items (after the answer),
 //    "time": {"seconds", "per_item_ms", "media_ms", "vision_ms", "prefill_ms", "decode_ms",
@@ -60,6 +63,9 @@ struct ItemResult {
   std::optional<bool> reference_correct;     // --agreement: the full model's greedy answer
   std::optional<DescribeScore> describe;      // synthvid2's describe task
   double agreement_ms = 0;
+  int turn = 1;  // synthvid2: the turn of its session this row scores (1 = the video's)
+  // KV held after the answer by page format name ("f16", "int4", "int2", "low_rank", ...).
+  std::map<std::string, int64_t> kv_bytes_by_format;
 };
 
 struct EvalRunInfo {

@@ -178,6 +178,7 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
   r.decode_ms = st.decode_ms;
   r.kept_ratio.assign(st.layer_kept_ratio.begin(), st.layer_kept_ratio.end());
   r.kv_bytes = static_cast<int64_t>(st.kv_bytes);
+  r.kv_bytes_by_format = KvBytesByFormatName(st.kv_bytes_by_format);
   r.compression_ratio = st.compression_ratio;
   r.selection_ms = st.selection_overhead_ms;
 

@@ -34,6 +34,16 @@ std::vector<int32_t> ArgmaxRows(const engine::Tensor& logits) {
 
 }  // namespace
 
+std::map<std::string, int64_t> KvBytesByFormatName(const engine::kv::KvBytesByFormat& bytes) {
+  std::map<std::string, int64_t> out;
+  for (size_t f = 0; f < bytes.size(); ++f) {
+    if (bytes[f] == 0) continue;
+    out[std::string(engine::kv::KvFormatName(static_cast<engine::kv::KvFormat>(f)))] =
+        static_cast<int64_t>(bytes[f]);
+  }
+  return out;
+}
+
 StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::Engine& engine,
                                                               const eval::Synthvid2Item& item,
                                                               const Synthvid2Options& options,
@@ -97,6 +107,8 @@ StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::E
     r.item_ms = st.vision_ms + st.prefill_ms + st.decode_ms;
     r.kept_ratio.assign(st.layer_kept_ratio.begin(), st.layer_kept_ratio.end());
     r.kv_bytes = static_cast<int64_t>(st.kv_bytes);
+    r.turn = static_cast<int>(t) + 1;
+    r.kv_bytes_by_format = KvBytesByFormatName(st.kv_bytes_by_format);
     r.compression_ratio = st.compression_ratio;
     r.selection_ms = st.selection_overhead_ms;
     out.push_back(std::move(r));

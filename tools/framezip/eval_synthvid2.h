@@ -2,6 +2,7 @@
 // the engine and scored per turn.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct Synthvid2Options {
   // instead of sampled, so a later turn sees the right history whatever the model said before.
   bool teacher_forced = false;
 };
+
+// A turn's KV bytes by page format, keyed by format name, formats it does not use left out.
+std::map<std::string, int64_t> KvBytesByFormatName(const engine::kv::KvBytesByFormat& bytes);
 
 // The item's video (`pixels`, preprocessed, decoded in `media_ms`) goes with turn 1; every turn's
 // greedy reply is scored on its own: exact match, or for describe the per-fact score (correct

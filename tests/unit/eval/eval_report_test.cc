@@ -125,5 +125,45 @@ TEST_CASE("EvalReport averages kept ratios per task and layer, and sums agreemen
   CHECK(report.Table().find("kept ratio per layer") != std::string::npos);
 }
 
+TEST_CASE("EvalReport gives prefill time, visual tokens and KV bytes per length bucket and turn",
+          "[unit][eval]") {
+  EvalReport report(ZipvlRun());
+  auto row = [](int frames, int turn, bool ok, double prefill, int64_t visual, int64_t f16,
+                int64_t low_rank) {
+    ItemResult r;
+    r.task = turn == 1 ? "multiturn_t1" : "multiturn_t2+";
+    r.num_frames = frames;
+    r.turn = turn;
+    r.correct = ok;
+    r.prefill_ms = prefill;
+    r.visual_tokens = visual;
+    r.kv_bytes = f16 + low_rank;
+    r.kv_bytes_by_format["f16"] = f16;
+    if (low_rank > 0) r.kv_bytes_by_format["low_rank"] = low_rank;
+    return r;
+  };
+  report.Add(row(64, 1, true, 10, 257, 1000, 300));
+  report.Add(row(64, 2, false, 2, 0, 1100, 300));
+  report.Add(row(512, 1, true, 90, 2049, 5000, 0));
+  const nlohmann::json j = report.Json(false);
+  const nlohmann::json& b64 = j["per_num_frames"]["64"];
+  CHECK(b64["items"] == 2);
+  CHECK(b64["accuracy"].get<double>() == Approx(0.5));
+  CHECK(b64["prefill_ms"].get<double>() == Approx(6));
+  CHECK(b64["visual_tokens"].get<double>() == Approx(128.5));
+  CHECK(b64["kv_bytes_per_item"].get<double>() == Approx(1350));
+  CHECK(b64["kv_bytes_by_format"]["f16"].get<double>() == Approx(1050));
+  CHECK(b64["kv_bytes_by_format"]["low_rank"].get<double>() == Approx(300));
+  CHECK(j["per_num_frames"]["512"]["kv_bytes_by_format"]["low_rank"].get<double>() == 0);
+  REQUIRE(j.contains("per_turn"));
+  CHECK(j["per_turn"]["1"]["items"] == 2);
+  CHECK(j["per_turn"]["1"]["prefill_ms"].get<double>() == Approx(50));
+  CHECK(j["per_turn"]["2"]["accuracy"].get<double>() == 0);
+  // Single-turn reports have no per-turn block.
+  EvalReport single(ZipvlRun());
+  single.Add(row(64, 1, true, 10, 257, 1000, 0));
+  CHECK_FALSE(single.Json(false).contains("per_turn"));
+}
+
 }  // namespace
 }  // namespace framezip::eval
