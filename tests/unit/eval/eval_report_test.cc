@@ -154,7 +154,7 @@ TEST_CASE("EvalReport gives prefill time, visual tokens and KV bytes per length 
   CHECK(b64["kv_bytes_per_item"].get<double>() == Approx(1350));
   CHECK(b64["kv_bytes_by_format"]["f16"].get<double>() == Approx(1050));
   CHECK(b64["kv_bytes_by_format"]["low_rank"].get<double>() == Approx(300));
-  CHECK(j["per_num_frames"]["512"]["kv_bytes_by_format"]["low_rank"].get<double>() == 0);
+  CHECK_FALSE(j["per_num_frames"]["512"]["kv_bytes_by_format"].contains("low_rank"));
   REQUIRE(j.contains("per_turn"));
   CHECK(j["per_turn"]["1"]["items"] == 2);
   CHECK(j["per_turn"]["1"]["prefill_ms"].get<double>() == Approx(50));
