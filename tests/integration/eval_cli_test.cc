@@ -213,6 +213,24 @@ TEST_CASE("framezip eval generates and scores a synthvid2 split: sessions per tu
       CHECK(forced_row["pred"] == forced_row["answer"]);
     }
   }
+  // Later turns reuse the session's KV: they start with the whole earlier conversation cached.
+  CHECK(tf["per_turn"]["1"]["cached_tokens"].get<double>() == 0);
+  CHECK(tf["per_turn"]["2"]["cached_tokens"].get<double>() > 2 * 16);
+
+  // --sessions: each turn committed as a KV segment and the next run on the conversation
+  // restored from the segments (the server's path after eviction) scores row for row alike.
+  const nlohmann::json sessions = LastLineJson(testing::RunFramezipCli(
+      EvalOn(data.path()) +
+          " --suite synthvid2 --limit 30 --json --items --teacher-forced --sessions",
+      "FRAMEZIP_PYTHON=/usr/bin/python3"));
+  CHECK(sessions["sessions"] == true);
+  REQUIRE(sessions["item_results"].size() == tf["item_results"].size());
+  for (size_t i = 0; i < tf["item_results"].size(); ++i) {
+    CAPTURE(tf["item_results"][i]["id"]);
+    CHECK(sessions["item_results"][i]["pred"] == tf["item_results"][i]["pred"]);
+    CHECK(sessions["item_results"][i]["ok"] == tf["item_results"][i]["ok"]);
+  }
+  CHECK(sessions["per_turn"]["2"]["cached_tokens"] == tf["per_turn"]["2"]["cached_tokens"]);
 }
 
 }  // namespace

@@ -30,12 +30,13 @@ std::vector<std::string> TasksInOrder(const Map& by_task) {
 // means over them.
 nlohmann::json BucketJson(const std::vector<const ItemResult*>& rows) {
   int64_t correct = 0;
-  double prefill = 0, visual = 0, kv = 0;
+  double prefill = 0, visual = 0, kv = 0, cached = 0;
   std::map<std::string, double> by_format;
   for (const ItemResult* r : rows) {
     correct += r->correct ? 1 : 0;
     prefill += r->prefill_ms;
     visual += static_cast<double>(r->visual_tokens);
+    cached += static_cast<double>(r->cached_tokens);
     kv += static_cast<double>(r->kv_bytes);
     for (const auto& [format, bytes] : r->kv_bytes_by_format) {
       by_format[format] += static_cast<double>(bytes);
@@ -49,6 +50,7 @@ nlohmann::json BucketJson(const std::vector<const ItemResult*>& rows) {
           {"accuracy", static_cast<double>(correct) / n},
           {"prefill_ms", prefill / n},
           {"visual_tokens", visual / n},
+          {"cached_tokens", cached / n},
           {"kv_bytes_per_item", kv / n},
           {"kv_bytes_by_format", formats}};
 }
@@ -198,6 +200,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
   }
   if (!info_.data_manifest.is_null()) j["data_manifest"] = info_.data_manifest;
   if (!info_.scoring.empty()) j["scoring"] = info_.scoring;
+  if (info_.sessions) j["sessions"] = true;
   if (turn2_items > 0) {
     j["turn2"] = {{"items", turn2_items},
                   {"accuracy", static_cast<double>(turn2_correct) / turn2_items}};

@@ -9,7 +9,8 @@
 //                        "compression_ratio", "kept_ratio_per_layer"?: [L],
 //                        "top1_agreement"?, "kl"?}},
 //    "per_num_frames": {"8": {"items", "correct", "accuracy", "prefill_ms", "visual_tokens",
-//                             "kv_bytes_per_item", "kv_bytes_by_format": {format: bytes}}, ...}
+//                             "cached_tokens", "kv_bytes_per_item",
+//                             "kv_bytes_by_format": {format: bytes}}, ...}
 //                      (means over the bucket's rows),
 //    "per_turn"?: {"1": {... as per_num_frames}, "2": ...}  when some row is a later turn,
 //    "tokens": {"prompt", "visual", "generated", "prompt_per_item", "generated_per_item"},
@@ -24,6 +25,7 @@
 //    "describe"?: {"items", "precision", "recall", "f1"}   means over describe replies,
 //    "data_manifest"?: {"generator", "generator_version", "jsonl_sha256"},
 //    "scoring"?: "free_running" | "teacher_forced"  (synthvid2),
+//    "sessions"?: true  (synthvid2 --sessions),
 //    "item_results"?: [{"id", "task", "num_frames", "answer", "pred", "ok", ...}]  with --items}
 #pragma once
 
@@ -64,6 +66,7 @@ struct ItemResult {
   std::optional<DescribeScore> describe;      // synthvid2's describe task
   double agreement_ms = 0;
   int turn = 1;  // synthvid2: the turn of its session this row scores (1 = the video's)
+  int64_t cached_tokens = 0;  // tokens already in the KV cache when the turn began
   // KV held after the answer by page format name ("f16", "int4", "int2", "low_rank", ...).
   std::map<std::string, int64_t> kv_bytes_by_format;
 };
@@ -81,6 +84,9 @@ struct EvalRunInfo {
   // How later turns were scored (synthvid2): "free_running" or "teacher_forced"; reported as
   // "scoring" when set.
   std::string scoring = {};
+  // synthvid2 --sessions: every turn after the first ran on a conversation restored from the
+  // committed KV segments; reported as "sessions": true.
+  bool sessions = false;
 };
 
 class EvalReport {

@@ -49,6 +49,7 @@ struct EvalOptions {
   bool turn2 = false;
   bool agreement = false;
   bool teacher_forced = false;  // synthvid2 (eval_synthvid2.h)
+  bool sessions = false;        // synthvid2 (eval_synthvid2.h)
 };
 
 // The item's video as model input: `frames` frames sampled uniformly (for a synthvid file with
@@ -122,7 +123,10 @@ Status RunSynthvid2(Engine& eng, const std::vector<eval::Synthvid2Item>& items,
                     const EvalOptions& opt, const media::PreprocessSpec& spec,
                     eval::EvalReport& report) {
   const Synthvid2Options options{
-      .policy = opt.policy, .max_tokens = opt.max_tokens, .teacher_forced = opt.teacher_forced};
+      .policy = opt.policy,
+      .max_tokens = opt.max_tokens,
+      .teacher_forced = opt.teacher_forced,
+      .sessions = opt.sessions};
   const double start = NowMs();
   const size_t n = items.size();
   std::future<DecodedVideo> next = DecodeAhead(items.front().video, items.front().num_frames, spec);
@@ -248,6 +252,9 @@ int RunEval(const std::vector<std::string>& args) {
   flags.Bool("teacher-forced", &opt.teacher_forced,
              "synthvid2: score short answers teacher-forced, so later turns see the expected "
              "answers in their history (default: free-running, the model's own replies)");
+  flags.Bool("sessions", &opt.sessions,
+             "synthvid2: commit each turn's KV as a session segment and run the next turn on the "
+             "conversation restored from the segments (the server's session path after eviction)");
   flags.Bool("json", &json, "print one JSON object with the results as the last line");
   flags.Bool("items", &items, "with --json, include every item's result");
   if (auto code = ParseOrExit(flags, args)) return *code;
@@ -267,8 +274,8 @@ int RunEval(const std::vector<std::string>& args) {
                  "synthvid2 items carry their own turns and frame counts\n");
     return 2;
   }
-  if (!v2 && opt.teacher_forced) {
-    std::fprintf(stderr, "framezip eval: --teacher-forced is a synthvid2 option\n");
+  if (!v2 && (opt.teacher_forced || opt.sessions)) {
+    std::fprintf(stderr, "framezip eval: --teacher-forced and --sessions are synthvid2 options\n");
     return 2;
   }
   if (split != "test" && split != "val" && split != "train") {
@@ -331,7 +338,8 @@ int RunEval(const std::vector<std::string>& args) {
                                             .data_manifest = data_manifest,
                                             .scoring = !v2                 ? ""
                                                        : opt.teacher_forced ? "teacher_forced"
-                                                                            : "free_running"});
+                                                                            : "free_running",
+                                            .sessions = v2 && opt.sessions});
   if (v2) {
     if (Status s = RunSynthvid2(**eng, *v2_items, opt, spec, report); !s.ok()) return fail(s);
     PrintReport(report, json, items);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/kv/page_codec.h"
 #include "tools/eval/answer_match.h"
 #include "tools/eval/describe_score.h"
 
@@ -32,6 +33,29 @@ std::vector<int32_t> ArgmaxRows(const engine::Tensor& logits) {
   return out;
 }
 
+// What a server session has committed: its segments, decoded as a restore reads them back, and
+// where the next commit starts.
+struct CommittedSession {
+  std::vector<engine::kv::DecodedSegment> segments;
+  engine::kv::SegmentMark mark;
+};
+
+// Commits what `conv` added since the last commit (1 MiB blocks, the server's default), then
+// rebuilds the conversation from every committed segment.
+StatusOr<std::unique_ptr<engine::runtime::Conversation>> CommitAndRestore(
+    engine::runtime::Engine& engine, const engine::runtime::Conversation& conv,
+    CommittedSession& session) {
+  FZ_ASSIGN_OR_RETURN(engine::runtime::ConversationSegment segment,
+                      engine.ExportConversation(conv, session.mark, size_t{1} << 20));
+  FZ_ASSIGN_OR_RETURN(engine::kv::DecodedSegment decoded,
+                      engine::kv::DecodeSegment(segment.encoded.blocks));
+  session.segments.push_back(std::move(decoded));
+  FZ_ASSIGN_OR_RETURN(engine::runtime::RestoredConversation restored,
+                      engine.RestoreConversation(session.segments));
+  session.mark = std::move(segment.encoded.next_mark);
+  return std::move(restored.conversation);
+}
+
 }  // namespace
 
 std::map<std::string, int64_t> KvBytesByFormatName(const engine::kv::KvBytesByFormat& bytes) {
@@ -50,6 +74,7 @@ StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::E
                                                               engine::Tensor pixels,
                                                               double media_ms) {
   FZ_ASSIGN_OR_RETURN(auto conv, engine.NewConversation(options.policy));
+  CommittedSession session;
   std::vector<eval::ItemResult> out;
   for (size_t t = 0; t < item.turns.size(); ++t) {
     const eval::Synthvid2Turn& turn = item.turns[t];
@@ -108,10 +133,14 @@ StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::E
     r.kept_ratio.assign(st.layer_kept_ratio.begin(), st.layer_kept_ratio.end());
     r.kv_bytes = static_cast<int64_t>(st.kv_bytes);
     r.turn = static_cast<int>(t) + 1;
+    r.cached_tokens = st.cached_tokens;
     r.kv_bytes_by_format = KvBytesByFormatName(st.kv_bytes_by_format);
     r.compression_ratio = st.compression_ratio;
     r.selection_ms = st.selection_overhead_ms;
     out.push_back(std::move(r));
+    if (options.sessions && t + 1 < item.turns.size()) {
+      FZ_ASSIGN_OR_RETURN(conv, CommitAndRestore(engine, *conv, session));
+    }
   }
   return out;
 }

@@ -21,6 +21,10 @@ struct Synthvid2Options {
   // Short-answer turns are teacher-forced: the expected answer (and the end of the reply) is fed
   // instead of sampled, so a later turn sees the right history whatever the model said before.
   bool teacher_forced = false;
+  // After every turn the conversation is committed as a KV segment (the page codec's blocks, as a
+  // server session commits to its KV store) and the next turn runs on a conversation restored
+  // from all segments so far, as a server replica does after eviction or on another pod.
+  bool sessions = false;
 };
 
 // A turn's KV bytes by page format, keyed by format name, formats it does not use left out.
