@@ -71,7 +71,8 @@ Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
   // is stored again after older pages).
   std::vector<size_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return positions[a] < positions[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return positions[a] < positions[b]; });
   std::vector<float> sorted_k(k.size()), sorted_v(v.size());
   std::vector<int32_t> sorted_positions(positions.size());
   for (size_t i = 0; i < order.size(); ++i) {

@@ -26,7 +26,8 @@ TEST_CASE("int4 factors decode within half a quantisation step of each value", "
   // where a scale's rounding is no longer relative).
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      x[static_cast<size_t>(r * cols + c)] *= std::pow(0.6f, static_cast<float>(std::min<int64_t>(c, 12)));
+      const auto decay = static_cast<float>(std::min<int64_t>(c, 12));
+      x[static_cast<size_t>(r * cols + c)] *= std::pow(0.6f, decay);
     }
   }
   const LowRankFactor f = LowRankFactor::Encode(x, rows, cols, FactorFormat::kInt4);
