@@ -40,6 +40,41 @@ double MaxAbs(const Tensor& a) {
   return m;
 }
 
+// A sequence of the shipped decoder under `policy`, prefilled with random embeddings of 8 text
+// rows, 120 visual rows and 10 text rows (kPrefillRows in all).
+constexpr int64_t kPrefillRows = 8 + 120 + 10;
+
+std::unique_ptr<llm::Sequence> PrefilledSequence(const char* policy, uint64_t seed) {
+  runtime::Engine& eng = testing::ShippedEngine();
+  const llm::Decoder& dec = eng.decoder();
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> visual(static_cast<size_t>(kPrefillRows), 0);
+  std::fill(visual.begin() + 8, visual.begin() + 128, uint8_t{1});
+  const Tensor embeds = testing::RandomEmbeds(kPrefillRows, dec.shape().hidden, rng);
+  auto seq = dec.NewSequence(eng.kv_pool(), kv::KvFormat::kF16, policy);
+  INFO(policy);
+  REQUIRE(seq.ok());
+  auto logits = dec.Prefill(**seq, embeds, {.visual = visual});
+  INFO((logits.ok() ? "" : MessageOf(logits.status())));
+  REQUIRE(logits.ok());
+  return *std::move(seq);
+}
+
+// The synthetic video turn under `policy`, `tokens` generated (end of reply ignored).
+runtime::TurnResult VideoTurn(const char* policy, int tokens) {
+  runtime::Engine& eng = testing::ShippedEngine();
+  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = tokens;
+  opt.ignore_eos = true;
+  auto conversation = eng.NewConversation(policy);
+  REQUIRE(conversation.ok());
+  auto turn = eng.RunTurn(**conversation, std::span(&m, 1), opt);
+  INFO(policy << ": " << (turn.ok() ? "" : MessageOf(turn.status())));
+  REQUIRE(turn.ok());
+  return *std::move(turn);
+}
+
 const std::vector<int32_t> kForced = {313, 11, 42, 100, 7, 250, 313, 402};
 
 TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode reads the blocks",
@@ -69,38 +104,22 @@ TEST_CASE("attentionpack with int4 factors holds under half the bytes and decode
   CHECK(testing::MaxAbsDiff(int4, f16) > 0);
   CHECK(testing::MaxAbsDiff(int4, f16) < 0.1 * MaxAbs(f16));
 
-  runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
-  runtime::TurnOptions opt;
-  opt.sampling.max_new_tokens = 2;
-  auto a = *eng.NewConversation("attentionpack");
-  auto b = *eng.NewConversation("attentionpack:factors=int4");
-  auto ra = eng.RunTurn(*a, std::span(&m, 1), opt);
-  auto rb = eng.RunTurn(*b, std::span(&m, 1), opt);
-  REQUIRE(ra.ok());
-  REQUIRE(rb.ok());
+  const runtime::TurnResult ra = VideoTurn("attentionpack", 2);
+  const runtime::TurnResult rb = VideoTurn("attentionpack:factors=int4", 2);
   const auto low_rank = static_cast<size_t>(kv::KvFormat::kLowRank);
-  const size_t f16_bytes = ra->stats.kv_bytes_by_format[low_rank];
-  const size_t int4_bytes = rb->stats.kv_bytes_by_format[low_rank];
+  const size_t f16_bytes = ra.stats.kv_bytes_by_format[low_rank];
+  const size_t int4_bytes = rb.stats.kv_bytes_by_format[low_rank];
   CAPTURE(f16_bytes, int4_bytes);
   CHECK(int4_bytes * 2 < f16_bytes);  // a 16-frame block: Vᵀ, per block, still weighs in
-  CHECK(rb->stats.low_rank_tokens == ra->stats.low_rank_tokens);
+  CHECK(rb.stats.low_rank_tokens == ra.stats.low_rank_tokens);
 }
 
 TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = testing::ShippedEngine();
-  const llm::Decoder& dec = eng.decoder();
-  std::mt19937_64 rng(5);
-  const int64_t t = 8 + 120 + 10, hid = dec.shape().hidden;
-  std::vector<uint8_t> visual(static_cast<size_t>(t), 0);
-  std::fill(visual.begin() + 8, visual.begin() + 128, uint8_t{1});
-  const Tensor embeds = testing::RandomEmbeds(t, hid, rng);
-  auto seq = dec.NewSequence(eng.kv_pool(), kv::KvFormat::kF16, "attentionpack");
-  REQUIRE(seq.ok());
-  auto logits = dec.Prefill(**seq, embeds, {.visual = visual});
-  REQUIRE(logits.ok());
-  const kv::SequenceKv& kv = (*seq)->kv;
+  const llm::Decoder& dec = testing::ShippedEngine().decoder();
+  const int64_t t = kPrefillRows;
+  auto seq = PrefilledSequence("attentionpack", 5);
+  const kv::SequenceKv& kv = seq->kv;
   for (int l = 0; l < kv.num_layers(); ++l) {
     INFO("layer " << l);
     REQUIRE(kv.low_rank_blocks(l).size() == 1);
@@ -120,7 +139,7 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
 
   // Decode: importance accumulates and a quarter of the tokens get full-rank values.
   int32_t token = 5;
-  llm::Sequence* const one[] = {seq->get()};
+  llm::Sequence* const one[] = {seq.get()};
   for (int step = 0; step < 4; ++step) {
     auto out = dec.DecodeStep(one, std::span(&token, 1));
     REQUIRE(out.ok());
@@ -147,19 +166,11 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
 
 TEST_CASE("zipvl+attentionpack packs the visual rows ZipVL keeps and leaves the rest in low-bit pages",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = testing::ShippedEngine();
-  const llm::Decoder& dec = eng.decoder();
-  std::mt19937_64 rng(7);
-  const int64_t t = 8 + 120 + 10, hid = dec.shape().hidden;
-  std::vector<uint8_t> visual(static_cast<size_t>(t), 0);
-  std::fill(visual.begin() + 8, visual.begin() + 128, uint8_t{1});
-  const Tensor embeds = testing::RandomEmbeds(t, hid, rng);
+  const int64_t t = kPrefillRows;
   // keep_recent=0 and a low tau: ZipVL's important set is well short of every visual row.
-  auto seq = dec.NewSequence(eng.kv_pool(), kv::KvFormat::kF16,
-                             "zipvl+attentionpack:tau=0.5,keep_recent=0,min_tokens=1");
-  REQUIRE(seq.ok());
-  REQUIRE(dec.Prefill(**seq, embeds, {.visual = visual}).ok());
-  const kv::SequenceKv& kv = (*seq)->kv;
+  const auto seq =
+      PrefilledSequence("zipvl+attentionpack:tau=0.5,keep_recent=0,min_tokens=1", 7);
+  const kv::SequenceKv& kv = seq->kv;
   int64_t packed = 0;
   for (int l = 0; l < kv.num_layers(); ++l) {
     INFO("layer " << l);
@@ -183,25 +194,17 @@ TEST_CASE("zipvl+attentionpack packs the visual rows ZipVL keeps and leaves the 
 
 TEST_CASE("attentionpack recompresses text and generated tokens past T_p into more blocks",
           "[unit][engine][compress]") {
-  runtime::Engine& eng = testing::ShippedEngine();
-  const llm::Decoder& dec = eng.decoder();
-  std::mt19937_64 rng(11);
-  const int64_t t = 8 + 120 + 10, hid = dec.shape().hidden;
-  std::vector<uint8_t> visual(static_cast<size_t>(t), 0);
-  std::fill(visual.begin() + 8, visual.begin() + 128, uint8_t{1});
-  const Tensor embeds = testing::RandomEmbeds(t, hid, rng);
+  const llm::Decoder& dec = testing::ShippedEngine().decoder();
   auto run = [&](const char* policy) {
-    auto seq = dec.NewSequence(eng.kv_pool(), kv::KvFormat::kF16, policy);
-    REQUIRE(seq.ok());
-    REQUIRE(dec.Prefill(**seq, embeds, {.visual = visual}).ok());
-    llm::Sequence* const one[] = {seq->get()};
+    auto seq = PrefilledSequence(policy, 11);
+    llm::Sequence* const one[] = {seq.get()};
     for (int32_t step = 0; step < 40; ++step) {
       const int32_t token = 5 + step;
       auto out = dec.DecodeStep(one, std::span(&token, 1));
       INFO((out.ok() ? "" : MessageOf(out.status())));
       REQUIRE(out.ok());
     }
-    return *std::move(seq);
+    return seq;
   };
   const auto dense = run("none");
   const auto packed = run("attentionpack:recompress=16");
@@ -225,17 +228,9 @@ TEST_CASE("attentionpack recompresses text and generated tokens past T_p into mo
 TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
-  runtime::TurnOptions opt;
-  opt.sampling.max_new_tokens = 6;
-  opt.ignore_eos = true;
-  auto dense = *eng.NewConversation("none");
-  auto packed = *eng.NewConversation("attentionpack");
-  auto a = eng.RunTurn(*dense, std::span(&m, 1), opt);
-  auto b = eng.RunTurn(*packed, std::span(&m, 1), opt);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  const runtime::TurnStats& st = b->stats;
+  const runtime::TurnResult a = VideoTurn("none", 6);
+  const runtime::TurnResult b = VideoTurn("attentionpack", 6);
+  const runtime::TurnStats& st = b.stats;
   const int64_t layers = eng.config().text.num_hidden_layers;
   CHECK(st.low_rank_tokens == layers * st.visual_tokens);
   CHECK(st.low_rank_key_rank == Approx(8));
@@ -247,8 +242,8 @@ TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
   CHECK(st.kv_bytes_by_format[low_rank] > 0);
   CHECK(std::accumulate(st.kv_bytes_by_format.begin(), st.kv_bytes_by_format.end(), size_t{0}) ==
         st.kv_bytes);
-  CHECK(st.kv_bytes < a->stats.kv_bytes);
-  CHECK(st.compression_ratio > a->stats.compression_ratio);
+  CHECK(st.kv_bytes < a.stats.kv_bytes);
+  CHECK(st.compression_ratio > a.stats.compression_ratio);
 }
 
 TEST_CASE("An attentionpack conversation survives the page codec and continues alike",
