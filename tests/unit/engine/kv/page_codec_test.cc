@@ -4,13 +4,16 @@
 #include "engine/kv/page_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <fstream>
 #include <catch2/catch.hpp>
 #include <random>
 
 #include "engine/kv/kv_pools.h"
 
 #include "tests/testing/random.h"
+#include "tests/testing/temp_dir.h"
 
 namespace framezip::engine::kv {
 namespace {
@@ -365,6 +368,89 @@ TEST_CASE("a reused page comes back zeroed, so page images never carry a freed p
     CHECK(*again == *first);  // the free list hands the same page back
     const auto* p = static_cast<const unsigned char*>((*pool)->Keys(*again));
     CHECK(std::all_of(p, p + bytes, [](unsigned char b) { return b == 0; }));
+  }
+}
+
+// The closed-form inputs of tests/data/kv/segment_v2_low_rank.cc.in, layer `layer`: 40 block
+// tokens' post-RoPE keys and values [40, kHeads·kHeadDim].
+void V2FixtureBlockInputs(int layer, std::vector<float>& k, std::vector<float>& v) {
+  const int64_t row = kHeads * kHeadDim;
+  k.resize(static_cast<size_t>(40 * row));
+  v.resize(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    const float t = static_cast<float>(static_cast<int64_t>(i) / row);
+    const float c = static_cast<float>(static_cast<int64_t>(i) % row);
+    k[i] = std::sin(0.05f * t * static_cast<float>(1 + layer)) * std::cos(0.2f * c) +
+           0.01f * std::sin(1.7f * static_cast<float>(i));
+    v[i] = std::cos(0.07f * t) * std::sin(0.3f * c + static_cast<float>(layer)) +
+           0.01f * std::cos(2.3f * static_cast<float>(i));
+  }
+}
+
+TEST_CASE("a version-2 segment with low-rank blocks, written by an older engine, still restores",
+          "[unit][engine][kv]") {
+  std::ifstream in(testing::SourceDir() / "tests/data/kv/segment_v2_low_rank.bin",
+                   std::ios::binary);
+  REQUIRE(in.good());
+  uint32_t count = 0;
+  in.read(reinterpret_cast<char*>(&count), 4);
+  std::vector<std::string> blocks(count);
+  for (std::string& b : blocks) {
+    uint32_t len = 0;
+    in.read(reinterpret_cast<char*>(&len), 4);
+    b.resize(len);
+    in.read(b.data(), len);
+  }
+  REQUIRE(in.good());
+  REQUIRE(!blocks.empty());
+  uint16_t version = 0;
+  std::memcpy(&version, blocks[0].data() + 4, sizeof(version));
+  CHECK(version == 2);
+
+  auto decoded = DecodeSegment(blocks);
+  INFO((decoded.ok() ? "" : MessageOf(decoded.status())));
+  REQUIRE(decoded.ok());
+  const ops::RopeParams rope{.head_dim = kHeadDim, .theta = 1e4};
+  std::vector<int32_t> positions(40);
+  for (int i = 0; i < 40; ++i) positions[static_cast<size_t>(i)] = 5 + i;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    INFO("layer " << layer);
+    REQUIRE(decoded->layers[static_cast<size_t>(layer)].blocks.size() == 1);
+    const LowRankBlock& b = decoded->layers[static_cast<size_t>(layer)].blocks[0];
+    CHECK(b.positions.Expand() == positions);
+    CHECK(b.positions.runs().size() == 1);  // i32 positions became one run
+    CHECK(b.keys.rank == 4);
+    CHECK(b.values.rank == 8);
+    CHECK(b.keys.format() == FactorFormat::kF16);
+    CHECK(b.value_ranks[0] == 2);
+    CHECK(b.value_ranks[1] == 8);
+    CHECK(b.importance[1] == 0.25f);
+    // The stored factors rebuild what today's engine makes of the same inputs (up to the
+    // randomized SVD's and f16's rounding, which may differ between BLAS builds).
+    std::vector<float> k, v;
+    V2FixtureBlockInputs(layer, k, v);
+    auto fresh = MakeLowRankBlock(k, v, positions, kHeads, kHeadDim, rope,
+                                  {.rank_k = 4, .rank_v = 8, .seed = 1});
+    REQUIRE(fresh.ok());
+    fresh->value_ranks = b.value_ranks;
+    std::vector<float> k_old(k.size()), v_old(v.size()), k_new(k.size()), v_new(v.size());
+    REQUIRE(b.Reconstruct(k_old.data(), v_old.data()).ok());
+    REQUIRE(fresh->Reconstruct(k_new.data(), v_new.data()).ok());
+    double worst = 0;
+    for (size_t i = 0; i < k.size(); ++i) {
+      worst = std::max({worst, std::fabs(double{k_old[i]} - k_new[i]),
+                        std::fabs(double{v_old[i]} - v_new[i])});
+    }
+    CHECK(worst < 2e-2);
+  }
+  // And a sequence restores from it: 5 page tokens and the block per layer.
+  TestSequence t = MakeSequence(KvFormat::kF16);
+  auto r = RestoreSegments(std::span(&*decoded, 1), t.kv);
+  INFO((r.ok() ? "" : MessageOf(r.status())));
+  REQUIRE(r.ok());
+  for (int layer = 0; layer < kLayers; ++layer) {
+    CHECK(t.kv.num_tokens(layer) == 45);
+    CHECK(t.kv.page_tokens(layer) == 5);
   }
 }
 
