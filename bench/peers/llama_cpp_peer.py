@@ -8,11 +8,11 @@ random F16 weights, so neither side needs a download. framezip runs the same sha
 bf16 weights (`framezip bench engine`). The two engines are alternated round by round and the
 ratios are medians over rounds.
 
-Figures (tokens/s): prefill of 512 and 2048 tokens, decode batch 1 after a 512-token prompt, and
-the same decode with 4-bit KV: llama.cpp's q4_0 cache (flash attention) next to framezip's KIVI
-int4 pages (policy kivi4); decode of 16 sequences together (llama.cpp through its low-level batch
-API, one seq_id each in a unified KV cache). Not measured here yet: decode at depth 2048 and one
-SigLIP frame through an mmproj.
+Figures (tokens/s): prefill of 512 and 2048 tokens, decode batch 1 after a 512-token and after a
+2048-token prompt, the depth-512 decode with 4-bit KV: llama.cpp's q4_0 cache (flash attention)
+next to framezip's KIVI int4 pages (policy kivi4); decode of 16 sequences together (llama.cpp
+through its low-level batch API, one seq_id each in a unified KV cache). Not measured here yet:
+one SigLIP frame through an mmproj.
 
 Usage:
   scripts: python3 -m venv .venv-peers && .venv-peers/bin/pip install -r bench/peers/requirements.txt
@@ -99,8 +99,8 @@ def decode_after_prompt(llm, steps: int, prompt: int = 512) -> float:
 
 
 def llama_round(model: str, threads: int, decode_steps: int) -> dict:
-    """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at 512 (f16 and 4-bit
-    KV), and decode of 16 sequences together."""
+    """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at depth 512 (f16 and
+    4-bit KV) and 2048, and decode of 16 sequences together."""
     from llama_cpp import Llama
 
     def load(**kv_options):
@@ -115,6 +115,7 @@ def llama_round(model: str, threads: int, decode_steps: int) -> dict:
         llm.eval(ids(n))
         out[f"prefill_{n}"] = n / (time.perf_counter() - t0)
     out["decode_batch1"] = decode_after_prompt(llm, decode_steps)
+    out["decode_batch1_depth2048"] = decode_after_prompt(llm, decode_steps, prompt=2048)
     del llm
     # KV cache in 4 bits (q4_0 keys and values; V quantisation needs flash attention).
     llm = load(flash_attn=True, type_k=2, type_v=2)
@@ -175,6 +176,7 @@ def framezip_round(binary: str, threads: int) -> dict:
     return {"prefill_512": r["prefill_tokens_per_s_512"],
             "prefill_2048": r["prefill_tokens_per_s_2048"],
             "decode_batch1": r["decode_tokens_per_s_batch1"],
+            "decode_batch1_depth2048": r["decode_tokens_per_s_batch1_depth2048"],
             "decode_batch1_kv4": r["decode_tokens_per_s_batch1_kv4"],
             "decode_batch16": r["decode_tokens_per_s_batch16"],
             "machine": j["machine"]}
@@ -215,8 +217,8 @@ def main() -> int:
         return statistics.median(row[key] for row in rows)
 
     table = {}
-    for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_kv4",
-                "decode_batch16"):
+    for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_depth2048",
+                "decode_batch1_kv4", "decode_batch16"):
         table[key] = {"llama_cpp": med(llama, key), "framezip": med(fz, key),
                       "ratio": med(fz, key) / med(llama, key)}
     import llama_cpp

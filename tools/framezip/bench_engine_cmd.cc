@@ -171,7 +171,7 @@ int RunBenchEngine(const std::vector<std::string>& args) {
       ids[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
     return ids;
   };
-  std::unique_ptr<engine::llm::Sequence> ctx512;
+  std::unique_ptr<engine::llm::Sequence> ctx512, ctx2048;
   for (int64_t t : {512, 2048}) {
     auto seq = dec.NewSequence(pool->get());
     if (!seq.ok()) return fail(seq.status());
@@ -183,6 +183,7 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     const double s = Seconds(t0);
     report.Add(fmt::format("prefill_tokens_per_s_{}", t), t / s, "tokens/s");
     if (t == 512) ctx512 = std::move(*seq);
+    if (t == 2048) ctx2048 = std::move(*seq);
   }
 
   const double step_bytes = DecodeWeightBytes(random->weights);
@@ -226,6 +227,19 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     }
   }
   ctx512.reset();
+
+  {
+    // Batch-1 decode deeper in the context (after the 2048-token prompt), where attention over
+    // the cache is a larger share of a step: llama.cpp's depth-2048 row (bench/peers).
+    engine::llm::Sequence* one[] = {ctx2048.get()};
+    const int32_t token[] = {42};
+    const auto t0 = Clock::now();
+    for (int i = 0; i < decode_steps; ++i) {
+      if (auto l = dec.DecodeStep(one, token); !l.ok()) return fail(l.status());
+    }
+    report.Add("decode_tokens_per_s_batch1_depth2048", decode_steps / Seconds(t0), "tokens/s");
+    ctx2048.reset();
+  }
 
   {
     // Decode with 4-bit KV (KIVI, policy kivi4: int4 pages past its residual window) after a
