@@ -2,8 +2,9 @@
 // against dense attention on the tiny video model, in one run (issue 6; docs/methods.md §1.4-1.5;
 // issue 23 for dynamic_llava):
 //   - prefill ms at ~2k / 8k / 16k tokens of real video context, policy none vs zipvl (one-shot
-//     prefill, the paper's setting), the speedup, the measured kept ratio per layer and the
-//     selection overhead (probe attention + top-p);
+//     prefill, the paper's setting; the median of --prefill-rounds interleaved rounds, A B, B A,
+//     ..., so neither side always runs first on a cold cache), the speedup, the measured kept
+//     ratio per layer and the selection overhead (probe attention + top-p);
 //   - decode tokens/s at the --decode-context length over the f16 cache (none) and the mixed
 //     4/2-bit cache (zipvl), plus kivi (uniform 2-bit), timed in
 //     interleaved rounds so that load changes on a shared machine hit every cache alike;
@@ -129,6 +130,32 @@ StatusOr<PrefillRun> RunPrefill(const LoadedModel& m, const kv::KvPools& pools,
   const float* l = logits.data<float>();
   r.next_token = static_cast<int32_t>(std::max_element(l, l + logits.dim(1)) - l);
   return r;
+}
+
+// Dense and `policy` prefills of `ctx` in `rounds` interleaved rounds (A B, B A, ...): the last
+// run of each (its sequence and stats) with its ms replaced by the median over the rounds.
+StatusOr<std::pair<PrefillRun, PrefillRun>> InterleavedPrefills(const LoadedModel& m,
+                                                                const kv::KvPools& pools,
+                                                                std::string_view policy,
+                                                                const Context& ctx, int rounds) {
+  std::pair<PrefillRun, PrefillRun> last;
+  std::vector<double> dense_ms, policy_ms;
+  for (int r = 0; r < std::max(1, rounds); ++r) {
+    for (const bool dense : {r % 2 == 0, r % 2 != 0}) {
+      // Free the previous run of this side first: its pages go back before the next prefill.
+      (dense ? last.first : last.second).seq.reset();
+      FZ_ASSIGN_OR_RETURN(PrefillRun run, RunPrefill(m, pools, dense ? "none" : policy, ctx));
+      (dense ? dense_ms : policy_ms).push_back(run.ms);
+      (dense ? last.first : last.second) = std::move(run);
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  last.first.ms = median(dense_ms);
+  last.second.ms = median(policy_ms);
+  return last;
 }
 
 // Greedy decode of `steps` more tokens of `run` (continuing where it stopped); returns seconds.
@@ -264,7 +291,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   std::string model_dir = "models/framezip-tiny-video",
               clip = "tests/data/synthvid/demo-test-000011.mp4";
   std::string policy = "zipvl", lengths_flag = "2048,8192,16384";
-  int threads = 2, decode_steps = 128, decode_context = 8192, budget_mib = 32;
+  int threads = 2, decode_steps = 128, decode_context = 8192, budget_mib = 32, prefill_rounds = 3;
   bool json = false;
   FlagSet flags("framezip bench attention",
                 "Prefill dense vs a compressing policy (zipvl, dynamic_llava, ...) at ~2k/8k/16k "
@@ -277,6 +304,8 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   flags.String("lengths", &lengths_flag, "context lengths in tokens, comma-separated", "N,N");
   flags.Int("threads", &threads, "compute threads");
   flags.Int("decode-steps", &decode_steps, "decode steps timed per cache");
+  flags.Int("prefill-rounds", &prefill_rounds,
+            "interleaved prefill rounds per length (dense and policy each; the median is reported)");
   flags.Int("decode-context", &decode_context,
             "context length of the decode runs (one of --lengths)");
   flags.Int("budget-mib", &budget_mib,
@@ -325,10 +354,10 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     std::printf("-- %lld tokens (%lld frames)%s\n", static_cast<long long>(n),
                 static_cast<long long>(*f),
                 n > tc.max_position_embeddings ? " — beyond max_position_embeddings" : "");
-    auto dense = RunPrefill(m, **pools, "none", *ctx);
-    if (!dense.ok()) return fail(dense.status());
-    auto sparse = RunPrefill(m, **pools, policy, *ctx);
-    if (!sparse.ok()) return fail(sparse.status());
+    auto prefills = InterleavedPrefills(m, **pools, policy, *ctx, prefill_rounds);
+    if (!prefills.ok()) return fail(prefills.status());
+    PrefillRun* const dense = &prefills->first;
+    PrefillRun* const sparse = &prefills->second;
     const auto& stats = sparse->seq->prefill_stats;
     const std::vector<float> kept = stats.KeptRatios();
     // Rows that ran through each layer over the rows fed (below 1 where rows were removed).
