@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/device_memory.h"
+#include "engine/core/thread_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/attention_sparse.h"
@@ -154,24 +155,34 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   bool low_rank = false;
   for (const Sequence* s : seqs) low_rank = low_rank || !s->kv.low_rank_blocks(l).empty();
   if (low_rank) {
-    // AttentionPack's blocks are read by their own kernels: each sequence on its own.
+    // AttentionPack's blocks are read by their own kernels, each sequence on its own: the
+    // sequences in parallel (a batch of many short sessions would otherwise run one small
+    // attention after another; the kernels' own ParallelFor runs inline inside a task).
     const int64_t nh = shape_.heads;
-    for (int64_t i = 0; i < b; ++i) {
+    auto attend_one = [&](int64_t i) -> Status {
       Sequence& s = *seqs[i];
       if (!s.kv.low_rank_blocks(l).empty()) {
-        FZ_RETURN_IF_ERROR(AttendDecodeLowRank(
+        return AttendDecodeLowRank(
             l, s, stored[static_cast<size_t>(i)] != 0, q.data<float>() + i * nh * d,
             k.data<float>() + i * static_cast<int64_t>(row),
-            v.data<float>() + i * static_cast<int64_t>(row), attn.data<float>() + i * nh * d));
-        continue;
+            v.data<float>() + i * static_cast<int64_t>(row), attn.data<float>() + i * nh * d);
       }
       FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
       FZ_ASSIGN_OR_RETURN(const Tensor ki, k.Slice(i, i + 1));
       FZ_ASSIGN_OR_RETURN(const Tensor vi, v.Slice(i, i + 1));
       FZ_ASSIGN_OR_RETURN(Tensor oi, attn.Slice(i, i + 1));
-      FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs.subspan(static_cast<size_t>(i), 1),
-                                              std::span(stored).subspan(static_cast<size_t>(i), 1),
-                                              qi, ki, vi, oi));
+      return AttendDecodeGathered(l, seqs.subspan(static_cast<size_t>(i), 1),
+                                  std::span(stored).subspan(static_cast<size_t>(i), 1), qi, ki, vi,
+                                  oi);
+    };
+    if (b == 1) {
+      FZ_RETURN_IF_ERROR(attend_one(0));
+    } else {
+      std::vector<Status> results(static_cast<size_t>(b));
+      ComputePool().ParallelFor(b, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) results[static_cast<size_t>(i)] = attend_one(i);
+      });
+      for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
     }
   } else if (!paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
     const Status paged = ops::PagedDecodeAttention(

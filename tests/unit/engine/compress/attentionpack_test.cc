@@ -225,6 +225,34 @@ TEST_CASE("attentionpack recompresses text and generated tokens past T_p into mo
   CHECK(b.bytes() < a.bytes());
 }
 
+TEST_CASE("attentionpack sequences decoded in one batch match each decoded alone",
+          "[unit][engine][compress]") {
+  const llm::Decoder& dec = testing::ShippedEngine().decoder();
+  // Three sequences, one without blocks (none), decoded together and then one by one.
+  const char* policies[] = {"attentionpack", "attentionpack:factors=int4", "none"};
+  std::vector<std::unique_ptr<llm::Sequence>> together, alone;
+  for (uint64_t i = 0; i < 3; ++i) {
+    together.push_back(PrefilledSequence(policies[i], 20 + i));
+    alone.push_back(PrefilledSequence(policies[i], 20 + i));
+  }
+  std::vector<llm::Sequence*> batch = {together[0].get(), together[1].get(), together[2].get()};
+  for (int32_t step = 0; step < 3; ++step) {
+    const std::vector<int32_t> tokens = {7 + step, 11 + step, 13 + step};
+    auto joint = dec.DecodeStep(batch, tokens);
+    REQUIRE(joint.ok());
+    for (size_t i = 0; i < 3; ++i) {
+      llm::Sequence* const one[] = {alone[i].get()};
+      auto single = dec.DecodeStep(one, std::span(&tokens[i], 1));
+      REQUIRE(single.ok());
+      auto row = joint->Slice(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
+      REQUIRE(row.ok());
+      CAPTURE(step, i);
+      // A batch of rows goes through the GEMM, one row through the GEMV: rounding differs.
+      CHECK(testing::MaxAbsDiff(*row, *single) < 1e-4 * MaxAbs(*single));
+    }
+  }
+}
+
 TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
