@@ -362,7 +362,12 @@ Status GetBlockTokens(Reader& r, uint16_t version, size_t t, LowRankBlock& b) {
   } else {
     uint32_t runs = 0;
     FZ_RETURN_IF_ERROR(r.Get(runs));
-    if (runs > t) return DataLossError("KV segment: {} position runs for {} tokens", runs, t);
+    // Each run is 8 stream bytes: a count the rest of the stream cannot hold is corrupt (checked
+    // before the runs are sized by it).
+    if (runs > t || runs > r.remaining() / 8) {
+      return DataLossError("KV segment: {} position runs for {} tokens ({} bytes left)", runs, t,
+                           r.remaining());
+    }
     std::vector<PositionRuns::Run> stored(runs);
     for (PositionRuns::Run& run : stored) {
       FZ_RETURN_IF_ERROR(r.Get(run.start));

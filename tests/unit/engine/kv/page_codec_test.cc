@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
+#include "common/crc32c.h"
 #include "engine/kv/kv_pools.h"
 
 #include "tests/testing/random.h"
@@ -451,6 +452,91 @@ TEST_CASE("a version-2 segment with low-rank blocks, written by an older engine,
   for (int layer = 0; layer < kLayers; ++layer) {
     CHECK(t.kv.num_tokens(layer) == 45);
     CHECK(t.kv.page_tokens(layer) == 5);
+  }
+}
+
+// The segment stream inside encoded blocks (their payloads, in order), and a stream framed again
+// as one block with valid checksums: what a hostile writer who knows the format could store.
+constexpr size_t kTestBlockHeaderBytes = 36;
+
+std::string StreamOf(const std::vector<std::string>& blocks) {
+  std::string stream;
+  for (const std::string& b : blocks) stream += b.substr(kTestBlockHeaderBytes);
+  return stream;
+}
+
+std::string Frame(const std::string& stream) {
+  std::string block(kTestBlockHeaderBytes, '\0');
+  auto put = [&](size_t at, auto v) { std::memcpy(block.data() + at, &v, sizeof(v)); };
+  put(0, uint32_t{0x424b5a46});  // "FZKB"
+  put(4, kPageCodecVersion);
+  put(8, uint32_t{0});  // part
+  put(12, uint32_t{1});  // parts
+  put(16, uint64_t{stream.size()});
+  put(24, Crc32c(stream));
+  put(28, static_cast<uint32_t>(stream.size()));
+  put(32, Crc32c(stream));
+  return block + stream;
+}
+
+TEST_CASE("a checksum-valid segment whose low-rank blocks carry huge, negative or cut fields is refused",
+          "[unit][engine][kv]") {
+  const FactorFormat factors = GENERATE(FactorFormat::kF16, FactorFormat::kInt4);
+  CAPTURE(FactorFormatName(factors));
+  std::mt19937_64 rng(testing::TestSeed());
+  TestSequence t = MakeSequence(KvFormat::kF16);
+  const ops::RopeParams rope{.head_dim = kHeadDim, .theta = 1e4};
+  const int64_t cols = kHeads * kHeadDim;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    const std::vector<float> k = testing::RandomNormal(static_cast<size_t>(40 * cols), rng);
+    const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(40 * cols), rng);
+    std::vector<int32_t> pos(40);
+    for (int i = 0; i < 40; ++i) pos[static_cast<size_t>(i)] = 3 + i + (i >= 20 ? 5 : 0);
+    auto block = MakeLowRankBlock(k, v, pos, kHeads, kHeadDim, rope,
+                                  {.rank_k = 4, .rank_v = 8, .factors = factors, .seed = 1});
+    REQUIRE(block.ok());
+    REQUIRE(t.kv.AppendLowRankBlock(layer, *std::move(block)).ok());
+  }
+  SegmentState state;
+  state.sequence_length = 48;
+  auto seg = EncodeSegment(t.kv, SegmentMark{}, state, 1 << 20);
+  REQUIRE(seg.ok());
+  const std::string stream = StreamOf(seg->blocks);
+  REQUIRE(DecodeSegment(std::vector<std::string>{Frame(stream)}).ok());
+
+  // Every 4-byte field set to a huge, a negative and a zero value, and the stream cut at every
+  // byte: each decodes or is refused — never a crash or an allocation the stream cannot back.
+  int64_t refused = 0;
+  for (size_t at = 8; at + 4 <= stream.size(); ++at) {
+    for (const uint32_t value : {0x7fffffffu, 0xfffffff0u, 0u}) {
+      std::string bad = stream;
+      std::memcpy(bad.data() + at, &value, 4);
+      auto d = DecodeSegment(std::vector<std::string>{Frame(bad)});
+      if (!d.ok()) {
+        CHECK((absl::IsDataLoss(d.status()) || absl::IsInvalidArgument(d.status())));
+        ++refused;
+      }
+    }
+  }
+  CHECK(refused > 0);
+  // Two fields at once: a block claiming 2^31 - 1 tokens and nearly as many position runs must
+  // be refused before anything is sized by those counts.
+  const int32_t header[] = {40, kHeads, static_cast<int32_t>(cols), 4, 8};
+  const size_t block_at = stream.find(std::string(reinterpret_cast<const char*>(header),
+                                                  sizeof(header)));
+  REQUIRE(block_at != std::string::npos);
+  const size_t runs_at = block_at + sizeof(header) + 4 + 5 * 8 + 1;  // RoPE, then the format byte
+  std::string huge = stream;
+  const int32_t tokens = 0x7fffffff;
+  const uint32_t runs = 0x7ffffff0;
+  std::memcpy(huge.data() + block_at, &tokens, 4);
+  std::memcpy(huge.data() + runs_at, &runs, 4);
+  auto d = DecodeSegment(std::vector<std::string>{Frame(huge)});
+  REQUIRE_FALSE(d.ok());
+  CHECK(absl::IsDataLoss(d.status()));
+  for (size_t n = 0; n < stream.size(); n += 3) {
+    auto d = DecodeSegment(std::vector<std::string>{Frame(stream.substr(0, n))});
+    CHECK_FALSE(d.ok());
   }
 }
 
