@@ -11,6 +11,10 @@
 // rows; R ≤ 32 rows make one group. At ranks 8/16 of HD = 64 this costs 12 bytes of nibbles and
 // 1.5 bytes of scales per token and layer, against 48 bytes in f16.
 //
+// Not ops/kv_quant.h's KIVI pages: their packing works in blocks of 32 channels, and U·S has only
+// R columns (8 or 16), which would pad every token's row to 32 nibbles; and the factors are
+// centred on zero, so a symmetric scale without a zero point spends no bytes on it.
+//
 // Thread-safety: a value type; const methods are safe to call concurrently.
 #pragma once
 

@@ -344,19 +344,31 @@ Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes)
   const int64_t row = pool()->layout().channels();
   FZ_ASSIGN_OR_RETURN(Tensor k, Tensor::Empty({n, row}, DType::kF32, device()));
   FZ_ASSIGN_OR_RETURN(Tensor v, Tensor::Empty({n, row}, DType::kF32, device()));
-  std::vector<int32_t> pos;
   FZ_RETURN_IF_ERROR(GatherFull(layer, k.data<float>(), v.data<float>()));
-  // Drop the window's pages (keeping the others in order), then store the tokens again by class.
+  const std::vector<int32_t> pos = FullPositions(layer);
+  // Drop the window's pages, then store the tokens again by class.
+  FZ_RETURN_IF_ERROR(DropResidual(layer));
+  const Status st = Append(layer, k.data<float>(), v.data<float>(), pos.data(), n, classes.data());
+  // Tokens the policy kept kFull start a new window, not this one again.
+  layers_[layer].residual = 0;
+  return st;
+}
+
+Status SequenceKv::DropResidual(int layer) {
+  if (layer < 0 || layer >= num_layers()) {
+    return InvalidArgumentError("KV drop: layer {} of {}", layer, num_layers());
+  }
+  // The layer's other pages stay, in order; its token count is taken again from them and its
+  // blocks.
   Layer& l = layers_[layer];
   Layer kept;
   for (size_t i = 0; i < l.pages.size(); ++i) {
     const PageRef& p = l.pages[i];
-    const int32_t* slots = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
     if (p.format == precision_.full) {
-      pos.insert(pos.end(), slots, slots + p.num_tokens);
       pool(p.format)->Free(p.id);
       continue;
     }
+    const int32_t* slots = l.slot_positions.data() + i * static_cast<size_t>(page_tokens_);
     if (!IsQuantized(p.format))
       kept.open[Index(p.format)] = static_cast<int32_t>(kept.pages.size());
     kept.pages.push_back(p);
@@ -366,9 +378,7 @@ Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes)
   for (const LowRankBlock& b : l.blocks) kept.num_tokens += b.tokens();
   kept.blocks = std::move(l.blocks);
   l = std::move(kept);
-  const Status st = Append(layer, k.data<float>(), v.data<float>(), pos.data(), n, classes.data());
-  l.residual = 0;  // tokens the policy kept kFull start a new window, not this one again
-  return st;
+  return absl::OkStatus();
 }
 
 int64_t SequenceKv::num_pages() const {

@@ -128,6 +128,9 @@ class SequenceKv {
   // back into full pages, kDrop is evicted. INVALID_ARGUMENT when classes.size() !=
   // full_tokens(layer); RESOURCE_EXHAUSTED when pools are full (the window is then lost).
   Status CompressResidual(int layer, std::span<const uint8_t> classes);
+  // Frees the full_tokens(layer) window's pages without storing the tokens again (AttentionPack's
+  // recompression has moved them into a low-rank block first); the residual count restarts.
+  Status DropResidual(int layer);
 
   // Pages held over all layers, and their bytes (in total and per format; low-rank blocks count
   // as KvFormat::kLowRank).

@@ -90,11 +90,9 @@ Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
                             .factors = spec.factors,
                             .seed = spec.seed}));
   // The block first (it is charged to the KV budget and may not fit: then the pages stay and
-  // nothing is lost), then the window's pages go (every token kDrop; CompressResidual recounts
-  // the layer's tokens from its pages and blocks).
+  // nothing is lost), then the window's pages go.
   FZ_RETURN_IF_ERROR(seq.kv.AppendLowRankBlock(l, std::move(block)));
-  const std::vector<uint8_t> drop(static_cast<size_t>(n), kv::kDrop);
-  FZ_RETURN_IF_ERROR(seq.kv.CompressResidual(l, drop));
+  FZ_RETURN_IF_ERROR(seq.kv.DropResidual(l));
   seq.prefill_stats.low_rank_build_ms += MillisecondsSince(start);
   return absl::OkStatus();
 }
