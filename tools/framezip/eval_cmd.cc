@@ -24,6 +24,7 @@
 #include "tools/eval/synthvid_split.h"
 #include "tools/eval/synthvid2_split.h"
 #include "tools/framezip/cli_util.h"
+#include "tools/framezip/eval_turn_stats.h"
 #include "tools/framezip/eval_synthvid2.h"
 #include "tools/framezip/subcommands.h"
 #include "tools/framezip/video_frames.h"
@@ -173,18 +174,7 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
   FZ_ASSIGN_OR_RETURN(engine::runtime::TurnResult reply, Ask(eng, *conv, message, turn));
   r.pred = eval::StripLikePython(reply.text);
   r.correct = eval::AnswerMatches(reply.text, item.main.answer);
-  const auto& st = reply.stats;
-  r.prompt_tokens = st.prompt_tokens;
-  r.visual_tokens = st.visual_tokens;
-  r.generated_tokens = st.generated_tokens;
-  r.vision_ms = st.vision_ms;
-  r.prefill_ms = st.prefill_ms;
-  r.decode_ms = st.decode_ms;
-  r.kept_ratio.assign(st.layer_kept_ratio.begin(), st.layer_kept_ratio.end());
-  r.kv_bytes = static_cast<int64_t>(st.kv_bytes);
-  r.kv_bytes_by_format = KvBytesByFormatName(st.kv_bytes_by_format);
-  r.compression_ratio = st.compression_ratio;
-  r.selection_ms = st.selection_overhead_ms;
+  FillTurnStats(reply.stats, r);
 
   if (const eval::SynthvidQuestion* next = opt.turn2 ? eval::SecondTurnQuestion(item) : nullptr) {
     Message followup;

@@ -6,6 +6,7 @@
 #include "engine/kv/page_codec.h"
 #include "tools/eval/answer_match.h"
 #include "tools/eval/describe_score.h"
+#include "tools/framezip/eval_turn_stats.h"
 
 namespace framezip::cli {
 namespace {
@@ -57,16 +58,6 @@ StatusOr<std::unique_ptr<engine::runtime::Conversation>> CommitAndRestore(
 }
 
 }  // namespace
-
-std::map<std::string, int64_t> KvBytesByFormatName(const engine::kv::KvBytesByFormat& bytes) {
-  std::map<std::string, int64_t> out;
-  for (size_t f = 0; f < bytes.size(); ++f) {
-    if (bytes[f] == 0) continue;
-    out[std::string(engine::kv::KvFormatName(static_cast<engine::kv::KvFormat>(f)))] =
-        static_cast<int64_t>(bytes[f]);
-  }
-  return out;
-}
 
 StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::Engine& engine,
                                                               const eval::Synthvid2Item& item,
@@ -121,22 +112,10 @@ StatusOr<std::vector<eval::ItemResult>> EvaluateSynthvid2Item(engine::runtime::E
     } else if (!options.teacher_forced) {
       r.correct = eval::AnswerMatches(reply.text, turn.answer);
     }
-    const auto& st = reply.stats;
-    r.prompt_tokens = st.prompt_tokens;
-    r.visual_tokens = st.visual_tokens;
-    r.generated_tokens = st.generated_tokens;
-    r.media_ms = t == 0 ? media_ms : 0;
-    r.vision_ms = st.vision_ms;
-    r.prefill_ms = st.prefill_ms;
-    r.decode_ms = st.decode_ms;
-    r.item_ms = st.vision_ms + st.prefill_ms + st.decode_ms;
-    r.kept_ratio.assign(st.layer_kept_ratio.begin(), st.layer_kept_ratio.end());
-    r.kv_bytes = static_cast<int64_t>(st.kv_bytes);
+    FillTurnStats(reply.stats, r);
     r.turn = static_cast<int>(t) + 1;
-    r.cached_tokens = st.cached_tokens;
-    r.kv_bytes_by_format = KvBytesByFormatName(st.kv_bytes_by_format);
-    r.compression_ratio = st.compression_ratio;
-    r.selection_ms = st.selection_overhead_ms;
+    r.media_ms = t == 0 ? media_ms : 0;
+    r.item_ms = r.vision_ms + r.prefill_ms + r.decode_ms;
     out.push_back(std::move(r));
     if (options.sessions && t + 1 < item.turns.size()) {
       FZ_ASSIGN_OR_RETURN(conv, CommitAndRestore(engine, *conv, session));

@@ -2,7 +2,6 @@
 // the engine and scored per turn.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -26,9 +25,6 @@ struct Synthvid2Options {
   // from all segments so far, as a server replica does after eviction or on another pod.
   bool sessions = false;
 };
-
-// A turn's KV bytes by page format, keyed by format name, formats it does not use left out.
-std::map<std::string, int64_t> KvBytesByFormatName(const engine::kv::KvBytesByFormat& bytes);
 
 // The item's video (`pixels`, preprocessed, decoded in `media_ms`) goes with turn 1; every turn's
 // greedy reply is scored on its own: exact match, or for describe the per-fact score (correct
