@@ -243,6 +243,19 @@ TEST_CASE("page codec rejects corrupt, truncated, reordered and foreign blocks",
 namespace framezip::engine::kv {
 namespace {
 
+// A low-rank block (ranks 4 / 8, seed 1) of random keys and values at `positions`.
+LowRankBlock RandomBlock(const std::vector<int32_t>& positions, FactorFormat factors,
+                         std::mt19937_64& rng) {
+  const size_t n = positions.size() * static_cast<size_t>(kHeads * kHeadDim);
+  const std::vector<float> k = testing::RandomNormal(n, rng);
+  const std::vector<float> v = testing::RandomNormal(n, rng);
+  auto block = MakeLowRankBlock(k, v, positions, kHeads, kHeadDim,
+                                ops::RopeParams{.head_dim = kHeadDim, .theta = 1e4},
+                                {.rank_k = 4, .rank_v = 8, .factors = factors, .seed = 1});
+  REQUIRE(block.ok());
+  return *std::move(block);
+}
+
 TEST_CASE("page codec carries low-rank blocks of either factor format exactly, segment after segment",
           "[unit][engine][kv]") {
   const FactorFormat factors = GENERATE(FactorFormat::kF16, FactorFormat::kInt4);
@@ -250,20 +263,15 @@ TEST_CASE("page codec carries low-rank blocks of either factor format exactly, s
   std::mt19937_64 rng(testing::TestSeed());
   TestSequence t = MakeSequence(KvFormat::kF16);
   AppendRandom(t.kv, 0, 5, rng);
-  const ops::RopeParams rope{.head_dim = kHeadDim, .theta = 1e4};
   const int64_t cols = kHeads * kHeadDim;
   auto add_block = [&](int32_t first, int n) {
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = first + i;
     for (int layer = 0; layer < kLayers; ++layer) {
-      const std::vector<float> k = testing::RandomNormal(static_cast<size_t>(n * cols), rng);
-      const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(n * cols), rng);
-      std::vector<int32_t> pos(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = first + i;
-      auto block = MakeLowRankBlock(k, v, pos, kHeads, kHeadDim, rope,
-                                    {.rank_k = 4, .rank_v = 8, .factors = factors, .seed = 1});
-      REQUIRE(block.ok());
-      block->value_ranks[0] = 2;  // decode-time state travels too
-      block->importance[1] = 0.25f;
-      REQUIRE(t.kv.AppendLowRankBlock(layer, *std::move(block)).ok());
+      LowRankBlock block = RandomBlock(pos, factors, rng);
+      block.value_ranks[0] = 2;  // decode-time state travels too
+      block.importance[1] = 0.25f;
+      REQUIRE(t.kv.AppendLowRankBlock(layer, std::move(block)).ok());
     }
   };
   add_block(5, 40);
@@ -485,17 +493,11 @@ TEST_CASE("a checksum-valid segment whose low-rank blocks carry huge, negative o
   CAPTURE(FactorFormatName(factors));
   std::mt19937_64 rng(testing::TestSeed());
   TestSequence t = MakeSequence(KvFormat::kF16);
-  const ops::RopeParams rope{.head_dim = kHeadDim, .theta = 1e4};
   const int64_t cols = kHeads * kHeadDim;
+  std::vector<int32_t> pos(40);  // two runs
+  for (int i = 0; i < 40; ++i) pos[static_cast<size_t>(i)] = 3 + i + (i >= 20 ? 5 : 0);
   for (int layer = 0; layer < kLayers; ++layer) {
-    const std::vector<float> k = testing::RandomNormal(static_cast<size_t>(40 * cols), rng);
-    const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(40 * cols), rng);
-    std::vector<int32_t> pos(40);
-    for (int i = 0; i < 40; ++i) pos[static_cast<size_t>(i)] = 3 + i + (i >= 20 ? 5 : 0);
-    auto block = MakeLowRankBlock(k, v, pos, kHeads, kHeadDim, rope,
-                                  {.rank_k = 4, .rank_v = 8, .factors = factors, .seed = 1});
-    REQUIRE(block.ok());
-    REQUIRE(t.kv.AppendLowRankBlock(layer, *std::move(block)).ok());
+    REQUIRE(t.kv.AppendLowRankBlock(layer, RandomBlock(pos, factors, rng)).ok());
   }
   SegmentState state;
   state.sequence_length = 48;
