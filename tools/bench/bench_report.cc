@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/ops/blas_core.h"
 #include "engine/ops/cpu_isa.h"
 #include "engine/core/device.h"
 
@@ -27,6 +28,7 @@ Machine DetectMachine() {
   m.gpu = gpus == 0 ? "none" : fmt::format("{} CUDA device(s)", gpus);
   m.isa = engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa());
   m.kernels = engine::ops::cpu::KernelIsa();
+  m.blas_core = engine::ops::cpu::BlasCoreName();
   return m;
 }
 
@@ -58,6 +60,7 @@ std::string Report::Json() const {
        {{"cpu", machine_.cpu},
         {"isa", machine_.isa},
         {"kernels", machine_.kernels},
+        {"blas_core", machine_.blas_core},
         {"threads", machine_.threads},
         {"gpu", machine_.gpu}}},
       {"results", results}};

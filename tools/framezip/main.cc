@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/ops/blas_core.h"
 #include "tools/framezip/subcommands.h"
 
 namespace {
@@ -33,6 +34,8 @@ void PrintUsage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any work: may restart this program once with OpenBLAS on the CPU's fast kernels.
+  framezip::engine::ops::cpu::ReexecWithFasterBlasCore(argv);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     PrintUsage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

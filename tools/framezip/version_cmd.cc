@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "engine/core/device.h"
+#include "engine/ops/blas_core.h"
 #include "engine/ops/cpu_isa.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
@@ -17,6 +18,7 @@ int RunVersion(const std::vector<std::string>& args) {
   std::printf("CPU ISA: %s; kernels: %s\n",
               engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa()).c_str(),
               engine::ops::cpu::KernelIsa().c_str());
+  std::printf("BLAS: OpenBLAS, %s kernels\n", engine::ops::cpu::BlasCoreName().c_str());
   return 0;
 }
 

@@ -1,0 +1,38 @@
+// `framezip version` names the CPU features, the kernels' ISA and the OpenBLAS core, and the
+// executable runs OpenBLAS on kernels that use this CPU's widest units even where OpenBLAS itself
+// does not recognise the CPU (it re-executes with OPENBLAS_CORETYPE: engine/ops/blas_core.h),
+// while a user's own OPENBLAS_CORETYPE is kept.
+#include <catch2/catch.hpp>
+#include <regex>
+#include <string>
+
+#include "engine/ops/blas_core.h"
+#include "tests/testing/cli_run.h"
+
+namespace framezip {
+namespace {
+
+std::string BlasCoreOf(const testing::CliRun& run) {
+  INFO(run.stderr_text << run.stdout_text);
+  REQUIRE(run.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(run.stdout_text, m, std::regex("BLAS: OpenBLAS, (\\S+) kernels")));
+  return m[1];
+}
+
+TEST_CASE("framezip version prints the ISA and runs OpenBLAS on this CPU's widest units", "[cli]") {
+  const testing::CliRun run = testing::RunFramezipCli("version", "env -u OPENBLAS_CORETYPE");
+  CHECK(run.stdout_text.find("CPU ISA: ") != std::string::npos);
+  const std::string core = BlasCoreOf(run);
+  INFO("OpenBLAS core: " << core << "; CPU: "
+                         << engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa()));
+  CHECK(engine::ops::cpu::BetterBlasCore(engine::ops::cpu::DetectedIsa(), core).empty());
+}
+
+TEST_CASE("framezip version keeps a user's OPENBLAS_CORETYPE", "[cli]") {
+  const testing::CliRun run = testing::RunFramezipCli("version", "OPENBLAS_CORETYPE=Prescott");
+  CHECK(BlasCoreOf(run) == "Prescott");
+}
+
+}  // namespace
+}  // namespace framezip
