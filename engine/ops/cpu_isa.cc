@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
-#include "engine/ops/cpu_kernels.h"
 
 namespace framezip::engine::ops::cpu {
 namespace {
@@ -109,8 +108,6 @@ std::string IsaFeatures(const CpuIsa& isa) {
   add(isa.amx_bf16, "amx_bf16");
   return out.empty() ? "baseline x86-64" : out;
 }
-
-std::string KernelIsa() { return UseAvx2() ? "avx2" : "scalar"; }
 
 std::string PeakIsa() {
   const CpuIsa& isa = DetectedIsa();

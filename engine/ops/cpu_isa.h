@@ -23,7 +23,8 @@ const CpuIsa& DetectedIsa();
 // "avx2 fma f16c avx512f avx512_bf16 amx_bf16" for what is present, "baseline x86-64" for none.
 std::string IsaFeatures(const CpuIsa& isa);
 
-// The ISA the hand-written kernels dispatch to on this machine ("avx2" or "scalar").
+// The ISA the hand-written loops of cpu_kernels.h (GEMV, dot, axpy, exp, conversions) dispatch
+// to on this machine: "avx512", "avx2" or "scalar" (defined in cpu_kernels.cc).
 std::string KernelIsa();
 
 // The widest FMA unit this machine has: "avx512", "avx2" or "scalar" (what PeakFmaGflops times).

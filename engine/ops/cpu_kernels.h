@@ -1,10 +1,11 @@
 // Vectorised inner loops shared by the CPU ops (internal to the engine — engine/kv uses ToF32 —
 // not an op API).
 //
-// Each function picks an implementation once per process: AVX2+FMA+F16C when the CPU has them
-// (function-level target attributes, so the library is still built for baseline x86-64 and
-// -march=native is never needed), else a portable scalar loop. Results of the two paths differ
-// only by f32 summation order.
+// Each function picks an implementation once per process: AVX-512F when the CPU has it, else
+// AVX2+FMA+F16C, else a portable scalar loop (FRAMEZIP_CPU_KERNELS=avx2|scalar lowers the choice).
+// The SIMD paths are one source compiled per ISA in target regions (cpu_kernels_simd.inl), so the
+// library is still built for baseline x86-64 and -march=native is never needed. Results of the
+// paths differ only by f32 summation order.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,9 @@ namespace framezip::engine::ops::cpu {
 void EnsureBlasSingleThreaded();
 
 // True when the AVX2/FMA/F16C paths are in use (FRAMEZIP_NO_SIMD=1 forces the portable ones).
+// Also true where these loops run AVX-512: the kernels with only an AVX2 path use it there.
 bool UseAvx2();
+
 
 // dst[i] = float(src[i]), i in [0, n); src of dtype f32, bf16 or f16.
 void ToF32(const void* src, DType dtype, int64_t n, float* dst);

@@ -1,0 +1,33 @@
+// The per-ISA builds of the vectorised loops of cpu_kernels.h (internal to engine/ops):
+// cpu_kernels.cc dispatches to one of them once per process, and the tests call each one the
+// machine can run against the same f64 references. Every function has the contract of its
+// namesake in cpu_kernels.h.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/core/dtype.h"
+
+namespace framezip::engine::ops::cpu {
+
+#define FRAMEZIP_CPU_KERNELS_OF_ONE_ISA                                                         \
+  void ToF32(const void* src, DType dtype, int64_t n, float* dst);                              \
+  float Dot(const float* a, const float* b, int64_t n);                                         \
+  void Axpy(float alpha, const float* x, int64_t n, float* y);                                  \
+  void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K, \
+                int64_t j0, int64_t j1, float* y, int64_t ldy);                                 \
+  float ExpShiftSum(float* s, int64_t n, float max);
+
+// AVX2 + FMA + F16C, 8 f32 lanes (cpu_kernels_avx2.cc).
+namespace avx2 {
+FRAMEZIP_CPU_KERNELS_OF_ONE_ISA
+}  // namespace avx2
+
+// AVX-512F, 16 f32 lanes and 32 registers (cpu_kernels_avx512.cc).
+namespace avx512 {
+FRAMEZIP_CPU_KERNELS_OF_ONE_ISA
+}  // namespace avx512
+
+#undef FRAMEZIP_CPU_KERNELS_OF_ONE_ISA
+
+}  // namespace framezip::engine::ops::cpu

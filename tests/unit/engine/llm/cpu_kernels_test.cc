@@ -1,0 +1,208 @@
+// The vectorised loops of engine/ops/cpu_kernels.h, every ISA build this CPU can run (AVX2,
+// AVX-512) and the dispatched entry points, against f64 references on fresh random inputs.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/core/half.h"
+#include "engine/ops/cpu_isa.h"
+#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/cpu_kernels_isa.h"
+#include "tests/testing/random.h"
+
+namespace framezip::engine::ops::cpu {
+namespace {
+
+// One ISA's loops, callable side by side.
+struct Kernels {
+  std::string isa;
+  std::function<void(const void*, DType, int64_t, float*)> to_f32;
+  std::function<float(const float*, const float*, int64_t)> dot;
+  std::function<void(float, const float*, int64_t, float*)> axpy;
+  std::function<void(const float*, int64_t, int64_t, const void*, DType, int64_t, int64_t,
+                     int64_t, float*, int64_t)>
+      gemv_rows;
+  std::function<float(float*, int64_t, float)> exp_shift_sum;
+};
+
+std::vector<Kernels> KernelsOfThisCpu() {
+  std::vector<Kernels> out = {
+      {"dispatched (" + KernelIsa() + ")", ToF32, Dot, Axpy, GemvRows, ExpShiftSum}};
+  if (DetectedIsa().avx2) {
+    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum});
+  }
+  if (DetectedIsa().avx512f) {
+    out.push_back({"avx512", avx512::ToF32, avx512::Dot, avx512::Axpy, avx512::GemvRows,
+                   avx512::ExpShiftSum});
+  } else {
+    WARN("SKIPPED: the AVX-512 loops (this CPU has no AVX-512F; they are tested where it has)");
+  }
+  return out;
+}
+
+// Weights of `dtype` holding rounded normal values, and those values as f64.
+struct Weights {
+  std::vector<uint16_t> half_bits;  // bf16 or f16
+  std::vector<float> f32;
+  std::vector<double> values;
+  DType dtype = DType::kF32;
+  const void* data() const {
+    return dtype == DType::kF32 ? static_cast<const void*>(f32.data())
+                                : static_cast<const void*>(half_bits.data());
+  }
+};
+
+Weights RandomWeights(int64_t n, DType dtype, std::mt19937_64& rng) {
+  Weights w;
+  w.dtype = dtype;
+  const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(n), rng);
+  for (float x : v) {
+    if (dtype == DType::kBF16) {
+      const BFloat16 b = F32ToBF16(x);
+      w.half_bits.push_back(b.bits);
+      w.values.push_back(BF16ToF32(b));
+    } else if (dtype == DType::kF16) {
+      const Float16 h = F32ToF16(x);
+      w.half_bits.push_back(h.bits);
+      w.values.push_back(F16ToF32(h));
+    } else {
+      w.f32.push_back(x);
+      w.values.push_back(x);
+    }
+  }
+  return w;
+}
+
+const char* NameOf(DType t) { return t == DType::kBF16 ? "bf16" : t == DType::kF16 ? "f16" : "f32"; }
+
+TEST_CASE("ToF32 converts bf16 and f16 exactly on every ISA", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (const Kernels& k : KernelsOfThisCpu()) {
+    for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (int64_t n : {1, 15, 16, 33, 1000}) {
+        CAPTURE(k.isa, NameOf(t), n);
+        const Weights w = RandomWeights(n, t, rng);
+        std::vector<float> got(static_cast<size_t>(n), -1.f);
+        k.to_f32(w.data(), t, n, got.data());
+        for (int64_t i = 0; i < n; ++i) REQUIRE(got[i] == static_cast<float>(w.values[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("Dot and Axpy match f64 on every ISA", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (const Kernels& k : KernelsOfThisCpu()) {
+    for (int64_t n : {1, 7, 8, 16, 31, 32, 33, 896, 4867}) {
+      CAPTURE(k.isa, n);
+      const std::vector<float> a = testing::RandomNormal(n, rng), b = testing::RandomNormal(n, rng);
+      double want = 0, magnitude = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        want += double{a[i]} * b[i];
+        magnitude += std::abs(double{a[i]} * b[i]);
+      }
+      CHECK(std::abs(k.dot(a.data(), b.data(), n) - want) <= 1e-6 * magnitude + 1e-30);
+      std::vector<float> y = b;
+      const float alpha = 0.37f;
+      k.axpy(alpha, a.data(), n, y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        REQUIRE(std::abs(y[i] - (double{b[i]} + double{alpha} * a[i])) <=
+                1e-6 * (std::abs(b[i]) + std::abs(alpha * a[i])));
+      }
+    }
+  }
+}
+
+TEST_CASE("GemvRows matches f64 for every weight type, batch and row range on every ISA",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  struct Shape {
+    int64_t M, K, N, j0, j1;
+  };
+  // Batches 1-4 take each register-block path, 5-16 the groups of 4 plus a rest; K below and
+  // above a multiple of the lanes takes the scalar tails; [j0, j1) not a multiple of the rows per
+  // block takes the single-row path, and 60 rows cover more than one 24-row block (prefetch).
+  const std::vector<Shape> shapes = {{1, 64, 30, 0, 30},  {2, 37, 29, 3, 29},  {3, 96, 60, 0, 60},
+                                     {4, 17, 25, 1, 24},  {5, 128, 50, 0, 50}, {7, 200, 33, 5, 33},
+                                     {16, 896, 72, 0, 72}, {13, 40, 49, 2, 47}};
+  for (const Kernels& k : KernelsOfThisCpu()) {
+    for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (const Shape& s : shapes) {
+        CAPTURE(k.isa, NameOf(t), s.M, s.K, s.N, s.j0, s.j1);
+        const Weights w = RandomWeights(s.N * s.K, t, rng);
+        const int64_t ldx = s.K + 3, ldy = s.N + 2;
+        const std::vector<float> x = testing::RandomNormal(s.M * ldx, rng);
+        std::vector<float> y(static_cast<size_t>(s.M * ldy), 1e30f);
+        k.gemv_rows(x.data(), s.M, ldx, w.data(), t, s.K, s.j0, s.j1, y.data(), ldy);
+        for (int64_t m = 0; m < s.M; ++m) {
+          for (int64_t j = 0; j < s.N; ++j) {
+            const float got = y[m * ldy + j];
+            if (j < s.j0 || j >= s.j1) {
+              REQUIRE(got == 1e30f);  // rows outside [j0, j1) are not written
+              continue;
+            }
+            double want = 0, magnitude = 0;
+            for (int64_t kk = 0; kk < s.K; ++kk) {
+              want += x[m * ldx + kk] * w.values[j * s.K + kk];
+              magnitude += std::abs(x[m * ldx + kk] * w.values[j * s.K + kk]);
+            }
+            REQUIRE(std::abs(got - want) <= 2e-6 * magnitude);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("GemvRows gives each row the same bits whatever the batch on every ISA",
+          "[unit][engine][ops]") {
+  // Batched decode must not change a sequence's logits: a row computed in a batch of 16 equals
+  // the row computed alone.
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t M = 16, K = 160, N = 53;
+  for (const Kernels& k : KernelsOfThisCpu()) {
+    CAPTURE(k.isa);
+    const Weights w = RandomWeights(N * K, DType::kBF16, rng);
+    const std::vector<float> x = testing::RandomNormal(M * K, rng);
+    std::vector<float> batched(M * N), alone(N);
+    k.gemv_rows(x.data(), M, K, w.data(), DType::kBF16, K, 0, N, batched.data(), N);
+    for (int64_t m = 0; m < M; ++m) {
+      k.gemv_rows(x.data() + m * K, 1, K, w.data(), DType::kBF16, K, 0, N, alone.data(), N);
+      for (int64_t j = 0; j < N; ++j) REQUIRE(batched[m * N + j] == alone[j]);
+    }
+  }
+}
+
+TEST_CASE("ExpShiftSum matches f64 exp on every ISA, -inf giving 0", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_real_distribution<float> value(-100.f, 10.f);
+  for (const Kernels& k : KernelsOfThisCpu()) {
+    for (int64_t n : {1, 9, 16, 40, 1001}) {
+      CAPTURE(k.isa, n);
+      std::vector<float> s(static_cast<size_t>(n));
+      for (float& v : s) v = value(rng);
+      s[n / 2] = -std::numeric_limits<float>::infinity();
+      const float max = 10.f;
+      std::vector<double> want(s.size());
+      double want_sum = 0;
+      for (size_t i = 0; i < s.size(); ++i) {
+        // The kernels subtract in f32 (s - max rounds to the ulp of |s - max|, 8e-6 near -64):
+        // the reference takes the same rounded difference and checks the exp itself.
+        want[i] = std::isinf(s[i]) ? 0.0 : std::exp(double{s[i] - max});
+        want_sum += want[i];
+      }
+      const float sum = k.exp_shift_sum(s.data(), n, max);
+      for (size_t i = 0; i < s.size(); ++i) {
+        // Cephes expf: ~2 ulp; below e^-87 the SIMD paths flush to 0 (values under 1.7e-38).
+        REQUIRE(std::abs(s[i] - want[i]) <= 4e-7 * want[i] + 1e-37);
+      }
+      CHECK(std::abs(sum - want_sum) <= 1e-6 * want_sum + 1e-37);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace framezip::engine::ops::cpu
