@@ -1,8 +1,8 @@
-// Element-wise activations on the CPU, split into contiguous chunks over ComputePool().
-#include <cmath>
-
+// Element-wise activations on the CPU, split into contiguous chunks over ComputePool(); the
+// transcendental ones run the vectorised loops of cpu_kernels.h.
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_backends.h"
+#include "engine/ops/cpu_kernels.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -19,21 +19,13 @@ void ForEachChunk(int64_t n, F&& f) {
 Status GeluCpu(const Tensor& x, GeluApproximation approximation, Tensor& y) {
   const float* xp = static_cast<const float*>(x.raw_data());
   float* yp = static_cast<float*>(y.raw_data());
-  if (approximation == GeluApproximation::kErf) {
-    ForEachChunk(x.numel(), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        yp[i] = 0.5f * xp[i] * (1.0f + std::erf(xp[i] * 0.70710678118654752f));
-      }
-    });
-  } else {
-    constexpr float kBeta = 0.79788456080286536f;  // sqrt(2/pi)
-    ForEachChunk(x.numel(), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float v = xp[i];
-        yp[i] = 0.5f * v * (1.0f + std::tanh(kBeta * (v + 0.044715f * v * v * v)));
-      }
-    });
-  }
+  ForEachChunk(x.numel(), [&](int64_t b, int64_t e) {
+    if (approximation == GeluApproximation::kErf) {
+      cpu::GeluErf(xp + b, e - b, yp + b);
+    } else {
+      cpu::GeluTanh(xp + b, e - b, yp + b);
+    }
+  });
   return absl::OkStatus();
 }
 
@@ -41,9 +33,7 @@ Status SiluMulCpu(const Tensor& gate, const Tensor& up, Tensor& y) {
   const float* g = static_cast<const float*>(gate.raw_data());
   const float* u = static_cast<const float*>(up.raw_data());
   float* yp = static_cast<float*>(y.raw_data());
-  ForEachChunk(gate.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) yp[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  });
+  ForEachChunk(gate.numel(), [&](int64_t b, int64_t e) { cpu::SiluMul(g + b, u + b, e - b, yp + b); });
   return absl::OkStatus();
 }
 

@@ -112,6 +112,28 @@ void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtyp
   GemvRowsScalar(x, M, ldx, w, wdtype, K, j0, j1, y, ldy);
 }
 
+void SiluMul(const float* g, const float* u, int64_t n, float* y) {
+  if (kSimd == Simd::kAvx512) return avx512::SiluMul(g, u, n, y);
+  if (kSimd == Simd::kAvx2) return avx2::SiluMul(g, u, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void GeluTanh(const float* x, int64_t n, float* y) {
+  if (kSimd == Simd::kAvx512) return avx512::GeluTanh(x, n, y);
+  if (kSimd == Simd::kAvx2) return avx2::GeluTanh(x, n, y);
+  constexpr float kBeta = 0.79788456080286536f;  // sqrt(2/pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::tanh(kBeta * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void GeluErf(const float* x, int64_t n, float* y) {
+  if (kSimd == Simd::kAvx512) return avx512::GeluErf(x, n, y);
+  if (kSimd == Simd::kAvx2) return avx2::GeluErf(x, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+
 float ExpShiftSum(float* s, int64_t n, float max) {
   if (kSimd == Simd::kAvx512) return avx512::ExpShiftSum(s, n, max);
   if (kSimd == Simd::kAvx2) return avx2::ExpShiftSum(s, n, max);

@@ -42,6 +42,18 @@ void Scale(float alpha, int64_t n, float* y);
 void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K,
               int64_t j0, int64_t j1, float* y, int64_t ldy);
 
+// y[i] = g[i] · sigmoid(g[i]) · u[i] (Qwen2's SwiGLU MLP).
+void SiluMul(const float* g, const float* u, int64_t n, float* y);
+
+// y[i] = x[i]/2 · (1 + tanh(√(2/π)(x[i] + 0.044715·x[i]³))) (SigLIP's gelu_pytorch_tanh),
+// computed as x · sigmoid(2u).
+void GeluTanh(const float* x, int64_t n, float* y);
+
+// y[i] = x[i]/2 · (1 + erf(x[i]/√2)) (nn.GELU(): the projector, Dynamic-LLaVA's predictors). The
+// SIMD paths take erf from Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, the approximation
+// PyTorch's vectorised CPU erf uses), the portable path std::erf.
+void GeluErf(const float* x, int64_t n, float* y);
+
 // s[i] = exp(s[i] - max) for i in [0, n) (entries that are -inf become 0); returns Σ s[i].
 float ExpShiftSum(float* s, int64_t n, float max);
 

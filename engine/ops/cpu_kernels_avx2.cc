@@ -37,6 +37,11 @@ struct V {
   static Reg Fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg Fnmadd(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }
   static Reg Floor(Reg a) { return _mm256_floor_ps(a); }
+  static Reg Div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg Abs(Reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  static Reg SelectLess(Reg x, float limit, Reg a, Reg b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_LT_OQ));
+  }
   static void Pin(Reg& v) { __asm__("" : "+x"(v)); }
 
   static float HSum(Reg v) {

@@ -46,6 +46,11 @@ struct V {
   static Reg Floor(Reg a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   }
+  static Reg Div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
+  static Reg Abs(Reg a) { return _mm512_abs_ps(a); }
+  static Reg SelectLess(Reg x, float limit, Reg a, Reg b) {
+    return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, _mm512_set1_ps(limit), _CMP_LT_OQ), a);
+  }
   // "v": any of the 32 zmm registers ("x" would confine it to the first 16).
   static void Pin(Reg& v) { __asm__("" : "+v"(v)); }
   static float HSum(Reg v) { return _mm512_reduce_add_ps(v); }

@@ -16,7 +16,10 @@ namespace framezip::engine::ops::cpu {
   void Axpy(float alpha, const float* x, int64_t n, float* y);                                  \
   void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K, \
                 int64_t j0, int64_t j1, float* y, int64_t ldy);                                 \
-  float ExpShiftSum(float* s, int64_t n, float max);
+  float ExpShiftSum(float* s, int64_t n, float max);                                            \
+  void SiluMul(const float* g, const float* u, int64_t n, float* y);                            \
+  void GeluTanh(const float* x, int64_t n, float* y);                                           \
+  void GeluErf(const float* x, int64_t n, float* y);
 
 // AVX2 + FMA + F16C, 8 f32 lanes (cpu_kernels_avx2.cc).
 namespace avx2 {

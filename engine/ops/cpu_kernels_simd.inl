@@ -5,7 +5,8 @@
 //
 // V provides: Reg, kLanes, Zero, Set1, Load, Store, Add, Sub, Mul, Min, Max, Fmadd, Fnmadd,
 // Floor, HSum, LoadAs<T> (kLanes weights of dtype T from element i, as f32), TimesPow2 (y·2^n for
-// integral-valued f32 n), ZeroWhereLess (0 where x < limit), Pin (keeps a value in a register),
+// integral-valued f32 n), ZeroWhereLess (0 where x < limit), Div, Abs, SelectLess (a where
+// x < limit, else b), Pin (keeps a value in a register),
 // kGroupRows (rows of x per register block, a power of 2) and RowsPerBlock(MM) (weight rows per
 // register block for MM <= kGroupRows rows of x).
 //
@@ -211,6 +212,70 @@ float ExpShiftSumSimd(float* s, int64_t n, float max) {
   return sum;
 }
 
+// y = f(a, b) on every V-wide chunk of [0, n); the last partial chunk goes through a zero-padded
+// copy, so each element gets the same arithmetic wherever it sits (a row's activations do not
+// depend on the length of the tensor it is part of).
+template <typename F>
+void MapVectors(const float* a, const float* b, int64_t n, float* y, const F& f) {
+  constexpr int64_t L = V::kLanes;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) V::Store(y + i, f(V::Load(a + i), V::Load(b + i)));
+  if (i < n) {
+    float ta[L] = {}, tb[L] = {}, ty[L];
+    std::memcpy(ta, a + i, static_cast<size_t>(n - i) * sizeof(float));
+    std::memcpy(tb, b + i, static_cast<size_t>(n - i) * sizeof(float));
+    V::Store(ty, f(V::Load(ta), V::Load(tb)));
+    std::memcpy(y + i, ty, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+// 1 / (1 + e^-z); e^-z saturates at e^88.4 and flushes below e^-87, so the result stays finite.
+typename V::Reg Sigmoid(typename V::Reg z) {
+  const typename V::Reg one = V::Set1(1.0f);
+  return V::Div(one, V::Add(one, Exp(V::Sub(V::Zero(), z))));
+}
+
+// The element-wise functions are structs, not lambdas: GCC does not carry the file's target
+// region over to a lambda's generated static invoker, which would then pass V::Reg by an ABI
+// the region does not use.
+struct SiluTimes {
+  typename V::Reg operator()(typename V::Reg g, typename V::Reg u) const {
+    return V::Mul(V::Mul(g, Sigmoid(g)), u);
+  }
+};
+
+// x/2 · (1 + tanh(u)) with u = √(2/π)(x + 0.044715x³) is x · σ(2u): one exp, no tanh.
+struct GeluTanhOf {
+  typename V::Reg operator()(typename V::Reg v, typename V::Reg) const {
+    const typename V::Reg v3 = V::Mul(V::Mul(v, v), v);
+    const typename V::Reg u =
+        V::Mul(V::Set1(0.79788456080286536f), V::Fmadd(V::Set1(0.044715f), v3, v));
+    return V::Mul(v, Sigmoid(V::Add(u, u)));
+  }
+};
+
+// x/2 · (1 + erf(x/√2)) with erf from Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7): for
+// a = |z|, 1 - erf(a) = t·(a1 + t(a2 + t(a3 + t(a4 + t·a5))))·e^(-a²), t = 1/(1 + p·a). The
+// complement is computed directly, so 1 + erf(z) keeps its precision for negative z.
+struct GeluErfOf {
+  typename V::Reg operator()(typename V::Reg v, typename V::Reg) const {
+    const typename V::Reg z = V::Mul(v, V::Set1(0.70710678118654752f));
+    const typename V::Reg a = V::Abs(z);
+    const typename V::Reg one = V::Set1(1.0f);
+    const typename V::Reg t = V::Div(one, V::Fmadd(V::Set1(0.3275911f), a, one));
+    typename V::Reg poly = V::Set1(1.061405429f);
+    poly = V::Fmadd(poly, t, V::Set1(-1.453152027f));
+    poly = V::Fmadd(poly, t, V::Set1(1.421413741f));
+    poly = V::Fmadd(poly, t, V::Set1(-0.284496736f));
+    poly = V::Fmadd(poly, t, V::Set1(0.254829592f));
+    const typename V::Reg erfc = V::Mul(V::Mul(poly, t), Exp(V::Sub(V::Zero(), V::Mul(a, a))));
+    // 1 + erf(z): erfc(|z|) for z < 0, 2 - erfc(|z|) otherwise.
+    const typename V::Reg one_plus_erf =
+        V::SelectLess(z, 0.0f, erfc, V::Sub(V::Set1(2.0f), erfc));
+    return V::Mul(V::Mul(V::Set1(0.5f), v), one_plus_erf);
+  }
+};
+
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kBF16) return ToF32Simd<DType::kBF16>(src, n, dst);
   if (dtype == DType::kF16) return ToF32Simd<DType::kF16>(src, n, dst);
@@ -229,3 +294,8 @@ void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtyp
   GemvRowsAnyType(x, M, ldx, w, wdtype, K, j0, j1, y, ldy);
 }
 float ExpShiftSum(float* s, int64_t n, float max) { return ExpShiftSumSimd(s, n, max); }
+void SiluMul(const float* g, const float* u, int64_t n, float* y) {
+  MapVectors(g, u, n, y, SiluTimes());
+}
+void GeluTanh(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluTanhOf()); }
+void GeluErf(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluErfOf()); }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -26,17 +27,21 @@ struct Kernels {
                      int64_t, float*, int64_t)>
       gemv_rows;
   std::function<float(float*, int64_t, float)> exp_shift_sum;
+  std::function<void(const float*, const float*, int64_t, float*)> silu_mul;
+  std::function<void(const float*, int64_t, float*)> gelu_tanh, gelu_erf;
 };
 
 std::vector<Kernels> KernelsOfThisCpu() {
   std::vector<Kernels> out = {
-      {"dispatched (" + KernelIsa() + ")", ToF32, Dot, Axpy, GemvRows, ExpShiftSum}};
+      {"dispatched (" + KernelIsa() + ")", ToF32, Dot, Axpy, GemvRows, ExpShiftSum, SiluMul,
+       GeluTanh, GeluErf}};
   if (DetectedIsa().avx2) {
-    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum});
+    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum,
+                   avx2::SiluMul, avx2::GeluTanh, avx2::GeluErf});
   }
   if (DetectedIsa().avx512f) {
     out.push_back({"avx512", avx512::ToF32, avx512::Dot, avx512::Axpy, avx512::GemvRows,
-                   avx512::ExpShiftSum});
+                   avx512::ExpShiftSum, avx512::SiluMul, avx512::GeluTanh, avx512::GeluErf});
   } else {
     WARN("SKIPPED: the AVX-512 loops (this CPU has no AVX-512F; they are tested where it has)");
   }
@@ -202,6 +207,70 @@ TEST_CASE("ExpShiftSum matches f64 exp on every ISA, -inf giving 0", "[unit][eng
       CHECK(std::abs(sum - want_sum) <= 1e-6 * want_sum + 1e-37);
     }
   }
+}
+
+TEST_CASE("SiluMul, GeluTanh and GeluErf match f64 on every ISA, tails included",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (const Kernels& k : KernelsOfThisCpu()) {
+    for (int64_t n : {1, 5, 16, 37, 4096 + 11}) {
+      CAPTURE(k.isa, n);
+      // Wide inputs (σ = 6) reach the saturated ends; a few exact extremes are added.
+      std::vector<float> x = testing::RandomNormal(n, rng, 6.f);
+      const std::vector<float> u = testing::RandomNormal(n, rng, 2.f);
+      if (n > 4) x[0] = 0.f, x[1] = -120.f, x[2] = 120.f, x[3] = -3.5f;
+      std::vector<float> y(static_cast<size_t>(n));
+      k.silu_mul(x.data(), u.data(), n, y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        // Relative 1e-6, and for negative x an absolute f32 rounding of x·u: σ(x) ≈ e^x there,
+        // whose relative error grows with |x| (the argument's own rounding).
+        const double v = x[i], want = v / (1 + std::exp(-v)) * u[i];
+        REQUIRE(std::abs(y[i] - want) <= 1e-6 * std::abs(want) + 1e-7 * std::abs(v * u[i]));
+      }
+      k.gelu_tanh(x.data(), n, y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        // x/2 · (1 + tanh(u)) = x / (1 + e^(-2u)): the second form keeps f64's precision where
+        // 1 + tanh(u) cancels (x below about -5).
+        const double v = x[i], u = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
+        const double want = v / (1 + std::exp(-2 * u));
+        // Relative 1e-6, and absolute f32 rounding of x (the portable path's 1 + tanh cancels).
+        REQUIRE(std::abs(y[i] - want) <= 1e-6 * std::abs(want) + 1e-7 * std::abs(v));
+      }
+      k.gelu_erf(x.data(), n, y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = x[i], want = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+        // erf's approximation error (1.5e-7) times |x|/2, plus f32 rounding of the result.
+        REQUIRE(std::abs(y[i] - want) <= 1.5e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
+      }
+    }
+  }
+}
+
+TEST_CASE("The AVX2 and AVX-512 builds give the same bits for element-wise loops",
+          "[unit][engine][ops]") {
+  // Same operations per lane in the same order: only the width differs.
+  if (!DetectedIsa().avx512f) {
+    std::cout << "SKIPPED: no AVX-512F on this CPU to compare with AVX2" << std::endl;
+    return;
+  }
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t n = 1000 + 7;
+  const std::vector<float> x = testing::RandomNormal(n, rng, 6.f);
+  const std::vector<float> u = testing::RandomNormal(n, rng);
+  std::vector<float> a(n), b(n);
+  avx2::SiluMul(x.data(), u.data(), n, a.data());
+  avx512::SiluMul(x.data(), u.data(), n, b.data());
+  CHECK(a == b);
+  avx2::GeluTanh(x.data(), n, a.data());
+  avx512::GeluTanh(x.data(), n, b.data());
+  CHECK(a == b);
+  avx2::GeluErf(x.data(), n, a.data());
+  avx512::GeluErf(x.data(), n, b.data());
+  CHECK(a == b);
+  a = x, b = x;
+  avx2::ExpShiftSum(a.data(), n, 20.f);
+  avx512::ExpShiftSum(b.data(), n, 20.f);
+  for (int64_t i = 0; i < n / 16 * 16; ++i) REQUIRE(a[i] == b[i]);  // scalar tails differ in ISA
 }
 
 }  // namespace
