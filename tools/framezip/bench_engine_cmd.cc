@@ -5,6 +5,7 @@
 //     (engine/ops/cpu_isa.h), and sgemm and the prefill GEMMs as fractions of it;
 //   - prefill GEMM GFLOP/s at the decoder's Linear shapes (bf16 weights) as a fraction of sgemm
 //     (target >= 0.70), and prefill tokens/s at 512 and 2048 tokens;
+//   - decode GEMV GFLOP/s at 16 rows (the hand-written kernel on its ISA) as a fraction of peak;
 //   - decode tokens/s at batch 1, 8 and 16, and 16 over 1 (continuous batching's gain, target
 //     >= 4); batch-1 weight bytes per step / time as a fraction of the bandwidth (target >= 0.60);
 //   - decode tokens/s at batch 1 with 4-bit KV (policy kivi4) after a 512-token prompt;
@@ -99,6 +100,26 @@ StatusOr<double> PrefillGemmGflops(const engine::model::TextConfig& c, int64_t m
   return flops / secs / 1e9;
 }
 
+// GFLOP/s of batched decode's GEMV (ops::Linear on `m` rows: the hand-written few-row kernel of
+// engine/ops/cpu_kernels.h on its dispatched ISA) at the MLP's up-projection shape, one weight
+// per layer so the weights stream from memory as in a decode step.
+StatusOr<double> DecodeGemvGflops(const engine::model::TextConfig& c, int64_t m) {
+  const int64_t n = c.intermediate_size, k = c.hidden_size, layers = c.num_hidden_layers;
+  FZ_ASSIGN_OR_RETURN(Tensor x, engine::llm::RandomTensor({m, k}, DType::kF32, 30, 1.f));
+  FZ_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty({m, n}, DType::kF32));
+  std::vector<Tensor> weights;
+  for (int64_t l = 0; l < layers; ++l) {
+    FZ_ASSIGN_OR_RETURN(Tensor w, engine::llm::RandomTensor({n, k}, DType::kBF16, 40 + l, .02f));
+    weights.push_back(std::move(w));
+  }
+  Status st;
+  const double s = BestOf(3, [&] {
+    for (const Tensor& w : weights) st.Update(engine::ops::Linear(x, w, Tensor(), y));
+  });
+  FZ_RETURN_IF_ERROR(st);
+  return 2.0 * m * n * k * layers / s / 1e9;
+}
+
 // Bytes of weights one decode step reads (all layers + final norm + lm_head).
 double DecodeWeightBytes(const engine::llm::DecoderWeights& w) {
   double bytes = static_cast<double>(w.norm.nbytes() + w.lm_head.nbytes());
@@ -154,6 +175,11 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     report.Add(fmt::format("prefill_gemm_fraction_of_sgemm_{}", m), *g / *sgemm, "fraction", 0.70);
     report.Add(fmt::format("prefill_gemm_fraction_of_peak_{}", m), *g / *peak, "fraction");
   }
+
+  auto gemv = DecodeGemvGflops(config, 16);
+  if (!gemv.ok()) return fail(gemv.status());
+  report.Add("decode_gemv_gflops_m16", *gemv, "GFLOP/s");
+  report.Add("decode_gemv_fraction_of_peak_m16", *gemv / *peak, "fraction");
 
   const auto t_setup = Clock::now();
   auto random = engine::runtime::MakeRandomDecoderWeights(config, DType::kBF16, 7);
