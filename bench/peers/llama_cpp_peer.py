@@ -11,8 +11,11 @@ ratios are medians over rounds.
 Figures (tokens/s): prefill of 512 and 2048 tokens, decode batch 1 after a 512-token and after a
 2048-token prompt, the depth-512 decode with 4-bit KV: llama.cpp's q4_0 cache (flash attention)
 next to framezip's KIVI int4 pages (policy kivi4); decode of 16 sequences together (llama.cpp
-through its low-level batch API, one seq_id each in a unified KV cache). Not measured here yet:
-one SigLIP frame through an mmproj.
+through its low-level batch API, one seq_id each in a unified KV cache); and one 384×384 frame
+through a SigLIP-so400m vision tower (frames/s): llama.cpp's clip (libmtmd) on an mmproj GGUF that
+gguf writes with random F16 weights (26 layers as LLaVA-OneVision uses, 729 patches, 16 heads of
+72, MLP 4304, and LLaVA's two-layer projector to 896, which adds ~0.4 % of the FLOPs), next to
+`framezip bench engine`'s vision_tower_ms_per_frame (the same 26-layer tower, bf16 weights).
 
 Usage:
   scripts: python3 -m venv .venv-peers && .venv-peers/bin/pip install -r bench/peers/requirements.txt
@@ -31,6 +34,8 @@ import time
 import numpy as np
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTER, VOCAB = 896, 24, 14, 2, 64, 4864, 151936
+# SigLIP-so400m at 384×384 as LLaVA-OneVision runs it: 26 of its 27 layers.
+V_IMAGE, V_PATCH, V_HIDDEN, V_LAYERS, V_HEADS, V_INTER = 384, 14, 1152, 26, 16, 4304
 
 
 def write_gguf(path: str, seed: int = 7) -> None:
@@ -84,6 +89,116 @@ def write_gguf(path: str, seed: int = 7) -> None:
     w.close()
 
 
+def write_mmproj(path: str, seed: int = 11) -> None:
+    """A SigLIP-so400m mmproj GGUF (llama.cpp's clip: projector type "mlp", the LLaVA graph) with
+    random F16 weights, projecting to the Qwen2-0.5B width."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "clip")
+    w.add_name("framezip-peer-siglip-so400m-shape")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_string("clip.projector_type", "mlp")
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", V_IMAGE)
+    w.add_uint32("clip.vision.patch_size", V_PATCH)
+    w.add_uint32("clip.vision.embedding_length", V_HIDDEN)
+    w.add_uint32("clip.vision.feed_forward_length", V_INTER)
+    w.add_uint32("clip.vision.projection_dim", HIDDEN)
+    w.add_uint32("clip.vision.block_count", V_LAYERS)
+    w.add_uint32("clip.vision.attention.head_count", V_HEADS)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    # The last layer's output, as LLaVA-OneVision takes it (the LLaVA graph's default is the
+    # second to last).
+    w.add_array("clip.vision.feature_layer", [V_LAYERS])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+
+    def t(name, shape, std=0.02, mean=0.0, dtype=np.float16):
+        w.add_tensor(name, (mean + std * rng.standard_normal(shape, dtype=np.float32)).astype(dtype))
+
+    patches = (V_IMAGE // V_PATCH) ** 2
+    t("v.patch_embd.weight", (V_HIDDEN, 3, V_PATCH, V_PATCH))
+    t("v.patch_embd.bias", (V_HIDDEN,), dtype=np.float32)
+    t("v.position_embd.weight", (patches, V_HIDDEN), dtype=np.float32)
+    for i in range(V_LAYERS):
+        p = f"v.blk.{i}."
+        for ln in ("ln1", "ln2"):
+            t(p + ln + ".weight", (V_HIDDEN,), 0.02, 1.0, np.float32)
+            t(p + ln + ".bias", (V_HIDDEN,), dtype=np.float32)
+        for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            t(p + proj + ".weight", (V_HIDDEN, V_HIDDEN))
+            t(p + proj + ".bias", (V_HIDDEN,), dtype=np.float32)
+        t(p + "ffn_up.weight", (V_INTER, V_HIDDEN))
+        t(p + "ffn_up.bias", (V_INTER,), dtype=np.float32)
+        t(p + "ffn_down.weight", (V_HIDDEN, V_INTER))
+        t(p + "ffn_down.bias", (V_HIDDEN,), dtype=np.float32)
+    t("mm.0.weight", (HIDDEN, V_HIDDEN))
+    t("mm.0.bias", (HIDDEN,), dtype=np.float32)
+    t("mm.2.weight", (HIDDEN, HIDDEN))
+    t("mm.2.bias", (HIDDEN,), dtype=np.float32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+_quiet_log = None  # the ctypes callback must outlive the library's use of it
+
+
+def llama_vision_frame(model: str, mmproj: str, threads: int) -> float:
+    """Frames/s of llama.cpp's clip encoding one 384×384 frame (random pixels) with `mmproj`:
+    libmtmd's own preprocessing and encode, timed around mtmd_encode_chunk."""
+    import ctypes
+
+    import llama_cpp as L
+    import llama_cpp.mtmd_cpp as M
+
+    L.llama_backend_init()
+    # clip logs every tensor it loads; keep errors only (level 4 = GGML_LOG_LEVEL_ERROR).
+    global _quiet_log
+    _quiet_log = L.llama_log_callback(
+        lambda level, text, _: sys.stderr.write(text.decode(errors="replace")) if level >= 4 else None)
+    M.mtmd_log_set(_quiet_log, None)
+    m = L.llama_model_load_from_file(model.encode(), L.llama_model_default_params())
+    if not m:
+        raise RuntimeError(f"llama.cpp could not load {model}")
+    params = M.mtmd_context_params_default()
+    params.use_gpu = False
+    params.n_threads = threads
+    params.print_timings = False
+    params.warmup = False
+    ctx = M.mtmd_init_from_file(mmproj.encode(), m, params)
+    if not ctx:
+        L.llama_model_free(m)
+        raise RuntimeError(f"llama.cpp's clip could not load {mmproj}")
+    pixels = np.random.default_rng(5).integers(0, 256, V_IMAGE * V_IMAGE * 3, dtype=np.uint8)
+    data = (ctypes.c_uint8 * pixels.size).from_buffer_copy(pixels.tobytes())
+    bitmap = M.mtmd_bitmap_init(V_IMAGE, V_IMAGE, data)
+    chunks = M.mtmd_input_chunks_init()
+    try:
+        marker = M.mtmd_default_marker()
+        text = M.mtmd_input_text()
+        text.text, text.text_len = marker, len(marker)
+        text.add_special, text.parse_special = False, True
+        bitmaps = (M.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        if M.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
+            raise RuntimeError("mtmd_tokenize failed")
+        image = next(M.mtmd_input_chunks_get(chunks, i) for i in range(M.mtmd_input_chunks_size(chunks))
+                     if M.mtmd_input_chunk_get_type(M.mtmd_input_chunks_get(chunks, i))
+                     == M.MTMD_INPUT_CHUNK_TYPE_IMAGE)
+        t0 = time.perf_counter()
+        if M.mtmd_encode_chunk(ctx, image) != 0:
+            raise RuntimeError("mtmd_encode_chunk failed")
+        return 1.0 / (time.perf_counter() - t0)
+    finally:
+        M.mtmd_input_chunks_free(chunks)
+        M.mtmd_bitmap_free(bitmap)
+        M.mtmd_free(ctx)
+        L.llama_model_free(m)
+
+
 def ids(n: int, salt: int = 13) -> list:
     return [(i * 7919 + salt) % VOCAB for i in range(n)]
 
@@ -98,9 +213,9 @@ def decode_after_prompt(llm, steps: int, prompt: int = 512) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def llama_round(model: str, threads: int, decode_steps: int) -> dict:
+def llama_round(model: str, mmproj: str, threads: int, decode_steps: int) -> dict:
     """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at depth 512 (f16 and
-    4-bit KV) and 2048, and decode of 16 sequences together."""
+    4-bit KV) and 2048, decode of 16 sequences together, and one vision frame."""
     from llama_cpp import Llama
 
     def load(**kv_options):
@@ -122,6 +237,7 @@ def llama_round(model: str, threads: int, decode_steps: int) -> dict:
     out["decode_batch1_kv4"] = decode_after_prompt(llm, decode_steps)
     del llm
     out["decode_batch16"] = llama_batched_decode(model, threads, decode_steps)
+    out["vision_frames_per_s"] = llama_vision_frame(model, mmproj, threads)
     return out
 
 
@@ -169,8 +285,8 @@ def llama_batched_decode(model: str, threads: int, steps: int, batch: int = 16) 
 
 
 def framezip_round(binary: str, threads: int) -> dict:
-    run = subprocess.run([binary, "bench", "engine", "--skip-vision", "--threads", str(threads),
-                          "--json"], capture_output=True, text=True, check=True)
+    run = subprocess.run([binary, "bench", "engine", "--threads", str(threads), "--json"],
+                         capture_output=True, text=True, check=True)
     j = json.loads(run.stdout.strip().splitlines()[-1])
     r = {x["name"]: x["value"] for x in j["results"]}
     return {"prefill_512": r["prefill_tokens_per_s_512"],
@@ -179,6 +295,7 @@ def framezip_round(binary: str, threads: int) -> dict:
             "decode_batch1_depth2048": r["decode_tokens_per_s_batch1_depth2048"],
             "decode_batch1_kv4": r["decode_tokens_per_s_batch1_kv4"],
             "decode_batch16": r["decode_tokens_per_s_batch16"],
+            "vision_frames_per_s": 1000.0 / r["vision_tower_ms_per_frame"],
             "machine": j["machine"]}
 
 
@@ -189,6 +306,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=24)
     ap.add_argument("--gguf", default="", help="reuse this GGUF instead of writing one")
+    ap.add_argument("--mmproj", default="", help="reuse this mmproj GGUF instead of writing one")
     args = ap.parse_args()
 
     model = args.gguf
@@ -200,10 +318,18 @@ def main() -> int:
         write_gguf(model)
         print(f"wrote {model} ({os.path.getsize(model) / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
+    mmproj = args.mmproj
+    if not mmproj:
+        tmp = tmp or tempfile.TemporaryDirectory()
+        mmproj = os.path.join(tmp.name, "siglip-so400m-shape-mmproj-f16.gguf")
+        t0 = time.perf_counter()
+        write_mmproj(mmproj)
+        print(f"wrote {mmproj} ({os.path.getsize(mmproj) / 2**20:.0f} MiB) in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
     llama, fz = [], []
     machine = {}
     for r in range(args.rounds):
-        lr = llama_round(model, args.threads, args.decode_steps)
+        lr = llama_round(model, mmproj, args.threads, args.decode_steps)
         print(f"round {r + 1} llama.cpp: " + ", ".join(f"{k} {v:.2f}" for k, v in lr.items()),
               flush=True)
         llama.append(lr)
@@ -218,7 +344,7 @@ def main() -> int:
 
     table = {}
     for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_depth2048",
-                "decode_batch1_kv4", "decode_batch16"):
+                "decode_batch1_kv4", "decode_batch16", "vision_frames_per_s"):
         table[key] = {"llama_cpp": med(llama, key), "framezip": med(fz, key),
                       "ratio": med(fz, key) / med(llama, key)}
     import llama_cpp
