@@ -134,6 +134,24 @@ void GeluErf(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
+bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
+                      int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
+                      const float* q, float scale, const float* cos, const float* sin, float* key,
+                      float* scores, int64_t tokens) {
+  // Each half of a head must hold whole vectors: 16 lanes need d % 32, 8 lanes d % 16.
+  if (kSimd == Simd::kAvx512 && d % 32 == 0) {
+    avx512::LowRankScoreTile(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin,
+                             key, scores, tokens);
+    return true;
+  }
+  if (kSimd != Simd::kScalar && d % 16 == 0) {
+    avx2::LowRankScoreTile(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin,
+                           key, scores, tokens);
+    return true;
+  }
+  return false;
+}
+
 float ExpShiftSum(float* s, int64_t n, float max) {
   if (kSimd == Simd::kAvx512) return avx512::ExpShiftSum(s, n, max);
   if (kSimd == Simd::kAvx2) return avx2::ExpShiftSum(s, n, max);

@@ -54,6 +54,17 @@ void GeluTanh(const float* x, int64_t n, float* y);
 // PyTorch's vectorised CPU erf uses), the portable path std::erf.
 void GeluErf(const float* x, int64_t n, float* y);
 
+// AttentionPack's fused key scores for the n tokens t = t0 + i of one tile of a low-rank block
+// (ops/low_rank.h): key = us[t, :ranks[t]] · vt[:ranks[t], :] over all G = kv_heads heads
+// (hd = G·d), each head rotated by half-split RoPE with cos/sin[i·d/2 + c], then
+// scores[h·tokens + t] = scale · q[h] · key of h's group. key: scratch of hd floats. Returns false,
+// computing nothing, where no SIMD path applies (portable kernels, or d not a multiple of 16):
+// the caller then takes its portable path.
+bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
+                      int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
+                      const float* q, float scale, const float* cos, const float* sin, float* key,
+                      float* scores, int64_t tokens);
+
 // s[i] = exp(s[i] - max) for i in [0, n) (entries that are -inf become 0); returns Σ s[i].
 float ExpShiftSum(float* s, int64_t n, float max);
 

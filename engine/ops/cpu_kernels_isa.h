@@ -19,7 +19,11 @@ namespace framezip::engine::ops::cpu {
   float ExpShiftSum(float* s, int64_t n, float max);                                            \
   void SiluMul(const float* g, const float* u, int64_t n, float* y);                            \
   void GeluTanh(const float* x, int64_t n, float* y);                                           \
-  void GeluErf(const float* x, int64_t n, float* y);
+  void GeluErf(const float* x, int64_t n, float* y);                                            \
+  void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,    \
+                        int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,    \
+                        const float* q, float scale, const float* cos, const float* sin,        \
+                        float* key, float* scores, int64_t tokens);
 
 // AVX2 + FMA + F16C, 8 f32 lanes (cpu_kernels_avx2.cc).
 namespace avx2 {

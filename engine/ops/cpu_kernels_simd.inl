@@ -276,6 +276,43 @@ struct GeluErfOf {
   }
 };
 
+// AttentionPack's fused key scores for one tile (cpu_kernels.h, LowRankScoreTile): each token's
+// key row is rebuilt lane-chunk by lane-chunk with the rank loop innermost (vt stays in L1),
+// rotated and dotted with each query head while it is hot. Needs d % (2·kLanes) == 0.
+void LowRankScoreTileSimd(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
+                          int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
+                          const float* q, float scale, const float* cos, const float* sin,
+                          float* key, float* scores, int64_t tokens) {
+  constexpr int64_t L = V::kLanes;
+  const int64_t hd = kv_heads * d, half = d / 2, group = heads / kv_heads;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = t0 + i;
+    const float* u = us + t * rank;
+    const int32_t r_t = ranks[t];
+    for (int64_t c = 0; c < hd; c += L) {
+      typename V::Reg acc = V::Zero();
+      for (int32_t j = 0; j < r_t; ++j) acc = V::Fmadd(V::Set1(u[j]), V::Load(vt + j * hd + c), acc);
+      V::Store(key + c, acc);
+    }
+    const float* co = cos + i * half;
+    const float* si = sin + i * half;
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      float* kg = key + g * d;
+      for (int64_t c = 0; c < half; c += L) {
+        const typename V::Reg a = V::Load(kg + c), b = V::Load(kg + c + half);
+        const typename V::Reg cv = V::Load(co + c), sv = V::Load(si + c);
+        V::Store(kg + c, V::Fnmadd(b, sv, V::Mul(a, cv)));
+        V::Store(kg + c + half, V::Fmadd(a, sv, V::Mul(b, cv)));
+      }
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        typename V::Reg acc = V::Zero();
+        for (int64_t c = 0; c < d; c += L) acc = V::Fmadd(V::Load(q + h * d + c), V::Load(kg + c), acc);
+        scores[h * tokens + t] = scale * V::HSum(acc);
+      }
+    }
+  }
+}
+
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kBF16) return ToF32Simd<DType::kBF16>(src, n, dst);
   if (dtype == DType::kF16) return ToF32Simd<DType::kF16>(src, n, dst);
@@ -299,3 +336,10 @@ void SiluMul(const float* g, const float* u, int64_t n, float* y) {
 }
 void GeluTanh(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluTanhOf()); }
 void GeluErf(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluErfOf()); }
+void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
+                      int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
+                      const float* q, float scale, const float* cos, const float* sin, float* key,
+                      float* scores, int64_t tokens) {
+  LowRankScoreTileSimd(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin, key,
+                       scores, tokens);
+}

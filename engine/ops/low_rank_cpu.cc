@@ -1,8 +1,8 @@
 // AttentionPack on the CPU (contracts in low_rank.h). RandomizedSvd keeps every matrix LAPACK
 // touches column-major, so the row-major input is read as its transpose and no copy is made;
-// the two attention functions stream the factors with the shared AVX2 loops of cpu_kernels.h.
+// the two attention functions stream the factors with the shared vector loops of cpu_kernels.h
+// (the fused key-score tile among them, AVX2 or AVX-512).
 #include <cblas.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <climits>
@@ -219,57 +219,6 @@ void RotateKeys(const std::vector<float>& inv_freq, const std::vector<float>& st
   }
 }
 
-#define FZ_LOW_RANK_AVX2 __attribute__((target("avx2,fma")))
-
-FZ_LOW_RANK_AVX2 float HorizontalSum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-// One tile of LowRankKeyScores fused per token with AVX2 (d a multiple of 16): the key row is
-// rebuilt in 8-wide chunks with the rank loop innermost (vt stays in L1), rotated and dotted
-// with each query head while it is hot — no per-call overhead of the shared vector loops.
-FZ_LOW_RANK_AVX2 void ScoreTileAvx2(const float* us, const float* vt, const uint16_t* ranks,
-                                    const int32_t* positions, int64_t t0, int64_t n, int64_t rank,
-                                    int64_t kv_heads, int64_t d, int64_t heads, const float* q,
-                                    float scale, const std::vector<float>& inv_freq,
-                                    const std::vector<float>& step_cos,
-                                    const std::vector<float>& step_sin, float* cos, float* sin,
-                                    float* key, float* scores, int64_t tokens) {
-  const int64_t hd = kv_heads * d, half = d / 2, group = heads / kv_heads;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = t0 + i;
-    TokenAngles(inv_freq, step_cos, step_sin, positions, t,
-                i > 0 && positions[t] == positions[t - 1] + 1, cos, sin);
-    const float* u = us + t * rank;
-    const int32_t r_t = ranks[t];
-    for (int64_t c = 0; c < hd; c += 8) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int32_t j = 0; j < r_t; ++j) {
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(u[j]), _mm256_loadu_ps(vt + j * hd + c), acc);
-      }
-      _mm256_storeu_ps(key + c, acc);
-    }
-    for (int64_t g = 0; g < kv_heads; ++g) {
-      float* kg = key + g * d;
-      for (int64_t c = 0; c < half; c += 8) {
-        const __m256 a = _mm256_loadu_ps(kg + c), b = _mm256_loadu_ps(kg + c + half);
-        const __m256 co = _mm256_loadu_ps(cos + c), si = _mm256_loadu_ps(sin + c);
-        _mm256_storeu_ps(kg + c, _mm256_fnmadd_ps(b, si, _mm256_mul_ps(a, co)));
-        _mm256_storeu_ps(kg + c + half, _mm256_fmadd_ps(a, si, _mm256_mul_ps(b, co)));
-      }
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t c = 0; c < d; c += 8) {
-          acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + c), _mm256_loadu_ps(kg + c), acc);
-        }
-        scores[h * tokens + t] = scale * HorizontalSum(acc);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 StatusOr<LowRankFactors> RandomizedSvd(std::span<const float> a, int64_t rows, int64_t cols,
@@ -365,17 +314,25 @@ Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
     step_sin[c] = static_cast<float>(std::sin(static_cast<double>(inv_freq[c])));
   }
   const int64_t group = heads / kv_heads, tiles = (tokens + kKeyTile - 1) / kKeyTile;
-  // The fused AVX2 tile wants 8-wide chunks in each half of a head.
-  const bool fused = cpu::UseAvx2() && d % 16 == 0;
+  const int64_t half = d / 2;
   ComputePool().ParallelFor(tiles, 1, [&](int64_t b0, int64_t b1) {
     std::vector<float> keys(static_cast<size_t>(kKeyTile * hd));
-    std::vector<float> cos_buf(static_cast<size_t>(d / 2)), sin_buf(static_cast<size_t>(d / 2));
+    // The tile's angles, token by token ([kKeyTile, d/2]), for the fused SIMD tile.
+    std::vector<float> tile_cos(static_cast<size_t>(kKeyTile * half));
+    std::vector<float> tile_sin(static_cast<size_t>(kKeyTile * half));
+    std::vector<float> cos_buf(static_cast<size_t>(half)), sin_buf(static_cast<size_t>(half));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * kKeyTile, n = std::min(kKeyTile, tokens - t0);
-      if (fused) {
-        ScoreTileAvx2(us.data(), vt.data(), ranks.data(), positions.data(), t0, n, shape.rank,
-                      kv_heads, d, heads, q.data(), scale, inv_freq, step_cos, step_sin,
-                      cos_buf.data(), sin_buf.data(), keys.data(), scores.data(), tokens);
+      for (int64_t i = 0; i < n; ++i) {
+        TokenAngles(inv_freq, step_cos, step_sin, positions.data(), t0 + i,
+                    i > 0 && positions[t0 + i] == positions[t0 + i - 1] + 1, cos_buf.data(),
+                    sin_buf.data());
+        std::copy(cos_buf.begin(), cos_buf.end(), tile_cos.begin() + i * half);
+        std::copy(sin_buf.begin(), sin_buf.end(), tile_sin.begin() + i * half);
+      }
+      if (cpu::LowRankScoreTile(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, kv_heads,
+                                d, heads, q.data(), scale, tile_cos.data(), tile_sin.data(),
+                                keys.data(), scores.data(), tokens)) {
         continue;
       }
       RebuildKeys(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, hd, keys.data());
