@@ -10,11 +10,6 @@ namespace {
 
 int64_t GroupsOf(int64_t rows) { return (rows + kInt4GroupRows - 1) / kInt4GroupRows; }
 
-uint8_t Nibble(const std::vector<uint8_t>& packed, int64_t i) {
-  const uint8_t byte = packed[static_cast<size_t>(i / 2)];
-  return (i % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-}
-
 }  // namespace
 
 std::string_view FactorFormatName(FactorFormat f) {
@@ -106,19 +101,16 @@ void LowRankFactor::DecodeInto(std::vector<float>& out) const {
     ops::cpu::ToF32(f16_.data(), DType::kF16, static_cast<int64_t>(f16_.size()), out.data());
     return;
   }
-  // Decode runs every step over every block: the group's scales are widened once, and each
-  // nibble is a table lookup times its column's scale.
-  static constexpr float kLevels[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+  // Decode runs every step over every block: the group's scales are widened once, and each row's
+  // codes minus 8 times their column's scale (vectorised: ops/cpu_kernels.h).
   thread_local std::vector<float> scale_f32;
   scale_f32.resize(static_cast<size_t>(cols_));
   for (int64_t g = 0; g < GroupsOf(rows_); ++g) {
     ops::cpu::ToF32(scales_.data() + g * cols_, DType::kF16, cols_, scale_f32.data());
     const int64_t r0 = g * kInt4GroupRows, r1 = std::min(rows_, r0 + kInt4GroupRows);
     for (int64_t r = r0; r < r1; ++r) {
-      float* o = out.data() + r * cols_;
-      for (int64_t c = 0; c < cols_; ++c) {
-        o[c] = kLevels[Nibble(packed_, r * cols_ + c)] * scale_f32[static_cast<size_t>(c)];
-      }
+      ops::cpu::DequantizeInt4Row(packed_.data(), r * cols_, cols_, scale_f32.data(),
+                                  out.data() + r * cols_);
     }
   }
 }

@@ -134,6 +134,20 @@ void GeluErf(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
+void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
+                       float* out) {
+  if (first % 2 == 0) {
+    if (kSimd == Simd::kAvx512) return avx512::DequantizeInt4Row(packed, first, n, scale, out);
+    if (kSimd == Simd::kAvx2) return avx2::DequantizeInt4Row(packed, first, n, scale, out);
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t i = first + c;
+    const uint8_t byte = packed[i / 2];
+    const int code = (i % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
+    out[c] = static_cast<float>(code - 8) * scale[c];
+  }
+}
+
 bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
                       int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
                       const float* q, float scale, const float* cos, const float* sin, float* key,

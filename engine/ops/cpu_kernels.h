@@ -54,6 +54,12 @@ void GeluTanh(const float* x, int64_t n, float* y);
 // PyTorch's vectorised CPU erf uses), the portable path std::erf.
 void GeluErf(const float* x, int64_t n, float* y);
 
+// out[c] = (code(first + c) - 8) · scale[c], c in [0, n): symmetric int4 codes packed two per
+// byte, element i in byte i/2, low nibble first (AttentionPack's int4 factors,
+// kv/low_rank_factor.h). Every path gives the same bits.
+void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
+                       float* out);
+
 // AttentionPack's fused key scores for the n tokens t = t0 + i of one tile of a low-rank block
 // (ops/low_rank.h): key = us[t, :ranks[t]] · vt[:ranks[t], :] over all G = kv_heads heads
 // (hd = G·d), each head rotated by half-split RoPE with cos/sin[i·d/2 + c], then

@@ -42,6 +42,14 @@ struct V {
   static Reg SelectLess(Reg x, float limit, Reg a, Reg b) {
     return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_LT_OQ));
   }
+  static Reg Int4Codes(const uint8_t* p) {
+    int32_t four = 0;
+    std::memcpy(&four, p, sizeof(four));
+    const __m128i b = _mm_cvtsi32_si128(four), mask = _mm_set1_epi8(0x0f);
+    const __m128i codes =
+        _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
+  }
   static void Pin(Reg& v) { __asm__("" : "+x"(v)); }
 
   static float HSum(Reg v) {

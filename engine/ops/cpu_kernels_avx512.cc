@@ -51,6 +51,13 @@ struct V {
   static Reg SelectLess(Reg x, float limit, Reg a, Reg b) {
     return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, _mm512_set1_ps(limit), _CMP_LT_OQ), a);
   }
+  static Reg Int4Codes(const uint8_t* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i codes =
+        _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
+  }
   // "v": any of the 32 zmm registers ("x" would confine it to the first 16).
   static void Pin(Reg& v) { __asm__("" : "+v"(v)); }
   static float HSum(Reg v) { return _mm512_reduce_add_ps(v); }

@@ -20,6 +20,8 @@ namespace framezip::engine::ops::cpu {
   void SiluMul(const float* g, const float* u, int64_t n, float* y);                            \
   void GeluTanh(const float* x, int64_t n, float* y);                                           \
   void GeluErf(const float* x, int64_t n, float* y);                                            \
+  void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,    \
+                         float* out);                                                           \
   void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,    \
                         int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,    \
                         const float* q, float scale, const float* cos, const float* sin,        \

@@ -313,6 +313,24 @@ void LowRankScoreTileSimd(const float* us, const float* vt, const uint16_t* rank
   }
 }
 
+// out[c] = (code(first + c) - 8) · scale[c] for symmetric int4 codes packed two per byte, low
+// nibble first (kv/low_rank_factor.h); `first` even, so each vector starts on a byte.
+void DequantizeInt4RowSimd(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
+                           float* out) {
+  constexpr int64_t L = V::kLanes;
+  const uint8_t* bytes = packed + first / 2;
+  int64_t c = 0;
+  for (; c + L <= n; c += L) {
+    const typename V::Reg code = V::Sub(V::Int4Codes(bytes + c / 2), V::Set1(8.0f));
+    V::Store(out + c, V::Mul(code, V::Load(scale + c)));
+  }
+  for (; c < n; ++c) {
+    const uint8_t byte = bytes[c / 2];
+    const int code = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
+    out[c] = static_cast<float>(code - 8) * scale[c];
+  }
+}
+
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kBF16) return ToF32Simd<DType::kBF16>(src, n, dst);
   if (dtype == DType::kF16) return ToF32Simd<DType::kF16>(src, n, dst);
@@ -336,6 +354,10 @@ void SiluMul(const float* g, const float* u, int64_t n, float* y) {
 }
 void GeluTanh(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluTanhOf()); }
 void GeluErf(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluErfOf()); }
+void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
+                       float* out) {
+  DequantizeInt4RowSimd(packed, first, n, scale, out);
+}
 void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
                       int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
                       const float* q, float scale, const float* cos, const float* sin, float* key,

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/half.h"
@@ -241,6 +242,34 @@ TEST_CASE("SiluMul, GeluTanh and GeluErf match f64 on every ISA, tails included"
         const double v = x[i], want = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
         // erf's approximation error (1.5e-7) times |x|/2, plus f32 rounding of the result.
         REQUIRE(std::abs(y[i] - want) <= 1.5e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
+      }
+    }
+  }
+}
+
+TEST_CASE("DequantizeInt4Row gives each code minus 8 times its scale, bit for bit, on every ISA",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> packed(100);
+  for (uint8_t& b : packed) b = static_cast<uint8_t>(byte(rng));
+  const std::vector<float> scale = testing::RandomNormal(70, rng);
+  using Fn = void (*)(const uint8_t*, int64_t, int64_t, const float*, float*);
+  std::vector<std::pair<std::string, Fn>> paths = {{"dispatched", DequantizeInt4Row}};
+  if (DetectedIsa().avx2) paths.push_back({"avx2", avx2::DequantizeInt4Row});
+  if (DetectedIsa().avx512f) paths.push_back({"avx512", avx512::DequantizeInt4Row});
+  for (const auto& [name, fn] : paths) {
+    for (int64_t first : {0, 2, 6, 1, 7}) {
+      if (first % 2 == 1 && name != "dispatched") continue;  // the ISA builds need even `first`
+      for (int64_t n : {1, 8, 15, 16, 33, 64}) {
+        CAPTURE(name, first, n);
+        std::vector<float> out(static_cast<size_t>(n), -99.f);
+        fn(packed.data(), first, n, scale.data(), out.data());
+        for (int64_t c = 0; c < n; ++c) {
+          const int64_t i = first + c;
+          const int code = i % 2 == 0 ? packed[i / 2] & 0x0f : packed[i / 2] >> 4;
+          REQUIRE(out[c] == static_cast<float>(code - 8) * scale[c]);
+        }
       }
     }
   }
