@@ -156,7 +156,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   // One softmax per head over everything the token sees.
   for (int h = 0; h < nh; ++h) {
     float* row = scores.data() + h * total;
-    const float m = *std::max_element(row, row + total);
+    const float m = ops::cpu::Max(row, total);
     const float sum = ops::cpu::ExpShiftSum(row, total, m);
     ops::cpu::Scale(1.f / sum, total, row);
   }

@@ -67,7 +67,7 @@ Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
         for (int64_t r = 0; r < mq; ++r) {
           float* sr = s.data() + r * kBlockK;
           for (int64_t c = std::max<int64_t>(0, visible(r) - j0); c < nk; ++c) sr[c] = kNegInf;
-          const float block_max = *std::max_element(sr, sr + nk);
+          const float block_max = cpu::Max(sr, nk);
           const float m_new = std::max(m[r], block_max);
           if (m_new == kNegInf) {  // nothing visible yet in this row
             std::fill(sr, sr + nk, 0.f);

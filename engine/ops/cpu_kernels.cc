@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string_view>
 
@@ -164,6 +165,14 @@ bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, i
     return true;
   }
   return false;
+}
+
+float Max(const float* x, int64_t n) {
+  if (kSimd == Simd::kAvx512) return avx512::Max(x, n);
+  if (kSimd == Simd::kAvx2) return avx2::Max(x, n);
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
 }
 
 float ExpShiftSum(float* s, int64_t n, float max) {

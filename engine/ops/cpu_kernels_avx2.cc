@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/core/half.h"
 #include "engine/ops/cpu_kernels_isa.h"
@@ -59,6 +60,12 @@ struct V {
     lo = _mm_add_ps(lo, sh);
     sh = _mm_movehl_ps(sh, lo);
     return _mm_cvtss_f32(_mm_add_ss(lo, sh));
+  }
+
+  static float HMax(Reg v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
   }
 
   template <DType T>

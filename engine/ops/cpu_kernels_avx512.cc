@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/core/half.h"
 #include "engine/ops/cpu_kernels_isa.h"
@@ -61,6 +62,7 @@ struct V {
   // "v": any of the 32 zmm registers ("x" would confine it to the first 16).
   static void Pin(Reg& v) { __asm__("" : "+v"(v)); }
   static float HSum(Reg v) { return _mm512_reduce_add_ps(v); }
+  static float HMax(Reg v) { return _mm512_reduce_max_ps(v); }
 
   template <DType T>
   static Reg LoadAs(const void* p, int64_t i) {

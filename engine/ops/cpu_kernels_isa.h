@@ -17,6 +17,7 @@ namespace framezip::engine::ops::cpu {
   void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K, \
                 int64_t j0, int64_t j1, float* y, int64_t ldy);                                 \
   float ExpShiftSum(float* s, int64_t n, float max);                                            \
+  float Max(const float* x, int64_t n);                                                         \
   void SiluMul(const float* g, const float* u, int64_t n, float* y);                            \
   void GeluTanh(const float* x, int64_t n, float* y);                                           \
   void GeluErf(const float* x, int64_t n, float* y);                                            \

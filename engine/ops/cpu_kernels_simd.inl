@@ -4,7 +4,7 @@
 // ISAs run the same algorithm with the same blocking and only the register width differs.
 //
 // V provides: Reg, kLanes, Zero, Set1, Load, Store, Add, Sub, Mul, Min, Max, Fmadd, Fnmadd,
-// Floor, HSum, LoadAs<T> (kLanes weights of dtype T from element i, as f32), TimesPow2 (y·2^n for
+// Floor, HSum, HMax, LoadAs<T> (kLanes weights of dtype T from element i, as f32), TimesPow2 (y·2^n for
 // integral-valued f32 n), ZeroWhereLess (0 where x < limit), Div, Abs, SelectLess (a where
 // x < limit, else b), Pin (keeps a value in a register),
 // kGroupRows (rows of x per register block, a power of 2) and RowsPerBlock(MM) (weight rows per
@@ -195,6 +195,23 @@ typename V::Reg Exp(typename V::Reg x0) {
   return V::ZeroWhereLess(V::TimesPow2(y, fx), x0, -87.0f);
 }
 
+float MaxSimd(const float* x, int64_t n) {
+  constexpr int64_t L = V::kLanes;
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  if (n >= L) {
+    typename V::Reg a = V::Load(x), b = a;
+    for (i = L; i + 2 * L <= n; i += 2 * L) {
+      a = V::Max(a, V::Load(x + i));
+      b = V::Max(b, V::Load(x + i + L));
+    }
+    for (; i + L <= n; i += L) a = V::Max(a, V::Load(x + i));
+    m = V::HMax(V::Max(a, b));
+  }
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 float ExpShiftSumSimd(float* s, int64_t n, float max) {
   const typename V::Reg vm = V::Set1(max);
   typename V::Reg acc = V::Zero();
@@ -349,6 +366,7 @@ void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtyp
   GemvRowsAnyType(x, M, ldx, w, wdtype, K, j0, j1, y, ldy);
 }
 float ExpShiftSum(float* s, int64_t n, float max) { return ExpShiftSumSimd(s, n, max); }
+float Max(const float* x, int64_t n) { return MaxSimd(x, n); }
 void SiluMul(const float* g, const float* u, int64_t n, float* y) {
   MapVectors(g, u, n, y, SiluTimes());
 }

@@ -69,7 +69,7 @@ struct Scratch {
 void SoftmaxUpdate(const Geom& geo, int64_t nt, float* s, float* m, float* l, float* acc) {
   for (int64_t r = 0; r < geo.rep; ++r) {
     float* sr = s + r * nt;
-    const float m_new = std::max(m[r], *std::max_element(sr, sr + nt));
+    const float m_new = std::max(m[r], cpu::Max(sr, nt));
     const float corr = m[r] == kNegInf ? 0.f : std::exp(m[r] - m_new);
     l[r] = l[r] * corr + cpu::ExpShiftSum(sr, nt, m_new);
     m[r] = m_new;

@@ -1,5 +1,6 @@
 // The vectorised loops of engine/ops/cpu_kernels.h, every ISA build this CPU can run (AVX2,
 // AVX-512) and the dispatched entry points, against f64 references on fresh random inputs.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -243,6 +244,28 @@ TEST_CASE("SiluMul, GeluTanh and GeluErf match f64 on every ISA, tails included"
         // erf's approximation error (1.5e-7) times |x|/2, plus f32 rounding of the result.
         REQUIRE(std::abs(y[i] - want) <= 1.5e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
       }
+    }
+  }
+}
+
+TEST_CASE("Max equals std::max_element on every ISA, -inf rows and empty ranges included",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  using Fn = float (*)(const float*, int64_t);
+  std::vector<std::pair<std::string, Fn>> paths = {{"dispatched", Max}};
+  if (DetectedIsa().avx2) paths.push_back({"avx2", avx2::Max});
+  if (DetectedIsa().avx512f) paths.push_back({"avx512", avx512::Max});
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [name, fn] : paths) {
+    CAPTURE(name);
+    CHECK(fn(nullptr, 0) == -inf);
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 32, 33, 100, 1027}) {
+      CAPTURE(n);
+      std::vector<float> x = testing::RandomNormal(n, rng);
+      for (size_t i = 0; i < x.size(); i += 3) x[i] = -inf;  // masked scores
+      REQUIRE(fn(x.data(), n) == *std::max_element(x.begin(), x.end()));
+      std::fill(x.begin(), x.end(), -inf);
+      REQUIRE(fn(x.data(), n) == -inf);
     }
   }
 }
