@@ -16,7 +16,7 @@ Status SoftmaxCpu(const Tensor& x, Tensor& y) {
     for (int64_t r = r0; r < r1; ++r) {
       float* yr = yp + r * n;
       if (yr != xp + r * n) std::memcpy(yr, xp + r * n, static_cast<size_t>(n) * sizeof(float));
-      const float max = n == 0 ? 0.f : *std::max_element(yr, yr + n);
+      const float max = n == 0 ? 0.f : cpu::Max(yr, n);
       if (max == -std::numeric_limits<float>::infinity()) {  // fully masked row
         std::fill(yr, yr + n, 0.f);
         continue;
