@@ -124,9 +124,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
     const float* qh = q + h * d;
     const int64_t col = static_cast<int64_t>(h / per_group) * d;
     for (int64_t j = 0; j < dense; ++j) {
-      const float* kj = dk.data() + j * hd + col;
-      float s = 0;
-      for (int c = 0; c < d; ++c) s += qh[c] * kj[c];
+      const float s = ops::cpu::Dot(qh, dk.data() + j * hd + col, d);
       scores[static_cast<size_t>(h * total + j)] = s * scale;
     }
   }
@@ -167,10 +165,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
     const float* p = scores.data() + h * total;
     const int64_t col = static_cast<int64_t>(h / per_group) * d;
     float* o = out + h * d;
-    for (int64_t j = 0; j < dense; ++j) {
-      const float* vj = dv.data() + j * hd + col;
-      for (int c = 0; c < d; ++c) o[c] += p[j] * vj[c];
-    }
+    for (int64_t j = 0; j < dense; ++j) ops::cpu::Axpy(p[j], dv.data() + j * hd + col, d, o);
   }
   at = dense;
   thread_local std::vector<float> block_probs, mean_probs;
