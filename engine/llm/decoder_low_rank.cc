@@ -82,9 +82,8 @@ Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
   }
   FZ_ASSIGN_OR_RETURN(
       kv::LowRankBlock block,
-      kv::MakeLowRankBlock(sorted_k, sorted_v, sorted_positions,
-                           static_cast<int>(shape_.kv_heads), static_cast<int>(shape_.head_dim),
-                           shape_.rope,
+      kv::MakeLowRankBlock(sorted_k, sorted_v, sorted_positions, static_cast<int>(shape_.kv_heads),
+                           static_cast<int>(shape_.head_dim), shape_.rope,
                            {.rank_k = spec.rank_k,
                             .rank_v = spec.rank_v,
                             .factors = spec.factors,

@@ -33,7 +33,8 @@ Status SiluMulCpu(const Tensor& gate, const Tensor& up, Tensor& y) {
   const float* g = static_cast<const float*>(gate.raw_data());
   const float* u = static_cast<const float*>(up.raw_data());
   float* yp = static_cast<float*>(y.raw_data());
-  ForEachChunk(gate.numel(), [&](int64_t b, int64_t e) { cpu::SiluMul(g + b, u + b, e - b, yp + b); });
+  ForEachChunk(gate.numel(),
+               [&](int64_t b, int64_t e) { cpu::SiluMul(g + b, u + b, e - b, yp + b); });
   return absl::OkStatus();
 }
 

@@ -132,7 +132,8 @@ void GeluTanh(const float* x, int64_t n, float* y) {
 void GeluErf(const float* x, int64_t n, float* y) {
   if (kSimd == Simd::kAvx512) return avx512::GeluErf(x, n, y);
   if (kSimd == Simd::kAvx2) return avx2::GeluErf(x, n, y);
-  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
 void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
@@ -160,8 +161,8 @@ bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, i
     return true;
   }
   if (kSimd != Simd::kScalar && d % 16 == 0) {
-    avx2::LowRankScoreTile(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin,
-                           key, scores, tokens);
+    avx2::LowRankScoreTile(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin, key,
+                           scores, tokens);
     return true;
   }
   return false;

@@ -22,7 +22,6 @@ void EnsureBlasSingleThreaded();
 // Also true where these loops run AVX-512: the kernels with only an AVX2 path use it there.
 bool UseAvx2();
 
-
 // dst[i] = float(src[i]), i in [0, n); src of dtype f32, bf16 or f16.
 void ToF32(const void* src, DType dtype, int64_t n, float* dst);
 

@@ -69,8 +69,8 @@ struct V {
     if constexpr (T == DType::kF32) {
       return _mm512_loadu_ps(static_cast<const float*>(p) + i);
     } else {
-      const __m256i h = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+      const __m256i h =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
       if constexpr (T == DType::kBF16) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
       } else {

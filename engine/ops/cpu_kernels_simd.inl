@@ -3,12 +3,16 @@
 // 16 f32 lanes) inside their own `#pragma GCC target` region and include this file, so both
 // ISAs run the same algorithm with the same blocking and only the register width differs.
 //
-// V provides: Reg, kLanes, Zero, Set1, Load, Store, Add, Sub, Mul, Min, Max, Fmadd, Fnmadd,
-// Floor, HSum, HMax, LoadAs<T> (kLanes weights of dtype T from element i, as f32), TimesPow2 (y·2^n for
-// integral-valued f32 n), ZeroWhereLess (0 where x < limit), Div, Abs, SelectLess (a where
-// x < limit, else b), Pin (keeps a value in a register),
-// kGroupRows (rows of x per register block, a power of 2) and RowsPerBlock(MM) (weight rows per
-// register block for MM <= kGroupRows rows of x).
+// V provides:
+//   - Reg, kLanes; Zero, Set1, Load, Store; Add, Sub, Mul, Div, Min, Max, Abs, Fmadd, Fnmadd,
+//     Floor; HSum and HMax (across lanes);
+//   - LoadAs<T> (kLanes weights of dtype T from element i, as f32) and Int4Codes (kLanes 4-bit
+//     codes from kLanes/2 bytes, low nibble first, as f32);
+//   - TimesPow2 (y·2^n for integral-valued f32 n), ZeroWhereLess (0 where x < limit) and
+//     SelectLess (a where x < limit, else b);
+//   - Pin (keeps a value in a register);
+//   - kGroupRows (rows of x per GEMV register block, a power of 2) and RowsPerBlock(MM) (weight
+//     rows per register block for MM <= kGroupRows rows of x).
 //
 // Included inside the ISA's namespace (cpu::avx2, cpu::avx512), after V: the loops have
 // internal linkage, so the two ISAs' instantiations never meet at link time, and the file ends
@@ -166,8 +170,8 @@ void GemvRowsSimd(const float* x, int64_t M, int64_t ldx, const void* w, int64_t
   }
 }
 
-void GemvRowsAnyType(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype,
-                     int64_t K, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+void GemvRowsAnyType(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K,
+                     int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (wdtype) {
     case DType::kBF16:
       return GemvRowsSimd<DType::kBF16>(x, M, ldx, w, K, j0, j1, y, ldy);
@@ -287,8 +291,7 @@ struct GeluErfOf {
     poly = V::Fmadd(poly, t, V::Set1(0.254829592f));
     const typename V::Reg erfc = V::Mul(V::Mul(poly, t), Exp(V::Sub(V::Zero(), V::Mul(a, a))));
     // 1 + erf(z): erfc(|z|) for z < 0, 2 - erfc(|z|) otherwise.
-    const typename V::Reg one_plus_erf =
-        V::SelectLess(z, 0.0f, erfc, V::Sub(V::Set1(2.0f), erfc));
+    const typename V::Reg one_plus_erf = V::SelectLess(z, 0.0f, erfc, V::Sub(V::Set1(2.0f), erfc));
     return V::Mul(V::Mul(V::Set1(0.5f), v), one_plus_erf);
   }
 };
@@ -308,7 +311,8 @@ void LowRankScoreTileSimd(const float* us, const float* vt, const uint16_t* rank
     const int32_t r_t = ranks[t];
     for (int64_t c = 0; c < hd; c += L) {
       typename V::Reg acc = V::Zero();
-      for (int32_t j = 0; j < r_t; ++j) acc = V::Fmadd(V::Set1(u[j]), V::Load(vt + j * hd + c), acc);
+      for (int32_t j = 0; j < r_t; ++j)
+        acc = V::Fmadd(V::Set1(u[j]), V::Load(vt + j * hd + c), acc);
       V::Store(key + c, acc);
     }
     const float* co = cos + i * half;
@@ -323,7 +327,8 @@ void LowRankScoreTileSimd(const float* us, const float* vt, const uint16_t* rank
       }
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         typename V::Reg acc = V::Zero();
-        for (int64_t c = 0; c < d; c += L) acc = V::Fmadd(V::Load(q + h * d + c), V::Load(kg + c), acc);
+        for (int64_t c = 0; c < d; c += L)
+          acc = V::Fmadd(V::Load(q + h * d + c), V::Load(kg + c), acc);
         scores[h * tokens + t] = scale * V::HSum(acc);
       }
     }

@@ -179,8 +179,8 @@ void RebuildKeys(const float* us, const float* vt, const uint16_t* ranks, int64_
 // The angles of token i of a tile into cos/sin [d/2]: exact for the tile's first token and after a
 // position gap, by one step of angle addition otherwise (see RotateKeys).
 void TokenAngles(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
-                 const std::vector<float>& step_sin, const int32_t* positions, int64_t t,
-                 bool next, float* cos, float* sin) {
+                 const std::vector<float>& step_sin, const int32_t* positions, int64_t t, bool next,
+                 float* cos, float* sin) {
   const size_t half = inv_freq.size();
   for (size_t c = 0; c < half; ++c) {
     if (next) {
@@ -201,8 +201,8 @@ void TokenAngles(const std::vector<float>& inv_freq, const std::vector<float>& s
 // transcendental calls per token — the cost that dominated decode over a block — by 4 products
 // per frequency, at an error that grows to ~32 f32 ulps over a 32-token tile.
 void RotateKeys(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
-                const std::vector<float>& step_sin, const int32_t* positions, int64_t t0,
-                int64_t n, int64_t kv_heads, int64_t d, float* keys, float* cos, float* sin) {
+                const std::vector<float>& step_sin, const int32_t* positions, int64_t t0, int64_t n,
+                int64_t kv_heads, int64_t d, float* keys, float* cos, float* sin) {
   const int64_t half = d / 2;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = t0 + i;
@@ -330,8 +330,8 @@ Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
         std::copy(cos_buf.begin(), cos_buf.end(), tile_cos.begin() + i * half);
         std::copy(sin_buf.begin(), sin_buf.end(), tile_sin.begin() + i * half);
       }
-      if (cpu::LowRankScoreTile(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, kv_heads,
-                                d, heads, q.data(), scale, tile_cos.data(), tile_sin.data(),
+      if (cpu::LowRankScoreTile(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, kv_heads, d,
+                                heads, q.data(), scale, tile_cos.data(), tile_sin.data(),
                                 keys.data(), scores.data(), tokens)) {
         continue;
       }

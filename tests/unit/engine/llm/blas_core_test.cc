@@ -1,7 +1,7 @@
 // BetterBlasCore: which OpenBLAS core framezip asks for on which CPU (engine/ops/blas_core.h).
-#include <catch2/catch.hpp>
-
 #include "engine/ops/blas_core.h"
+
+#include <catch2/catch.hpp>
 
 namespace framezip::engine::ops::cpu {
 namespace {

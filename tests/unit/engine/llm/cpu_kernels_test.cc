@@ -1,5 +1,7 @@
 // The vectorised loops of engine/ops/cpu_kernels.h, every ISA build this CPU can run (AVX2,
 // AVX-512) and the dispatched entry points, against f64 references on fresh random inputs.
+#include "engine/ops/cpu_kernels.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -12,7 +14,6 @@
 
 #include "engine/core/half.h"
 #include "engine/ops/cpu_isa.h"
-#include "engine/ops/cpu_kernels.h"
 #include "engine/ops/cpu_kernels_isa.h"
 #include "tests/testing/random.h"
 
@@ -25,8 +26,8 @@ struct Kernels {
   std::function<void(const void*, DType, int64_t, float*)> to_f32;
   std::function<float(const float*, const float*, int64_t)> dot;
   std::function<void(float, const float*, int64_t, float*)> axpy;
-  std::function<void(const float*, int64_t, int64_t, const void*, DType, int64_t, int64_t,
-                     int64_t, float*, int64_t)>
+  std::function<void(const float*, int64_t, int64_t, const void*, DType, int64_t, int64_t, int64_t,
+                     float*, int64_t)>
       gemv_rows;
   std::function<float(float*, int64_t, float)> exp_shift_sum;
   std::function<void(const float*, const float*, int64_t, float*)> silu_mul;
@@ -34,9 +35,8 @@ struct Kernels {
 };
 
 std::vector<Kernels> KernelsOfThisCpu() {
-  std::vector<Kernels> out = {
-      {"dispatched (" + KernelIsa() + ")", ToF32, Dot, Axpy, GemvRows, ExpShiftSum, SiluMul,
-       GeluTanh, GeluErf}};
+  std::vector<Kernels> out = {{"dispatched (" + KernelIsa() + ")", ToF32, Dot, Axpy, GemvRows,
+                               ExpShiftSum, SiluMul, GeluTanh, GeluErf}};
   if (DetectedIsa().avx2) {
     out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum,
                    avx2::SiluMul, avx2::GeluTanh, avx2::GeluErf});
@@ -83,7 +83,9 @@ Weights RandomWeights(int64_t n, DType dtype, std::mt19937_64& rng) {
   return w;
 }
 
-const char* NameOf(DType t) { return t == DType::kBF16 ? "bf16" : t == DType::kF16 ? "f16" : "f32"; }
+const char* NameOf(DType t) {
+  return t == DType::kBF16 ? "bf16" : t == DType::kF16 ? "f16" : "f32";
+}
 
 TEST_CASE("ToF32 converts bf16 and f16 exactly on every ISA", "[unit][engine][ops]") {
   std::mt19937_64 rng(testing::TestSeed());
@@ -132,8 +134,8 @@ TEST_CASE("GemvRows matches f64 for every weight type, batch and row range on ev
   // Batches 1-4 take each register-block path, 5-16 the groups of 4 plus a rest; K below and
   // above a multiple of the lanes takes the scalar tails; [j0, j1) not a multiple of the rows per
   // block takes the single-row path, and 60 rows cover more than one 24-row block (prefetch).
-  const std::vector<Shape> shapes = {{1, 64, 30, 0, 30},  {2, 37, 29, 3, 29},  {3, 96, 60, 0, 60},
-                                     {4, 17, 25, 1, 24},  {5, 128, 50, 0, 50}, {7, 200, 33, 5, 33},
+  const std::vector<Shape> shapes = {{1, 64, 30, 0, 30},   {2, 37, 29, 3, 29},  {3, 96, 60, 0, 60},
+                                     {4, 17, 25, 1, 24},   {5, 128, 50, 0, 50}, {7, 200, 33, 5, 33},
                                      {16, 896, 72, 0, 72}, {13, 40, 49, 2, 47}};
   for (const Kernels& k : KernelsOfThisCpu()) {
     for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
@@ -242,7 +244,8 @@ TEST_CASE("SiluMul, GeluTanh and GeluErf match f64 on every ISA, tails included"
       for (int64_t i = 0; i < n; ++i) {
         const double v = x[i], want = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
         // erf's approximation error (1.5e-7) times |x|/2, plus f32 rounding of the result.
-        REQUIRE(std::abs(y[i] - want) <= 1.5e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
+        REQUIRE(std::abs(y[i] - want) <=
+                1.5e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
       }
     }
   }
