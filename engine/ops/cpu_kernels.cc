@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -26,24 +27,21 @@ Simd ChooseSimd() {
   Simd simd = isa.avx512f ? Simd::kAvx512 : isa.avx2 ? Simd::kAvx2 : Simd::kScalar;
   if (const char* cap = std::getenv("FRAMEZIP_CPU_KERNELS"); cap != nullptr) {
     const std::string_view v(cap);
-    if (v == "scalar") simd = Simd::kScalar;
-    if (v == "avx2" && simd == Simd::kAvx512) simd = Simd::kAvx2;
+    if (v == "scalar") {
+      simd = Simd::kScalar;
+    } else if (v == "avx2") {
+      if (simd == Simd::kAvx512) simd = Simd::kAvx2;
+    } else if (v != "avx512") {
+      std::fprintf(stderr,
+                   "warning: FRAMEZIP_CPU_KERNELS=%s is not avx512, avx2 or scalar; using the "
+                   "widest ISA this CPU has\n",
+                   cap);
+    }
   }
   return simd;
 }
 
 const Simd kSimd = ChooseSimd();
-
-inline float LoadScalar(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kBF16:
-      return BF16ToF32(static_cast<const BFloat16*>(p)[i]);
-    case DType::kF16:
-      return F16ToF32(static_cast<const Float16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
 
 void GemvRowsScalar(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K,
                     int64_t j0, int64_t j1, float* y, int64_t ldy) {
@@ -52,7 +50,7 @@ void GemvRowsScalar(const float* x, int64_t M, int64_t ldx, const void* w, DType
     for (int64_t m = 0; m < M; ++m) y[m * ldy + j] = 0;
     for (int64_t k0 = 0; k0 < K; k0 += 256) {
       const int64_t kn = std::min<int64_t>(256, K - k0);
-      for (int64_t k = 0; k < kn; ++k) row[k] = LoadScalar(w, wdtype, j * K + k0 + k);
+      for (int64_t k = 0; k < kn; ++k) row[k] = LoadAsF32(w, wdtype, j * K + k0 + k);
       for (int64_t m = 0; m < M; ++m) {
         float s = 0;
         for (int64_t k = 0; k < kn; ++k) s += x[m * ldx + k0 + k] * row[k];
@@ -85,7 +83,7 @@ void EnsureBlasSingleThreaded() {
 void ToF32(const void* src, DType dtype, int64_t n, float* dst) {
   if (kSimd == Simd::kAvx512) return avx512::ToF32(src, dtype, n, dst);
   if (kSimd == Simd::kAvx2) return avx2::ToF32(src, dtype, n, dst);
-  for (int64_t i = 0; i < n; ++i) dst[i] = LoadScalar(src, dtype, i);
+  for (int64_t i = 0; i < n; ++i) dst[i] = LoadAsF32(src, dtype, i);
 }
 
 float Dot(const float* a, const float* b, int64_t n) {
@@ -142,12 +140,8 @@ void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const fl
     if (kSimd == Simd::kAvx512) return avx512::DequantizeInt4Row(packed, first, n, scale, out);
     if (kSimd == Simd::kAvx2) return avx2::DequantizeInt4Row(packed, first, n, scale, out);
   }
-  for (int64_t c = 0; c < n; ++c) {
-    const int64_t i = first + c;
-    const uint8_t byte = packed[i / 2];
-    const int code = (i % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-    out[c] = static_cast<float>(code - 8) * scale[c];
-  }
+  for (int64_t c = 0; c < n; ++c)
+    out[c] = static_cast<float>(Int4Code(packed, first + c) - 8) * scale[c];
 }
 
 bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
@@ -181,7 +175,7 @@ float ExpShiftSum(float* s, int64_t n, float max) {
   if (kSimd == Simd::kAvx2) return avx2::ExpShiftSum(s, n, max);
   float sum = 0;
   for (int64_t i = 0; i < n; ++i) {
-    s[i] = std::isinf(s[i]) && s[i] < 0 ? 0.f : std::exp(s[i] - max);
+    s[i] = ExpShifted(s[i], max);
     sum += s[i];
   }
   return sum;

@@ -2,7 +2,8 @@
 // not an op API).
 //
 // Each function picks an implementation once per process: AVX-512F when the CPU has it, else
-// AVX2+FMA+F16C, else a portable scalar loop (FRAMEZIP_CPU_KERNELS=avx2|scalar lowers the choice).
+// AVX2+FMA+F16C, else a portable scalar loop (FRAMEZIP_CPU_KERNELS=avx2|scalar lowers the choice;
+// another value is reported on stderr and ignored).
 // The SIMD paths are one source compiled per ISA in target regions (cpu_kernels_simd.inl), so the
 // library is still built for baseline x86-64 and -march=native is never needed. Results of the
 // paths differ only by f32 summation order.

@@ -4,11 +4,39 @@
 // namesake in cpu_kernels.h.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "engine/core/dtype.h"
+#include "engine/core/half.h"
 
 namespace framezip::engine::ops::cpu {
+
+// Scalar pieces shared by the portable loops (cpu_kernels.cc) and the SIMD builds' tails. They are
+// defined here, before any target region, so every copy is baseline x86-64 code.
+
+// Element i of a f32, bf16 or f16 array, as f32.
+inline float LoadAsF32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16:
+      return BF16ToF32(static_cast<const BFloat16*>(p)[i]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const Float16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+// Code i (0..15) of int4 codes packed two per byte, low nibble first.
+inline int Int4Code(const uint8_t* packed, int64_t i) {
+  const uint8_t byte = packed[i / 2];
+  return (i % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
+}
+
+// exp(s - max) for one softmax entry, -inf giving 0.
+inline float ExpShifted(float s, float max) {
+  return std::isinf(s) && s < 0 ? 0.f : std::exp(s - max);
+}
 
 #define FRAMEZIP_CPU_KERNELS_OF_ONE_ISA                                                         \
   void ToF32(const void* src, DType dtype, int64_t n, float* dst);                              \
@@ -21,7 +49,7 @@ namespace framezip::engine::ops::cpu {
   void SiluMul(const float* g, const float* u, int64_t n, float* y);                            \
   void GeluTanh(const float* x, int64_t n, float* y);                                           \
   void GeluErf(const float* x, int64_t n, float* y);                                            \
-  void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,    \
+  void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,   \
                          float* out);                                                           \
   void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,    \
                         int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,    \

@@ -20,22 +20,11 @@
 
 namespace {
 
-inline float LoadScalar(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kBF16:
-      return BF16ToF32(static_cast<const BFloat16*>(p)[i]);
-    case DType::kF16:
-      return F16ToF32(static_cast<const Float16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
 template <DType T>
 void ToF32Simd(const void* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + V::kLanes <= n; i += V::kLanes) V::Store(dst + i, V::template LoadAs<T>(src, i));
-  for (; i < n; ++i) dst[i] = LoadScalar(src, T, i);
+  for (; i < n; ++i) dst[i] = LoadAsF32(src, T, i);
 }
 
 float DotSimd(const float* a, const float* b, int64_t n) {
@@ -100,7 +89,7 @@ void GemvBlock(const float* x, int64_t ldx, const void* w, int64_t K, int64_t j,
   for (int r = 0; r < R; ++r) {
     for (int m = 0; m < MM; ++m) {
       float s = V::HSum(acc[r][m]);
-      for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * LoadScalar(w, T, (j + r) * K + kk);
+      for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * LoadAsF32(w, T, (j + r) * K + kk);
       y[m * ldy + j + r] = s;
     }
   }
@@ -227,7 +216,7 @@ float ExpShiftSumSimd(float* s, int64_t n, float max) {
   }
   float sum = V::HSum(acc);
   for (; i < n; ++i) {
-    s[i] = std::isinf(s[i]) && s[i] < 0 ? 0.f : std::exp(s[i] - max);
+    s[i] = ExpShifted(s[i], max);
     sum += s[i];
   }
   return sum;
@@ -346,11 +335,7 @@ void DequantizeInt4RowSimd(const uint8_t* packed, int64_t first, int64_t n, cons
     const typename V::Reg code = V::Sub(V::Int4Codes(bytes + c / 2), V::Set1(8.0f));
     V::Store(out + c, V::Mul(code, V::Load(scale + c)));
   }
-  for (; c < n; ++c) {
-    const uint8_t byte = bytes[c / 2];
-    const int code = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-    out[c] = static_cast<float>(code - 8) * scale[c];
-  }
+  for (; c < n; ++c) out[c] = static_cast<float>(Int4Code(bytes, c) - 8) * scale[c];
 }
 
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {

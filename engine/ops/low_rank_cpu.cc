@@ -176,44 +176,49 @@ void RebuildKeys(const float* us, const float* vt, const uint16_t* ranks, int64_
   }
 }
 
-// The angles of token i of a tile into cos/sin [d/2]: exact for the tile's first token and after a
-// position gap, by one step of angle addition otherwise (see RotateKeys).
-void TokenAngles(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
-                 const std::vector<float>& step_sin, const int32_t* positions, int64_t t, bool next,
-                 float* cos, float* sin) {
-  const size_t half = inv_freq.size();
-  for (size_t c = 0; c < half; ++c) {
-    if (next) {
-      const float co = cos[c], si = sin[c];
-      cos[c] = co * step_cos[c] - si * step_sin[c];
-      sin[c] = si * step_cos[c] + co * step_sin[c];
+// The angles of the n tokens of a tile into cos/sin [n, d/2]. A tile's first token (and any token
+// not one position after its predecessor) gets the f32 angles of ApplyRopeCpu; the next ones turn
+// the previous row by one position's step (angle addition), which replaces d transcendental calls
+// per token — the cost that dominated decode over a block — by 4 products per frequency, at an
+// error that grows to ~32 f32 ulps over a 32-token tile.
+void TileAngles(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
+                const std::vector<float>& step_sin, const int32_t* positions, int64_t t0, int64_t n,
+                float* cos, float* sin) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = t0 + i;
+    float* co = cos + i * half;
+    float* si = sin + i * half;
+    if (i > 0 && positions[t] == positions[t - 1] + 1) {
+      const float* pc = co - half;
+      const float* ps = si - half;
+      for (int64_t c = 0; c < half; ++c) {
+        co[c] = pc[c] * step_cos[c] - ps[c] * step_sin[c];
+        si[c] = ps[c] * step_cos[c] + pc[c] * step_sin[c];
+      }
       continue;
     }
-    const float f = static_cast<float>(positions[t]) * inv_freq[c];
-    cos[c] = static_cast<float>(std::cos(static_cast<double>(f)));
-    sin[c] = static_cast<float>(std::sin(static_cast<double>(f)));
+    for (int64_t c = 0; c < half; ++c) {
+      const float f = static_cast<float>(positions[t]) * inv_freq[c];
+      co[c] = static_cast<float>(std::cos(static_cast<double>(f)));
+      si[c] = static_cast<float>(std::sin(static_cast<double>(f)));
+    }
   }
 }
 
-// Half-split RoPE of each tile row's G heads at its token's position. A tile's first token (and
-// any token not one position after its predecessor) gets the f32 angles of ApplyRopeCpu; the next
-// ones turn the previous cos/sin by one position's step (angle addition), which replaces d
-// transcendental calls per token — the cost that dominated decode over a block — by 4 products
-// per frequency, at an error that grows to ~32 f32 ulps over a 32-token tile.
-void RotateKeys(const std::vector<float>& inv_freq, const std::vector<float>& step_cos,
-                const std::vector<float>& step_sin, const int32_t* positions, int64_t t0, int64_t n,
-                int64_t kv_heads, int64_t d, float* keys, float* cos, float* sin) {
+// Half-split RoPE of each tile row's G heads with its token's angles (TileAngles).
+void RotateKeys(const float* cos, const float* sin, int64_t n, int64_t kv_heads, int64_t d,
+                float* keys) {
   const int64_t half = d / 2;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = t0 + i;
-    TokenAngles(inv_freq, step_cos, step_sin, positions, t,
-                i > 0 && positions[t] == positions[t - 1] + 1, cos, sin);
+    const float* co = cos + i * half;
+    const float* si = sin + i * half;
     for (int64_t g = 0; g < kv_heads; ++g) {
       float* v = keys + (i * kv_heads + g) * d;
       for (int64_t c = 0; c < half; ++c) {
         const float x = v[c], y = v[c + half];
-        v[c] = x * cos[c] - y * sin[c];
-        v[c + half] = y * cos[c] + x * sin[c];
+        v[c] = x * co[c] - y * si[c];
+        v[c + half] = y * co[c] + x * si[c];
       }
     }
   }
@@ -317,27 +322,20 @@ Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
   const int64_t half = d / 2;
   ComputePool().ParallelFor(tiles, 1, [&](int64_t b0, int64_t b1) {
     std::vector<float> keys(static_cast<size_t>(kKeyTile * hd));
-    // The tile's angles, token by token ([kKeyTile, d/2]), for the fused SIMD tile.
+    // The tile's angles, token by token ([kKeyTile, d/2]), for whichever path scores it.
     std::vector<float> tile_cos(static_cast<size_t>(kKeyTile * half));
     std::vector<float> tile_sin(static_cast<size_t>(kKeyTile * half));
-    std::vector<float> cos_buf(static_cast<size_t>(half)), sin_buf(static_cast<size_t>(half));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * kKeyTile, n = std::min(kKeyTile, tokens - t0);
-      for (int64_t i = 0; i < n; ++i) {
-        TokenAngles(inv_freq, step_cos, step_sin, positions.data(), t0 + i,
-                    i > 0 && positions[t0 + i] == positions[t0 + i - 1] + 1, cos_buf.data(),
-                    sin_buf.data());
-        std::copy(cos_buf.begin(), cos_buf.end(), tile_cos.begin() + i * half);
-        std::copy(sin_buf.begin(), sin_buf.end(), tile_sin.begin() + i * half);
-      }
+      TileAngles(inv_freq, step_cos, step_sin, positions.data(), t0, n, tile_cos.data(),
+                 tile_sin.data());
       if (cpu::LowRankScoreTile(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, kv_heads, d,
                                 heads, q.data(), scale, tile_cos.data(), tile_sin.data(),
                                 keys.data(), scores.data(), tokens)) {
         continue;
       }
       RebuildKeys(us.data(), vt.data(), ranks.data(), t0, n, shape.rank, hd, keys.data());
-      RotateKeys(inv_freq, step_cos, step_sin, positions.data(), t0, n, kv_heads, d, keys.data(),
-                 cos_buf.data(), sin_buf.data());
+      RotateKeys(tile_cos.data(), tile_sin.data(), n, kv_heads, d, keys.data());
       for (int64_t h = 0; h < heads; ++h) {
         const float* key0 = keys.data() + (h / group) * d;
         for (int64_t i = 0; i < n; ++i) {

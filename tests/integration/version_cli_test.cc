@@ -34,5 +34,19 @@ TEST_CASE("framezip version keeps a user's OPENBLAS_CORETYPE", "[cli]") {
   CHECK(BlasCoreOf(run) == "Prescott");
 }
 
+TEST_CASE("framezip version warns about an unknown FRAMEZIP_CPU_KERNELS and keeps the widest ISA",
+          "[cli]") {
+  const testing::CliRun plain = testing::RunFramezipCli("version");
+  const testing::CliRun odd = testing::RunFramezipCli("version", "FRAMEZIP_CPU_KERNELS=avx9000");
+  INFO(odd.stderr_text << odd.stdout_text);
+  REQUIRE(odd.exit_code == 0);
+  CHECK(odd.stderr_text.find("FRAMEZIP_CPU_KERNELS=avx9000 is not avx512, avx2 or scalar") !=
+        std::string::npos);
+  std::smatch want, got;
+  REQUIRE(std::regex_search(plain.stdout_text, want, std::regex("kernels: (\\S+)")));
+  REQUIRE(std::regex_search(odd.stdout_text, got, std::regex("kernels: (\\S+)")));
+  CHECK(got[1] == want[1]);
+}
+
 }  // namespace
 }  // namespace framezip
