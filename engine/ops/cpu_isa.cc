@@ -31,8 +31,8 @@ CpuIsa Detect() {
   if (!osxsave) return isa;  // the OS saves no vector state beyond SSE: nothing wider is usable
   const bool fma = (ecx & (1u << 12)) != 0, f16c = (ecx & (1u << 29)) != 0;
   const uint64_t xcr0 = Xcr0();
-  const bool ymm = (xcr0 & 0x6) == 0x6;          // SSE and AVX state
-  const bool zmm = (xcr0 & 0xe6) == 0xe6;        // plus opmask, zmm0-15 high halves, zmm16-31
+  const bool ymm = (xcr0 & 0x6) == 0x6;            // SSE and AVX state
+  const bool zmm = (xcr0 & 0xe6) == 0xe6;          // plus opmask, zmm0-15 high halves, zmm16-31
   const bool tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
   unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
   __cpuid_count(7, 0, a7, b7, c7, d7);
@@ -61,7 +61,7 @@ float ChainScalar(float start, float a, float b, int64_t iterations) {
 }
 
 __attribute__((target("avx2,fma"))) float ChainAvx2(float start, float a, float b,
-                                                   int64_t iterations) {
+                                                    int64_t iterations) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   __m256 acc[kChains];
   for (__m256& x : acc) x = _mm256_set1_ps(start);
@@ -74,7 +74,7 @@ __attribute__((target("avx2,fma"))) float ChainAvx2(float start, float a, float 
 }
 
 __attribute__((target("avx512f"))) float ChainAvx512(float start, float a, float b,
-                                                    int64_t iterations) {
+                                                     int64_t iterations) {
   const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
   __m512 acc[kChains];
   for (__m512& x : acc) x = _mm512_set1_ps(start);
@@ -87,6 +87,52 @@ __attribute__((target("avx512f"))) float ChainAvx512(float start, float a, float
 }
 
 int LanesOf(const std::string& isa) { return isa == "avx512" ? 16 : isa == "avx2" ? 8 : 1; }
+
+// kChains independent vdpbf16ps chains: acc += a·a + a·a on every lane (a rounded to bf16).
+__attribute__((target("avx512f,avx512bf16"))) float ChainBf16Dot(float start, float a,
+                                                                 int64_t iterations) {
+  const __m512bh va = _mm512_cvtne2ps_pbh(_mm512_set1_ps(a), _mm512_set1_ps(a));
+  __m512 acc[kChains];
+  for (__m512& x : acc) x = _mm512_set1_ps(start);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (__m512& x : acc) x = _mm512_dpbf16_ps(x, va, va);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return _mm512_cvtss_f32(sum) / kChains;
+}
+
+// The best of 3 timed runs of `chain` (start, iterations) on `threads` threads, its iterations
+// calibrated to about `seconds` on one thread; flop_per_iteration counts every chain and lane.
+template <typename Chain>
+double BestChainGflops(int threads, double seconds, double flop_per_iteration, const Chain& chain) {
+  int64_t iterations = 1 << 20;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    volatile float sink = chain(1.f, iterations);
+    (void)sink;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= seconds / 4 || iterations > (int64_t{1} << 40)) {
+      iterations =
+          static_cast<int64_t>(static_cast<double>(iterations) * seconds / std::max(s, 1e-9));
+      break;
+    }
+    iterations *= 4;
+  }
+  double best = 0;
+  std::vector<float> sinks(static_cast<size_t>(threads));
+  for (int run = 0; run < 3; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ComputePool().ParallelFor(threads, 1, [&](int64_t t0_, int64_t t1_) {
+      for (int64_t t = t0_; t < t1_; ++t) {
+        sinks[static_cast<size_t>(t)] = chain(1.f + static_cast<float>(t), iterations);
+      }
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, flop_per_iteration * static_cast<double>(iterations) * threads / s / 1e9);
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -125,33 +171,22 @@ StatusOr<double> PeakFmaGflops(int threads, double seconds) {
   const std::string isa = PeakIsa();
   // a slightly below 1 and b small keep the chains finite and normal for any length.
   const float a = 0.999999f, b = 1e-6f;
-  // Calibrate the iterations to about `seconds` on one thread.
-  int64_t iterations = 1 << 20;
-  for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
-    volatile float sink = FmaChainValue(isa, 1.f, a, b, iterations);
-    (void)sink;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= seconds / 4 || iterations > (int64_t{1} << 40)) {
-      iterations = static_cast<int64_t>(static_cast<double>(iterations) * seconds / std::max(s, 1e-9));
-      break;
-    }
-    iterations *= 4;
-  }
-  double best = 0;
-  std::vector<float> sinks(static_cast<size_t>(threads));
-  for (int run = 0; run < 3; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    ComputePool().ParallelFor(threads, 1, [&](int64_t t0_, int64_t t1_) {
-      for (int64_t t = t0_; t < t1_; ++t) {
-        sinks[static_cast<size_t>(t)] = FmaChainValue(isa, 1.f + t, a, b, iterations);
-      }
-    });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double flop = 2.0 * kChains * LanesOf(isa) * static_cast<double>(iterations) * threads;
-    best = std::max(best, flop / s / 1e9);
-  }
-  return best;
+  return BestChainGflops(
+      threads, seconds, 2.0 * kChains * LanesOf(isa),
+      [&](float start, int64_t iterations) { return FmaChainValue(isa, start, a, b, iterations); });
+}
+
+float Bf16DotChainValue(float start, float a, int64_t iterations) {
+  return ChainBf16Dot(start, a, iterations);
+}
+
+StatusOr<double> PeakBf16DotGflops(int threads, double seconds) {
+  if (threads < 1) return InvalidArgumentError("PeakBf16DotGflops: {} threads", threads);
+  if (!DetectedIsa().avx512bf16) return UnavailableError("this CPU has no AVX512-BF16");
+  // a = 2^-20: each step adds 2^-39 per lane, so the chains stay finite for any length.
+  return BestChainGflops(threads, seconds, 64.0 * kChains, [](float start, int64_t iterations) {
+    return ChainBf16Dot(start, 0x1p-20f, iterations);
+  });
 }
 
 }  // namespace framezip::engine::ops::cpu

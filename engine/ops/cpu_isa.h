@@ -11,7 +11,7 @@
 namespace framezip::engine::ops::cpu {
 
 struct CpuIsa {
-  bool avx2 = false;    // with FMA and F16C: the engine's SIMD kernels
+  bool avx2 = false;     // with FMA and F16C: the engine's SIMD kernels
   bool avx512f = false;  // AVX-512 Foundation, with the OS saving the zmm/opmask state
   bool avx512bf16 = false;
   bool amx_bf16 = false;  // AMX tiles with bf16, with the OS saving the tile state
@@ -38,5 +38,16 @@ StatusOr<double> PeakFmaGflops(int threads, double seconds = 0.2);
 // of acc = acc · a + b on every lane of every accumulator, all accumulators starting at `start`;
 // returns one lane of the first accumulator (all lanes and accumulators hold the same value).
 float FmaChainValue(const std::string& isa, float start, float a, float b, int64_t iterations);
+
+// bf16 dot-product throughput (AVX512-BF16 `vdpbf16ps`: 16 lanes × 2 products and 2 adds = 64
+// FLOP) of `threads` threads, timed like PeakFmaGflops; UNAVAILABLE on a CPU without
+// AVX512-BF16. Whether a bf16 GEMM can beat the f32 one is the ratio of this to PeakFmaGflops:
+// on the Sapphire Rapids of issue 26 (AMX not exposed) it is 0.5, so bf16 does not pay there.
+StatusOr<double> PeakBf16DotGflops(int threads, double seconds = 0.2);
+
+// The loop PeakBf16DotGflops times, on one thread: `iterations` rounds of acc += a·a + a·a (one
+// vdpbf16ps per accumulator, `a` rounded to bf16) from acc = `start`; returns one lane of the
+// first accumulator. Requires AVX512-BF16.
+float Bf16DotChainValue(float start, float a, int64_t iterations);
 
 }  // namespace framezip::engine::ops::cpu

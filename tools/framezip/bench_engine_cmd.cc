@@ -166,6 +166,11 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   if (!peak.ok()) return fail(peak.status());
   report.Add("peak_fma_gflops_" + engine::ops::cpu::PeakIsa(), *peak, "GFLOP/s");
   report.Add("sgemm_fraction_of_peak", *sgemm / *peak, "fraction");
+  // Whether a bf16 GEMM could pay on this CPU: vdpbf16ps against the f32 FMA peak, same threads.
+  if (auto bf16 = engine::ops::cpu::PeakBf16DotGflops(engine::ComputeThreads()); bf16.ok()) {
+    report.Add("peak_bf16_dot_gflops", *bf16, "GFLOP/s");
+    report.Add("bf16_dot_over_fma_peak", *bf16 / *peak, "ratio");
+  }
 
   const engine::model::TextConfig config = engine::runtime::Qwen2_0_5BConfig();
   for (int64_t m : {512, 2048}) {

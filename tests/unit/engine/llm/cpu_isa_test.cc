@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
-#include <iostream>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -65,6 +65,25 @@ TEST_CASE("The peak-FMA loop computes its recurrence on every width this CPU has
   CHECK(std::isfinite(*gflops));
   CHECK(*gflops > 0);
   CHECK(!PeakFmaGflops(0).ok());
+}
+
+TEST_CASE("the bf16 dot-product loop adds two products per step and is timed where the CPU has it",
+          "[unit][engine][ops]") {
+  if (!DetectedIsa().avx512bf16) {
+    CHECK(PeakBf16DotGflops(1, 0.02).status().code() == absl::StatusCode::kUnavailable);
+    WARN("skipped the vdpbf16ps loop: this CPU has no AVX512-BF16");
+    return;
+  }
+  // 0.75 is exact in bf16; each step adds 2 · 0.5625, and every partial sum up to 3000 steps is
+  // exact in f32, so the loop's value is known exactly.
+  const int64_t n = 3000;
+  CHECK(Bf16DotChainValue(0.25f, 0.75f, n) == 0.25f + 1.125f * n);
+  // A value that bf16 rounds: 1 + 2^-9 has no bf16 representation and becomes 1 (round to even).
+  CHECK(Bf16DotChainValue(0.f, 1.f + 0x1p-9f, 10) == 20.f);
+  const auto gflops = PeakBf16DotGflops(1, 0.02);
+  REQUIRE(gflops.ok());
+  CHECK(*gflops > 0);
+  CHECK(!PeakBf16DotGflops(0).ok());
 }
 
 }  // namespace
