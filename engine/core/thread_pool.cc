@@ -1,6 +1,9 @@
 #include "engine/core/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -19,6 +22,24 @@ int DefaultThreadCount() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// How long a worker (or the caller) polls before sleeping: longer than the serial work between two
+// loops of a decode step, short enough that an idle pool stops burning CPU at once.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+// Polls done() with pause instructions until it is true or kSpin has passed; true if it became
+// true. The clock is read once per 64 polls.
+template <typename Done>
+bool SpinUntil(const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      _mm_pause();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
 std::mutex g_pool_mu;
 std::unique_ptr<ThreadPool> g_pool;
 int g_threads = 0;  // 0 = not chosen yet
@@ -33,7 +54,7 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -54,18 +75,22 @@ void ThreadPool::RunChunks() {
 void ThreadPool::WorkerLoop(int /*index*/) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    const auto started = [&] {
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!SpinUntil(started)) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lock, started);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     RunChunks();
-    {
+    if (active_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // The caller may be asleep on done_cv_: taking mu_ orders this after its predicate check.
       std::lock_guard<std::mutex> lock(mu_);
-      --active_workers_;
+      done_cv_.notify_one();
     }
-    done_cv_.notify_one();
   }
 }
 
@@ -89,13 +114,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     chunk_ = chunk;
     num_chunks_ = (n + chunk - 1) / chunk;
     next_chunk_ = &next;
-    active_workers_ = static_cast<int>(workers_.size());
-    ++generation_;
+    active_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    // Publishes the loop's fields to workers that poll generation_ without the lock.
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   RunChunks();
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return active_workers_ == 0; });
+  const auto done = [&] { return active_workers_.load(std::memory_order_acquire) == 0; };
+  if (!SpinUntil(done)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, done);
+  }
   fn_ = nullptr;
   next_chunk_ = nullptr;
 }
