@@ -94,6 +94,14 @@ float Dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+float Sum(const float* x, int64_t n) {
+  if (kSimd == Simd::kAvx512) return avx512::Sum(x, n);
+  if (kSimd == Simd::kAvx2) return avx2::Sum(x, n);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
 void Axpy(float alpha, const float* x, int64_t n, float* y) {
   if (kSimd == Simd::kAvx512) return avx512::Axpy(alpha, x, n, y);
   if (kSimd == Simd::kAvx2) return avx2::Axpy(alpha, x, n, y);

@@ -29,6 +29,9 @@ void ToF32(const void* src, DType dtype, int64_t n, float* dst);
 // Σ a[i]·b[i] in f32.
 float Dot(const float* a, const float* b, int64_t n);
 
+// Σ x[i] in f32 (LayerNorm's mean: a plain loop does not vectorise a float sum).
+float Sum(const float* x, int64_t n);
+
 // y[i] += alpha · x[i]
 void Axpy(float alpha, const float* x, int64_t n, float* y);
 

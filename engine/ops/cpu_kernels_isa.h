@@ -41,6 +41,7 @@ inline float ExpShifted(float s, float max) {
 #define FRAMEZIP_CPU_KERNELS_OF_ONE_ISA                                                         \
   void ToF32(const void* src, DType dtype, int64_t n, float* dst);                              \
   float Dot(const float* a, const float* b, int64_t n);                                         \
+  float Sum(const float* x, int64_t n);                                                         \
   void Axpy(float alpha, const float* x, int64_t n, float* y);                                  \
   void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K, \
                 int64_t j0, int64_t j1, float* y, int64_t ldy);                                 \

@@ -41,6 +41,20 @@ float DotSimd(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+float SumSimd(const float* x, int64_t n) {
+  constexpr int64_t L = V::kLanes;
+  typename V::Reg acc0 = V::Zero(), acc1 = V::Zero();
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    acc0 = V::Add(acc0, V::Load(x + i));
+    acc1 = V::Add(acc1, V::Load(x + i + L));
+  }
+  for (; i + L <= n; i += L) acc0 = V::Add(acc0, V::Load(x + i));
+  float s = V::HSum(V::Add(acc0, acc1));
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
 void AxpySimd(float alpha, const float* x, int64_t n, float* y) {
   const typename V::Reg va = V::Set1(alpha);
   int64_t i = 0;
@@ -350,6 +364,7 @@ void ToF32(const void* src, DType dtype, int64_t n, float* dst) {
   ToF32AnyType(src, dtype, n, dst);
 }
 float Dot(const float* a, const float* b, int64_t n) { return DotSimd(a, b, n); }
+float Sum(const float* x, int64_t n) { return SumSimd(x, n); }
 void Axpy(float alpha, const float* x, int64_t n, float* y) { AxpySimd(alpha, x, n, y); }
 void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K,
               int64_t j0, int64_t j1, float* y, int64_t ldy) {

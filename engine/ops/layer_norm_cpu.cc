@@ -28,15 +28,13 @@ Status LayerNormCpu(const Tensor& x, const Tensor& gamma, const Tensor& beta, fl
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = xp + r * d;
       float* yr = yp + r * d;
-      // Two passes (mean, then centred variance) avoid E[x²]−E[x]² cancellation.
-      float mean = 0;
-      for (int64_t i = 0; i < d; ++i) mean += xr[i];
-      mean /= static_cast<float>(d);
-      float var = 0;
-      for (int64_t i = 0; i < d; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-      var /= static_cast<float>(d);
+      // Two passes (mean, then centred variance) avoid E[x²]−E[x]² cancellation; the centred
+      // row is staged in y, and both sums go through the vectorised kernels.
+      const float mean = cpu::Sum(xr, d) / static_cast<float>(d);
+      for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] - mean;
+      const float var = cpu::Dot(yr, yr, d) / static_cast<float>(d);
       const float inv = 1.0f / std::sqrt(var + eps);
-      for (int64_t i = 0; i < d; ++i) yr[i] = (xr[i] - mean) * inv * g[i] + b[i];
+      for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] * inv * g[i] + b[i];
     }
   });
   return absl::OkStatus();

@@ -25,6 +25,7 @@ struct Kernels {
   std::string isa;
   std::function<void(const void*, DType, int64_t, float*)> to_f32;
   std::function<float(const float*, const float*, int64_t)> dot;
+  std::function<float(const float*, int64_t)> sum;
   std::function<void(float, const float*, int64_t, float*)> axpy;
   std::function<void(const float*, int64_t, int64_t, const void*, DType, int64_t, int64_t, int64_t,
                      float*, int64_t)>
@@ -35,14 +36,14 @@ struct Kernels {
 };
 
 std::vector<Kernels> KernelsOfThisCpu() {
-  std::vector<Kernels> out = {{"dispatched (" + KernelIsa() + ")", ToF32, Dot, Axpy, GemvRows,
+  std::vector<Kernels> out = {{"dispatched (" + KernelIsa() + ")", ToF32, Dot, Sum, Axpy, GemvRows,
                                ExpShiftSum, SiluMul, GeluTanh, GeluErf}};
   if (DetectedIsa().avx2) {
-    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum,
+    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Sum, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum,
                    avx2::SiluMul, avx2::GeluTanh, avx2::GeluErf});
   }
   if (DetectedIsa().avx512f) {
-    out.push_back({"avx512", avx512::ToF32, avx512::Dot, avx512::Axpy, avx512::GemvRows,
+    out.push_back({"avx512", avx512::ToF32, avx512::Dot, avx512::Sum, avx512::Axpy, avx512::GemvRows,
                    avx512::ExpShiftSum, avx512::SiluMul, avx512::GeluTanh, avx512::GeluErf});
   } else {
     WARN("SKIPPED: the AVX-512 loops (this CPU has no AVX-512F; they are tested where it has)");
@@ -102,7 +103,7 @@ TEST_CASE("ToF32 converts bf16 and f16 exactly on every ISA", "[unit][engine][op
   }
 }
 
-TEST_CASE("Dot and Axpy match f64 on every ISA", "[unit][engine][ops]") {
+TEST_CASE("Dot, Sum and Axpy match f64 on every ISA", "[unit][engine][ops]") {
   std::mt19937_64 rng(testing::TestSeed());
   for (const Kernels& k : KernelsOfThisCpu()) {
     for (int64_t n : {1, 7, 8, 16, 31, 32, 33, 896, 4867}) {
@@ -114,6 +115,12 @@ TEST_CASE("Dot and Axpy match f64 on every ISA", "[unit][engine][ops]") {
         magnitude += std::abs(double{a[i]} * b[i]);
       }
       CHECK(std::abs(k.dot(a.data(), b.data(), n) - want) <= 1e-6 * magnitude + 1e-30);
+      double sum = 0, sum_magnitude = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        sum += a[i];
+        sum_magnitude += std::abs(double{a[i]});
+      }
+      CHECK(std::abs(k.sum(a.data(), n) - sum) <= 1e-6 * sum_magnitude + 1e-30);
       std::vector<float> y = b;
       const float alpha = 0.37f;
       k.axpy(alpha, a.data(), n, y.data());
