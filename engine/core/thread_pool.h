@@ -12,9 +12,10 @@
 //
 // Waiting: a decode step issues a few hundred short loops back to back, and a futex sleep and
 // wake-up per loop (tens of microseconds on a virtual machine) was 8 % of a batch-1 step's CPU
-// time and more of its wall time (bench/RESULTS.md). So workers spin for a short while
-// (kSpinMicros) on the loop counter before sleeping on the condition variable, and the caller
-// spins on the workers' count before sleeping, as OpenMP runtimes do; an idle pool still sleeps.
+// time and more of its wall time (bench/RESULTS.md). So workers poll the loop counter for up to
+// 200 µs (kSpin in thread_pool.cc) before sleeping on the condition variable, and the caller polls
+// the workers' count before sleeping, as OpenMP runtimes do; the pollers yield the core every few
+// microseconds, so other threads of the process (the server's) still run, and an idle pool sleeps.
 #pragma once
 
 #include <atomic>

@@ -42,7 +42,8 @@ float FmaChainValue(const std::string& isa, float start, float a, float b, int64
 // bf16 dot-product throughput (AVX512-BF16 `vdpbf16ps`: 16 lanes × 2 products and 2 adds = 64
 // FLOP) of `threads` threads, timed like PeakFmaGflops; UNAVAILABLE on a CPU without
 // AVX512-BF16. Whether a bf16 GEMM can beat the f32 one is the ratio of this to PeakFmaGflops:
-// on the Sapphire Rapids of issue 26 (AMX not exposed) it is 0.5, so bf16 does not pay there.
+// on a Sapphire Rapids-class VM that does not expose AMX it was 0.54, so bf16 does not pay
+// there (docs/cpu-backend.md).
 StatusOr<double> PeakBf16DotGflops(int threads, double seconds = 0.2);
 
 // The loop PeakBf16DotGflops times, on one thread: `iterations` rounds of acc += a·a + a·a (one
