@@ -1,7 +1,7 @@
 // The store's metric events, behind an interface so the core store counts without depending on
 // an exporter. The daemon and the server plug in PrometheusStoreMetrics
-// (kvstore/prometheus_metrics.h, framezip_kv_* names, ARCHITECTURE.md §5); tests and benches use
-// the no-op default.
+// (kvstore/prometheus_metrics.h, framezip_kv_* names, docs/architecture.md §5); tests and
+// benches use the no-op default.
 //
 // Thread-safety: implementations must accept calls from any thread concurrently; calls are made
 // with tier locks held, so they must be cheap and must not call back into the store.

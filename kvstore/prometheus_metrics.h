@@ -1,4 +1,4 @@
-// StoreMetrics on prometheus-cpp: the framezip_kv_* metric set (ARCHITECTURE.md §5, PEERS.md §6.4).
+// StoreMetrics on prometheus-cpp: the framezip_kv_* metric set (docs/architecture.md §5).
 //
 //   framezip_kv_bytes{tier,precision}            gauge    resident bytes (Redis: written by us)
 //   framezip_kv_blocks{tier,precision}           gauge    resident blocks

@@ -1,4 +1,4 @@
-// framezip-server: the gRPC front of framezip (ARCHITECTURE.md §5).
+// framezip-server: the gRPC front of framezip (docs/architecture.md §5).
 //
 // Serves framezip.v1.VideoChat, grpc.health.v1 and reflection; Prometheus metrics on their own
 // port; drains on SIGTERM (health NOT_SERVING, new turns UNAVAILABLE, in-flight turns finish

@@ -1,5 +1,5 @@
-// Prometheus metrics of the server (ARCHITECTURE.md §5), with vLLM's meanings under a framezip_
-// prefix, served at /metrics on their own port. Every series has the label model_name.
+// Prometheus metrics of the server (docs/architecture.md §5), with vLLM's meanings under a
+// framezip_ prefix, served at /metrics on their own port. Every series has the label model_name.
 //
 //   framezip_time_to_first_token_seconds   histogram, from the request's arrival
 //   framezip_inter_token_latency_seconds   histogram, one sample per generated token after the

@@ -1,6 +1,7 @@
 // The media stage's preprocessing spec for a model: the engine's preprocessor_config.json (size,
 // rescale, mean/std, resample) turned into media::PreprocessSpec. Lives in server/ because it is
-// the one module that may see both engine and media (ARCHITECTURE.md §2); the CLI uses it too.
+// the one module that may see both engine and media (docs/architecture.md §2); the CLI uses it
+// too.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// The common output of `framezip bench SUITE` (ARCHITECTURE.md §6): human-readable lines while
-// running, then — with --json — one JSON object as the last line of stdout:
+// The common output of `framezip bench SUITE` (docs/architecture.md §6): human-readable lines
+// while running, then — with --json — one JSON object as the last line of stdout:
 //   {"suite", "machine": {"cpu", "isa", "kernels", "blas_core", "threads", "gpu"},
 //    "results": [{"name", "value", "unit", "target"?, "ok"?}]}
 // A result that has a target in an issue carries it, and "ok" says whether it was met

@@ -2,7 +2,7 @@
 // task, per frame count and overall, token and time totals, kept ratios and teacher-forced
 // agreement, and rendered as a readable table or as the one-line JSON object of --json.
 //
-// JSON schema (ARCHITECTURE.md §6; fractions in [0, 1], times in ms unless named seconds):
+// JSON schema (docs/architecture.md §6; fractions in [0, 1], times in ms unless named seconds):
 //   {"suite", "split", "model", "policy", "items", "accuracy",
 //    "tasks": {task: accuracy},
 //    "per_task": {task: {"items", "correct", "accuracy", "prompt_tokens", "generated_tokens",

@@ -1,5 +1,5 @@
-// framezip: the command-line tool. One binary, one subcommand per job (ARCHITECTURE.md §6); each
-// subcommand lives in its own file and registers in kSubcommands below.
+// framezip: the command-line tool. One binary, one subcommand per job (docs/architecture.md §6);
+// each subcommand lives in its own file and registers in kSubcommands below.
 #include <cstdio>
 #include <cstring>
 #include <string>

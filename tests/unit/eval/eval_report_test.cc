@@ -1,5 +1,5 @@
 // The report's arithmetic on a known answer set: accuracy per task, per frame count and overall,
-// token and kept-ratio means, agreement totals, and the JSON keys ARCHITECTURE.md §6 names.
+// token and kept-ratio means, agreement totals, and the JSON keys docs/architecture.md §6 names.
 #include "tools/eval/eval_report.h"
 
 #include <catch2/catch.hpp>

@@ -1,6 +1,7 @@
-// Per-turn compression stats (ARCHITECTURE.md §5) from a real turn of the tiny video model: per
-// layer kept ratio, selection time, KV bytes by page format and the ratio to f16 — for zipvl (mixed
-// 4/2-bit pages, ratios below 1) against none (f16 only, ratio ~1, every layer keeps everything).
+// Per-turn compression stats (docs/architecture.md §5) from a real turn of the tiny video model:
+// per layer kept ratio, selection time, KV bytes by page format and the ratio to f16 — for zipvl
+// (mixed 4/2-bit pages, ratios below 1) against none (f16 only, ratio ~1, every layer keeps
+// everything).
 #include <catch2/catch.hpp>
 #include <numeric>
 
