@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
+#include "engine/ops/gemm_amx.h"
 
 namespace framezip::engine::ops::cpu {
 namespace {
@@ -187,6 +188,14 @@ StatusOr<double> PeakBf16DotGflops(int threads, double seconds) {
   return BestChainGflops(threads, seconds, 64.0 * kChains, [](float start, int64_t iterations) {
     return ChainBf16Dot(start, 0x1p-20f, iterations);
   });
+}
+
+StatusOr<double> PeakAmxBf16Gflops(int threads, double seconds) {
+  if (threads < 1) return InvalidArgumentError("PeakAmxBf16Gflops: {} threads", threads);
+  if (!AmxBf16Ready()) return UnavailableError("this CPU or OS offers no AMX-BF16");
+  return BestChainGflops(
+      threads, seconds, 4.0 * 16 * 16 * 32 * 2,
+      [](float start, int64_t iterations) { return AmxTileChainValue(start, iterations); });
 }
 
 }  // namespace framezip::engine::ops::cpu

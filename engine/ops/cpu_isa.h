@@ -51,4 +51,9 @@ StatusOr<double> PeakBf16DotGflops(int threads, double seconds = 0.2);
 // first accumulator. Requires AVX512-BF16.
 float Bf16DotChainValue(float start, float a, int64_t iterations);
 
+// TDPBF16PS throughput of `threads` threads running four independent tile accumulations (16 rows
+// × 16 columns × 32 products = 16384 FLOP each), timed like PeakFmaGflops: the ceiling of the AMX
+// GEMM (gemm_amx.h). UNAVAILABLE where the CPU or the OS offers no AMX-BF16.
+StatusOr<double> PeakAmxBf16Gflops(int threads, double seconds = 0.2);
+
 }  // namespace framezip::engine::ops::cpu
