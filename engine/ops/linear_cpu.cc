@@ -1,6 +1,7 @@
-// Linear on the CPU: tiles of the weight converted to f32 + OpenBLAS sgemm for many rows, the
-// GEMV kernel of cpu_kernels.cc for few rows. Parallel over output tiles on ComputePool();
-// OpenBLAS itself runs single-threaded inside each task.
+// Linear on the CPU: for many rows, the AMX bf16 GEMM (gemm_amx.h) where the weight is bf16 and
+// the CPU has AMX, else tiles of the weight converted to f32 + OpenBLAS sgemm; the GEMV kernel
+// of cpu_kernels.cc for few rows. Parallel over output tiles on ComputePool(); OpenBLAS itself
+// runs single-threaded inside each task.
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_backends.h"
 #include "engine/ops/cpu_kernels.h"
+#include "engine/ops/gemm_amx.h"
 #include "engine/ops/linear.h"
 
 namespace framezip::engine::ops {
@@ -19,6 +21,11 @@ namespace {
 // are then ~1/(2·256) of the multiply-adds.
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
+
+// Columns of W per task of the AMX path: a packed [128, K] strip of W (224 KiB at K = 896) stays
+// in L2 while every 32-row strip of x passes it; 64 and 256 were slower on a Sapphire Rapids
+// core (docs/cpu-backend.md).
+constexpr int64_t kAmxTileN = 128;
 
 void AddBias(const Tensor& bias, int64_t m0, int64_t m1, int64_t j0, int64_t j1, float* y,
              int64_t n) {
@@ -31,6 +38,45 @@ void AddBias(const Tensor& bias, int64_t m0, int64_t m1, int64_t j0, int64_t j1,
     float* row = y + m * n + j0;
     for (int64_t j = 0; j < j1 - j0; ++j) row[j] += b[static_cast<size_t>(j)];
   }
+}
+
+// x is packed (rounded to bf16) once by all threads; then each task packs its kAmxTileN columns
+// of W and multiplies them with a range of rows. Rows are split only when W has too few column
+// tiles to keep every thread busy (k_proj, v_proj).
+void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+               const Tensor& bias, float* y) {
+  ThreadPool& pool = ComputePool();
+  thread_local std::vector<uint16_t> x_packed_buffer;  // the caller's, reused across calls
+  x_packed_buffer.resize(static_cast<size_t>(cpu::AmxPackedRowsSize(m, k)));
+  uint16_t* x_packed = x_packed_buffer.data();
+  const int64_t row_blocks16 = (m + 31) / 32 * 2;  // x is padded to whole 32-row blocks
+  pool.ParallelFor(row_blocks16, 4, [&](int64_t b0, int64_t b1) {
+    cpu::PackRowsForAmx(x, m, k, k, b0, b1, x_packed);
+  });
+
+  const int64_t tiles_n = (n + kAmxTileN - 1) / kAmxTileN;
+  const int64_t row_steps = (m + 31) / 32;
+  const int64_t tiles_m =
+      std::clamp<int64_t>((4 * pool.num_threads() + tiles_n - 1) / tiles_n, 1, row_steps);
+  const int64_t rows_per_tile = (row_steps + tiles_m - 1) / tiles_m * 32;
+  pool.ParallelFor(tiles_n * tiles_m, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<uint16_t> w_packed;
+    int64_t packed_tile = -1;
+    for (int64_t t = t0; t < t1; ++t) {
+      // Consecutive tasks share a column tile, so a thread packs each tile once per chunk.
+      const int64_t tn = t / tiles_m, tm = t % tiles_m;
+      const int64_t j0 = tn * kAmxTileN, j1 = std::min(n, j0 + kAmxTileN);
+      const int64_t m0 = tm * rows_per_tile, m1 = std::min(m, m0 + rows_per_tile);
+      if (m0 >= m) continue;
+      if (packed_tile != tn) {
+        w_packed.resize(static_cast<size_t>(cpu::AmxPackedColumnsSize(j1 - j0, k)));
+        cpu::PackBf16ColumnsForAmx(w + j0 * k, j1 - j0, k, k, w_packed.data());
+        packed_tile = tn;
+      }
+      cpu::AmxGemm(x_packed, m0, m1, w_packed.data(), j1 - j0, k, y + j0, n);
+      AddBias(bias, m0, m1, j0, j1, y, n);
+    }
+  });
 }
 
 }  // namespace
@@ -52,6 +98,11 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
       cpu::GemvRows(xp, m, k, wp, wdt, k, j0, j1, yp, n);
       AddBias(bias, 0, m, j0, j1, yp, n);
     });
+    return absl::OkStatus();
+  }
+
+  if (wdt == DType::kBF16 && cpu::AmxGemmEnabled()) {
+    LinearAmx(xp, m, k, reinterpret_cast<const uint16_t*>(wp), n, bias, yp);
     return absl::OkStatus();
   }
 

@@ -4,6 +4,8 @@
 // exactly, physical pruning from sparse_layer on (per-layer KV lengths, original positions,
 // stats), forced text gating halving KV growth in layers >= sparse_layer, snapshot and restore,
 // and batched / mixed steps equal to separate ones.
+#include "engine/compress/dynamic_llava.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -13,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/compress/dynamic_llava.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_codec.h"
 #include "engine/model/safetensors.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/predictor_loading.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/f32_gemm.h"
 #include "tests/testing/shipped_model.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tiny_decoder.h"
@@ -28,9 +30,6 @@ namespace framezip::engine {
 namespace {
 
 std::filesystem::path ModelDir() { return testing::SourceDir() / "models/framezip-tiny-video"; }
-
-
-
 
 // The conversation's KV as decoded pages per layer (one export of everything).
 std::vector<kv::DecodedLayer> KvLayers(const runtime::Engine& eng, const runtime::Conversation& c) {
@@ -146,9 +145,9 @@ TEST_CASE("dynamic_llava's pruned prefill matches transformers with the pruning 
   // The same rows stayed: every text row and the golden's kept visual rows, at their positions.
   std::vector<int32_t> stayed;
   for (int64_t r = 0; r < t; ++r) {
-    const bool kept = std::find(kept_rows.data<int32_t>(),
-                                kept_rows.data<int32_t>() + kept_rows.numel(),
-                                static_cast<int32_t>(r)) != kept_rows.data<int32_t>() + kept_rows.numel();
+    const bool kept =
+        std::find(kept_rows.data<int32_t>(), kept_rows.data<int32_t>() + kept_rows.numel(),
+                  static_cast<int32_t>(r)) != kept_rows.data<int32_t>() + kept_rows.numel();
     if (!visual[static_cast<size_t>(r)] || kept) stayed.push_back(static_cast<int32_t>(r));
   }
   CHECK((*seq)->kv.positions(2) == stayed);
@@ -168,13 +167,12 @@ TEST_CASE("dynamic_llava refuses without predictors and rejects bad options",
   auto refused = (*plain)->NewConversation("dynamic_llava");
   REQUIRE_FALSE(refused.ok());
   CHECK(absl::IsFailedPrecondition(refused.status()));
-  CHECK_THAT(std::string(refused.status().message()),
-             Catch::Contains("predictors.safetensors"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("predictors.safetensors"));
 
   runtime::Engine& eng = testing::ShippedEngine();
-  for (const char* spec : {"dynamic_llava:vision_keep=0", "dynamic_llava:vision_keep=1.5",
-                           "dynamic_llava:select=best", "dynamic_llava:bits=8",
-                           "dynamic_llava:text_keep=2", "dynamic_llava:colour=red"}) {
+  for (const char* spec :
+       {"dynamic_llava:vision_keep=0", "dynamic_llava:vision_keep=1.5", "dynamic_llava:select=best",
+        "dynamic_llava:bits=8", "dynamic_llava:text_keep=2", "dynamic_llava:colour=red"}) {
     INFO(spec);
     auto c = eng.NewConversation(spec);
     REQUIRE_FALSE(c.ok());
@@ -188,7 +186,8 @@ TEST_CASE("dynamic_llava refuses without predictors and rejects bad options",
 TEST_CASE("dynamic_llava with vision_keep = 1 and gating off is exactly none",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 6;
   opt.ignore_eos = true;
@@ -217,7 +216,8 @@ TEST_CASE("dynamic_llava with vision_keep = 1 and gating off is exactly none",
 TEST_CASE("dynamic_llava removes the unkept visual rows from sparse_layer on",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 4;
   opt.ignore_eos = true;
@@ -230,8 +230,8 @@ TEST_CASE("dynamic_llava removes the unkept visual rows from sparse_layer on",
   CHECK(st.layer_visual_tokens == std::vector<int64_t>{visual, visual, kept, kept});
   CHECK(st.selection_overhead_ms > 0);
   // Two of four layers run without the 20 removed rows.
-  const double ratio = 2.0 * static_cast<double>(visual - kept) /
-                       (4.0 * static_cast<double>(st.prefilled_tokens));
+  const double ratio =
+      2.0 * static_cast<double>(visual - kept) / (4.0 * static_cast<double>(st.prefilled_tokens));
   CHECK(st.prefill_flops_saved_ratio == Approx(ratio));
   CHECK(st.prefill_flops_saved > 0);
 
@@ -258,7 +258,8 @@ TEST_CASE("dynamic_llava removes the unkept visual rows from sparse_layer on",
 TEST_CASE("dynamic_llava with bits=4 stores what it keeps in int4 pages, KIVI-style",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 3;
   opt.ignore_eos = true;
@@ -283,7 +284,8 @@ TEST_CASE("dynamic_llava with bits=4 stores what it keeps in int4 pages, KIVI-st
 TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later layers",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 21;  // 20 of them are fed back as decode steps
   opt.ignore_eos = true;
@@ -300,15 +302,15 @@ TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later l
   CHECK(static_cast<int64_t>(LayerPositions(layers[0]).size()) == prompt + 20);
   CHECK(static_cast<int64_t>(LayerPositions(layers[1]).size()) == prompt + 20);
   for (size_t l = 2; l < layers.size(); ++l) {
-    CHECK(static_cast<int64_t>(LayerPositions(layers[l]).size()) ==
-          prompt - visual_removed + 10);
+    CHECK(static_cast<int64_t>(LayerPositions(layers[l]).size()) == prompt - visual_removed + 10);
   }
 }
 
 TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and continues alike",
           "[unit][engine][compress]") {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(6, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 5;
   opt.ignore_eos = true;
@@ -337,6 +339,7 @@ TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and 
 
 TEST_CASE("dynamic_llava in batched prefill and mixed steps equals separate runs",
           "[unit][engine][compress]") {
+  testing::ScopedF32Gemm f32_gemm;  // batch shapes: see f32_gemm.h
   runtime::Engine& eng = testing::ShippedEngine();
   const llm::Decoder& dec = eng.decoder();
   const int64_t hid = dec.shape().hidden;

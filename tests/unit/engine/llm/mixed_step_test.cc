@@ -15,6 +15,7 @@
 #include "engine/llm/random_weights.h"
 #include "engine/ops/linear.h"
 #include "engine/runtime/decoder_loading.h"
+#include "tests/testing/f32_gemm.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 
@@ -180,9 +181,9 @@ void CheckAgainstSeparateCalls(std::vector<Case> cases, bool small_steps) {
         continue;
       }
       // Quantized after sgemm: a value whose f32 rounding differs may land on the neighbouring
-      // level, and deeper layers' inputs carry those flips, so a few values per row differ. Per row,
-      // the largest difference over the row's largest value (at least 1) stays small (0 failures
-      // over 300 seeds at 0.25); a wrong row or position differs by about its own size.
+      // level, and deeper layers' inputs carry those flips, so a few values per row differ. Per
+      // row, the largest difference over the row's largest value (at least 1) stays small (0
+      // failures over 300 seeds at 0.25); a wrong row or position differs by about its own size.
       const size_t dim = static_cast<size_t>(config.kv_dim());
       double worst_k = 0, worst_v = 0;
       for (size_t row = 0; row < n / dim; ++row) {
@@ -214,6 +215,7 @@ void CheckAgainstSeparateCalls(std::vector<Case> cases, bool small_steps) {
 // steps. kivi quantizes: int2 prefill pages, and a decode residual window of 4 tokens requantised
 // during the steps.
 TEST_CASE("MixedStep equals separate PrefillBatch and DecodeStep calls", "[unit][engine][llm]") {
+  testing::ScopedF32Gemm f32_gemm;  // batch shapes: see f32_gemm.h
   std::vector<Case> cases = {
       {"none", 11, {0, 0, 0, 0}},
       {"kivi:window=4", 20, {0, 0, 0, 0, 0}},

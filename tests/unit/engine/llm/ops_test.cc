@@ -8,6 +8,7 @@
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/embedding.h"
+#include "engine/ops/gemm_amx.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/rms_norm.h"
@@ -23,25 +24,36 @@ using test::MakeEmpty;
 using test::MakeRandom;
 using test::RequireClose;
 
-TEST_CASE("Linear matches f64 for f32/bf16/f16 weights, GEMV and sgemm paths",
+TEST_CASE("Linear matches f64 for f32/bf16/f16 weights, GEMV, sgemm and AMX paths",
           "[unit][engine][ops]") {
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const DType wdtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16);
   const int64_t m = GENERATE(1, 3, 5, 16, 17, 300);
   const bool with_bias = GENERATE(false, true);
+  const bool amx_allowed = GENERATE(true, false);
   const int64_t n = 300, k = 133;  // N spans two sgemm tiles; K has a SIMD tail
-  CAPTURE(DTypeName(wdtype), m, with_bias);
+  ops::cpu::SetAmxGemmEnabled(amx_allowed);
+  // The AMX path (bf16 weights, many rows, an AMX CPU) rounds x to bf16 first: its reference
+  // sees the rounded x, so the other paths' exact x would fail it, and the reverse.
+  const bool amx = amx_allowed && ops::cpu::AmxGemmEnabled() && wdtype == DType::kBF16 &&
+                   m > ops::kLinearGemvMaxRows;
+  CAPTURE(DTypeName(wdtype), m, with_bias, amx);
   auto x = MakeRandom({m, k}, DType::kF32, rng);
   auto w = MakeRandom({n, k}, wdtype, rng, 0.2f);
   auto b = MakeRandom({n}, wdtype, rng);
   Tensor y = MakeEmpty({m, n});
-  REQUIRE(ops::Linear(x.tensor, w.tensor, with_bias ? b.tensor : Tensor(), y).ok());
+  const Status status = ops::Linear(x.tensor, w.tensor, with_bias ? b.tensor : Tensor(), y);
+  ops::cpu::SetAmxGemmEnabled(true);
+  REQUIRE(status.ok());
   std::vector<double> want(static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double s = with_bias ? b.values[j] : 0;
-      for (int64_t kk = 0; kk < k; ++kk) s += x.values[i * k + kk] * w.values[j * k + kk];
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double xv = x.values[i * k + kk];
+        s += (amx ? BF16ToF32(F32ToBF16(static_cast<float>(xv))) : xv) * w.values[j * k + kk];
+      }
       want[i * n + j] = s;
     }
   }

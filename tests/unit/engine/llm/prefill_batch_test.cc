@@ -1,8 +1,8 @@
 // Decoder::PrefillBatch (continuous batching's one-pass prefill of several sequences) against
 // separate Decoder::Prefill calls on twin sequences: same logits, same KV contents, same policy
 // statistics, for sequences of different lengths, cached prefixes, chunking and policies.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
 #include "engine/runtime/decoder_loading.h"
+#include "tests/testing/f32_gemm.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 
@@ -44,6 +45,7 @@ double RelativeError(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("PrefillBatch equals separate prefills: logits, KV and policy stats",
           "[unit][engine][llm]") {
+  testing::ScopedF32Gemm f32_gemm;  // batch shapes: see f32_gemm.h
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();
