@@ -6,9 +6,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/device.h"
 #include "engine/ops/blas_core.h"
 #include "engine/ops/cpu_isa.h"
-#include "engine/core/device.h"
+#include "engine/ops/gemm_amx.h"
 
 namespace framezip::bench {
 
@@ -29,6 +30,7 @@ Machine DetectMachine() {
   m.isa = engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa());
   m.kernels = engine::ops::cpu::KernelIsa();
   m.blas_core = engine::ops::cpu::BlasCoreName();
+  m.bf16_gemm = engine::ops::cpu::Bf16GemmPath();
   return m;
 }
 
@@ -54,16 +56,16 @@ std::string Report::Json() const {
     }
     results.push_back(j);
   }
-  nlohmann::json out = {
-      {"suite", suite_},
-      {"machine",
-       {{"cpu", machine_.cpu},
-        {"isa", machine_.isa},
-        {"kernels", machine_.kernels},
-        {"blas_core", machine_.blas_core},
-        {"threads", machine_.threads},
-        {"gpu", machine_.gpu}}},
-      {"results", results}};
+  nlohmann::json out = {{"suite", suite_},
+                        {"machine",
+                         {{"cpu", machine_.cpu},
+                          {"isa", machine_.isa},
+                          {"kernels", machine_.kernels},
+                          {"blas_core", machine_.blas_core},
+                          {"bf16_gemm", machine_.bf16_gemm},
+                          {"threads", machine_.threads},
+                          {"gpu", machine_.gpu}}},
+                        {"results", results}};
   return out.dump();
 }
 

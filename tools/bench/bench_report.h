@@ -1,6 +1,6 @@
 // The common output of `framezip bench SUITE` (docs/architecture.md §6): human-readable lines
 // while running, then — with --json — one JSON object as the last line of stdout:
-//   {"suite", "machine": {"cpu", "isa", "kernels", "blas_core", "threads", "gpu"},
+//   {"suite", "machine": {"cpu", "isa", "kernels", "blas_core", "bf16_gemm", "threads", "gpu"},
 //    "results": [{"name", "value", "unit", "target"?, "ok"?}]}
 // A result that has a target in an issue carries it, and "ok" says whether it was met
 // (value >= target for higher-is-better figures, value <= target for lower-is-better ones).
@@ -13,12 +13,13 @@
 namespace framezip::bench {
 
 struct Machine {
-  std::string cpu;  // /proc/cpuinfo model name
-  int threads = 0;  // threads the benchmark used
-  std::string gpu;  // "none" or the CUDA device description
+  std::string cpu;        // /proc/cpuinfo model name
+  int threads = 0;        // threads the benchmark used
+  std::string gpu;        // "none" or the CUDA device description
   std::string isa;        // the CPU's vector features (engine/ops/cpu_isa.h)
   std::string kernels;    // the ISA the engine's CPU kernels dispatch to on it
   std::string blas_core;  // the OpenBLAS kernel set its sgemm runs (engine/ops/blas_core.h)
+  std::string bf16_gemm;  // Linear's many-row path for bf16 weights (engine/ops/gemm_amx.h)
 };
 
 // The CPU model name and the GPU summary of this machine (threads left 0 for the caller).

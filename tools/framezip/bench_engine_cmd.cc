@@ -4,7 +4,8 @@
 //   - the physical compute ceiling: f32 FMA GFLOP/s of independent FMAs on the widest vector unit
 //     (engine/ops/cpu_isa.h), and sgemm and the prefill GEMMs as fractions of it;
 //   - prefill GEMM GFLOP/s at the decoder's Linear shapes (bf16 weights) as a fraction of sgemm
-//     (target >= 0.70), and prefill tokens/s at 512 and 2048 tokens;
+//     (target >= 0.70), and prefill tokens/s at 512 and 2048 tokens; on a CPU with AMX also the
+//     TDPBF16PS peak, and the AMX GEMM next to the sgemm path it replaces, timed alternately;
 //   - decode GEMV GFLOP/s at 16 rows (the hand-written kernel on its ISA) as a fraction of peak;
 //   - decode tokens/s at batch 1, 8 and 16, and 16 over 1 (continuous batching's gain, target
 //     >= 4); batch-1 weight bytes per step / time as a fraction of the bandwidth (target >= 0.60);
@@ -22,6 +23,7 @@
 #include "engine/llm/random_weights.h"
 #include "engine/ops/cpu_isa.h"
 #include "engine/ops/cpu_kernels.h"
+#include "engine/ops/gemm_amx.h"
 #include "engine/ops/linear.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/vision/vision_bench.h"
@@ -171,6 +173,15 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     report.Add("peak_bf16_dot_gflops", *bf16, "GFLOP/s");
     report.Add("bf16_dot_over_fma_peak", *bf16 / *peak, "ratio");
   }
+  const bool amx = engine::ops::cpu::AmxGemmEnabled();
+  double amx_peak = 0;
+  if (amx) {
+    auto p = engine::ops::cpu::PeakAmxBf16Gflops(engine::ComputeThreads());
+    if (!p.ok()) return fail(p.status());
+    amx_peak = *p;
+    report.Add("peak_amx_bf16_gflops", amx_peak, "GFLOP/s");
+    report.Add("amx_over_fma_peak", amx_peak / *peak, "ratio");
+  }
 
   const engine::model::TextConfig config = engine::runtime::Qwen2_0_5BConfig();
   for (int64_t m : {512, 2048}) {
@@ -178,7 +189,17 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     if (!g.ok()) return fail(g.status());
     report.Add(fmt::format("prefill_gemm_gflops_{}", m), *g, "GFLOP/s");
     report.Add(fmt::format("prefill_gemm_fraction_of_sgemm_{}", m), *g / *sgemm, "fraction", 0.70);
-    report.Add(fmt::format("prefill_gemm_fraction_of_peak_{}", m), *g / *peak, "fraction");
+    // A fraction of the peak of the unit that ran it: the tile unit's where Linear used AMX.
+    report.Add(fmt::format("prefill_gemm_fraction_of_peak_{}", m), *g / (amx ? amx_peak : *peak),
+               "fraction");
+    if (!amx) continue;
+    // The same shapes on the f32 sgemm path that the AMX kernel replaces, right after it.
+    engine::ops::cpu::SetAmxGemmEnabled(false);
+    auto f32 = PrefillGemmGflops(config, m);
+    engine::ops::cpu::SetAmxGemmEnabled(true);
+    if (!f32.ok()) return fail(f32.status());
+    report.Add(fmt::format("prefill_gemm_gflops_sgemm_path_{}", m), *f32, "GFLOP/s");
+    report.Add(fmt::format("prefill_gemm_amx_over_sgemm_path_{}", m), *g / *f32, "x");
   }
 
   auto gemv = DecodeGemvGflops(config, 16);

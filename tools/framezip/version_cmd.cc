@@ -3,6 +3,7 @@
 #include "engine/core/device.h"
 #include "engine/ops/blas_core.h"
 #include "engine/ops/cpu_isa.h"
+#include "engine/ops/gemm_amx.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
 
@@ -19,6 +20,8 @@ int RunVersion(const std::vector<std::string>& args) {
               engine::ops::cpu::IsaFeatures(engine::ops::cpu::DetectedIsa()).c_str(),
               engine::ops::cpu::KernelIsa().c_str());
   std::printf("BLAS: OpenBLAS, %s kernels\n", engine::ops::cpu::BlasCoreName().c_str());
+  // Linear's many-row GEMM for bf16 weights: AMX tiles (x rounded to bf16) or f32 sgemm.
+  std::printf("bf16 GEMM: %s\n", engine::ops::cpu::Bf16GemmPath().c_str());
   return 0;
 }
 
