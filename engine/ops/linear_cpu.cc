@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
@@ -40,6 +41,38 @@ void AddBias(const Tensor& bias, int64_t m0, int64_t m1, int64_t j0, int64_t j1,
   }
 }
 
+// The calling thread's buffer for its prepared tile of W (packed bf16 or widened f32), kept
+// across calls so that a prefill does not allocate per tile.
+template <typename T>
+std::vector<T>& ThreadBuffer() {
+  thread_local std::vector<T> buffer;
+  return buffer;
+}
+
+// Splits y [m, n] into tiles of rows_per_tile × cols_per_tile over ComputePool() and calls
+// multiply(m0, m1, j0, j1) for each. Tasks are numbered column tile first, so consecutive tasks
+// share a column tile of W: a thread calls prepare_columns(j0, j1) (convert or pack that tile
+// into its own buffer) once per run of tasks on the same tile, not once per task.
+void ForEachOutputTile(int64_t m, int64_t n, int64_t rows_per_tile, int64_t cols_per_tile,
+                       const std::function<void(int64_t, int64_t)>& prepare_columns,
+                       const std::function<void(int64_t, int64_t, int64_t, int64_t)>& multiply) {
+  const int64_t tiles_m = (m + rows_per_tile - 1) / rows_per_tile;
+  const int64_t tiles_n = (n + cols_per_tile - 1) / cols_per_tile;
+  ComputePool().ParallelFor(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
+    int64_t prepared_tile = -1;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t tn = t / tiles_m, tm = t % tiles_m;
+      const int64_t j0 = tn * cols_per_tile, j1 = std::min(n, j0 + cols_per_tile);
+      const int64_t m0 = tm * rows_per_tile, m1 = std::min(m, m0 + rows_per_tile);
+      if (prepared_tile != tn) {
+        prepare_columns(j0, j1);
+        prepared_tile = tn;
+      }
+      multiply(m0, m1, j0, j1);
+    }
+  });
+}
+
 // x is packed (rounded to bf16) once by all threads; then each task packs its kAmxTileN columns
 // of W and multiplies them with a range of rows. Rows are split only when W has too few column
 // tiles to keep every thread busy (k_proj, v_proj).
@@ -59,24 +92,17 @@ void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t 
   const int64_t tiles_m =
       std::clamp<int64_t>((4 * pool.num_threads() + tiles_n - 1) / tiles_n, 1, row_steps);
   const int64_t rows_per_tile = (row_steps + tiles_m - 1) / tiles_m * 32;
-  pool.ParallelFor(tiles_n * tiles_m, 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<uint16_t> w_packed;
-    int64_t packed_tile = -1;
-    for (int64_t t = t0; t < t1; ++t) {
-      // Consecutive tasks share a column tile, so a thread packs each tile once per chunk.
-      const int64_t tn = t / tiles_m, tm = t % tiles_m;
-      const int64_t j0 = tn * kAmxTileN, j1 = std::min(n, j0 + kAmxTileN);
-      const int64_t m0 = tm * rows_per_tile, m1 = std::min(m, m0 + rows_per_tile);
-      if (m0 >= m) continue;
-      if (packed_tile != tn) {
+  ForEachOutputTile(
+      m, n, rows_per_tile, kAmxTileN,
+      [&](int64_t j0, int64_t j1) {
+        std::vector<uint16_t>& w_packed = ThreadBuffer<uint16_t>();
         w_packed.resize(static_cast<size_t>(cpu::AmxPackedColumnsSize(j1 - j0, k)));
         cpu::PackBf16ColumnsForAmx(w + j0 * k, j1 - j0, k, k, w_packed.data());
-        packed_tile = tn;
-      }
-      cpu::AmxGemm(x_packed, m0, m1, w_packed.data(), j1 - j0, k, y + j0, n);
-      AddBias(bias, m0, m1, j0, j1, y, n);
-    }
-  });
+      },
+      [&](int64_t m0, int64_t m1, int64_t j0, int64_t j1) {
+        cpu::AmxGemm(x_packed, m0, m1, ThreadBuffer<uint16_t>().data(), j1 - j0, k, y + j0, n);
+        AddBias(bias, m0, m1, j0, j1, y, n);
+      });
 }
 
 }  // namespace
@@ -107,34 +133,23 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
   }
 
   cpu::EnsureBlasSingleThreaded();
-  const int64_t tiles_m = (m + kTileM - 1) / kTileM;
-  const int64_t tiles_n = (n + kTileN - 1) / kTileN;
-  pool.ParallelFor(tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> wtile;
-    int64_t converted_tile = -1;
-    for (int64_t t = t0; t < t1; ++t) {
-      // Consecutive tasks share an N tile, so a thread converts each tile once per chunk.
-      const int64_t tn = t / tiles_m, tm = t % tiles_m;
-      const int64_t j0 = tn * kTileN, j1 = std::min(n, j0 + kTileN);
-      const int64_t m0 = tm * kTileM, m1 = std::min(m, m0 + kTileM);
-      const float* wf;
-      if (wdt == DType::kF32) {
-        wf = reinterpret_cast<const float*>(wp) + j0 * k;
-      } else {
-        if (converted_tile != tn) {
-          wtile.resize(static_cast<size_t>(kTileN * k));
-          cpu::ToF32(wp + j0 * k * welem, wdt, (j1 - j0) * k, wtile.data());
-          converted_tile = tn;
-        }
-        wf = wtile.data();
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m1 - m0),
-                  static_cast<int>(j1 - j0), static_cast<int>(k), 1.0f, xp + m0 * k,
-                  static_cast<int>(k), wf, static_cast<int>(k), 0.0f, yp + m0 * n + j0,
-                  static_cast<int>(n));
-      AddBias(bias, m0, m1, j0, j1, yp, n);
-    }
-  });
+  ForEachOutputTile(
+      m, n, kTileM, kTileN,
+      [&](int64_t j0, int64_t j1) {
+        if (wdt == DType::kF32) return;
+        std::vector<float>& w_tile = ThreadBuffer<float>();
+        w_tile.resize(static_cast<size_t>(kTileN * k));
+        cpu::ToF32(wp + j0 * k * welem, wdt, (j1 - j0) * k, w_tile.data());
+      },
+      [&](int64_t m0, int64_t m1, int64_t j0, int64_t j1) {
+        const float* wf = wdt == DType::kF32 ? reinterpret_cast<const float*>(wp) + j0 * k
+                                             : ThreadBuffer<float>().data();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m1 - m0),
+                    static_cast<int>(j1 - j0), static_cast<int>(k), 1.0f, xp + m0 * k,
+                    static_cast<int>(k), wf, static_cast<int>(k), 0.0f, yp + m0 * n + j0,
+                    static_cast<int>(n));
+        AddBias(bias, m0, m1, j0, j1, yp, n);
+      });
   return absl::OkStatus();
 }
 
