@@ -63,6 +63,7 @@ void GemvRowsScalar(const float* x, int64_t M, int64_t ldx, const void* w, DType
 }  // namespace
 
 bool UseAvx2() { return kSimd != Simd::kScalar; }
+bool UseAvx512() { return kSimd == Simd::kAvx512; }
 
 std::string KernelIsa() {
   switch (kSimd) {

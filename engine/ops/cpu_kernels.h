@@ -23,6 +23,10 @@ void EnsureBlasSingleThreaded();
 // Also true where these loops run AVX-512: the kernels with only an AVX2 path use it there.
 bool UseAvx2();
 
+// True when these loops run AVX-512F (the CPU and OS have it, FRAMEZIP_CPU_KERNELS does not lower
+// it): the kernels built per ISA outside this file (paged decode attention) follow the same choice.
+bool UseAvx512();
+
 // dst[i] = float(src[i]), i in [0, n); src of dtype f32, bf16 or f16.
 void ToF32(const void* src, DType dtype, int64_t n, float* dst);
 
