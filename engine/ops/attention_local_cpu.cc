@@ -1,12 +1,14 @@
 // Direct loops: each row's key set is at most sinks + window keys (dozens), too small for the
 // blocked attention kernel to pay off, and the rows are independent, so they are spread over the
-// compute pool.
+// compute pool. The dot products, softmax and weighted sums run on the dispatched kernels
+// (cpu_kernels.h: AVX-512 or AVX2).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
 #include "engine/ops/attention_local_backends.h"
+#include "engine/ops/cpu_kernels.h"
 
 namespace framezip::engine::ops {
 
@@ -44,21 +46,14 @@ Status LocalWindowAttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v
       for (int64_t h = h0; h < h0 + nh; ++h) {
         const int64_t kvh = h / rep;
         const float* qi = qd + (i * heads + h) * d;
-        float mx = -INFINITY;
         for (size_t jj = 0; jj < keys.size(); ++jj) {
-          const float* kj = key(keys[jj], kvh);
-          float dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
-          s[jj] = dot * scale;
-          mx = std::max(mx, s[jj]);
+          s[jj] = cpu::Dot(qi, key(keys[jj], kvh), d) * scale;
         }
-        float sum = 0;
-        for (float& x : s) sum += (x = std::exp(x - mx));
+        const int64_t nk = static_cast<int64_t>(keys.size());
+        const float inv_sum = 1.f / cpu::ExpShiftSum(s.data(), nk, cpu::Max(s.data(), nk));
         std::fill(acc.begin(), acc.end(), 0.f);
         for (size_t jj = 0; jj < keys.size(); ++jj) {
-          const float* vj = value(keys[jj], kvh);
-          const float w = s[jj] / sum;
-          for (int64_t e = 0; e < d; ++e) acc[static_cast<size_t>(e)] += w * vj[e];
+          cpu::Axpy(s[jj] * inv_sum, value(keys[jj], kvh), d, acc.data());
         }
         std::copy(acc.begin(), acc.end(), od + (i * heads + h) * d);
       }
