@@ -79,7 +79,10 @@ void ForEachOutputTile(int64_t m, int64_t n, int64_t rows_per_tile, int64_t cols
 void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                const Tensor& bias, float* y) {
   ThreadPool& pool = ComputePool();
-  thread_local std::vector<uint16_t> x_packed_buffer;  // the caller's, reused across calls
+  // The caller's, reused across calls of the usual sizes (a 2048-row chunk at K = 4864 is
+  // 19 MiB); a longer prefill's is given back at the end instead of staying with the thread.
+  constexpr size_t kKeptPackedBytes = size_t{32} << 20;
+  thread_local std::vector<uint16_t> x_packed_buffer;
   x_packed_buffer.resize(static_cast<size_t>(cpu::AmxPackedRowsSize(m, k)));
   uint16_t* x_packed = x_packed_buffer.data();
   const int64_t row_blocks16 = (m + 31) / 32 * 2;  // x is padded to whole 32-row blocks
@@ -103,6 +106,9 @@ void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t 
         cpu::AmxGemm(x_packed, m0, m1, ThreadBuffer<uint16_t>().data(), j1 - j0, k, y + j0, n);
         AddBias(bias, m0, m1, j0, j1, y, n);
       });
+  if (x_packed_buffer.capacity() * sizeof(uint16_t) > kKeptPackedBytes) {
+    std::vector<uint16_t>().swap(x_packed_buffer);
+  }
 }
 
 }  // namespace
