@@ -153,6 +153,15 @@ void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const fl
     out[c] = static_cast<float>(Int4Code(packed, first + c) - 8) * scale[c];
 }
 
+void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride, int64_t n,
+                   int bits, uint8_t* codes) {
+  if (kSimd == Simd::kAvx512) return avx512::QuantizeCodes(x, scale, zero, stride, n, bits, codes);
+  if (kSimd == Simd::kAvx2) return avx2::QuantizeCodes(x, scale, zero, stride, n, bits, codes);
+  for (int64_t i = 0; i < n; ++i) {
+    codes[i] = kvq::QuantizeOne(x[i], scale[i * stride], zero[i * stride], bits);
+  }
+}
+
 bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
                       int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
                       const float* q, float scale, const float* cos, const float* sin, float* key,

@@ -67,6 +67,13 @@ void GeluErf(const float* x, int64_t n, float* y);
 void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
                        float* out);
 
+// codes[i] = kvq::QuantizeOne(x[i], scale[i·stride], zero[i·stride], bits) for i in [0, n), with
+// stride 1 (a scale and zero per element: KIVI keys, per channel) or 0 (one for all: KIVI values,
+// per group). The division, clamp and rounding are the same f32 operations on every path, so
+// every path gives the same codes.
+void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride, int64_t n,
+                   int bits, uint8_t* codes);
+
 // AttentionPack's fused key scores for the n tokens t = t0 + i of one tile of a low-rank block
 // (ops/low_rank.h): key = us[t, :ranks[t]] · vt[:ranks[t], :] over all G = kv_heads heads
 // (hd = G·d), each head rotated by half-split RoPE with cos/sin[i·d/2 + c], then

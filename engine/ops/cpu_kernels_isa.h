@@ -9,6 +9,7 @@
 
 #include "engine/core/dtype.h"
 #include "engine/core/half.h"
+#include "engine/ops/kv_quant.h"  // kvq::QuantizeOne, the scalar code of QuantizeCodes
 
 namespace framezip::engine::ops::cpu {
 
@@ -52,6 +53,8 @@ inline float ExpShifted(float s, float max) {
   void GeluErf(const float* x, int64_t n, float* y);                                            \
   void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,   \
                          float* out);                                                           \
+  void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride,     \
+                     int64_t n, int bits, uint8_t* codes);                                      \
   void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,    \
                         int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,    \
                         const float* q, float scale, const float* cos, const float* sin,        \

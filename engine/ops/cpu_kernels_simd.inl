@@ -352,6 +352,26 @@ void DequantizeInt4RowSimd(const uint8_t* packed, int64_t first, int64_t n, cons
   for (; c < n; ++c) out[c] = static_cast<float>(Int4Code(bytes, c) - 8) * scale[c];
 }
 
+// kvq::QuantizeOne on whole vectors: (x - zero) / scale (0 where scale <= 0), clamped to
+// [0, levels], plus 0.5, truncated: the scalar function's f32 operations in the same order.
+void QuantizeCodesSimd(const float* x, const float* scale, const float* zero, int64_t stride,
+                       int64_t n, int bits, uint8_t* codes) {
+  constexpr int64_t L = V::kLanes;
+  const typename V::Reg levels = V::Set1(static_cast<float>((1 << bits) - 1));
+  const typename V::Reg half = V::Set1(0.5f), none = V::Zero();
+  alignas(64) float rounded[L];
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const typename V::Reg s = stride != 0 ? V::Load(scale + i) : V::Set1(scale[0]);
+    const typename V::Reg z = stride != 0 ? V::Load(zero + i) : V::Set1(zero[0]);
+    typename V::Reg c = V::Div(V::Sub(V::Load(x + i), z), s);
+    c = V::SelectLess(V::Sub(none, s), 0.f, c, none);  // -s < 0: scale > 0
+    V::Store(rounded, V::Add(V::Min(V::Max(c, none), levels), half));
+    for (int64_t l = 0; l < L; ++l) codes[i + l] = static_cast<uint8_t>(rounded[l]);
+  }
+  for (; i < n; ++i) codes[i] = kvq::QuantizeOne(x[i], scale[i * stride], zero[i * stride], bits);
+}
+
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kBF16) return ToF32Simd<DType::kBF16>(src, n, dst);
   if (dtype == DType::kF16) return ToF32Simd<DType::kF16>(src, n, dst);
@@ -380,6 +400,10 @@ void GeluErf(const float* x, int64_t n, float* y) { MapVectors(x, x, n, y, GeluE
 void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,
                        float* out) {
   DequantizeInt4RowSimd(packed, first, n, scale, out);
+}
+void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride, int64_t n,
+                   int bits, uint8_t* codes) {
+  QuantizeCodesSimd(x, scale, zero, stride, n, bits, codes);
 }
 void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
                       int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,

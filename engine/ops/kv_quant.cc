@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "engine/ops/cpu_kernels.h"
+
 namespace framezip::engine::ops::kvq {
 namespace {
 
@@ -67,27 +69,29 @@ QuantParams ChooseParams(float lo, float hi, int bits) {
 
 void QuantizeKeys(const float* x, int64_t n, int64_t channels, int bits, uint8_t* codes,
                   Float16* scale, Float16* zero) {
+  // Each channel's range over the n tokens, row by row so that the loop runs along memory.
+  std::vector<float> lo(x, x + channels), hi(x, x + channels);
+  for (int64_t t = 1; t < n; ++t) {
+    const float* row = x + t * channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      lo[c] = std::min(lo[c], row[c]);
+      hi[c] = std::max(hi[c], row[c]);
+    }
+  }
   std::vector<float> s(static_cast<size_t>(channels)), z(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) {
-    float lo = x[c], hi = x[c];
-    for (int64_t t = 1; t < n; ++t) {
-      lo = std::min(lo, x[t * channels + c]);
-      hi = std::max(hi, x[t * channels + c]);
-    }
-    const QuantParams p = ChooseParams(lo, hi, bits);
+    const QuantParams p = ChooseParams(lo[c], hi[c], bits);
     scale[c] = p.scale;
     zero[c] = p.zero;
     s[c] = F16ToF32(p.scale);
     z[c] = F16ToF32(p.zero);
   }
   const size_t row_bytes = CodeRowBytes(channels, bits);
-  uint8_t block[kQuantGroup];
+  std::vector<uint8_t> row_codes(static_cast<size_t>(channels));
   for (int64_t t = 0; t < n; ++t) {
+    cpu::QuantizeCodes(x + t * channels, s.data(), z.data(), 1, channels, bits, row_codes.data());
     for (int64_t c0 = 0; c0 < channels; c0 += kQuantGroup) {
-      for (int j = 0; j < kQuantGroup; ++j) {
-        block[j] = QuantizeOne(x[t * channels + c0 + j], s[c0 + j], z[c0 + j], bits);
-      }
-      PackBlock(block, bits, codes + t * row_bytes + CodeRowBytes(c0, bits));
+      PackBlock(row_codes.data() + c0, bits, codes + t * row_bytes + CodeRowBytes(c0, bits));
     }
   }
 }
@@ -105,7 +109,7 @@ void QuantizeValues(const float* x, int64_t n, int64_t channels, int bits, uint8
       scale[gi * param_stride + t] = p.scale;
       zero[gi * param_stride + t] = p.zero;
       const float s = F16ToF32(p.scale), z = F16ToF32(p.zero);
-      for (int j = 0; j < kQuantGroup; ++j) block[j] = QuantizeOne(xs[j], s, z, bits);
+      cpu::QuantizeCodes(xs, &s, &z, 0, kQuantGroup, bits, block);
       PackBlock(block, bits, codes + t * row_bytes + CodeRowBytes(gi * kQuantGroup, bits));
     }
   }

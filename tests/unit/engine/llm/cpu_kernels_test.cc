@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "engine/core/half.h"
 #include "engine/ops/cpu_isa.h"
 #include "engine/ops/cpu_kernels_isa.h"
+#include "engine/ops/kv_quant.h"
 #include "tests/testing/random.h"
 
 namespace framezip::engine::ops::cpu {
@@ -39,12 +41,13 @@ std::vector<Kernels> KernelsOfThisCpu() {
   std::vector<Kernels> out = {{"dispatched (" + KernelIsa() + ")", ToF32, Dot, Sum, Axpy, GemvRows,
                                ExpShiftSum, SiluMul, GeluTanh, GeluErf}};
   if (DetectedIsa().avx2) {
-    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Sum, avx2::Axpy, avx2::GemvRows, avx2::ExpShiftSum,
-                   avx2::SiluMul, avx2::GeluTanh, avx2::GeluErf});
+    out.push_back({"avx2", avx2::ToF32, avx2::Dot, avx2::Sum, avx2::Axpy, avx2::GemvRows,
+                   avx2::ExpShiftSum, avx2::SiluMul, avx2::GeluTanh, avx2::GeluErf});
   }
   if (DetectedIsa().avx512f) {
-    out.push_back({"avx512", avx512::ToF32, avx512::Dot, avx512::Sum, avx512::Axpy, avx512::GemvRows,
-                   avx512::ExpShiftSum, avx512::SiluMul, avx512::GeluTanh, avx512::GeluErf});
+    out.push_back({"avx512", avx512::ToF32, avx512::Dot, avx512::Sum, avx512::Axpy,
+                   avx512::GemvRows, avx512::ExpShiftSum, avx512::SiluMul, avx512::GeluTanh,
+                   avx512::GeluErf});
   } else {
     WARN("SKIPPED: the AVX-512 loops (this CPU has no AVX-512F; they are tested where it has)");
   }
@@ -278,6 +281,40 @@ TEST_CASE("Max equals std::max_element on every ISA, -inf rows and empty ranges 
       REQUIRE(fn(x.data(), n) == -inf);
     }
   }
+}
+
+TEST_CASE("QuantizeCodes equals kvq::QuantizeOne bit for bit on every ISA", "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t n_max = 70;
+  const std::vector<float> x = testing::RandomNormal(n_max, rng, 3.f);
+  std::vector<float> scale = testing::RandomNormal(n_max, rng, 0.5f);
+  std::vector<float> zero = testing::RandomNormal(n_max, rng, 2.f);
+  for (float& s : scale) s = std::abs(s);
+  scale[3] = 0.f;      // a constant channel: code 0
+  scale[20] = -0.25f;  // never stored, but the scalar rule maps it to 0 as well
+  using Fn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int, uint8_t*);
+  std::vector<std::pair<std::string, Fn>> paths = {{"dispatched", QuantizeCodes}};
+  if (DetectedIsa().avx2) paths.push_back({"avx2", avx2::QuantizeCodes});
+  if (DetectedIsa().avx512f) paths.push_back({"avx512", avx512::QuantizeCodes});
+  for (const auto& [name, fn] : paths) {
+    for (const int bits : {2, 4}) {
+      for (const int64_t stride : {int64_t{0}, int64_t{1}}) {
+        for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{32}, n_max}) {
+          CAPTURE(name, bits, stride, n);
+          std::vector<uint8_t> codes(static_cast<size_t>(n), 0xee);
+          fn(x.data(), scale.data(), zero.data(), stride, n, bits, codes.data());
+          for (int64_t i = 0; i < n; ++i) {
+            CAPTURE(i);
+            REQUIRE(codes[i] == kvq::QuantizeOne(x[i], scale[i * stride], zero[i * stride], bits));
+          }
+        }
+      }
+    }
+  }
+  // Not all one code: the inputs spread over the levels.
+  std::vector<uint8_t> codes(n_max);
+  QuantizeCodes(x.data(), scale.data(), zero.data(), 1, n_max, 4, codes.data());
+  CHECK(std::set<uint8_t>(codes.begin(), codes.end()).size() >= 4);
 }
 
 TEST_CASE("DequantizeInt4Row gives each code minus 8 times its scale, bit for bit, on every ISA",
