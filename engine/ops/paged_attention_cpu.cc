@@ -16,10 +16,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_backends.h"
 #include "engine/ops/cpu_kernels.h"
@@ -153,19 +155,12 @@ void AttendSpanScalar(const KvSpan& span, const Geom& geo, const float* qg, Scra
 
 namespace avx2 {
 
-struct P {
-  using Vec = __m256;
-  static constexpr int kLanes = 8;
-  static Vec Zero() { return _mm256_setzero_ps(); }
-  static Vec Set1(float v) { return _mm256_set1_ps(v); }
-  static Vec Load(const float* p) { return _mm256_loadu_ps(p); }
-  static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-  static Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-  static Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-  static Vec Fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-  static Vec LoadHalf(const uint16_t* h) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
-  }
+#include "engine/ops/cpu_vec_avx2.inl"
+
+// V plus what the paged loops need of 8 lanes.
+struct P : V {
+  using Vec = Reg;
+  static Vec LoadHalf(const uint16_t* h) { return LoadAs<DType::kF16>(h, 0); }
   static __m256 FoldTo8(Vec v) { return v; }
   // 32 codes of one packed block (ops/kv_quant.h layout) as channels 0-7, 8-15, 16-23, 24-31.
   template <int kBits>
@@ -206,19 +201,12 @@ struct P {
 
 namespace avx512 {
 
-struct P {
-  using Vec = __m512;
-  static constexpr int kLanes = 16;
-  static Vec Zero() { return _mm512_setzero_ps(); }
-  static Vec Set1(float v) { return _mm512_set1_ps(v); }
-  static Vec Load(const float* p) { return _mm512_loadu_ps(p); }
-  static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-  static Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-  static Vec Mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-  static Vec Fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-  static Vec LoadHalf(const uint16_t* h) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
-  }
+#include "engine/ops/cpu_vec_avx512.inl"
+
+// V plus what the paged loops need of 16 lanes.
+struct P : V {
+  using Vec = Reg;
+  static Vec LoadHalf(const uint16_t* h) { return LoadAs<DType::kF16>(h, 0); }
   static __m256 FoldTo8(Vec v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
   }

@@ -1,18 +1,14 @@
 // The SIMD path of paged decode attention (paged_attention_cpu.cc), written once over a vector
 // type `P` and included once per ISA inside a target region: AVX2 (8 lanes) and AVX-512
 // (16 lanes) run the same algorithm, only the width differs. The includer defines, in the
-// enclosing namespace, before the include:
+// enclosing namespace, before the include, a struct `P` that extends the ISA's vector type `V`
+// (cpu_vec_avx2.inl, cpu_vec_avx512.inl: Zero, Set1, Load, Store, Add, Mul, Fmadd, LoadAs) with
 //
-//   struct P {
-//     using Vec = ...;                       // kLanes floats
-//     static constexpr int kLanes;           // 8 or 16; d must be a multiple of it
-//     Vec Zero(); Vec Set1(float); Vec Load(const float*); void Store(float*, Vec);
-//     Vec Add(Vec, Vec); Vec Mul(Vec, Vec); Vec Fmadd(Vec a, Vec b, Vec c);  // a·b + c
-//     Vec LoadHalf(const uint16_t*);         // kLanes f16 → f32
-//     template <int kBits> void Unpack(const uint8_t* block, Vec out[32 / kLanes]);
+//   using Vec = V::Reg;                      // kLanes floats; d must be a multiple of kLanes
+//   Vec LoadHalf(const uint16_t*);           // kLanes f16 → f32
+//   template <int kBits> void Unpack(const uint8_t* block, Vec out[32 / kLanes]);
 //                                            // 32 codes of one packed block, channel order
-//     __m256 FoldTo8(Vec);                   // lanes i and i + 8 summed (identity on 8 lanes)
-//   };
+//   __m256 FoldTo8(Vec);                     // lanes i and i + 8 summed (identity on 8 lanes)
 //
 // and Geom, Scratch, kTile, SoftmaxUpdate and CodeRow of paged_attention_cpu.cc are visible. No
 // include guard: it is meant to be included more than once.
