@@ -21,8 +21,7 @@ void StoreHost(const float* src, int64_t count, DType dtype, void* dst) {
     std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
     return;
   }
-  Float16* h = static_cast<Float16*>(dst);
-  for (int64_t i = 0; i < count; ++i) h[i] = F32ToF16(src[i]);
+  ops::cpu::ToF16(src, count, static_cast<Float16*>(dst));
 }
 
 // `count` values from `src` (dtype `from`) to `dst` (dtype `to`) on a GPU: a row copy kernel for
@@ -100,7 +99,8 @@ Status ReadPageSlots(const PagePool& pool, PageId id, int64_t n, float* k, float
     return absl::OkStatus();
   }
   if (k != nullptr) {
-    FZ_RETURN_IF_ERROR(ConvertOnDevice(device, pool.Keys(id), pool.dtype(), k, DType::kF32, n * row));
+    FZ_RETURN_IF_ERROR(
+        ConvertOnDevice(device, pool.Keys(id), pool.dtype(), k, DType::kF32, n * row));
   }
   if (v != nullptr) {
     FZ_RETURN_IF_ERROR(

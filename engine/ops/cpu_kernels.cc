@@ -81,6 +81,12 @@ void EnsureBlasSingleThreaded() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
+void ToF16(const float* src, int64_t n, Float16* dst) {
+  if (kSimd == Simd::kAvx512) return avx512::ToF16(src, n, dst);
+  if (kSimd == Simd::kAvx2) return avx2::ToF16(src, n, dst);
+  for (int64_t i = 0; i < n; ++i) dst[i] = F32ToF16(src[i]);
+}
+
 void ToF32(const void* src, DType dtype, int64_t n, float* dst) {
   if (kSimd == Simd::kAvx512) return avx512::ToF32(src, dtype, n, dst);
   if (kSimd == Simd::kAvx2) return avx2::ToF32(src, dtype, n, dst);

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "engine/core/dtype.h"
+#include "engine/core/half.h"
 
 namespace framezip::engine::ops::cpu {
 
@@ -29,6 +30,10 @@ bool UseAvx512();
 
 // dst[i] = float(src[i]), i in [0, n); src of dtype f32, bf16 or f16.
 void ToF32(const void* src, DType dtype, int64_t n, float* dst);
+
+// dst[i] = F32ToF16(src[i]), i in [0, n): the same bits as the scalar conversion on every path
+// (KV pages in f16 are written through it).
+void ToF16(const float* src, int64_t n, Float16* dst);
 
 // Σ a[i]·b[i] in f32.
 float Dot(const float* a, const float* b, int64_t n);

@@ -41,6 +41,7 @@ inline float ExpShifted(float s, float max) {
 
 #define FRAMEZIP_CPU_KERNELS_OF_ONE_ISA                                                         \
   void ToF32(const void* src, DType dtype, int64_t n, float* dst);                              \
+  void ToF16(const float* src, int64_t n, Float16* dst);                                        \
   float Dot(const float* a, const float* b, int64_t n);                                         \
   float Sum(const float* x, int64_t n);                                                         \
   void Axpy(float alpha, const float* x, int64_t n, float* y);                                  \

@@ -372,6 +372,23 @@ void QuantizeCodesSimd(const float* x, const float* scale, const float* zero, in
   for (; i < n; ++i) codes[i] = kvq::QuantizeOne(x[i], scale[i * stride], zero[i * stride], bits);
 }
 
+// The hardware conversion rounds like F32ToF16 (to nearest even, overflow to inf, subnormals
+// kept) but keeps a NaN's payload where F32ToF16 writes the canonical quiet NaN, so a vector
+// holding a NaN is redone by the scalar function: the same bits on every path.
+void ToF16Simd(const float* src, int64_t n, Float16* dst) {
+  constexpr int64_t L = V::kLanes;
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const typename V::Reg v = V::Load(src + i);
+    V::StoreHalf(out + i, v);
+    if (V::AnyNan(v)) {
+      for (int64_t l = 0; l < L; ++l) dst[i + l] = F32ToF16(src[i + l]);
+    }
+  }
+  for (; i < n; ++i) dst[i] = F32ToF16(src[i]);
+}
+
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kBF16) return ToF32Simd<DType::kBF16>(src, n, dst);
   if (dtype == DType::kF16) return ToF32Simd<DType::kF16>(src, n, dst);
@@ -401,6 +418,7 @@ void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const fl
                        float* out) {
   DequantizeInt4RowSimd(packed, first, n, scale, out);
 }
+void ToF16(const float* src, int64_t n, Float16* dst) { ToF16Simd(src, n, dst); }
 void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride, int64_t n,
                    int bits, uint8_t* codes) {
   QuantizeCodesSimd(x, scale, zero, stride, n, bits, codes);

@@ -39,6 +39,12 @@ struct V {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
   }
   static void Pin(Reg& v) { __asm__("" : "+x"(v)); }
+  // f16 of each lane, round to nearest even (F16C).
+  static void StoreHalf(uint16_t* p, Reg v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static bool AnyNan(Reg v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0; }
 
   static float HSum(Reg v) {
     __m128 lo = _mm256_castps256_ps128(v);

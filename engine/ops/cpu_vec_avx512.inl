@@ -42,6 +42,12 @@ struct V {
   }
   // "v": any of the 32 zmm registers ("x" would confine it to the first 16).
   static void Pin(Reg& v) { __asm__("" : "+v"(v)); }
+  // f16 of each lane, round to nearest even.
+  static void StoreHalf(uint16_t* p, Reg v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static bool AnyNan(Reg v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0; }
   static float HSum(Reg v) { return _mm512_reduce_add_ps(v); }
   static float HMax(Reg v) { return _mm512_reduce_max_ps(v); }
 

@@ -3,6 +3,7 @@
 #include "engine/ops/cpu_kernels.h"
 
 #include <algorithm>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -279,6 +280,54 @@ TEST_CASE("Max equals std::max_element on every ISA, -inf rows and empty ranges 
       REQUIRE(fn(x.data(), n) == *std::max_element(x.begin(), x.end()));
       std::fill(x.begin(), x.end(), -inf);
       REQUIRE(fn(x.data(), n) == -inf);
+    }
+  }
+}
+
+TEST_CASE("ToF16 equals F32ToF16 bit for bit on every ISA, NaN, infinities and subnormals too",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  // Normal values at several scales, f16 subnormals and overflow, and exact ties between two f16
+  // (a 10-bit mantissa plus a half step), where round-to-nearest-even decides.
+  std::vector<float> x;
+  for (const float scale : {1.f, 1e-3f, 3e-6f, 6e-8f, 7e4f}) {
+    const auto v = testing::RandomNormal(61, rng, scale);
+    x.insert(x.end(), v.begin(), v.end());
+  }
+  std::uniform_int_distribution<uint32_t> mantissa(0, 1023);
+  for (int i = 0; i < 40; ++i) {
+    const uint32_t exponent = static_cast<uint32_t>(123 + i % 8);
+    const uint32_t bits = (exponent << 23) | (mantissa(rng) << 13) | 0x1000u;
+    x.push_back(std::bit_cast<float>(bits));
+  }
+  // Specials (a NaN with a payload among them), at the end and again at the front, where they
+  // fall in whole vectors rather than in the scalar tail.
+  const std::vector<float> specials = {0.f,
+                                       -0.f,
+                                       65504.f,
+                                       65520.f,
+                                       -65520.f,
+                                       1e-45f,
+                                       5.9604645e-8f,
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity(),
+                                       std::numeric_limits<float>::quiet_NaN(),
+                                       std::bit_cast<float>(0xffc12345u)};
+  x.insert(x.end(), specials.begin(), specials.end());
+  x.insert(x.begin(), specials.begin(), specials.end());
+  using Fn = void (*)(const float*, int64_t, Float16*);
+  std::vector<std::pair<std::string, Fn>> paths = {{"dispatched", ToF16}};
+  if (DetectedIsa().avx2) paths.push_back({"avx2", avx2::ToF16});
+  if (DetectedIsa().avx512f) paths.push_back({"avx512", avx512::ToF16});
+  for (const auto& [name, fn] : paths) {
+    for (const size_t n : {size_t{1}, size_t{15}, size_t{16}, x.size()}) {
+      CAPTURE(name, n);
+      std::vector<Float16> got(n, Float16{0xdead});
+      fn(x.data(), static_cast<int64_t>(n), got.data());
+      for (size_t i = 0; i < n; ++i) {
+        CAPTURE(i, x[i]);
+        REQUIRE(got[i].bits == F32ToF16(x[i]).bits);
+      }
     }
   }
 }
