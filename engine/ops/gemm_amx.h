@@ -1,9 +1,9 @@
 // The bf16 GEMM of Linear on CPUs with AMX (Sapphire Rapids and later): y = x · Wᵀ with x f32
 // rounded to bf16 (round to nearest even) and W bf16, products exact and sums in f32 inside the
 // tile unit. On such a CPU one core's TDPBF16PS peak is several times its AVX-512 FMA peak, and
-// the measured GEMMs of prefill and the vision tower run 2-3x faster than OpenBLAS sgemm
-// (docs/cpu-backend.md, "AMX"). Rounding x to bf16 is what llama.cpp's F16 path and a bf16
-// PyTorch model do as well; FRAMEZIP_NO_AMX=1 keeps the f32 sgemm path.
+// the prefill GEMMs measured about 4x faster than OpenBLAS sgemm on 2 threads
+// (docs/cpu-backend.md, "GEMM on AMX"). Rounding x to 16 bits is what llama.cpp's F16 path (to
+// f16) and a bf16 PyTorch model (to bf16) do as well; FRAMEZIP_NO_AMX=1 keeps the f32 path.
 //
 // Both operands are packed first into the layout of the tile unit:
 //   rows of x:     [rows/16][K/32] tiles of 16 rows × 32 bf16 (rows padded to 32, K to 32);
