@@ -27,6 +27,22 @@ bool AmxBf16Ready();
 void SetAmxGemmEnabled(bool enabled);
 bool AmxGemmEnabled();
 
+// Keeps Linear's many-row path on f32 sgemm for one scope and restores the previous choice on
+// exit. On an AMX CPU, Linear rounds x to bf16 for more than 16 rows of bf16 weights but not for
+// fewer, so a claim that two batch shapes give the same numbers, or that the decoder equals an
+// f32 reference to 1e-4, holds on the f32 path: tests of such claims and the bench's side-by-side
+// timing pin it with this.
+class ScopedF32Gemm {
+ public:
+  ScopedF32Gemm() : was_enabled_(AmxGemmEnabled()) { SetAmxGemmEnabled(false); }
+  ~ScopedF32Gemm() { SetAmxGemmEnabled(was_enabled_); }
+  ScopedF32Gemm(const ScopedF32Gemm&) = delete;
+  ScopedF32Gemm& operator=(const ScopedF32Gemm&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
 // What Linear's many-row path runs for bf16 weights on this machine now: "amx_bf16" or "sgemm"
 // (`framezip version`, bench output).
 std::string Bf16GemmPath();

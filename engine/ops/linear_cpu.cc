@@ -115,9 +115,15 @@ void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t 
 
 Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
   const int64_t n = weight.dim(0), k = weight.dim(1);
+  float* yp = static_cast<float*>(y.raw_data());
+  if (k == 0) {  // empty sums: y is the bias (no row count can be read from x's zero elements)
+    const int64_t m = y.numel() / std::max<int64_t>(n, 1);
+    std::fill_n(yp, y.numel(), 0.0f);
+    AddBias(bias, 0, m, 0, n, yp, n);
+    return absl::OkStatus();
+  }
   const int64_t m = x.numel() / k;
   const float* xp = static_cast<const float*>(x.raw_data());
-  float* yp = static_cast<float*>(y.raw_data());
   const DType wdt = weight.dtype();
   const char* wp = static_cast<const char*>(weight.raw_data());
   const size_t welem = DTypeSize(wdt);

@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "engine/core/dtype.h"
@@ -238,48 +237,15 @@ struct P : V {
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
-// The per-ISA instantiation of AttendSpan<F> for a span's format.
-template <template <KvFormat> class Fn, typename... Args>
-void ByFormat(KvFormat format, Args&&... args) {
-  switch (format) {
-    case KvFormat::kF32:
-      return Fn<KvFormat::kF32>::Run(std::forward<Args>(args)...);
-    case KvFormat::kF16:
-      return Fn<KvFormat::kF16>::Run(std::forward<Args>(args)...);
-    case KvFormat::kInt4:
-      return Fn<KvFormat::kInt4>::Run(std::forward<Args>(args)...);
-    case KvFormat::kInt2:
-      return Fn<KvFormat::kInt2>::Run(std::forward<Args>(args)...);
-    case KvFormat::kLowRank:
-      return;  // rejected by the dispatcher
-  }
-}
-
-template <KvFormat F>
-struct AttendAvx512 {
-  static void Run(const KvSpan& span, const Geom& geo, const float* qg, Scratch& sc, float* m,
-                  float* l, float* acc) {
-    avx512::AttendSpan<F>(span, geo, qg, sc, m, l, acc);
-  }
-};
-
-template <KvFormat F>
-struct AttendAvx2 {
-  static void Run(const KvSpan& span, const Geom& geo, const float* qg, Scratch& sc, float* m,
-                  float* l, float* acc) {
-    avx2::AttendSpan<F>(span, geo, qg, sc, m, l, acc);
-  }
-};
-
 // The widest path the kernels' ISA choice (cpu_kernels.h) and the head size allow: AVX-512 for
 // d % 16 == 0, AVX2 for d % 8 == 0, else the portable one.
 void AttendSpan(const KvSpan& span, const Geom& geo, const float* qg, Scratch& sc, float* m,
                 float* l, float* acc) {
   if (cpu::UseAvx512() && geo.d % 16 == 0) {
-    return ByFormat<AttendAvx512>(span.format, span, geo, qg, sc, m, l, acc);
+    return avx512::AttendSpanOfFormat(span, geo, qg, sc, m, l, acc);
   }
   if (cpu::UseAvx2() && geo.d % 8 == 0) {
-    return ByFormat<AttendAvx2>(span.format, span, geo, qg, sc, m, l, acc);
+    return avx2::AttendSpanOfFormat(span, geo, qg, sc, m, l, acc);
   }
   AttendSpanScalar(span, geo, qg, sc, m, l, acc);
 }

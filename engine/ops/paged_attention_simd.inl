@@ -258,3 +258,20 @@ void AttendSpan(const KvSpan& span, const Geom& geo, const float* qg, Scratch& s
     }
   }
 }
+
+// AttendSpan for the span's format (low-rank spans are rejected before this is reached).
+inline void AttendSpanOfFormat(const KvSpan& span, const Geom& geo, const float* qg, Scratch& sc,
+                               float* m, float* l, float* acc) {
+  switch (span.format) {
+    case KvFormat::kF32:
+      return AttendSpan<KvFormat::kF32>(span, geo, qg, sc, m, l, acc);
+    case KvFormat::kF16:
+      return AttendSpan<KvFormat::kF16>(span, geo, qg, sc, m, l, acc);
+    case KvFormat::kInt4:
+      return AttendSpan<KvFormat::kInt4>(span, geo, qg, sc, m, l, acc);
+    case KvFormat::kInt2:
+      return AttendSpan<KvFormat::kInt2>(span, geo, qg, sc, m, l, acc);
+    case KvFormat::kLowRank:
+      return;
+  }
+}

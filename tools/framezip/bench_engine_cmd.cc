@@ -194,9 +194,10 @@ int RunBenchEngine(const std::vector<std::string>& args) {
                "fraction");
     if (!amx) continue;
     // The same shapes on the f32 sgemm path that the AMX kernel replaces, right after it.
-    engine::ops::cpu::SetAmxGemmEnabled(false);
-    auto f32 = PrefillGemmGflops(config, m);
-    engine::ops::cpu::SetAmxGemmEnabled(true);
+    auto f32 = [&] {
+      engine::ops::cpu::ScopedF32Gemm f32_gemm;
+      return PrefillGemmGflops(config, m);
+    }();
     if (!f32.ok()) return fail(f32.status());
     report.Add(fmt::format("prefill_gemm_gflops_sgemm_path_{}", m), *f32, "GFLOP/s");
     report.Add(fmt::format("prefill_gemm_amx_over_sgemm_path_{}", m), *g / *f32, "x");

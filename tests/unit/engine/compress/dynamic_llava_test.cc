@@ -18,10 +18,10 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_codec.h"
 #include "engine/model/safetensors.h"
+#include "engine/ops/gemm_amx.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/predictor_loading.h"
 #include "tests/testing/compare.h"
-#include "tests/testing/f32_gemm.h"
 #include "tests/testing/shipped_model.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tiny_decoder.h"
@@ -339,7 +339,7 @@ TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and 
 
 TEST_CASE("dynamic_llava in batched prefill and mixed steps equals separate runs",
           "[unit][engine][compress]") {
-  testing::ScopedF32Gemm f32_gemm;  // batch shapes: see f32_gemm.h
+  ops::cpu::ScopedF32Gemm f32_gemm;  // batch shapes: see gemm_amx.h
   runtime::Engine& eng = testing::ShippedEngine();
   const llm::Decoder& dec = eng.decoder();
   const int64_t hid = dec.shape().hidden;

@@ -10,7 +10,6 @@
 #include "engine/llm/random_weights.h"
 #include "engine/ops/gemm_amx.h"
 #include "engine/runtime/decoder_loading.h"
-#include "tests/testing/f32_gemm.h"
 #include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
@@ -24,13 +23,12 @@ std::vector<double> F64(const Tensor& t) {
   return std::vector<double>(f.begin(), f.end());
 }
 
-// Set while RefForward models the AMX path of Linear, which rounds x to bf16 for bf16 weights.
-bool ref_rounds_bf16_linear_inputs = false;
-
-// y[T, N] = x[T, K] · W[N, K]ᵀ + b
-std::vector<double> RefLinear(std::vector<double> x, int64_t t, const Tensor& w, const Tensor& b) {
+// y[T, N] = x[T, K] · W[N, K]ᵀ + b; with bf16_inputs and bf16 weights, x is rounded to bf16 first
+// (Linear's AMX path).
+std::vector<double> RefLinear(std::vector<double> x, int64_t t, const Tensor& w, const Tensor& b,
+                              bool bf16_inputs) {
   const int64_t n = w.dim(0), k = w.dim(1);
-  if (ref_rounds_bf16_linear_inputs && w.dtype() == DType::kBF16) {
+  if (bf16_inputs && w.dtype() == DType::kBF16) {
     for (double& v : x) v = BF16ToF32(F32ToBF16(static_cast<float>(v)));
   }
   const auto wv = F64(w);
@@ -77,7 +75,6 @@ void RefRope(std::vector<double>& x, int64_t t, int64_t heads, int64_t d, double
 // weights sees its input rounded to bf16, as Linear's AMX path computes it.
 std::vector<double> RefForward(const model::TextConfig& c, const DecoderWeights& w,
                                const std::vector<int32_t>& ids, bool bf16_linear_inputs = false) {
-  ref_rounds_bf16_linear_inputs = bf16_linear_inputs;
   const int64_t t = static_cast<int64_t>(ids.size()), hid = c.hidden_size,
                 nh = c.num_attention_heads, g = c.num_key_value_heads, d = c.head_dim;
   const auto emb = F64(w.embed_tokens);
@@ -86,9 +83,9 @@ std::vector<double> RefForward(const model::TextConfig& c, const DecoderWeights&
     for (int64_t e = 0; e < hid; ++e) x[i * hid + e] = emb[ids[i] * hid + e];
   for (const auto& L : w.layers) {
     auto h = RefRmsNorm(x, t, L.input_layernorm, c.rms_norm_eps);
-    auto q = RefLinear(h, t, L.q_proj, L.q_bias);
-    auto k = RefLinear(h, t, L.k_proj, L.k_bias);
-    auto v = RefLinear(h, t, L.v_proj, L.v_bias);
+    auto q = RefLinear(h, t, L.q_proj, L.q_bias, bf16_linear_inputs);
+    auto k = RefLinear(h, t, L.k_proj, L.k_bias, bf16_linear_inputs);
+    auto v = RefLinear(h, t, L.v_proj, L.v_bias, bf16_linear_inputs);
     RefRope(q, t, nh, d, c.rope_theta);
     RefRope(k, t, g, d, c.rope_theta);
     std::vector<double> attn(static_cast<size_t>(t * nh * d), 0.0);
@@ -109,17 +106,17 @@ std::vector<double> RefForward(const model::TextConfig& c, const DecoderWeights&
             attn[(i * nh + hh) * d + e] += s[j] / sum * v[(j * g + gg) * d + e];
       }
     }
-    const auto o = RefLinear(attn, t, L.o_proj, L.o_bias);
+    const auto o = RefLinear(attn, t, L.o_proj, L.o_bias, bf16_linear_inputs);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     h = RefRmsNorm(x, t, L.post_attention_layernorm, c.rms_norm_eps);
-    auto gate = RefLinear(h, t, L.gate_proj, L.gate_bias);
-    const auto up = RefLinear(h, t, L.up_proj, L.up_bias);
+    auto gate = RefLinear(h, t, L.gate_proj, L.gate_bias, bf16_linear_inputs);
+    const auto up = RefLinear(h, t, L.up_proj, L.up_bias, bf16_linear_inputs);
     for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-    const auto down = RefLinear(gate, t, L.down_proj, L.down_bias);
+    const auto down = RefLinear(gate, t, L.down_proj, L.down_bias, bf16_linear_inputs);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
   const auto n = RefRmsNorm(x, t, w.norm, c.rms_norm_eps);
-  return RefLinear(n, t, w.lm_head, Tensor());
+  return RefLinear(n, t, w.lm_head, Tensor(), bf16_linear_inputs);
 }
 
 struct TinyModel {
@@ -150,7 +147,7 @@ std::vector<int32_t> RandomIds(int n, int vocab, std::mt19937_64& rng) {
 
 TEST_CASE("Decoder prefill logits match a naive f64 forward pass", "[unit][engine][llm]") {
   SetComputeThreads(2);
-  testing::ScopedF32Gemm f32_gemm;
+  ops::cpu::ScopedF32Gemm f32_gemm;
   std::mt19937_64 rng(testing::TestSeed());
   const bool qwen2 = GENERATE(true, false);
   const DType wdtype = GENERATE(DType::kF32, DType::kBF16);
@@ -212,7 +209,7 @@ TEST_CASE("On the AMX path, prefill logits match f64 with bf16-rounded Linear in
 }
 
 TEST_CASE("Chunked prefill and decode steps reproduce one-shot prefill", "[unit][engine][llm]") {
-  testing::ScopedF32Gemm f32_gemm;  // the decode steps' GEMV never rounds x to bf16
+  ops::cpu::ScopedF32Gemm f32_gemm;  // the decode steps' GEMV never rounds x to bf16
   std::mt19937_64 rng(testing::TestSeed());
   const kv::KvFormat format = GENERATE(kv::KvFormat::kF32, kv::KvFormat::kF16);
   CAPTURE(kv::KvFormatName(format));

@@ -13,9 +13,9 @@
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/ops/gemm_amx.h"
 #include "engine/ops/linear.h"
 #include "engine/runtime/decoder_loading.h"
-#include "tests/testing/f32_gemm.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 
@@ -215,7 +215,7 @@ void CheckAgainstSeparateCalls(std::vector<Case> cases, bool small_steps) {
 // steps. kivi quantizes: int2 prefill pages, and a decode residual window of 4 tokens requantised
 // during the steps.
 TEST_CASE("MixedStep equals separate PrefillBatch and DecodeStep calls", "[unit][engine][llm]") {
-  testing::ScopedF32Gemm f32_gemm;  // batch shapes: see f32_gemm.h
+  ops::cpu::ScopedF32Gemm f32_gemm;  // batch shapes: see gemm_amx.h
   std::vector<Case> cases = {
       {"none", 11, {0, 0, 0, 0}},
       {"kivi:window=4", 20, {0, 0, 0, 0, 0}},

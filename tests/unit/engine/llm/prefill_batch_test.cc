@@ -11,8 +11,8 @@
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/ops/gemm_amx.h"
 #include "engine/runtime/decoder_loading.h"
-#include "tests/testing/f32_gemm.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 
@@ -45,7 +45,7 @@ double RelativeError(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("PrefillBatch equals separate prefills: logits, KV and policy stats",
           "[unit][engine][llm]") {
-  testing::ScopedF32Gemm f32_gemm;  // batch shapes: see f32_gemm.h
+  ops::cpu::ScopedF32Gemm f32_gemm;  // batch shapes: see gemm_amx.h
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const auto config = Config();

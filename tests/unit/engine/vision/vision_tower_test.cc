@@ -6,13 +6,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/ops/gemm_amx.h"
 #include "engine/vision/anyres.h"
 #include "engine/vision/llava_vision.h"
 #include "engine/vision/projector.h"
 #include "engine/vision/random_weights.h"
 #include "engine/vision/vision_bench.h"
 #include "tests/testing/compare.h"
-#include "tests/testing/f32_gemm.h"
 #include "tests/testing/random.h"
 #include "tests/unit/engine/vision/vision_reference.h"
 
@@ -89,7 +89,7 @@ void ExpectClose(const Tensor& got, const std::vector<double>& want, const std::
 }
 
 TEST_CASE("Vision tower hidden states match the f64 reference", "[unit][engine][vision]") {
-  testing::ScopedF32Gemm f32_gemm;  // an f32 reference; the AMX path: vision golden bf16
+  ops::cpu::ScopedF32Gemm f32_gemm;  // an f32 reference; the AMX path: vision golden bf16
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
   for (const LlavaConfig& config : {TinySiglip(), TinyClip()}) {
@@ -148,7 +148,7 @@ TEST_CASE("A tower whose weights VisionTowerWeightsOn copied gives the same hidd
 }
 
 TEST_CASE("Feature layers, selection and projector match the reference", "[unit][engine][vision]") {
-  testing::ScopedF32Gemm f32_gemm;  // an f32 reference; the AMX path: vision golden bf16
+  ops::cpu::ScopedF32Gemm f32_gemm;  // an f32 reference; the AMX path: vision golden bf16
   const uint64_t seed = testing::TestSeed() + 1;
   std::mt19937_64 rng(seed);
   LlavaConfig multi = TinySiglip();
@@ -174,7 +174,7 @@ TEST_CASE("Feature layers, selection and projector match the reference", "[unit]
 }
 
 TEST_CASE("EncodeVideo pools after the projector, one final newline", "[unit][engine][vision]") {
-  testing::ScopedF32Gemm f32_gemm;  // an f32 reference; the AMX path: vision golden bf16
+  ops::cpu::ScopedF32Gemm f32_gemm;  // an f32 reference; the AMX path: vision golden bf16
   const uint64_t seed = testing::TestSeed() + 2;
   std::mt19937_64 rng(seed);
   const LlavaConfig config = TinySiglip();
