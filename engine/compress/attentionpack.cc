@@ -1,11 +1,55 @@
 #include "engine/compress/attentionpack.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
+#include <span>
 
 namespace framezip::engine::compress {
+namespace {
+
+// Importances are EMAs of attention probabilities, >= 0, so their bit patterns order as the
+// values do; anything else (NaN, a negative) counts as 0.
+uint32_t OrderKey(float x) { return x > 0.f ? std::bit_cast<uint32_t>(x) : 0u; }
+
+// The key of the top-th largest importance, and how many tokens holding exactly that key belong
+// to the top (the others above it all do).
+struct TopSplit {
+  uint32_t threshold = 0;
+  size_t ties = 0;
+};
+
+// Radix selection on the keys, 12 + 12 + 8 bits, most significant first: each pass counts the
+// tokens that share the prefix found so far and picks the bucket holding the top-th one. Three
+// linear passes instead of nth_element's data-dependent ones: this runs every decode step for
+// every layer's block (8k tokens: ~90 µs with nth_element, the largest serial cost of a step).
+TopSplit SelectTop(std::span<const float> importance, size_t top) {
+  if (top == 0) return {.threshold = UINT32_MAX, .ties = 0};  // nothing reaches it
+  struct Level {
+    int shift, bits;
+  };
+  constexpr Level kLevels[] = {{20, 12}, {8, 12}, {0, 8}};
+  std::array<uint32_t, 4096> histogram;
+  uint32_t prefix = 0, mask = 0;
+  size_t need = top;
+  for (const Level& level : kLevels) {
+    const uint32_t digits = (1u << level.bits) - 1u;
+    histogram.fill(0);
+    for (const float x : importance) {
+      const uint32_t key = OrderKey(x);
+      if ((key & mask) == prefix) ++histogram[(key >> level.shift) & digits];
+    }
+    uint32_t bucket = digits;
+    while (bucket > 0 && histogram[bucket] < need) need -= histogram[bucket--];
+    prefix |= bucket << level.shift;
+    mask |= digits << level.shift;
+  }
+  return {.threshold = prefix, .ties = need};
+}
+
+}  // namespace
 
 Status AttentionPackPolicy::OnPrefillLayer(const PrefillLayerInputs&, std::vector<uint8_t>&) {
   return absl::OkStatus();  // PlanPrefillLayer decides
@@ -54,15 +98,18 @@ void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_pr
     return;
   }
   // The top fraction by importance at full rank, the rest at a quarter of it (§2.3's F = 2).
-  const size_t top = std::min(
-      n, static_cast<size_t>(std::ceil(options_.top_fraction * static_cast<double>(n))));
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(top), order.end(),
-                   [&](size_t a, size_t b) { return importance[a] > importance[b]; });
+  const size_t top =
+      std::min(n, static_cast<size_t>(std::ceil(options_.top_fraction * static_cast<double>(n))));
   const auto full = static_cast<uint16_t>(full_rank);
   const auto low = static_cast<uint16_t>(std::max(1, full_rank / 4));
-  for (size_t i = 0; i < n; ++i) value_ranks[order[i]] = i < top ? full : low;
+  const TopSplit split = SelectTop(importance, top);
+  size_t ties_left = split.ties;
+  for (size_t t = 0; t < n; ++t) {
+    const uint32_t key = OrderKey(importance[t]);
+    const bool take = key > split.threshold || (key == split.threshold && ties_left > 0);
+    if (key == split.threshold && ties_left > 0) --ties_left;
+    value_ranks[t] = take ? full : low;
+  }
 }
 
 StatusOr<AttentionPackOptions> ParseAttentionPackOptions(PolicyOptions& o) {

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/ops/cpu_kernels.h"
-
 namespace framezip::engine::kv {
 namespace {
 
@@ -76,10 +74,10 @@ StatusOr<LowRankFactor> LowRankFactor::FromParts(FactorFormat format, int64_t ro
                       : f16.empty() && packed.size() == PackedBytes(rows, cols) &&
                             scales.size() == ScaleCount(rows, cols);
   if (rows < 1 || cols < 1 || !ok) {
-    return DataLossError("low-rank factor: {} of {}x{} with {} f16 values, {} packed bytes, {} "
-                         "scales",
-                         FactorFormatName(format), rows, cols, f16.size(), packed.size(),
-                         scales.size());
+    return DataLossError(
+        "low-rank factor: {} of {}x{} with {} f16 values, {} packed bytes, {} "
+        "scales",
+        FactorFormatName(format), rows, cols, f16.size(), packed.size(), scales.size());
   }
   for (const Float16 s : scales) {
     const float v = F16ToF32(s);
@@ -97,22 +95,18 @@ StatusOr<LowRankFactor> LowRankFactor::FromParts(FactorFormat format, int64_t ro
 
 void LowRankFactor::DecodeInto(std::vector<float>& out) const {
   out.resize(static_cast<size_t>(rows_ * cols_));
-  if (format_ == FactorFormat::kF16) {
-    ops::cpu::ToF32(f16_.data(), DType::kF16, static_cast<int64_t>(f16_.size()), out.data());
-    return;
-  }
-  // Decode runs every step over every block: the group's scales are widened once, and each row's
-  // codes minus 8 times their column's scale (vectorised: ops/cpu_kernels.h).
-  thread_local std::vector<float> scale_f32;
-  scale_f32.resize(static_cast<size_t>(cols_));
-  for (int64_t g = 0; g < GroupsOf(rows_); ++g) {
-    ops::cpu::ToF32(scales_.data() + g * cols_, DType::kF16, cols_, scale_f32.data());
-    const int64_t r0 = g * kInt4GroupRows, r1 = std::min(rows_, r0 + kInt4GroupRows);
-    for (int64_t r = r0; r < r1; ++r) {
-      ops::cpu::DequantizeInt4Row(packed_.data(), r * cols_, cols_, scale_f32.data(),
-                                  out.data() + r * cols_);
-    }
-  }
+  View().DecodeRows(0, rows_, out.data());
+}
+
+ops::FactorView LowRankFactor::View() const {
+  using Format = ops::FactorView::Format;
+  return {.format = format_ == FactorFormat::kF16 ? Format::kF16 : Format::kInt4,
+          .rows = rows_,
+          .cols = cols_,
+          .f16 = f16_.data(),
+          .packed = packed_.data(),
+          .scales = scales_.data(),
+          .group_rows = kInt4GroupRows};
 }
 
 std::vector<float> LowRankFactor::Decode() const {

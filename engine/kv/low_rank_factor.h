@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "engine/core/half.h"
+#include "engine/ops/factor_view.h"
 
 namespace framezip::engine::kv {
 
@@ -47,8 +48,10 @@ class LowRankFactor {
                                            std::vector<Float16> f16, std::vector<uint8_t> packed,
                                            std::vector<Float16> scales);
 
-  // The f32 values into `out` (resized): a decode step reuses one buffer.
+  // The f32 values into `out` (resized), all rows.
   void DecodeInto(std::vector<float>& out) const;
+  // The factor as decode kernels read it, a chunk of rows at a time (valid while this lives).
+  ops::FactorView View() const;
   std::vector<float> Decode() const;
 
   FactorFormat format() const { return format_; }

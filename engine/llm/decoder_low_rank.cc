@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -105,86 +106,92 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   const auto start = std::chrono::steady_clock::now();
   std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(l);
 
-  // The dense part: the pages, plus this step's row when it is not stored.
+  // The dense part: the pages, plus this step's row when it is not stored. Its share is formed
+  // as a block's is (ops::BlockAttention: maxima, sums, unnormalised outputs), so the parts merge
+  // in one place below.
   const int64_t pages = seq.kv.page_tokens(l), dense = pages + (stored ? 0 : 1);
-  std::vector<float> dk(static_cast<size_t>(dense * hd)), dv(dk.size());
+  thread_local std::vector<float> dk, dv, dense_p;
+  dk.resize(static_cast<size_t>(dense * hd));
+  dv.resize(dk.size());
   FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, dk.data(), dv.data()));
   if (!stored) {
     std::copy_n(k, hd, dk.data() + pages * hd);
     std::copy_n(v, hd, dv.data() + pages * hd);
   }
-  int64_t total = dense;
-  for (const kv::LowRankBlock& b : blocks) total += b.tokens();
-
-  // Scores [nh, total]: dense keys first, then each block's.
-  thread_local std::vector<float> scores;
-  scores.assign(static_cast<size_t>(nh * total), 0.f);
-  for (int h = 0; h < nh; ++h) {
-    const float* qh = q + h * d;
+  ops::BlockAttention dense_part;
+  dense_part.max.assign(static_cast<size_t>(nh), -std::numeric_limits<float>::infinity());
+  dense_part.sum.assign(static_cast<size_t>(nh), 0.f);
+  dense_part.out.assign(static_cast<size_t>(nh * d), 0.f);
+  dense_p.resize(static_cast<size_t>(dense));
+  for (int h = 0; h < nh && dense > 0; ++h) {
     const int64_t col = static_cast<int64_t>(h / per_group) * d;
     for (int64_t j = 0; j < dense; ++j) {
-      const float s = ops::cpu::Dot(qh, dk.data() + j * hd + col, d);
-      scores[static_cast<size_t>(h * total + j)] = s * scale;
+      dense_p[static_cast<size_t>(j)] =
+          scale * ops::cpu::Dot(q + h * d, dk.data() + j * hd + col, d);
+    }
+    dense_part.max[h] = ops::cpu::Max(dense_p.data(), dense);
+    dense_part.sum[h] = ops::cpu::ExpShiftSum(dense_p.data(), dense, dense_part.max[h]);
+    for (int64_t j = 0; j < dense; ++j) {
+      ops::cpu::Axpy(dense_p[static_cast<size_t>(j)], dv.data() + j * hd + col, d,
+                     dense_part.out.data() + h * d);
     }
   }
-  // Per-thread scratch reused across steps: a decode step converts the factors to f32 once per
-  // layer, and fresh multi-megabyte buffers would page-fault every time.
-  thread_local std::vector<float> block_scores, us_f32, vt_f32;
-  thread_local std::vector<uint16_t> key_ranks;
+
+  // Each block's share, and its tokens' e^(s − m_block) for the importance statistics.
+  thread_local std::vector<ops::BlockAttention> parts;
+  thread_local std::vector<std::vector<float>> weights;
   thread_local std::vector<int32_t> positions;
-  int64_t at = dense;
-  for (const kv::LowRankBlock& b : blocks) {
-    const int64_t t = b.tokens();
-    block_scores.resize(static_cast<size_t>(nh * t));
-    key_ranks.assign(static_cast<size_t>(t), static_cast<uint16_t>(b.keys.rank));
+  parts.resize(blocks.size());
+  weights.resize(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const kv::LowRankBlock& b = blocks[i];
     b.positions.ExpandInto(positions);
-    b.keys.UsF32(us_f32);
-    b.keys.VtF32(vt_f32);
-    FZ_RETURN_IF_ERROR(ops::LowRankKeyScores(
-        {q, static_cast<size_t>(nh * d)}, us_f32, vt_f32, key_ranks, positions,
-        {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.keys.rank}, b.rope, scale,
-        block_scores));
-    for (int h = 0; h < nh; ++h) {
-      std::copy_n(block_scores.data() + h * t, t, scores.data() + h * total + at);
+    weights[i].resize(static_cast<size_t>(nh * b.tokens()));
+    const ops::LowRankBlockView view{.key_us = b.keys.us.View(),
+                                     .key_vt = b.keys.vt.View(),
+                                     .value_us = b.values.us.View(),
+                                     .value_vt = b.values.vt.View(),
+                                     .positions = positions,
+                                     .value_ranks = b.value_ranks};
+    FZ_RETURN_IF_ERROR(ops::LowRankBlockAttend({q, static_cast<size_t>(nh * d)}, view,
+                                               {.num_heads = nh, .num_kv_heads = g, .head_dim = d},
+                                               b.rope, scale, weights[i], parts[i]));
+  }
+
+  // Merge per head: out = Σ_parts e^(m_p − M)·out_p / Σ_parts e^(m_p − M)·sum_p.
+  std::vector<float> total_max(static_cast<size_t>(nh)), total_sum(static_cast<size_t>(nh), 0.f);
+  for (int h = 0; h < nh; ++h) {
+    float m = dense_part.max[h];
+    for (const ops::BlockAttention& p : parts) m = std::max(m, p.max[h]);
+    total_max[h] = m;
+    const auto add = [&](const ops::BlockAttention& p) {
+      if (p.sum[h] == 0.f) return 0.f;
+      const float f = std::exp(p.max[h] - m);
+      total_sum[h] += f * p.sum[h];
+      return f;
+    };
+    std::fill_n(out + h * d, d, 0.f);
+    const float fd = add(dense_part);
+    if (fd != 0.f) ops::cpu::Axpy(fd, dense_part.out.data() + h * d, d, out + h * d);
+    for (const ops::BlockAttention& p : parts) {
+      const float f = add(p);
+      if (f != 0.f) ops::cpu::Axpy(f, p.out.data() + h * d, d, out + h * d);
     }
-    at += t;
+    ops::cpu::Scale(1.f / total_sum[h], d, out + h * d);
   }
 
-  // One softmax per head over everything the token sees.
-  for (int h = 0; h < nh; ++h) {
-    float* row = scores.data() + h * total;
-    const float m = ops::cpu::Max(row, total);
-    const float sum = ops::cpu::ExpShiftSum(row, total, m);
-    ops::cpu::Scale(1.f / sum, total, row);
-  }
-
-  // out = P_dense · V_dense + Σ_blocks P_block · (U·S)·Vᵀ at each token's rank.
-  std::fill_n(out, nh * d, 0.f);
-  for (int h = 0; h < nh; ++h) {
-    const float* p = scores.data() + h * total;
-    const int64_t col = static_cast<int64_t>(h / per_group) * d;
-    float* o = out + h * d;
-    for (int64_t j = 0; j < dense; ++j) ops::cpu::Axpy(p[j], dv.data() + j * hd + col, d, o);
-  }
-  at = dense;
-  thread_local std::vector<float> block_probs, mean_probs;
-  for (kv::LowRankBlock& b : blocks) {
+  // Each block token's head-averaged probability, e^(s − M)/S averaged over the heads, drives its
+  // value rank (compress/attentionpack.h).
+  thread_local std::vector<float> mean_probs;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    kv::LowRankBlock& b = blocks[i];
     const int64_t t = b.tokens();
-    block_probs.resize(static_cast<size_t>(nh * t));
     mean_probs.assign(static_cast<size_t>(t), 0.f);
     for (int h = 0; h < nh; ++h) {
-      const float* p = scores.data() + h * total + at;
-      std::copy_n(p, t, block_probs.data() + h * t);
-      for (int64_t j = 0; j < t; ++j) mean_probs[static_cast<size_t>(j)] += p[j] / nh;
+      const float f = std::exp(parts[i].max[h] - total_max[h]) / (total_sum[h] * nh);
+      ops::cpu::Axpy(f, weights[i].data() + h * t, t, mean_probs.data());
     }
-    b.values.UsF32(us_f32);
-    b.values.VtF32(vt_f32);
-    FZ_RETURN_IF_ERROR(ops::LowRankValueAttend(
-        block_probs, us_f32, vt_f32, b.value_ranks,
-        {.num_heads = nh, .num_kv_heads = g, .head_dim = d, .rank = b.values.rank},
-        {out, static_cast<size_t>(nh * d)}));
     seq.policy->OnLowRankAttention(l, mean_probs, b.importance, b.value_ranks, b.values.rank);
-    at += t;
   }
   seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
   return absl::OkStatus();

@@ -168,22 +168,68 @@ void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_
   }
 }
 
-bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
-                      int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
-                      const float* q, float scale, const float* cos, const float* sin, float* key,
-                      float* scores, int64_t tokens) {
-  // Each half of a head must hold whole vectors: 16 lanes need d % 32, 8 lanes d % 16.
-  if (kSimd == Simd::kAvx512 && d % 32 == 0) {
-    avx512::LowRankScoreTile(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin,
-                             key, scores, tokens);
-    return true;
+void WeightedRowsSum(const float* w, int64_t ldw, int64_t heads, const float* u, int64_t rank,
+                     const uint16_t* ranks, int64_t n, float* z) {
+  if (kSimd == Simd::kAvx512) return avx512::WeightedRowsSum(w, ldw, heads, u, rank, ranks, n, z);
+  if (kSimd == Simd::kAvx2) return avx2::WeightedRowsSum(w, ldw, heads, u, rank, ranks, n, z);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float wi = w[h * ldw + i];
+      for (int64_t j = 0; j < ranks[i]; ++j) z[h * rank + j] += wi * u[i * rank + j];
+    }
   }
-  if (kSimd != Simd::kScalar && d % 16 == 0) {
-    avx2::LowRankScoreTile(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin, key,
-                           scores, tokens);
-    return true;
+}
+
+void TurnLanes(const float* base_cos, const float* base_sin, const float* lane_cos,
+               const float* lane_sin, int64_t pairs, float* cos, float* sin) {
+  if (kSimd == Simd::kAvx512) {
+    return avx512::TurnLanes(base_cos, base_sin, lane_cos, lane_sin, pairs, cos, sin);
   }
-  return false;
+  if (kSimd == Simd::kAvx2) {
+    return avx2::TurnLanes(base_cos, base_sin, lane_cos, lane_sin, pairs, cos, sin);
+  }
+  constexpr int64_t W = kLowRankLanes;
+  for (int64_t c = 0; c < pairs; ++c) {
+    const float bc = base_cos[c], bs = base_sin[c];
+    for (int64_t l = 0; l < W; ++l) {
+      const float lc = lane_cos[c * W + l], ls = lane_sin[c * W + l];
+      cos[c * W + l] = std::fma(-bs, ls, bc * lc);
+      sin[c * W + l] = std::fma(bc, ls, bs * lc);
+    }
+  }
+}
+
+void LowRankScoreLanes(const float* ut, const float* vt, int64_t rank, int64_t kv_heads, int64_t d,
+                       int64_t heads, const float* q, float scale, const float* cos,
+                       const float* sin, float* scores, int64_t ld, int64_t n) {
+  if (heads / kv_heads <= kLowRankMaxGroup) {
+    if (kSimd == Simd::kAvx512) {
+      return avx512::LowRankScoreLanes(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores,
+                                       ld, n);
+    }
+    if (kSimd == Simd::kAvx2) {
+      return avx2::LowRankScoreLanes(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores,
+                                     ld, n);
+    }
+  }
+  constexpr int64_t W = kLowRankLanes;
+  const int64_t hd = kv_heads * d, half = d / 2, group = heads / kv_heads;
+  for (int64_t l = 0; l < n; ++l) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* vg = vt + (h / group) * d;
+      float acc = 0;
+      for (int64_t c = 0; c < half; ++c) {
+        float a = 0, b = 0;
+        for (int64_t j = 0; j < rank; ++j) {
+          a += ut[j * W + l] * vg[j * hd + c];
+          b += ut[j * W + l] * vg[j * hd + c + half];
+        }
+        const float co = cos[c * W + l], si = sin[c * W + l];
+        acc += q[h * d + c] * (a * co - b * si) + q[h * d + c + half] * (b * co + a * si);
+      }
+      scores[h * ld + l] = scale * acc;
+    }
+  }
 }
 
 float Max(const float* x, int64_t n) {

@@ -79,17 +79,29 @@ void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const fl
 void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride, int64_t n,
                    int bits, uint8_t* codes);
 
-// AttentionPack's fused key scores for the n tokens t = t0 + i of one tile of a low-rank block
-// (ops/low_rank.h): key = us[t, :ranks[t]] · vt[:ranks[t], :] over all G = kv_heads heads
-// (hd = G·d), each head rotated by half-split RoPE with cos/sin[i·d/2 + c], then
-// scores[h·tokens + t] = scale · q[h] · key of h's group. key: scratch of hd floats. Returns false,
-// computing nothing, where no SIMD path applies (portable kernels, or d not a multiple of 16):
-// the caller then takes its portable path.
-bool LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
-                      int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
-                      const float* q, float scale, const float* cos, const float* sin, float* key,
-                      float* scores, int64_t tokens);
-
+// z[h·rank + j] += Σ_i w[h·ldw + i] · u[i·rank + j] over i in [0, n) and j < ranks[i] (each
+// ranks[i] in [0, rank]): AttentionPack's value side, the attention-weighted sum of a block's U·S
+// rows, each read at its token's rank. z [heads, rank] is accumulated into.
+void WeightedRowsSum(const float* w, int64_t ldw, int64_t heads, const float* u, int64_t rank,
+                     const uint16_t* ranks, int64_t n, float* z);
+// AttentionPack's key scores for n <= kLowRankLanes tokens of a low-rank block, one token per
+// lane (ops/low_rank.h): key_l = Σ_j ut[j·W + l] · vt[j·hd + :] over all G = kv_heads heads
+// (hd = G·d, W = kLowRankLanes), each head rotated by half-split RoPE with cos/sin[c·W + l],
+// c < d/2, then scores[h·ld + l] = scale · q[h] · key_l[slice of h's group], for l < n. Lanes
+// past n are computed from what ut/cos/sin hold there (keep them finite) and not stored. The SIMD
+// paths run the same operations per lane in the same order, so AVX2 and AVX-512 give the same
+// bits; they need heads / kv_heads <= kLowRankMaxGroup, else the portable loop runs.
+inline constexpr int64_t kLowRankLanes = 16;
+inline constexpr int64_t kLowRankMaxGroup = 8;
+// cos[c·W + l] = bc·lane_cos[c·W + l] − bs·lane_sin[c·W + l] and
+// sin[c·W + l] = bs·lane_cos[c·W + l] + bc·lane_sin[c·W + l] with bc/bs = base_cos/base_sin[c],
+// for c < pairs and the W = kLowRankLanes lanes (angle addition: a tile's RoPE angles as its base
+// angle plus each lane's offset; f32 products in this order, the same bits on every path).
+void TurnLanes(const float* base_cos, const float* base_sin, const float* lane_cos,
+               const float* lane_sin, int64_t pairs, float* cos, float* sin);
+void LowRankScoreLanes(const float* ut, const float* vt, int64_t rank, int64_t kv_heads, int64_t d,
+                       int64_t heads, const float* q, float scale, const float* cos,
+                       const float* sin, float* scores, int64_t ld, int64_t n);
 // max_i x[i] over n >= 0 entries (-inf for none), for softmax rows: std::max_element does not
 // vectorise, and in prefill attention at head size 32 it was a quarter of the time.
 float Max(const float* x, int64_t n);

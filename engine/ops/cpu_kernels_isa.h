@@ -9,7 +9,8 @@
 
 #include "engine/core/dtype.h"
 #include "engine/core/half.h"
-#include "engine/ops/kv_quant.h"  // kvq::QuantizeOne, the scalar code of QuantizeCodes
+#include "engine/ops/cpu_kernels.h"  // constants of the contracts
+#include "engine/ops/kv_quant.h"     // kvq::QuantizeOne, the scalar code of QuantizeCodes
 
 namespace framezip::engine::ops::cpu {
 
@@ -39,27 +40,30 @@ inline float ExpShifted(float s, float max) {
   return std::isinf(s) && s < 0 ? 0.f : std::exp(s - max);
 }
 
-#define FRAMEZIP_CPU_KERNELS_OF_ONE_ISA                                                         \
-  void ToF32(const void* src, DType dtype, int64_t n, float* dst);                              \
-  void ToF16(const float* src, int64_t n, Float16* dst);                                        \
-  float Dot(const float* a, const float* b, int64_t n);                                         \
-  float Sum(const float* x, int64_t n);                                                         \
-  void Axpy(float alpha, const float* x, int64_t n, float* y);                                  \
-  void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K, \
-                int64_t j0, int64_t j1, float* y, int64_t ldy);                                 \
-  float ExpShiftSum(float* s, int64_t n, float max);                                            \
-  float Max(const float* x, int64_t n);                                                         \
-  void SiluMul(const float* g, const float* u, int64_t n, float* y);                            \
-  void GeluTanh(const float* x, int64_t n, float* y);                                           \
-  void GeluErf(const float* x, int64_t n, float* y);                                            \
-  void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,   \
-                         float* out);                                                           \
-  void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride,     \
-                     int64_t n, int bits, uint8_t* codes);                                      \
-  void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,    \
-                        int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,    \
-                        const float* q, float scale, const float* cos, const float* sin,        \
-                        float* key, float* scores, int64_t tokens);
+#define FRAMEZIP_CPU_KERNELS_OF_ONE_ISA                                                           \
+  void ToF32(const void* src, DType dtype, int64_t n, float* dst);                                \
+  void ToF16(const float* src, int64_t n, Float16* dst);                                          \
+  float Dot(const float* a, const float* b, int64_t n);                                           \
+  float Sum(const float* x, int64_t n);                                                           \
+  void Axpy(float alpha, const float* x, int64_t n, float* y);                                    \
+  void GemvRows(const float* x, int64_t M, int64_t ldx, const void* w, DType wdtype, int64_t K,   \
+                int64_t j0, int64_t j1, float* y, int64_t ldy);                                   \
+  float ExpShiftSum(float* s, int64_t n, float max);                                              \
+  float Max(const float* x, int64_t n);                                                           \
+  void SiluMul(const float* g, const float* u, int64_t n, float* y);                              \
+  void GeluTanh(const float* x, int64_t n, float* y);                                             \
+  void GeluErf(const float* x, int64_t n, float* y);                                              \
+  void DequantizeInt4Row(const uint8_t* packed, int64_t first, int64_t n, const float* scale,     \
+                         float* out);                                                             \
+  void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_t stride,       \
+                     int64_t n, int bits, uint8_t* codes);                                        \
+  void WeightedRowsSum(const float* w, int64_t ldw, int64_t heads, const float* u, int64_t rank,  \
+                       const uint16_t* ranks, int64_t n, float* z);                               \
+  void TurnLanes(const float* base_cos, const float* base_sin, const float* lane_cos,             \
+                 const float* lane_sin, int64_t pairs, float* cos, float* sin);                   \
+  void LowRankScoreLanes(const float* ut, const float* vt, int64_t rank, int64_t kv_heads,        \
+                         int64_t d, int64_t heads, const float* q, float scale, const float* cos, \
+                         const float* sin, float* scores, int64_t ld, int64_t n);
 
 // AVX2 + FMA + F16C, 8 f32 lanes (cpu_kernels_avx2.cc).
 namespace avx2 {

@@ -4,7 +4,7 @@
 // ISAs run the same algorithm with the same blocking and only the register width differs.
 //
 // V provides:
-//   - Reg, kLanes; Zero, Set1, Load, Store; Add, Sub, Mul, Div, Min, Max, Abs, Fmadd, Fnmadd,
+//   - Reg, kLanes; Zero, Set1, Load, LoadFirst (the first n lanes, zero beyond), Store; Add, Sub, Mul, Div, Min, Max, Abs, Fmadd, Fnmadd,
 //     Floor; HSum and HMax (across lanes);
 //   - LoadAs<T> (kLanes weights of dtype T from element i, as f32) and Int4Codes (kLanes 4-bit
 //     codes from kLanes/2 bytes, low nibble first, as f32);
@@ -299,40 +299,107 @@ struct GeluErfOf {
   }
 };
 
-// AttentionPack's fused key scores for one tile (cpu_kernels.h, LowRankScoreTile): each token's
-// key row is rebuilt lane-chunk by lane-chunk with the rank loop innermost (vt stays in L1),
-// rotated and dotted with each query head while it is hot. Needs d % (2·kLanes) == 0.
-void LowRankScoreTileSimd(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
-                          int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
-                          const float* q, float scale, const float* cos, const float* sin,
-                          float* key, float* scores, int64_t tokens) {
-  constexpr int64_t L = V::kLanes;
+// AttentionPack's key scores, one token per lane (cpu_kernels.h, LowRankScoreLanes), for the
+// lanes [lane0, lane0 + kLanes) of a 16-token tile. Each pair (c, c + d/2) of a head is rebuilt
+// for all lanes at once — two independent chains of R multiply-adds against broadcast Vᵀ entries,
+// with the R columns of U·S held in registers when R is a template constant — rotated, and folded
+// into each query head's score: no horizontal sums, no key row ever stored.
+template <int kRank>
+void ScoreLanes(const float* ut, const float* vt, int64_t rank_rt, int64_t kv_heads, int64_t d,
+                int64_t heads, const float* q, float scale, const float* cos, const float* sin,
+                float* scores, int64_t ld, int64_t n, int64_t lane0) {
+  constexpr int64_t L = V::kLanes, W = kLowRankLanes;
+  const int64_t rank = kRank > 0 ? kRank : rank_rt;
   const int64_t hd = kv_heads * d, half = d / 2, group = heads / kv_heads;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = t0 + i;
-    const float* u = us + t * rank;
-    const int32_t r_t = ranks[t];
-    for (int64_t c = 0; c < hd; c += L) {
-      typename V::Reg acc = V::Zero();
-      for (int32_t j = 0; j < r_t; ++j)
-        acc = V::Fmadd(V::Set1(u[j]), V::Load(vt + j * hd + c), acc);
-      V::Store(key + c, acc);
-    }
-    const float* co = cos + i * half;
-    const float* si = sin + i * half;
-    for (int64_t g = 0; g < kv_heads; ++g) {
-      float* kg = key + g * d;
-      for (int64_t c = 0; c < half; c += L) {
-        const typename V::Reg a = V::Load(kg + c), b = V::Load(kg + c + half);
-        const typename V::Reg cv = V::Load(co + c), sv = V::Load(si + c);
-        V::Store(kg + c, V::Fnmadd(b, sv, V::Mul(a, cv)));
-        V::Store(kg + c + half, V::Fmadd(a, sv, V::Mul(b, cv)));
+  typename V::Reg u[kRank > 0 ? kRank : 1];
+  if constexpr (kRank > 0) {
+    for (int j = 0; j < kRank; ++j) u[j] = V::Load(ut + j * W + lane0);
+  }
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    typename V::Reg acc[kLowRankMaxGroup];
+    for (int64_t r = 0; r < group; ++r) acc[r] = V::Zero();
+    const float* vg = vt + g * d;
+    for (int64_t c = 0; c < half; ++c) {
+      typename V::Reg a = V::Zero(), b = V::Zero();
+      for (int64_t j = 0; j < rank; ++j) {
+        const typename V::Reg uj = kRank > 0 ? u[j] : V::Load(ut + j * W + lane0);
+        a = V::Fmadd(uj, V::Set1(vg[j * hd + c]), a);
+        b = V::Fmadd(uj, V::Set1(vg[j * hd + c + half]), b);
       }
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        typename V::Reg acc = V::Zero();
-        for (int64_t c = 0; c < d; c += L)
-          acc = V::Fmadd(V::Load(q + h * d + c), V::Load(kg + c), acc);
-        scores[h * tokens + t] = scale * V::HSum(acc);
+      const typename V::Reg co = V::Load(cos + c * W + lane0), si = V::Load(sin + c * W + lane0);
+      const typename V::Reg ra = V::Fnmadd(b, si, V::Mul(a, co));
+      const typename V::Reg rb = V::Fmadd(a, si, V::Mul(b, co));
+      for (int64_t r = 0; r < group; ++r) {
+        const float* qh = q + (g * group + r) * d;
+        acc[r] = V::Fmadd(V::Set1(qh[c + half]), rb, V::Fmadd(V::Set1(qh[c]), ra, acc[r]));
+      }
+    }
+    alignas(64) float lanes[L];
+    for (int64_t r = 0; r < group; ++r) {
+      V::Store(lanes, V::Mul(acc[r], V::Set1(scale)));
+      float* out = scores + (g * group + r) * ld + lane0;
+      for (int64_t l = 0; l < std::min<int64_t>(L, n - lane0); ++l) out[l] = lanes[l];
+    }
+  }
+}
+
+void LowRankScoreLanesSimd(const float* ut, const float* vt, int64_t rank, int64_t kv_heads,
+                           int64_t d, int64_t heads, const float* q, float scale, const float* cos,
+                           const float* sin, float* scores, int64_t ld, int64_t n) {
+  for (int64_t lane0 = 0; lane0 < n; lane0 += V::kLanes) {
+    switch (rank) {  // the ranks AttentionPack's options default to keep U·S in registers
+      case 8:
+        ScoreLanes<8>(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n, lane0);
+        break;
+      case 16:
+        ScoreLanes<16>(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n, lane0);
+        break;
+      default:
+        ScoreLanes<0>(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n, lane0);
+    }
+  }
+}
+
+// cos/sin[c·W + l] = the angle of base c turned by lane angle (c, l) (cpu_kernels.h, TurnLanes).
+void TurnLanesSimd(const float* base_cos, const float* base_sin, const float* lane_cos,
+                   const float* lane_sin, int64_t pairs, float* cos, float* sin) {
+  constexpr int64_t W = kLowRankLanes;
+  for (int64_t c = 0; c < pairs; ++c) {
+    const typename V::Reg bc = V::Set1(base_cos[c]), bs = V::Set1(base_sin[c]);
+    for (int64_t l = 0; l < W; l += V::kLanes) {
+      const typename V::Reg lc = V::Load(lane_cos + c * W + l), ls = V::Load(lane_sin + c * W + l);
+      V::Store(cos + c * W + l, V::Fnmadd(bs, ls, V::Mul(bc, lc)));
+      V::Store(sin + c * W + l, V::Fmadd(bc, ls, V::Mul(bs, lc)));
+    }
+  }
+}
+
+// z[h·rank + j] += Σ_i w[h·ldw + i] · u[i·rank + j] for j < ranks[i] (cpu_kernels.h): lanes of
+// the rank dimension, four heads' accumulators at a time, tokens innermost so each u row is loaded
+// once per four heads; a token's rows beyond its rank are masked loads, never read.
+void WeightedRowsSumSimd(const float* w, int64_t ldw, int64_t heads, const float* u, int64_t rank,
+                         const uint16_t* ranks, int64_t n, float* z) {
+  constexpr int64_t L = V::kLanes;
+  constexpr int64_t kHeads = 4;
+  for (int64_t j0 = 0; j0 < rank; j0 += L) {
+    const int64_t width = std::min<int64_t>(L, rank - j0);
+    for (int64_t h0 = 0; h0 < heads; h0 += kHeads) {
+      const int64_t hn = std::min(kHeads, heads - h0);
+      typename V::Reg acc[kHeads] = {V::Zero(), V::Zero(), V::Zero(), V::Zero()};
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t lanes = std::min<int64_t>(width, int64_t{ranks[i]} - j0);
+        if (lanes <= 0) continue;
+        const float* row = u + i * rank + j0;
+        const typename V::Reg x = lanes == L ? V::Load(row) : V::LoadFirst(row, int(lanes));
+        for (int64_t k = 0; k < hn; ++k) {
+          acc[k] = V::Fmadd(V::Set1(w[(h0 + k) * ldw + i]), x, acc[k]);
+        }
+      }
+      alignas(64) float sums[L];
+      for (int64_t k = 0; k < hn; ++k) {
+        V::Store(sums, acc[k]);
+        float* zh = z + (h0 + k) * rank + j0;
+        for (int64_t j = 0; j < width; ++j) zh[j] += sums[j];
       }
     }
   }
@@ -423,10 +490,16 @@ void QuantizeCodes(const float* x, const float* scale, const float* zero, int64_
                    int bits, uint8_t* codes) {
   QuantizeCodesSimd(x, scale, zero, stride, n, bits, codes);
 }
-void LowRankScoreTile(const float* us, const float* vt, const uint16_t* ranks, int64_t t0,
-                      int64_t n, int64_t rank, int64_t kv_heads, int64_t d, int64_t heads,
-                      const float* q, float scale, const float* cos, const float* sin, float* key,
-                      float* scores, int64_t tokens) {
-  LowRankScoreTileSimd(us, vt, ranks, t0, n, rank, kv_heads, d, heads, q, scale, cos, sin, key,
-                       scores, tokens);
+void WeightedRowsSum(const float* w, int64_t ldw, int64_t heads, const float* u, int64_t rank,
+                     const uint16_t* ranks, int64_t n, float* z) {
+  WeightedRowsSumSimd(w, ldw, heads, u, rank, ranks, n, z);
+}
+void TurnLanes(const float* base_cos, const float* base_sin, const float* lane_cos,
+               const float* lane_sin, int64_t pairs, float* cos, float* sin) {
+  TurnLanesSimd(base_cos, base_sin, lane_cos, lane_sin, pairs, cos, sin);
+}
+void LowRankScoreLanes(const float* ut, const float* vt, int64_t rank, int64_t kv_heads, int64_t d,
+                       int64_t heads, const float* q, float scale, const float* cos,
+                       const float* sin, float* scores, int64_t ld, int64_t n) {
+  LowRankScoreLanesSimd(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n);
 }

@@ -16,6 +16,11 @@ struct V {
   static Reg Zero() { return _mm256_setzero_ps(); }
   static Reg Set1(float v) { return _mm256_set1_ps(v); }
   static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
+  // Lanes [0, n) from p, zero beyond (0 <= n <= 8); masked-off lanes are not read.
+  static Reg LoadFirst(const float* p, int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+  }
   static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg Sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }

@@ -17,6 +17,10 @@ struct V {
   static Reg Zero() { return _mm512_setzero_ps(); }
   static Reg Set1(float v) { return _mm512_set1_ps(v); }
   static Reg Load(const float* p) { return _mm512_loadu_ps(p); }
+  // Lanes [0, n) from p, zero beyond (0 <= n <= 16); nothing past p + n is read.
+  static Reg LoadFirst(const float* p, int n) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+  }
   static void Store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg Sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }

@@ -1,9 +1,10 @@
 // AttentionPack's numeric core (docs/methods.md §2): a low-rank factorisation of the visual tokens'
-// K or V rows, and attention that reads the factors without rebuilding the full cache.
+// K or V rows, and decode attention that reads the factors without rebuilding the full cache.
 //
 // The visual block of one layer's keys (or values), concatenated across KV heads, is an
 // m × n matrix M (m = visual tokens T, n = HD = G·d). It is stored as
-//   us [T, R] = U·Σ   and   vt [R, HD] = Vᵀ   (row-major, f32, host memory),
+//   us [T, R] = U·Σ   and   vt [R, HD] = Vᵀ   (row-major; RandomizedSvd gives f32, a block keeps
+//   f16 or int4: FactorView),
 // so row t is M[t, :] ≈ us[t, :] · vt. Each token t is read back at its own rank r_t <= R,
 // i.e. with the leading r_t singular directions only: M̃[t, :] = us[t, :r_t] · vt[:r_t, :].
 // Keys are factorised BEFORE RoPE (§2.2 item 5): the scores rotate each rebuilt key at its
@@ -12,7 +13,7 @@
 // Layouts: HD columns are the G KV heads of d channels, concatenated (head g owns columns
 // [g·d, (g+1)·d)). Query head h reads KV head h / (H/G) (GQA).
 //
-// CPU only, f32, caller-owned host spans. Thread-safety: the functions keep no state; concurrent
+// CPU only, caller-owned host memory. Thread-safety: the functions keep no state; concurrent
 // calls on disjoint outputs are safe. Errors: INVALID_ARGUMENT naming the first bad argument
 // (sizes, ranks, head counts, positions); RandomizedSvd also INTERNAL with the LAPACK info code.
 #pragma once
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/ops/factor_view.h"
 #include "engine/ops/rope.h"
 
 namespace framezip::engine::ops {
@@ -59,38 +61,48 @@ struct LowRankFactors {
 StatusOr<LowRankFactors> RandomizedSvd(std::span<const float> a, int64_t rows, int64_t cols,
                                        const RandomizedSvdOptions& options);
 
-// Head layout of the two attention functions below; T (tokens) is ranks.size().
+// Head layout of LowRankBlockAttend.
 struct LowRankAttentionShape {
   int num_heads = 0;     // H, a multiple of G
   int num_kv_heads = 0;  // G
-  int head_dim = 0;      // d; vt has HD = G·d columns
-  int rank = 0;          // R: columns of us, rows of vt
+  int head_dim = 0;      // d; the factors' HD = G·d
 };
 
-// Values: out[h, :] += Σ_t p[h, t] · ṽ_t[head slice of h], ṽ_t = us[t, :r_t] · vt[:r_t, :],
-// computed as out[h] += z[h] · vt[:, slice] with z[h] = Σ_t p[h, t] · us[t, :r_t] (zero beyond
-// r_t), so the values are never rebuilt: T·H·r̄ + H·R·d multiply-adds instead of T·H·d + T·r̄·HD.
-// p [H, T] attention probabilities (already normalised; the caller adds the dense tokens'
-// share to `out` itself), us [T, R], vt [R, G·d], ranks [T] in [0, R] (0: the token adds
-// nothing), out [H, d] accumulated into (zero it first for a plain result).
-// Errors: INVALID_ARGUMENT for a non-positive or non-dividing head count, a span of the wrong
-// size, or a rank outside [0, R].
-Status LowRankValueAttend(std::span<const float> p, std::span<const float> us,
-                          std::span<const float> vt, std::span<const uint16_t> ranks,
-                          const LowRankAttentionShape& shape, std::span<float> out);
+// One low-rank block as decode reads it: T tokens' pre-RoPE keys and values as factors in their
+// stored formats, the tokens' positions and the rank each value is read at.
+struct LowRankBlockView {
+  FactorView key_us;                      // [T, R_k]
+  FactorView key_vt;                      // [R_k, G·d]
+  FactorView value_us;                    // [T, R_v]
+  FactorView value_vt;                    // [R_v, G·d]
+  std::span<const int32_t> positions;     // [T], >= 0
+  std::span<const uint16_t> value_ranks;  // [T], each in [0, R_v] (0: the value adds nothing)
+};
 
-// Keys: scores[h, t] = scale · q[h] · RoPE_{positions[t]}(k̃_t[head slice of h]), where
-// k̃_t = us[t, :r_t] · vt[:r_t, :] is the PRE-RoPE key. Keys are rebuilt a tile of tokens at a
-// time into a per-task buffer (never all T rows), rotated with the half-split RoPE of ops/rope.h
-// (the same f32 angles as ApplyRope), then dotted with the queries of each KV head.
-// q [H, d] post-RoPE queries, us [T, R], vt [R, G·d], ranks [T] in [0, R], positions [T] >= 0,
-// rope.head_dim == d (even); scale 0 means 1/sqrt(d). scores [H, T] is overwritten.
-// Parallel over token tiles on ComputePool().
-// Errors: INVALID_ARGUMENT as for LowRankValueAttend, plus an odd d, rope.head_dim != d or a
-// negative position.
-Status LowRankKeyScores(std::span<const float> q, std::span<const float> us,
-                        std::span<const float> vt, std::span<const uint16_t> ranks,
-                        std::span<const int32_t> positions, const LowRankAttentionShape& shape,
-                        const RopeParams& rope, float scale, std::span<float> scores);
+// A block's share of one decode step's attention, in the split form of flash-decoding: the
+// caller merges it with the other parts (pages, other blocks) by their maxima,
+//   out_h = Σ_parts e^(max_p − M)·out_p / Σ_parts e^(max_p − M)·sum_p,  M = max_p max_p.
+struct BlockAttention {
+  std::vector<float> max;  // [H] m_h = max_t s[h, t] (-inf for an empty block)
+  std::vector<float> sum;  // [H] Σ_t e^(s[h, t] − m_h)
+  std::vector<float> out;  // [H, d] Σ_t e^(s[h, t] − m_h) · ṽ_t[head slice of h], not normalised
+};
+
+// Decode attention of one query row over a low-rank block, never rebuilding the block:
+//   s[h, t] = scale · q[h] · RoPE_{positions[t]}(us_k[t] · vt_k)[slice of h]   (keys at full R_k)
+//   ṽ_t = us_v[t, :r_t] · vt_v[:r_t, :]                                        (values at r_t)
+// Keys are rebuilt a tile of tokens at a time and rotated with the half-split RoPE of ops/rope.h
+// (the f32 angles of ApplyRope); values are never rebuilt: out_h = (Σ_t w[h, t]·us_v[t, :r_t])
+// · vt_v, so a token costs R_v multiply-adds per head instead of G·d. Factors are widened a chunk
+// of rows at a time (FactorView), per task, so an f16 or int4 block is never copied whole.
+// q [H, d] post-RoPE queries; scale 0 means 1/sqrt(d); rope.head_dim == d (even).
+// weights [H, T] receives e^(s[h, t] − m_h) (the caller's attention-importance statistics).
+// Parallel over chunks of tokens on ComputePool().
+// Errors: INVALID_ARGUMENT naming the first bad argument: head counts, a view whose shape does
+// not match the others or whose pointer for its format is null, a rank outside [0, R_v], a
+// negative position, an odd d or rope.head_dim != d, spans of the wrong size.
+Status LowRankBlockAttend(std::span<const float> q, const LowRankBlockView& block,
+                          const LowRankAttentionShape& shape, const RopeParams& rope, float scale,
+                          std::span<float> weights, BlockAttention& result);
 
 }  // namespace framezip::engine::ops

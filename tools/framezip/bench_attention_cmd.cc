@@ -51,8 +51,8 @@ using LoadedModel = engine::runtime::Engine;
 
 // Every frame of the clip, preprocessed for the vision tower: [N, 3, S, S].
 StatusOr<Tensor> ClipFrames(const LoadedModel& m, const std::filesystem::path& clip) {
-  return DecodeVideoFrames(clip, 32,
-                           server::PreprocessSpecFor(m.preprocessor(), m.config().vision.image_size));
+  return DecodeVideoFrames(
+      clip, 32, server::PreprocessSpecFor(m.preprocessor(), m.config().vision.image_size));
 }
 
 // `count` frames from the clip's: pass p over the clip rolls each frame p pixels to the right and
@@ -87,7 +87,8 @@ StatusOr<Context> BuildContext(const LoadedModel& m, const Tensor& clip, int64_t
   FZ_ASSIGN_OR_RETURN(
       std::vector<int32_t> tail,
       tok.Encode("\nWhat happens in the video?<|im_end|>\n<|im_start|>assistant\n", false));
-  FZ_ASSIGN_OR_RETURN(const int64_t video_rows, engine::vision::VideoTokenCount(m.config(), frames));
+  FZ_ASSIGN_OR_RETURN(const int64_t video_rows,
+                      engine::vision::VideoTokenCount(m.config(), frames));
   Context ctx;
   ctx.ids = head;
   ctx.ids.insert(ctx.ids.end(), static_cast<size_t>(video_rows),
@@ -95,7 +96,8 @@ StatusOr<Context> BuildContext(const LoadedModel& m, const Tensor& clip, int64_t
   ctx.ids.insert(ctx.ids.end(), tail.begin(), tail.end());
   FZ_ASSIGN_OR_RETURN(ctx.embeds, m.decoder().Embed(ctx.ids));
   FZ_ASSIGN_OR_RETURN(Tensor pixels, LongVideo(clip, frames));
-  FZ_ASSIGN_OR_RETURN(Tensor rows, engine::vision::EncodeVideo(m.config(), m.vision_weights(), pixels));
+  FZ_ASSIGN_OR_RETURN(Tensor rows,
+                      engine::vision::EncodeVideo(m.config(), m.vision_weights(), pixels));
   const int64_t hid = m.config().text.hidden_size;
   std::copy(rows.data<float>(), rows.data<float>() + rows.numel(),
             ctx.embeds.data<float>() + static_cast<int64_t>(head.size()) * hid);
@@ -163,8 +165,7 @@ StatusOr<double> DecodeSeconds(const LoadedModel& m, PrefillRun& run, int steps)
   engine::llm::Sequence* seqs[] = {run.seq.get()};
   const auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
-    FZ_ASSIGN_OR_RETURN(Tensor logits,
-                        m.decoder().DecodeStep(seqs, std::span(&run.next_token, 1)));
+    FZ_ASSIGN_OR_RETURN(Tensor logits, m.decoder().DecodeStep(seqs, std::span(&run.next_token, 1)));
     const float* l = logits.data<float>();
     run.next_token = static_cast<int32_t>(std::max_element(l, l + logits.dim(1)) - l);
   }
@@ -175,8 +176,7 @@ StatusOr<double> DecodeSeconds(const LoadedModel& m, PrefillRun& run, int steps)
 // so that a change in the machine's load during the measurement (a shared box) falls on every
 // cache alike instead of on whichever ran last.
 StatusOr<std::vector<double>> InterleavedDecodeRates(const LoadedModel& m,
-                                                     std::span<PrefillRun* const> runs,
-                                                     int steps) {
+                                                     std::span<PrefillRun* const> runs, int steps) {
   constexpr int kRounds = 8;
   std::vector<double> seconds(runs.size(), 0.0);
   int done = 0;
@@ -263,8 +263,8 @@ StatusOr<BudgetFit> FillBudget(const LoadedModel& m, std::string_view policy, co
   for (int s = 0; s < steps; ++s) {
     FZ_RETURN_IF_ERROR(m.decoder().DecodeStep(batch, tokens).status());
   }
-  fit.decode_tokens_per_s = static_cast<double>(steps) * static_cast<double>(batch.size()) /
-                            (MsSince(t0) / 1000.0);
+  fit.decode_tokens_per_s =
+      static_cast<double>(steps) * static_cast<double>(batch.size()) / (MsSince(t0) / 1000.0);
   return fit;
 }
 
@@ -304,8 +304,9 @@ int RunBenchAttention(const std::vector<std::string>& args) {
   flags.String("lengths", &lengths_flag, "context lengths in tokens, comma-separated", "N,N");
   flags.Int("threads", &threads, "compute threads");
   flags.Int("decode-steps", &decode_steps, "decode steps timed per cache");
-  flags.Int("prefill-rounds", &prefill_rounds,
-            "interleaved prefill rounds per length (dense and policy each; the median is reported)");
+  flags.Int(
+      "prefill-rounds", &prefill_rounds,
+      "interleaved prefill rounds per length (dense and policy each; the median is reported)");
   flags.Int("decode-context", &decode_context,
             "context length of the decode runs (one of --lengths)");
   flags.Int("budget-mib", &budget_mib,
@@ -403,8 +404,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     if (!stored_dense.ok()) return fail(Annotate(stored_dense.status(), "storing f16 KV"));
     auto stored_sparse = StoredBytes(*sparse->seq, policy, ctx->ids);
     if (!stored_sparse.ok()) return fail(Annotate(stored_sparse.status(), "storing KV"));
-    report.Add(fmt::format("store_bytes_f16_{}", tag), static_cast<double>(*stored_dense),
-               "bytes");
+    report.Add(fmt::format("store_bytes_f16_{}", tag), static_cast<double>(*stored_dense), "bytes");
     report.Add(fmt::format("store_bytes_{}_{}", ptag, tag), static_cast<double>(*stored_sparse),
                "bytes");
     report.Add(fmt::format("store_ratio_f16_over_{}_{}", ptag, tag),
@@ -416,8 +416,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
                "bytes");
     auto stored_kivi = StoredBytes(*kivi->seq, "kivi", ctx->ids);
     if (!stored_kivi.ok()) return fail(Annotate(stored_kivi.status(), "storing kivi KV"));
-    report.Add(fmt::format("store_bytes_kivi_{}", tag), static_cast<double>(*stored_kivi),
-               "bytes");
+    report.Add(fmt::format("store_bytes_kivi_{}", tag), static_cast<double>(*stored_kivi), "bytes");
     std::vector<int64_t> stored_before;
     for (int l = 0; l < sparse->seq->kv.num_layers(); ++l) {
       stored_before.push_back(sparse->seq->kv.num_tokens(l));
@@ -427,9 +426,10 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     if (!tps.ok()) return fail(tps.status());
     report.Add(fmt::format("decode_tokens_per_s_f16_{}", tag), (*tps)[0], "tokens/s");
     report.Add(fmt::format("decode_tokens_per_s_{}_{}", ptag, tag), (*tps)[1], "tokens/s");
-    // "Decode not slower": the compressed cache's rate over the f16 one, target 1.
+    // "Decode not slower": the compressed cache's rate over the f16 one, target 1; AttentionPack
+    // rebuilds every key from its factors each step, and its issue (22) asks 0.8 of f16.
     report.Add(fmt::format("decode_speed_{}_over_f16_{}", ptag, tag), (*tps)[1] / (*tps)[0], "x",
-               1.0);
+               ptag.find("attentionpack") != std::string::npos ? 0.8 : 1.0);
     report.Add(fmt::format("kv_bytes_{}_after_decode_{}", ptag, tag),
                static_cast<double>(sparse->seq->kv.bytes()), "bytes");
     // Tokens stored per generated token in each layer (Dynamic-LLaVA's text gating: 0.5 from

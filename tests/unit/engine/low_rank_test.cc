@@ -1,6 +1,7 @@
 // AttentionPack's numeric core (engine/ops/low_rank.h) against float64 references: the
-// randomized SVD against Eckart–Young on matrices of known spectrum, and the two factor-reading
-// attention functions against "rebuild each row at its rank, then attend" in double.
+// randomized SVD against Eckart–Young on matrices of known spectrum, and decode attention over
+// the factors (in each stored format) against "rebuild each row at its rank, then attend" in
+// double.
 #include "engine/ops/low_rank.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/kv/low_rank_factor.h"
 #include "fmt/format.h"
 #include "tests/testing/random.h"
 
@@ -206,76 +208,6 @@ std::vector<double> RebuiltRow(const Factors& f, int64_t t, int rank, int64_t hd
   return row;
 }
 
-// Softmax rows [heads, tokens] of random logits: attention probabilities.
-std::vector<float> RandomProbabilities(int64_t heads, int64_t tokens, std::mt19937_64& rng) {
-  std::vector<float> p = testing::RandomNormal(static_cast<size_t>(heads * tokens), rng, 2.f);
-  for (int64_t h = 0; h < heads; ++h) {
-    float* row = p.data() + h * tokens;
-    const float mx = *std::max_element(row, row + tokens);
-    double sum = 0;
-    for (int64_t t = 0; t < tokens; ++t) sum += std::exp(double{row[t]} - mx);
-    for (int64_t t = 0; t < tokens; ++t) {
-      row[t] = static_cast<float>(std::exp(double{row[t]} - mx) / sum);
-    }
-  }
-  return p;
-}
-
-TEST_CASE("LowRankValueAttend equals rebuilding the values at their ranks", "[unit][engine][ops]") {
-  std::mt19937_64 rng(testing::TestSeed());
-  const int heads = 4, kv_heads = 2, rank = 32;
-  const int d = GENERATE(32, 64);
-  const int64_t tokens = GENERATE(1, 300);
-  const int64_t hd = int64_t{kv_heads} * d, group = heads / kv_heads;
-  CAPTURE(d, tokens);
-  const Factors f = MixedRankFactors(tokens, rank, hd, rng);
-  const std::vector<float> p = RandomProbabilities(heads, tokens, rng);
-  const std::vector<float> out0 = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
-
-  // The reference adds Σ_t p·ṽ_t to out0, so the op's accumulation into `out` is checked too.
-  std::vector<double> delta(static_cast<size_t>(heads * d), 0.0);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const std::vector<double> v = RebuiltRow(f, t, rank, hd);
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t c = 0; c < d; ++c) delta[h * d + c] += p[h * tokens + t] * v[h / group * d + c];
-    }
-  }
-  std::vector<float> out = out0;
-  const LowRankAttentionShape shape{
-      .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .rank = rank};
-  REQUIRE(LowRankValueAttend(p, f.us, f.vt, f.ranks, shape, out).ok());
-  double max_delta = 0;
-  for (double v : delta) max_delta = std::max(max_delta, std::fabs(v));
-  for (size_t i = 0; i < out.size(); ++i) {
-    CAPTURE(i, out[i], out0[i] + delta[i], max_delta);
-    REQUIRE(std::fabs(out[i] - (out0[i] + delta[i])) <= 1e-4 * max_delta);
-  }
-}
-
-TEST_CASE("LowRankValueAttend refuses bad arguments", "[unit][engine][ops]") {
-  std::mt19937_64 rng(testing::TestSeed());
-  const LowRankAttentionShape shape{.num_heads = 4, .num_kv_heads = 2, .head_dim = 32, .rank = 16};
-  Factors f = MixedRankFactors(10, 16, 64, rng);
-  const std::vector<float> p(4 * 10, 0.1f);
-  std::vector<float> out(4 * 32);
-  const auto refused = [&](const LowRankAttentionShape& s, std::span<const float> pp,
-                           std::span<float> o, const std::string& what) {
-    const Status st = LowRankValueAttend(pp, f.us, f.vt, f.ranks, s, o);
-    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
-    CHECK_THAT(MessageOf(st), Catch::Contains(what));
-  };
-  LowRankAttentionShape s = shape;
-  s.num_kv_heads = 3;
-  refused(s, p, out, "num_heads 4 is not a positive multiple of num_kv_heads 3");
-  refused(shape, std::span(p).first(39), out, "p has 39 elements, want 40");
-  refused(shape, p, std::span(out).first(100), "out has 100 elements, want 128");
-  s = shape;
-  s.head_dim = 16;
-  refused(s, p, out, "vt has 1024 elements, want 512");
-  f.ranks[7] = 17;
-  refused(shape, p, out, "ranks[7] is 17, outside [0, 16]");
-}
-
 // The engine's half-split RoPE (rope.h) in double: the angle is the f32 product
 // float(pos)·inv_freq[i] as ApplyRope forms it, its cos/sin and the rotation in double.
 void RotateHalfSplit(std::vector<double>& x, int32_t pos, const std::vector<float>& inv_freq) {
@@ -297,54 +229,166 @@ RopeParams MakeRope(int d, bool llama3) {
   return rope;
 }
 
-TEST_CASE("LowRankKeyScores equals RoPE of the keys rebuilt at their ranks",
-          "[unit][engine][ops]") {
-  std::mt19937_64 rng(testing::TestSeed());
-  const int heads = 4, kv_heads = 2, rank = 32;
-  // 32 and 64 take the fused tile of the widest ISA, 48 AVX2's even on an AVX-512 machine (each
-  // half of a head must hold whole vectors), 40 the portable path.
-  const int d = GENERATE(32, 40, 48, 64);
-  const int64_t tokens = GENERATE(1, 300);
-  const bool llama3 = GENERATE(false, true);
-  const float scale = GENERATE(0.f, 0.3f);
-  const int64_t hd = int64_t{kv_heads} * d, group = heads / kv_heads;
-  CAPTURE(d, tokens, llama3, scale);
-  const RopeParams rope = MakeRope(d, llama3);
-  const Factors f = MixedRankFactors(tokens, rank, hd, rng);
-  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
-  std::uniform_int_distribution<int32_t> pos_dist(0, 32767);
+// A factor [rows, cols] in a block's stored format, and the f32 values that format holds (what
+// the references read).
+struct StoredFactor {
+  int64_t rows = 0, cols = 0;
+  bool is_f32 = true;
+  kv::LowRankFactor stored;   // format 1 (f16) or 2 (int4)
+  std::vector<float> values;  // what the format holds, as f32 (a format-0 view reads these)
+
+  FactorView View() const {
+    return is_f32 ? FactorView::OfF32(values.data(), rows, cols) : stored.View();
+  }
+};
+
+StoredFactor Store(const std::vector<float>& x, int64_t rows, int64_t cols, int format) {
+  StoredFactor f;
+  f.rows = rows;
+  f.cols = cols;
+  f.is_f32 = format == 0;
+  if (f.is_f32) {
+    f.values = x;
+    return f;
+  }
+  f.stored = kv::LowRankFactor::Encode(
+      x, rows, cols, format == 1 ? kv::FactorFormat::kF16 : kv::FactorFormat::kInt4);
+  f.values = f.stored.Decode();
+  return f;
+}
+
+// Ascending positions in runs: mostly consecutive, with a jump every so often (a block of visual
+// tokens that ZipVL or a text turn interrupted).
+std::vector<int32_t> RunsOfPositions(int64_t tokens, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> jump(2, 900), start(0, 20000);
+  std::bernoulli_distribution breaks(0.03);
   std::vector<int32_t> positions(static_cast<size_t>(tokens));
-  for (int32_t& pos : positions) pos = pos_dist(rng);
+  int32_t p = start(rng);
+  for (int32_t& pos : positions) {
+    pos = p;
+    p += breaks(rng) ? jump(rng) : 1;
+  }
+  return positions;
+}
 
-  std::vector<float> scores(static_cast<size_t>(heads * tokens), -1.f);
-  const LowRankAttentionShape shape{
-      .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .rank = rank};
-  REQUIRE(LowRankKeyScores(q, f.us, f.vt, f.ranks, positions, shape, rope, scale, scores).ok());
+// The reference of LowRankBlockAttend in double: scores of rotated rebuilt keys, the block's own
+// maxima, sums and unnormalised value sums.
+struct Reference {
+  std::vector<double> s, max, sum, out, out_mass;  // out_mass[h·d + c] = Σ_t w·|ṽ_t[c]|
+  double score_tol = 0;                            // the largest per-score tolerance
+};
 
-  const double want_scale = scale == 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
+Reference AttendInDouble(const std::vector<float>& q, const std::vector<float>& us_k,
+                         const std::vector<float>& vt_k, int rank_k, const Factors& values,
+                         int rank_v, const std::vector<int32_t>& positions, int heads, int kv_heads,
+                         int d, const RopeParams& rope, double scale) {
+  const int64_t tokens = static_cast<int64_t>(positions.size()), hd = int64_t{kv_heads} * d;
+  const int64_t group = heads / kv_heads;
   const std::vector<float> inv_freq = RopeInverseFrequencies(rope);
+  Factors keys{us_k, vt_k, std::vector<uint16_t>(static_cast<size_t>(tokens), rank_k)};
+  Reference r;
+  r.s.resize(static_cast<size_t>(heads * tokens));
+  r.max.assign(static_cast<size_t>(heads), -1e300);
   for (int64_t t = 0; t < tokens; ++t) {
-    const std::vector<double> row = RebuiltRow(f, t, rank, hd);
+    const std::vector<double> row = RebuiltRow(keys, t, rank_k, hd);
     for (int64_t h = 0; h < heads; ++h) {
       std::vector<double> k(row.begin() + h / group * d, row.begin() + (h / group + 1) * d);
       RotateHalfSplit(k, positions[t], inv_freq);
-      double want = 0, qq = 0, kk = 0;
+      double dot = 0, qq = 0, kk = 0;
       for (int64_t c = 0; c < d; ++c) {
-        want += q[h * d + c] * k[c];
+        dot += q[h * d + c] * k[c];
         qq += double{q[h * d + c]} * q[h * d + c];
         kk += k[c] * k[c];
       }
-      want *= want_scale;
+      r.s[h * tokens + t] = scale * dot;
+      r.max[h] = std::max(r.max[h], scale * dot);
       // Relative to the dot product's own scale, so scores near zero are held to it too.
-      const double tol = 1e-4 * want_scale * std::sqrt(qq * kk) + 1e-30;
-      CAPTURE(t, h, f.ranks[t], scores[h * tokens + t], want);
-      REQUIRE(std::fabs(scores[h * tokens + t] - want) <= tol);
+      r.score_tol = std::max(r.score_tol, 1e-4 * scale * std::sqrt(qq * kk));
+    }
+  }
+  r.sum.assign(static_cast<size_t>(heads), 0.0);
+  r.out.assign(static_cast<size_t>(heads * d), 0.0);
+  r.out_mass.assign(static_cast<size_t>(heads * d), 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<double> v = RebuiltRow(values, t, rank_v, hd);
+    for (int64_t h = 0; h < heads; ++h) {
+      const double w = std::exp(r.s[h * tokens + t] - r.max[h]);
+      r.sum[h] += w;
+      for (int64_t c = 0; c < d; ++c) {
+        r.out[h * d + c] += w * v[h / group * d + c];
+        r.out_mass[h * d + c] += w * std::fabs(v[h / group * d + c]);
+      }
+    }
+  }
+  return r;
+}
+
+TEST_CASE("LowRankBlockAttend equals attention over keys and values rebuilt at their ranks",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int heads = 4, kv_heads = 2, rank_k = 8, rank_v = 20;
+  // 32 and 64 take the fused key tile of the widest ISA, 48 AVX2's even on an AVX-512 machine
+  // (each half of a head must hold whole vectors), 40 the portable path.
+  const int d = GENERATE(32, 40, 48, 64);
+  // One token; one partial chunk; three chunks, the last partial.
+  const int64_t tokens = GENERATE(1, 300, 700);
+  const bool llama3 = GENERATE(false, true);
+  const float scale = GENERATE(0.f, 0.3f);
+  const int format = GENERATE(0, 1, 2);  // f32, f16, int4 factors
+  const int64_t hd = int64_t{kv_heads} * d;
+  CAPTURE(d, tokens, llama3, scale, format);
+  const RopeParams rope = MakeRope(d, llama3);
+
+  const StoredFactor us_k = Store(testing::RandomNormal(static_cast<size_t>(tokens * rank_k), rng),
+                                  tokens, rank_k, format);
+  const StoredFactor vt_k =
+      Store(testing::RandomNormal(static_cast<size_t>(rank_k * hd), rng), rank_k, hd, format);
+  const Factors mixed = MixedRankFactors(tokens, rank_v, hd, rng);
+  const StoredFactor us_v = Store(mixed.us, tokens, rank_v, format);
+  const StoredFactor vt_v = Store(mixed.vt, rank_v, hd, format);
+  const Factors values{us_v.values, vt_v.values, mixed.ranks};
+  // Queries small enough that the softmax spreads over many tokens.
+  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng, 0.05f);
+  const std::vector<int32_t> positions = RunsOfPositions(tokens, rng);
+
+  const LowRankBlockView view{.key_us = us_k.View(),
+                              .key_vt = vt_k.View(),
+                              .value_us = us_v.View(),
+                              .value_vt = vt_v.View(),
+                              .positions = positions,
+                              .value_ranks = mixed.ranks};
+  std::vector<float> weights(static_cast<size_t>(heads * tokens), -1.f);
+  BlockAttention got;
+  REQUIRE(LowRankBlockAttend(q, view, {.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d},
+                             rope, scale, weights, got)
+              .ok());
+
+  const double want_scale = scale == 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
+  const Reference want = AttendInDouble(q, us_k.values, vt_k.values, rank_k, values, rank_v,
+                                        positions, heads, kv_heads, d, rope, want_scale);
+  // A score off by e moves its weight by a factor e^(±2e) (itself and the maximum).
+  const double w_rel = 2.5 * want.score_tol;
+  for (int64_t h = 0; h < heads; ++h) {
+    CAPTURE(h, got.max[h], want.max[h], got.sum[h], want.sum[h]);
+    REQUIRE(std::fabs(got.max[h] - want.max[h]) <= want.score_tol);
+    REQUIRE(std::fabs(got.sum[h] - want.sum[h]) <= w_rel * want.sum[h] + 1e-6);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const double w = std::exp(want.s[h * tokens + t] - want.max[h]);
+      CAPTURE(t, weights[h * tokens + t], w);
+      REQUIRE(std::fabs(weights[h * tokens + t] - w) <= w_rel * w + 1e-6);
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      CAPTURE(c, got.out[h * d + c], want.out[h * d + c]);
+      REQUIRE(std::fabs(got.out[h * d + c] - want.out[h * d + c]) <=
+              (w_rel + 1e-5) * want.out_mass[h * d + c] + 1e-6);
     }
   }
 }
 
-TEST_CASE("LowRankKeyScores at full rank equals RoPE of the original keys", "[unit][engine][ops]") {
-  // Compressing before RoPE and rotating the rebuilt key is the engine's ApplyRope of the key.
+TEST_CASE("LowRankBlockAttend at full rank equals attention over the original keys and values",
+          "[unit][engine][ops]") {
+  // Compressing keys before RoPE and rotating each rebuilt key is the engine's ApplyRope of the
+  // key; values at full rank are the values.
   std::mt19937_64 rng(testing::TestSeed());
   const int heads = 4, kv_heads = 2;
   const int d = GENERATE(32, 64);
@@ -352,56 +396,93 @@ TEST_CASE("LowRankKeyScores at full rank equals RoPE of the original keys", "[un
   const int rank = static_cast<int>(hd);
   CAPTURE(d);
   std::vector<float> keys = testing::RandomNormal(static_cast<size_t>(tokens * hd), rng);
-  auto f = RandomizedSvd(keys, tokens, hd, {.rank = rank, .seed = rng()});
-  REQUIRE(f.ok());
-  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng);
+  const std::vector<float> vals = testing::RandomNormal(static_cast<size_t>(tokens * hd), rng);
+  auto fk = RandomizedSvd(keys, tokens, hd, {.rank = rank, .seed = rng()});
+  auto fv = RandomizedSvd(vals, tokens, hd, {.rank = rank, .seed = rng()});
+  REQUIRE(fk.ok());
+  REQUIRE(fv.ok());
+  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng, 0.1f);
   std::vector<int32_t> positions(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(35 + t);  // LLaVA
   const std::vector<uint16_t> ranks(static_cast<size_t>(tokens), static_cast<uint16_t>(rank));
   const RopeParams rope = MakeRope(d, false);
-  std::vector<float> scores(static_cast<size_t>(heads * tokens));
-  const LowRankAttentionShape shape{
-      .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d, .rank = rank};
-  REQUIRE(LowRankKeyScores(q, f->us, f->vt, ranks, positions, shape, rope, 0.f, scores).ok());
+  const LowRankBlockView view{.key_us = FactorView::OfF32(fk->us.data(), tokens, rank),
+                              .key_vt = FactorView::OfF32(fk->vt.data(), rank, hd),
+                              .value_us = FactorView::OfF32(fv->us.data(), tokens, rank),
+                              .value_vt = FactorView::OfF32(fv->vt.data(), rank, hd),
+                              .positions = positions,
+                              .value_ranks = ranks};
+  std::vector<float> weights(static_cast<size_t>(heads * tokens));
+  BlockAttention got;
+  REQUIRE(LowRankBlockAttend(q, view, {.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d},
+                             rope, 0.f, weights, got)
+              .ok());
 
   Tensor kt = Tensor::View(keys.data(), {tokens, kv_heads, d}, DType::kF32);
   const Tensor pt = Tensor::View(positions.data(), {tokens}, DType::kI32);
   REQUIRE(ApplyRope(kt, pt, rope).ok());
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* k = keys.data() + t * hd + h / group * d;
-      double want = 0, qq = 0, kk = 0;
-      for (int64_t c = 0; c < d; ++c) {
-        want += double{q[h * d + c]} * k[c];
-        qq += double{q[h * d + c]} * q[h * d + c];
-        kk += double{k[c]} * k[c];
-      }
-      CAPTURE(t, h, scores[h * tokens + t], scale * want);
-      REQUIRE(std::fabs(scores[h * tokens + t] - scale * want) <=
-              1e-4 * scale * std::sqrt(qq * kk));
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<double> s(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) {
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c)
+        dot += double{q[h * d + c]} * keys[t * hd + h / group * d + c];
+      s[t] = scale * dot;
+    }
+    const double mx = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    std::vector<double> out(static_cast<size_t>(d), 0.0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const double w = std::exp(s[t] - mx);
+      sum += w;
+      for (int64_t c = 0; c < d; ++c) out[c] += w * vals[t * hd + h / group * d + c];
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      CAPTURE(h, c, got.out[h * d + c] / got.sum[h], out[c] / sum);
+      REQUIRE(std::fabs(got.out[h * d + c] / got.sum[h] - out[c] / sum) <= 1e-4);
     }
   }
 }
 
-TEST_CASE("LowRankKeyScores refuses bad arguments", "[unit][engine][ops]") {
+TEST_CASE("LowRankBlockAttend refuses bad arguments", "[unit][engine][ops]") {
   std::mt19937_64 rng(testing::TestSeed());
-  const LowRankAttentionShape shape{.num_heads = 4, .num_kv_heads = 2, .head_dim = 32, .rank = 16};
-  const Factors f = MixedRankFactors(10, 16, 64, rng);
-  const std::vector<float> q(4 * 32, 1.f);
+  const LowRankAttentionShape shape{.num_heads = 4, .num_kv_heads = 2, .head_dim = 32};
+  Factors f = MixedRankFactors(10, 16, 64, rng);
+  const std::vector<float> us_k(10 * 8, 0.5f), vt_k(8 * 64, 0.5f), q(4 * 32, 1.f);
   std::vector<int32_t> positions(10, 3);
-  std::vector<float> scores(4 * 10);
-  const auto refused = [&](const LowRankAttentionShape& s, const RopeParams& rope,
-                           std::span<float> out, const std::string& what) {
-    const Status st = LowRankKeyScores(q, f.us, f.vt, f.ranks, positions, s, rope, 0.f, out);
+  std::vector<float> weights(4 * 10);
+  LowRankBlockView view{.key_us = FactorView::OfF32(us_k.data(), 10, 8),
+                        .key_vt = FactorView::OfF32(vt_k.data(), 8, 64),
+                        .value_us = FactorView::OfF32(f.us.data(), 10, 16),
+                        .value_vt = FactorView::OfF32(f.vt.data(), 16, 64),
+                        .positions = positions,
+                        .value_ranks = f.ranks};
+  BlockAttention out;
+  const auto refused = [&](const LowRankBlockView& v, const LowRankAttentionShape& s,
+                           const RopeParams& rope, std::span<float> w, const std::string& what) {
+    const Status st = LowRankBlockAttend(q, v, s, rope, 0.f, w, out);
     CHECK(st.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(MessageOf(st), Catch::Contains(what));
   };
-  refused(shape, MakeRope(64, false), scores, "head_dim 32 with rope.head_dim 64");
-  refused(shape, MakeRope(32, false), std::span(scores).first(39),
-          "scores has 39 elements, want 40");
+  const RopeParams rope = MakeRope(32, false);
+  REQUIRE(LowRankBlockAttend(q, view, shape, rope, 0.f, weights, out).ok());
+  LowRankAttentionShape s = shape;
+  s.num_kv_heads = 3;
+  refused(view, s, rope, weights, "num_heads 4 is not a positive multiple of num_kv_heads 3");
+  refused(view, shape, MakeRope(64, false), weights, "head_dim 32 with rope.head_dim 64");
+  refused(view, shape, rope, std::span(weights).first(39), "weights has 39 elements, want 40");
+  LowRankBlockView bad = view;
+  bad.key_vt.cols = 32;
+  refused(bad, shape, rope, weights, "key_vt is 8x32, want 8x64");
+  bad = view;
+  bad.value_us.f32 = nullptr;
+  refused(bad, shape, rope, weights, "value_us has no data");
+  f.ranks[7] = 17;
+  refused(view, shape, rope, weights, "value_ranks[7] is 17, outside [0, 16]");
+  f.ranks[7] = 16;
   positions[4] = -2;
-  refused(shape, MakeRope(32, false), scores, "positions[4] is -2");
+  refused(view, shape, rope, weights, "positions[4] is -2");
 }
 
 // Not a check: prints the factorisation time at the shapes of one video's visual block.

@@ -2,6 +2,8 @@
 // pages for low-rank blocks in every layer, full rank reproduces `none`, lower ranks change the
 // decode logits (the blocks are what decode reads), the attention importance picks a quarter of
 // the tokens for full-rank values, and a conversation survives the page codec and restore.
+#include "engine/compress/attentionpack.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_codec.h"
 #include "engine/runtime/engine.h"
+#include "tests/testing/random.h"
 #include "tests/testing/shipped_model.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tiny_decoder.h"
@@ -19,12 +22,11 @@
 namespace framezip::engine {
 namespace {
 
-
-
 // Teacher-forced logits of `forced` after the video message, under `policy`.
 Tensor Scores(const char* policy, const std::vector<int32_t>& forced) {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   auto c = eng.NewConversation(policy);
   REQUIRE(c.ok());
   auto s = eng.ScoreTurn(**c, std::span(&m, 1), forced);
@@ -32,7 +34,6 @@ Tensor Scores(const char* policy, const std::vector<int32_t>& forced) {
   REQUIRE(s.ok());
   return *std::move(s);
 }
-
 
 double MaxAbs(const Tensor& a) {
   double m = 0;
@@ -63,7 +64,8 @@ std::unique_ptr<llm::Sequence> PrefilledSequence(const char* policy, uint64_t se
 // The synthetic video turn under `policy`, `tokens` generated (end of reply ignored).
 runtime::TurnResult VideoTurn(const char* policy, int tokens) {
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = tokens;
   opt.ignore_eos = true;
@@ -76,6 +78,39 @@ runtime::TurnResult VideoTurn(const char* policy, int tokens) {
 }
 
 const std::vector<int32_t> kForced = {313, 11, 42, 100, 7, 250, 313, 402};
+
+TEST_CASE(
+    "attentionpack gives full-rank values to exactly the top fraction by importance, ties by "
+    "position",
+    "[unit][engine][compress]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  compress::AttentionPackPolicy policy({.top_fraction = 0.25, .ema = 0.5});
+  for (int64_t n : {1, 3, 40, 1000, 8190}) {
+    // Probabilities of a few distinct values (many ties) or continuous ones, zeros included.
+    for (const bool ties : {true, false}) {
+      CAPTURE(n, ties);
+      std::vector<float> importance(static_cast<size_t>(n)), probs(importance.size());
+      std::uniform_int_distribution<int> level(0, 5);
+      std::exponential_distribution<float> spread(1.f);
+      for (size_t t = 0; t < probs.size(); ++t) {
+        importance[t] = ties ? 1e-4f * static_cast<float>(level(rng)) : 1e-4f * spread(rng);
+        probs[t] = ties ? 1e-4f * static_cast<float>(level(rng)) : 1e-4f * spread(rng);
+      }
+      std::vector<uint16_t> ranks(importance.size(), 0);
+      policy.OnLowRankAttention(0, probs, importance, ranks, 16);
+      // The reference: a stable sort by importance, largest first, earlier tokens first on ties.
+      std::vector<size_t> order(importance.size());
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return importance[a] > importance[b]; });
+      const size_t top = static_cast<size_t>(std::ceil(0.25 * static_cast<double>(n)));
+      for (size_t i = 0; i < order.size(); ++i) {
+        CAPTURE(i, order[i], importance[order[i]]);
+        REQUIRE(ranks[order[i]] == (i < top ? 16 : 4));
+      }
+    }
+  }
+}
 
 TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode reads the blocks",
           "[unit][engine][compress]") {
@@ -164,12 +199,12 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
   }
 }
 
-TEST_CASE("zipvl+attentionpack packs the visual rows ZipVL keeps and leaves the rest in low-bit pages",
-          "[unit][engine][compress]") {
+TEST_CASE(
+    "zipvl+attentionpack packs the visual rows ZipVL keeps and leaves the rest in low-bit pages",
+    "[unit][engine][compress]") {
   const int64_t t = kPrefillRows;
   // keep_recent=0 and a low tau: ZipVL's important set is well short of every visual row.
-  const auto seq =
-      PrefilledSequence("zipvl+attentionpack:tau=0.5,keep_recent=0,min_tokens=1", 7);
+  const auto seq = PrefilledSequence("zipvl+attentionpack:tau=0.5,keep_recent=0,min_tokens=1", 7);
   const kv::SequenceKv& kv = seq->kv;
   int64_t packed = 0;
   for (int l = 0; l < kv.num_layers(); ++l) {
@@ -281,7 +316,8 @@ TEST_CASE("An attentionpack conversation survives the page codec and continues a
                                 "attentionpack:recompress=16,min_tokens=1");
   CAPTURE(policy);
   runtime::Engine& eng = testing::ShippedEngine();
-  const runtime::Message m = testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
+  const runtime::Message m =
+      testing::SyntheticVideoMessage(16, eng.image_size(), "What color is the cross?");
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 5;
   opt.ignore_eos = true;
