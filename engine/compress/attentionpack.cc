@@ -88,11 +88,15 @@ std::optional<LowRankSpec> AttentionPackPolicy::ResidualLowRank(int layer) const
 }
 
 void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_probs,
-                                             std::span<float> importance,
-                                             std::span<uint16_t> value_ranks, int full_rank) {
+                                             const LowRankDecodeState& block) {
   const size_t n = mean_probs.size();
+  std::span<float> importance = block.importance;
+  std::span<uint16_t> value_ranks = block.value_ranks;
+  const int full_rank = block.full_rank;
   const float w = static_cast<float>(options_.ema);
   for (size_t t = 0; t < n; ++t) importance[t] = w * importance[t] + (1.f - w) * mean_probs[t];
+  const uint32_t step = (*block.decode_steps)++;
+  if (step % static_cast<uint32_t>(options_.regroup) != 0) return;
   if (options_.groups <= 1) {
     std::fill(value_ranks.begin(), value_ranks.end(), static_cast<uint16_t>(full_rank));
     return;
@@ -119,6 +123,8 @@ StatusOr<AttentionPackOptions> ParseAttentionPackOptions(PolicyOptions& o) {
   FZ_ASSIGN_OR_RETURN(const int64_t groups, o.Int("groups", a.groups, 1, 2));
   FZ_ASSIGN_OR_RETURN(a.top_fraction, o.Double("top_fraction", a.top_fraction, 0, 1));
   FZ_ASSIGN_OR_RETURN(a.ema, o.Double("ema", a.ema, 0, 1));
+  FZ_ASSIGN_OR_RETURN(const int64_t regroup, o.Int("regroup", a.regroup, 1, 1 << 20));
+  a.regroup = static_cast<int>(regroup);
   FZ_ASSIGN_OR_RETURN(const int64_t dense, o.Int("dense_layers", a.dense_layers, 0, 1 << 16));
   FZ_ASSIGN_OR_RETURN(const int64_t min_tokens, o.Int("min_tokens", a.min_tokens, 1, 1 << 30));
   FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));

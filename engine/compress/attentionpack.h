@@ -13,12 +13,13 @@
 // Options ("attentionpack:key=value,..."): rank_k (8), rank_v (16) — of HD = G·d (64 for the
 // shipped model: HD/8 and HD/4. The rank sweep in bench/RESULTS.md chose them: this model's
 // pre-RoPE visual keys lose nothing down to rank 4, values need 8 or more; and a key rank is
-// paid on every decode step, each key being rebuilt from rank_k products) —, groups (2: top_fraction at rank_v, the rest
-// at rank_v/4; 1: every value at rank_v), top_fraction (0.25), ema (0.9, ω), dense_layers (0:
-// layers below it keep every token in pages), min_tokens (32), seed (0), factors (f16 | int4:
-// U·S and Vᵀ in 4 bits with a scale per column and 32 rows, kv/low_rank_factor.h), recompress
-// (T_p, 0 = off: a layer's full-precision tokens — text and generated — become a block once
-// there are this many).
+// paid on every decode step, each key being rebuilt from rank_k products) —, groups (2:
+// top_fraction at rank_v, the rest at rank_v/4; 1: every value at rank_v), top_fraction (0.25), ema
+// (0.9, ω), regroup (16: decode steps between regroupings by the EMA, the first step included),
+// dense_layers (0: layers below it keep every token in pages), min_tokens (32), seed (0), factors
+// (f16 | int4: U·S and Vᵀ in 4 bits with a scale per column and 32 rows, kv/low_rank_factor.h),
+// recompress (T_p, 0 = off: a layer's full-precision tokens — text and generated — become a block
+// once there are this many).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,10 @@ struct AttentionPackOptions {
   int groups = 2;
   double top_fraction = 0.25;
   double ema = 0.9;
+  // Decode steps between regroupings of a block's values by importance (the EMA itself moves
+  // every step). The reference code groups once per compression; every step cost a selection over
+  // every block token per layer, a fifth of a decode step at 8k tokens.
+  int regroup = 16;
   int dense_layers = 0;
   int min_tokens = 32;
   uint64_t seed = 0;
@@ -58,8 +63,7 @@ class AttentionPackPolicy final : public CompressionPolicy {
   int ResidualWindow() const override { return options_.recompress; }
   std::optional<LowRankSpec> ResidualLowRank(int layer) const override;
   void OnLowRankAttention(int layer, std::span<const float> mean_probs,
-                          std::span<float> importance, std::span<uint16_t> value_ranks,
-                          int full_rank) override;
+                          const LowRankDecodeState& block) override;
 
   const AttentionPackOptions& options() const { return options_; }
 

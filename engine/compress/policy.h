@@ -133,6 +133,15 @@ struct PrefillStats {
   std::vector<float> KeptRatios() const;
 };
 
+// What decode keeps of one low-rank block between steps (kv::LowRankBlock's fields), handed to
+// the policy after each step's attention over it.
+struct LowRankDecodeState {
+  std::span<float> importance;      // [T] attention-importance EMA
+  std::span<uint16_t> value_ranks;  // [T] rank each value is read at, <= full_rank
+  int full_rank = 0;
+  uint32_t* decode_steps = nullptr;  // steps the block has been attended (not stored)
+};
+
 class CompressionPolicy {
  public:
   virtual ~CompressionPolicy() = default;
@@ -169,8 +178,7 @@ class CompressionPolicy {
   // mean_probs[t] is the attention its token t got, averaged over query heads; the policy updates
   // the block's importance and the rank (<= full_rank) each value is read at from the next step.
   virtual void OnLowRankAttention(int /*layer*/, std::span<const float> /*mean_probs*/,
-                                  std::span<float> /*importance*/,
-                                  std::span<uint16_t> /*value_ranks*/, int /*full_rank*/) {}
+                                  const LowRankDecodeState& /*block*/) {}
 
   // Row selection: the layer at whose entry SelectPrefillRows / OnDecodeHidden are called, or -1
   // (the default: the policy never removes rows).

@@ -36,9 +36,8 @@ class ZipVlAttentionPackPolicy final : public CompressionPolicy {
     return zipvl_.ClassifyResidual(layer, q, k, n, classes);
   }
   void OnLowRankAttention(int layer, std::span<const float> mean_probs,
-                          std::span<float> importance, std::span<uint16_t> value_ranks,
-                          int full_rank) override {
-    pack_.OnLowRankAttention(layer, mean_probs, importance, value_ranks, full_rank);
+                          const LowRankDecodeState& block) override {
+    pack_.OnLowRankAttention(layer, mean_probs, block);
   }
 
  private:

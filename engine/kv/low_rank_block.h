@@ -43,6 +43,7 @@ struct LowRankBlock {
   LowRankMatrix values;               // values, [T, G·d]
   std::vector<uint16_t> value_ranks;  // [T] rank each value is read at (<= values.rank)
   std::vector<float> importance;      // [T] EMA of the head-averaged attention each token got
+  uint32_t decode_steps = 0;          // steps attended since made or restored (not stored)
   ops::RopeParams rope;               // the model's RoPE, to rotate rebuilt keys
   int num_kv_heads = 0;               // G (cols = G·d)
 

@@ -191,7 +191,11 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
       const float f = std::exp(parts[i].max[h] - total_max[h]) / (total_sum[h] * nh);
       ops::cpu::Axpy(f, weights[i].data() + h * t, t, mean_probs.data());
     }
-    seq.policy->OnLowRankAttention(l, mean_probs, b.importance, b.value_ranks, b.values.rank);
+    seq.policy->OnLowRankAttention(l, mean_probs,
+                                   {.importance = b.importance,
+                                    .value_ranks = b.value_ranks,
+                                    .full_rank = b.values.rank,
+                                    .decode_steps = &b.decode_steps});
   }
   seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
   return absl::OkStatus();

@@ -4,7 +4,8 @@
 // ISAs run the same algorithm with the same blocking and only the register width differs.
 //
 // V provides:
-//   - Reg, kLanes; Zero, Set1, Load, LoadFirst (the first n lanes, zero beyond), Store; Add, Sub, Mul, Div, Min, Max, Abs, Fmadd, Fnmadd,
+//   - Reg, kLanes; Zero, Set1, Load, LoadFirst (the first n lanes, zero beyond), Store; Add, Sub,
+//   Mul, Div, Min, Max, Abs, Fmadd, Fnmadd,
 //     Floor; HSum and HMax (across lanes);
 //   - LoadAs<T> (kLanes weights of dtype T from element i, as f32) and Int4Codes (kLanes 4-bit
 //     codes from kLanes/2 bytes, low nibble first, as f32);
@@ -301,24 +302,31 @@ struct GeluErfOf {
 
 // AttentionPack's key scores, one token per lane (cpu_kernels.h, LowRankScoreLanes), for the
 // lanes [lane0, lane0 + kLanes) of a 16-token tile. Each pair (c, c + d/2) of a head is rebuilt
-// for all lanes at once — two independent chains of R multiply-adds against broadcast Vᵀ entries,
-// with the R columns of U·S held in registers when R is a template constant — rotated, and folded
-// into each query head's score: no horizontal sums, no key row ever stored.
-template <int kRank>
+// for all lanes at once — two chains of R multiply-adds against broadcast Vᵀ entries, with the R
+// columns of U·S held in registers — rotated, and folded into each query head's score: no
+// horizontal sums, no key row ever stored. The rank and the group size are template constants
+// where they are the common ones (0: read at run time), so every accumulator stays in a register:
+// a run-time index puts them on the stack, which cost a third of the loop's time.
+template <int kRank, int kGroup>
 void ScoreLanes(const float* ut, const float* vt, int64_t rank_rt, int64_t kv_heads, int64_t d,
-                int64_t heads, const float* q, float scale, const float* cos, const float* sin,
+                int64_t group_rt, const float* q, float scale, const float* cos, const float* sin,
                 float* scores, int64_t ld, int64_t n, int64_t lane0) {
   constexpr int64_t L = V::kLanes, W = kLowRankLanes;
+  constexpr int kMaxGroup = kGroup > 0 ? kGroup : static_cast<int>(kLowRankMaxGroup);
   const int64_t rank = kRank > 0 ? kRank : rank_rt;
-  const int64_t hd = kv_heads * d, half = d / 2, group = heads / kv_heads;
+  const int64_t group = kGroup > 0 ? kGroup : group_rt;
+  const int64_t hd = kv_heads * d, half = d / 2;
   typename V::Reg u[kRank > 0 ? kRank : 1];
   if constexpr (kRank > 0) {
     for (int j = 0; j < kRank; ++j) u[j] = V::Load(ut + j * W + lane0);
   }
   for (int64_t g = 0; g < kv_heads; ++g) {
-    typename V::Reg acc[kLowRankMaxGroup];
-    for (int64_t r = 0; r < group; ++r) acc[r] = V::Zero();
+    // A head's score sums the two halves of each pair in two accumulators: one chain of
+    // dependent multiply-adds per pair would bound the loop at twice the latency.
+    typename V::Reg acc[kMaxGroup], acc_b[kMaxGroup];
+    for (int r = 0; r < kMaxGroup; ++r) acc[r] = acc_b[r] = V::Zero();
     const float* vg = vt + g * d;
+    const float* qg = q + g * group * d;
     for (int64_t c = 0; c < half; ++c) {
       typename V::Reg a = V::Zero(), b = V::Zero();
       for (int64_t j = 0; j < rank; ++j) {
@@ -329,33 +337,59 @@ void ScoreLanes(const float* ut, const float* vt, int64_t rank_rt, int64_t kv_he
       const typename V::Reg co = V::Load(cos + c * W + lane0), si = V::Load(sin + c * W + lane0);
       const typename V::Reg ra = V::Fnmadd(b, si, V::Mul(a, co));
       const typename V::Reg rb = V::Fmadd(a, si, V::Mul(b, co));
-      for (int64_t r = 0; r < group; ++r) {
-        const float* qh = q + (g * group + r) * d;
-        acc[r] = V::Fmadd(V::Set1(qh[c + half]), rb, V::Fmadd(V::Set1(qh[c]), ra, acc[r]));
+      for (int r = 0; r < kMaxGroup; ++r) {
+        if (kGroup == 0 && r >= group) break;
+        const float* qh = qg + r * d;
+        acc[r] = V::Fmadd(V::Set1(qh[c]), ra, acc[r]);
+        acc_b[r] = V::Fmadd(V::Set1(qh[c + half]), rb, acc_b[r]);
       }
     }
     alignas(64) float lanes[L];
     for (int64_t r = 0; r < group; ++r) {
-      V::Store(lanes, V::Mul(acc[r], V::Set1(scale)));
+      V::Store(lanes, V::Mul(V::Add(acc[r], acc_b[r]), V::Set1(scale)));
       float* out = scores + (g * group + r) * ld + lane0;
       for (int64_t l = 0; l < std::min<int64_t>(L, n - lane0); ++l) out[l] = lanes[l];
     }
   }
 }
 
+template <int kRank>
+void ScoreLanesOfGroup(const float* ut, const float* vt, int64_t rank, int64_t kv_heads, int64_t d,
+                       int64_t group, const float* q, float scale, const float* cos,
+                       const float* sin, float* scores, int64_t ld, int64_t n, int64_t lane0) {
+  switch (group) {
+    case 1:
+      return ScoreLanes<kRank, 1>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld,
+                                  n, lane0);
+    case 2:
+      return ScoreLanes<kRank, 2>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld,
+                                  n, lane0);
+    case 4:
+      return ScoreLanes<kRank, 4>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld,
+                                  n, lane0);
+    default:
+      return ScoreLanes<kRank, 0>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld,
+                                  n, lane0);
+  }
+}
+
 void LowRankScoreLanesSimd(const float* ut, const float* vt, int64_t rank, int64_t kv_heads,
                            int64_t d, int64_t heads, const float* q, float scale, const float* cos,
                            const float* sin, float* scores, int64_t ld, int64_t n) {
+  const int64_t group = heads / kv_heads;
   for (int64_t lane0 = 0; lane0 < n; lane0 += V::kLanes) {
-    switch (rank) {  // the ranks AttentionPack's options default to keep U·S in registers
+    switch (rank) {  // the ranks AttentionPack's options default to
       case 8:
-        ScoreLanes<8>(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n, lane0);
+        ScoreLanesOfGroup<8>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld, n,
+                             lane0);
         break;
       case 16:
-        ScoreLanes<16>(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n, lane0);
+        ScoreLanesOfGroup<16>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld, n,
+                              lane0);
         break;
       default:
-        ScoreLanes<0>(ut, vt, rank, kv_heads, d, heads, q, scale, cos, sin, scores, ld, n, lane0);
+        ScoreLanesOfGroup<0>(ut, vt, rank, kv_heads, d, group, q, scale, cos, sin, scores, ld, n,
+                             lane0);
     }
   }
 }

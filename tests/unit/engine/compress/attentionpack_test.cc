@@ -97,7 +97,13 @@ TEST_CASE(
         probs[t] = ties ? 1e-4f * static_cast<float>(level(rng)) : 1e-4f * spread(rng);
       }
       std::vector<uint16_t> ranks(importance.size(), 0);
-      policy.OnLowRankAttention(0, probs, importance, ranks, 16);
+      uint32_t steps = 0;  // the first step regroups
+      policy.OnLowRankAttention(0, probs,
+                                {.importance = importance,
+                                 .value_ranks = ranks,
+                                 .full_rank = 16,
+                                 .decode_steps = &steps});
+      REQUIRE(steps == 1);
       // The reference: a stable sort by importance, largest first, earlier tokens first on ties.
       std::vector<size_t> order(importance.size());
       std::iota(order.begin(), order.end(), size_t{0});
@@ -110,6 +116,26 @@ TEST_CASE(
       }
     }
   }
+}
+
+TEST_CASE("attentionpack moves the importance every step and regroups every regroup steps",
+          "[unit][engine][compress]") {
+  compress::AttentionPackPolicy policy({.top_fraction = 0.5, .ema = 0.5, .regroup = 3});
+  std::vector<float> importance = {0.f, 0.f, 0.f, 0.f};
+  std::vector<uint16_t> ranks(4, 16);
+  uint32_t steps = 0;
+  const compress::LowRankDecodeState block{
+      .importance = importance, .value_ranks = ranks, .full_rank = 16, .decode_steps = &steps};
+  const std::vector<float> early = {0.4f, 0.3f, 0.2f, 0.1f}, late = {0.f, 0.f, 0.5f, 0.5f};
+  policy.OnLowRankAttention(0, early, block);  // step 0 regroups: tokens 0 and 1 lead
+  CHECK(ranks == std::vector<uint16_t>{16, 16, 4, 4});
+  policy.OnLowRankAttention(0, late, block);  // steps 1 and 2 keep the grouping...
+  policy.OnLowRankAttention(0, late, block);
+  CHECK(ranks == std::vector<uint16_t>{16, 16, 4, 4});
+  CHECK(importance[2] > importance[0]);       // ...while the EMA has moved on
+  policy.OnLowRankAttention(0, late, block);  // step 3 regroups by it
+  CHECK(ranks == std::vector<uint16_t>{4, 4, 16, 16});
+  CHECK(steps == 4);
 }
 
 TEST_CASE("attentionpack at full rank reproduces none, and at low rank decode reads the blocks",
@@ -153,7 +179,8 @@ TEST_CASE("attentionpack stores every layer's visual rows as a low-rank block",
           "[unit][engine][compress]") {
   const llm::Decoder& dec = testing::ShippedEngine().decoder();
   const int64_t t = kPrefillRows;
-  auto seq = PrefilledSequence("attentionpack", 5);
+  // regroup=1: the grouping follows the importance every step (checked after the last one).
+  auto seq = PrefilledSequence("attentionpack:regroup=1", 5);
   const kv::SequenceKv& kv = seq->kv;
   for (int l = 0; l < kv.num_layers(); ++l) {
     INFO("layer " << l);

@@ -4,6 +4,7 @@
 #include "engine/kv/low_rank_factor.h"
 
 #include <algorithm>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -14,12 +15,13 @@
 namespace framezip::engine::kv {
 namespace {
 
-TEST_CASE("int4 factors decode within half a quantisation step of each value", "[unit][engine][kv]") {
+TEST_CASE("int4 factors decode within half a quantisation step of each value",
+          "[unit][engine][kv]") {
   std::mt19937_64 rng(testing::TestSeed());
   // Odd sizes: a partial last row group and a nibble count that ends mid-byte.
-  const auto [rows, cols] = GENERATE(std::pair<int64_t, int64_t>{77, 9},
-                                     std::pair<int64_t, int64_t>{32, 64},
-                                     std::pair<int64_t, int64_t>{1, 3});
+  const auto [rows, cols] =
+      GENERATE(std::pair<int64_t, int64_t>{77, 9}, std::pair<int64_t, int64_t>{32, 64},
+               std::pair<int64_t, int64_t>{1, 3});
   CAPTURE(rows, cols);
   std::vector<float> x = testing::RandomNormal(static_cast<size_t>(rows * cols), rng);
   // Columns of U·S carry singular values of very different size (kept above f16's subnormals,
@@ -31,8 +33,8 @@ TEST_CASE("int4 factors decode within half a quantisation step of each value", "
     }
   }
   const LowRankFactor f = LowRankFactor::Encode(x, rows, cols, FactorFormat::kInt4);
-  CHECK(f.bytes() == LowRankFactor::PackedBytes(rows, cols) +
-                         2 * LowRankFactor::ScaleCount(rows, cols));
+  CHECK(f.bytes() ==
+        LowRankFactor::PackedBytes(rows, cols) + 2 * LowRankFactor::ScaleCount(rows, cols));
   const std::vector<float> y = f.Decode();
   REQUIRE(y.size() == x.size());
   for (int64_t g = 0; g * kInt4GroupRows < rows; ++g) {
@@ -50,6 +52,31 @@ TEST_CASE("int4 factors decode within half a quantisation step of each value", "
         CHECK(std::fabs(double{y[i]} - x[i]) <= half_step);
       }
     }
+  }
+}
+
+TEST_CASE("a factor's view decodes any range of rows as the whole factor decodes them",
+          "[unit][engine][kv]") {
+  // Decode kernels widen a chunk of rows at a time (ops::FactorView): ranges that start and end
+  // inside a 32-row scale group, span several, or hold one row, in both formats.
+  std::mt19937_64 rng(testing::TestSeed());
+  const FactorFormat format = GENERATE(FactorFormat::kF16, FactorFormat::kInt4);
+  const int64_t cols = GENERATE(8, 9, 16);
+  const int64_t rows = 200;
+  CAPTURE(FactorFormatName(format), cols);
+  const std::vector<float> x = testing::RandomNormal(static_cast<size_t>(rows * cols), rng);
+  const LowRankFactor f = LowRankFactor::Encode(x, rows, cols, format);
+  const std::vector<float> whole = f.Decode();
+  std::uniform_int_distribution<int64_t> pick(0, rows - 1);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t first = pick(rng), n = 1 + pick(rng) % (rows - first);
+    CAPTURE(first, n);
+    std::vector<float> got(static_cast<size_t>((n + 1) * cols), -7.f);
+    f.View().DecodeRows(first, n, got.data());
+    for (int64_t i = 0; i < n * cols; ++i) {
+      REQUIRE(std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(whole[first * cols + i]));
+    }
+    for (int64_t i = n * cols; i < (n + 1) * cols; ++i) REQUIRE(got[i] == -7.f);  // nothing past
   }
 }
 
@@ -76,10 +103,9 @@ TEST_CASE("stored factor parts of the wrong size or with a bad scale are refused
   const std::vector<Float16> scales(LowRankFactor::ScaleCount(40, 4), F32ToF16(0.1f));
   const std::vector<uint8_t> packed(LowRankFactor::PackedBytes(40, 4));
   CHECK(LowRankFactor::FromParts(FactorFormat::kInt4, 40, 4, {}, packed, scales).ok());
-  CHECK(absl::IsDataLoss(
-      LowRankFactor::FromParts(FactorFormat::kInt4, 40, 4, {}, {packed.begin(), packed.end() - 1},
-                               scales)
-          .status()));
+  CHECK(absl::IsDataLoss(LowRankFactor::FromParts(FactorFormat::kInt4, 40, 4, {},
+                                                  {packed.begin(), packed.end() - 1}, scales)
+                             .status()));
   CHECK(absl::IsDataLoss(
       LowRankFactor::FromParts(FactorFormat::kF16, 40, 4, {}, packed, scales).status()));
   std::vector<Float16> bad = scales;
