@@ -35,6 +35,7 @@ StatusOr<Buffer> Buffer::Allocate(Device device, size_t bytes) {
 Buffer Buffer::View(void* data, size_t bytes, Device device) {
   Buffer buffer;
   buffer.data_ = std::shared_ptr<void>(data, [](void*) {});
+  buffer.owning_ = false;
   buffer.bytes_ = bytes;
   buffer.device_ = device;
   return buffer;

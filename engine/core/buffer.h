@@ -29,9 +29,16 @@ class Buffer {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool empty() const { return data_ == nullptr; }
+  // Whether this Buffer (with its copies) keeps its memory alive: false for View. Caches of
+  // values derived from the contents (the AMX layout of a weight) key on owning buffers only.
+  bool owns_memory() const { return owning_; }
+  // The ownership this Buffer shares, for a cache to notice when the memory is gone: expired once
+  // every Buffer (and Tensor) holding it is.
+  std::weak_ptr<void> ownership() const { return data_; }
 
  private:
   std::shared_ptr<void> data_;
+  bool owning_ = true;
   size_t bytes_ = 0;
   Device device_;
 };

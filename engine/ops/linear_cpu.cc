@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
+#include "engine/ops/amx_weight_cache.h"
 #include "engine/ops/cpu_backends.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/gemm_amx.h"
@@ -73,11 +75,16 @@ void ForEachOutputTile(int64_t m, int64_t n, int64_t rows_per_tile, int64_t cols
   });
 }
 
-// x is packed (rounded to bf16) once by all threads; then each task packs its kAmxTileN columns
-// of W and multiplies them with a range of rows. Rows are split only when W has too few column
-// tiles to keep every thread busy (k_proj, v_proj).
-void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+// x is packed (rounded to bf16) once by all threads; then each task multiplies kAmxTileN columns
+// of W, packed once per weight (amx_weight_cache.h) or, for a view, by the task itself, with a
+// range of rows. Rows are split only when W has too few column tiles to keep every thread busy
+// (k_proj, v_proj).
+void LinearAmx(const float* x, int64_t m, int64_t k, const Tensor& weight, int64_t n,
                const Tensor& bias, float* y) {
+  const auto* w = static_cast<const uint16_t*>(weight.raw_data());
+  const std::shared_ptr<const std::vector<uint16_t>> packed_w =
+      cpu::PackedAmxWeight(weight, kAmxTileN);
+  const int64_t strip_size = cpu::AmxPackedColumnsSize(kAmxTileN, k);
   ThreadPool& pool = ComputePool();
   // The caller's, reused across calls of the usual sizes (a 2048-row chunk at K = 4864 is
   // 19 MiB); a longer prefill's is given back at the end instead of staying with the thread.
@@ -98,12 +105,16 @@ void LinearAmx(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t 
   ForEachOutputTile(
       m, n, rows_per_tile, kAmxTileN,
       [&](int64_t j0, int64_t j1) {
+        if (packed_w != nullptr) return;
         std::vector<uint16_t>& w_packed = ThreadBuffer<uint16_t>();
         w_packed.resize(static_cast<size_t>(cpu::AmxPackedColumnsSize(j1 - j0, k)));
         cpu::PackBf16ColumnsForAmx(w + j0 * k, j1 - j0, k, k, w_packed.data());
       },
       [&](int64_t m0, int64_t m1, int64_t j0, int64_t j1) {
-        cpu::AmxGemm(x_packed, m0, m1, ThreadBuffer<uint16_t>().data(), j1 - j0, k, y + j0, n);
+        const uint16_t* w_tile = packed_w != nullptr
+                                     ? packed_w->data() + (j0 / kAmxTileN) * strip_size
+                                     : ThreadBuffer<uint16_t>().data();
+        cpu::AmxGemm(x_packed, m0, m1, w_tile, j1 - j0, k, y + j0, n);
         AddBias(bias, m0, m1, j0, j1, y, n);
       });
   if (x_packed_buffer.capacity() * sizeof(uint16_t) > kKeptPackedBytes) {
@@ -140,7 +151,7 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
   }
 
   if (wdt == DType::kBF16 && cpu::AmxGemmEnabled()) {
-    LinearAmx(xp, m, k, reinterpret_cast<const uint16_t*>(wp), n, bias, yp);
+    LinearAmx(xp, m, k, weight, n, bias, yp);
     return absl::OkStatus();
   }
 
