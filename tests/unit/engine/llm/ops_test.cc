@@ -18,6 +18,7 @@
 #include "engine/ops/linear.h"
 #include "engine/ops/rms_norm.h"
 #include "engine/ops/rope.h"
+#include "engine/ops/rope_table.h"
 #include "engine/ops/row_slices.h"
 #include "engine/ops/softmax.h"
 #include "fmt/format.h"
@@ -418,6 +419,45 @@ TEST_CASE("RoPE rotates half-split pairs by position, as HF rotate_half", "[unit
       }
   // f32 angles (as HF) at positions up to 2000 are off by up to ~1e-4 rad.
   RequireClose(x.tensor, want, 2e-3);
+}
+
+TEST_CASE("RoPE's shared angle table holds ApplyRope's f32 angles exactly, grows, and has a cap",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const ops::RopeParams p{.head_dim = 48, .theta = 5e5};
+  const std::vector<float> inv = ops::RopeInverseFrequencies(p);
+  auto small = ops::RopeTable::For(p, 100);
+  REQUIRE(small != nullptr);
+  CHECK(small->positions() >= 100);
+  auto big = ops::RopeTable::For(p, small->positions() + 1);  // grows
+  REQUIRE(big != nullptr);
+  CHECK(big->positions() > small->positions());
+  CHECK(ops::RopeTable::For(p, 50) == big);  // the largest is shared
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(big->positions() - 1));
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t pos = dist(rng);
+    for (size_t i = 0; i < inv.size(); ++i) {
+      const float f = static_cast<float>(pos) * inv[i];
+      REQUIRE(big->cos(pos)[i] == static_cast<float>(std::cos(static_cast<double>(f))));
+      REQUIRE(big->sin(pos)[i] == static_cast<float>(std::sin(static_cast<double>(f))));
+    }
+  }
+  // Past the cap the caller computes its own angles: the same rotation either way.
+  CHECK(ops::RopeTable::For(p, int64_t{1} << 40) == nullptr);
+  const int64_t t = 3, h = 2, d = 48;
+  auto x = MakeRandom({t, h, d}, DType::kF32, rng);
+  const std::vector<int32_t> far = {5 + (1 << 26), 77 + (1 << 26), 1000 + (1 << 26)};
+  REQUIRE(ops::ApplyRope(x.tensor, test::MakeI32(far), p).ok());  // beyond any table
+  std::vector<double> want(x.values.size());
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < h; ++j)
+      for (int64_t e = 0; e < d / 2; ++e) {
+        const double ang = static_cast<float>(far[i]) * inv[e];
+        const double a = x.values[(i * h + j) * d + e], b = x.values[(i * h + j) * d + e + d / 2];
+        want[(i * h + j) * d + e] = a * std::cos(ang) - b * std::sin(ang);
+        want[(i * h + j) * d + e + d / 2] = b * std::cos(ang) + a * std::sin(ang);
+      }
+  RequireClose(x.tensor, want, 1e-5);
 }
 
 TEST_CASE("RoPE with host-checked positions rotates the same and checks the host copy",
