@@ -257,6 +257,36 @@ StoredFactor Store(const std::vector<float>& x, int64_t rows, int64_t cols, int 
   return f;
 }
 
+// A block's four factors, random, stored in one format, with values at mixed ranks.
+struct StoredBlock {
+  StoredFactor us_k, vt_k, us_v, vt_v;
+  std::vector<uint16_t> value_ranks;
+
+  // The values as the format holds them, at their ranks (what references rebuild).
+  Factors Values() const { return {us_v.values, vt_v.values, value_ranks}; }
+  LowRankBlockView View(std::span<const int32_t> positions) const {
+    return {.key_us = us_k.View(),
+            .key_vt = vt_k.View(),
+            .value_us = us_v.View(),
+            .value_vt = vt_v.View(),
+            .positions = positions,
+            .value_ranks = value_ranks};
+  }
+};
+
+StoredBlock RandomStoredBlock(int64_t tokens, int rank_k, int rank_v, int64_t hd, int format,
+                              std::mt19937_64& rng) {
+  StoredBlock b;
+  b.us_k = Store(testing::RandomNormal(static_cast<size_t>(tokens * rank_k), rng), tokens, rank_k,
+                 format);
+  b.vt_k = Store(testing::RandomNormal(static_cast<size_t>(rank_k * hd), rng), rank_k, hd, format);
+  const Factors mixed = MixedRankFactors(tokens, rank_v, hd, rng);
+  b.us_v = Store(mixed.us, tokens, rank_v, format);
+  b.vt_v = Store(mixed.vt, rank_v, hd, format);
+  b.value_ranks = mixed.ranks;
+  return b;
+}
+
 // Ascending positions in runs: mostly consecutive, with a jump every so often (a block of visual
 // tokens that ZipVL or a text turn interrupted).
 std::vector<int32_t> RunsOfPositions(int64_t tokens, std::mt19937_64& rng) {
@@ -339,24 +369,12 @@ TEST_CASE("LowRankBlockAttend equals attention over keys and values rebuilt at t
   CAPTURE(d, tokens, llama3, scale, format);
   const RopeParams rope = MakeRope(d, llama3);
 
-  const StoredFactor us_k = Store(testing::RandomNormal(static_cast<size_t>(tokens * rank_k), rng),
-                                  tokens, rank_k, format);
-  const StoredFactor vt_k =
-      Store(testing::RandomNormal(static_cast<size_t>(rank_k * hd), rng), rank_k, hd, format);
-  const Factors mixed = MixedRankFactors(tokens, rank_v, hd, rng);
-  const StoredFactor us_v = Store(mixed.us, tokens, rank_v, format);
-  const StoredFactor vt_v = Store(mixed.vt, rank_v, hd, format);
-  const Factors values{us_v.values, vt_v.values, mixed.ranks};
+  const StoredBlock block = RandomStoredBlock(tokens, rank_k, rank_v, hd, format, rng);
   // Queries small enough that the softmax spreads over many tokens.
   const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng, 0.05f);
   const std::vector<int32_t> positions = RunsOfPositions(tokens, rng);
 
-  const LowRankBlockView view{.key_us = us_k.View(),
-                              .key_vt = vt_k.View(),
-                              .value_us = us_v.View(),
-                              .value_vt = vt_v.View(),
-                              .positions = positions,
-                              .value_ranks = mixed.ranks};
+  const LowRankBlockView view = block.View(positions);
   std::vector<float> weights(static_cast<size_t>(heads * tokens), -1.f);
   BlockAttention got;
   REQUIRE(LowRankBlockAttend(q, view, {.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d},
@@ -364,8 +382,9 @@ TEST_CASE("LowRankBlockAttend equals attention over keys and values rebuilt at t
               .ok());
 
   const double want_scale = scale == 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
-  const Reference want = AttendInDouble(q, us_k.values, vt_k.values, rank_k, values, rank_v,
-                                        positions, heads, kv_heads, d, rope, want_scale);
+  const Reference want =
+      AttendInDouble(q, block.us_k.values, block.vt_k.values, rank_k, block.Values(), rank_v,
+                     positions, heads, kv_heads, d, rope, want_scale);
   // A score off by e moves its weight by a factor e^(±2e) (itself and the maximum).
   const double w_rel = 2.5 * want.score_tol;
   for (int64_t h = 0; h < heads; ++h) {
@@ -510,22 +529,11 @@ TEST_CASE("LowRankBlockAttend timing", "[.][bench]") {
   std::mt19937_64 rng(testing::TestSeed());
   const int heads = 4, kv_heads = 2, d = 32, rank_k = 8, rank_v = 16;
   const int64_t tokens = 8190, hd = int64_t{kv_heads} * d;
-  const StoredFactor us_k =
-      Store(testing::RandomNormal(static_cast<size_t>(tokens * rank_k), rng), tokens, rank_k, 1);
-  const StoredFactor vt_k =
-      Store(testing::RandomNormal(static_cast<size_t>(rank_k * hd), rng), rank_k, hd, 1);
-  const Factors mixed = MixedRankFactors(tokens, rank_v, hd, rng);
-  const StoredFactor us_v = Store(mixed.us, tokens, rank_v, 1);
-  const StoredFactor vt_v = Store(mixed.vt, rank_v, hd, 1);
+  const StoredBlock block = RandomStoredBlock(tokens, rank_k, rank_v, hd, /*f16*/ 1, rng);
   const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(heads * d), rng, 0.05f);
   std::vector<int32_t> positions(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(14 + t);
-  const LowRankBlockView view{.key_us = us_k.View(),
-                              .key_vt = vt_k.View(),
-                              .value_us = us_v.View(),
-                              .value_vt = vt_v.View(),
-                              .positions = positions,
-                              .value_ranks = mixed.ranks};
+  const LowRankBlockView view = block.View(positions);
   std::vector<float> weights(static_cast<size_t>(heads * tokens));
   BlockAttention out;
   double best = 1e30;
