@@ -53,24 +53,30 @@ std::shared_ptr<const std::vector<uint16_t>> PackedAmxWeight(const Tensor& weigh
   }
   const int64_t n = weight.dim(0), k = weight.dim(1);
   const std::weak_ptr<void> owner = weight.buffer().ownership();
-  Cache& cache = TheCache();
-  std::lock_guard<std::mutex> lock(cache.mu);
   const void* key = weight.raw_data();
-  auto it = cache.entries.find(key);
-  if (it != cache.entries.end() && !it->second.owner.expired() &&
-      SameOwner(it->second.owner, owner) && it->second.n == n && it->second.k == k &&
-      it->second.strip_cols == strip_cols) {
-    return it->second.packed;
+  Cache& cache = TheCache();
+  const auto cached = [&]() -> std::shared_ptr<const std::vector<uint16_t>> {
+    auto it = cache.entries.find(key);
+    if (it != cache.entries.end() && !it->second.owner.expired() &&
+        SameOwner(it->second.owner, owner) && it->second.n == n && it->second.k == k &&
+        it->second.strip_cols == strip_cols) {
+      return it->second.packed;
+    }
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto packed = cached()) return packed;
   }
+  // Packed without the lock: the packing runs a ParallelFor, and a thread inside a loop body
+  // that asked for another weight would otherwise wait on the lock while we wait for the pool.
+  auto packed = Pack(static_cast<const uint16_t*>(key), n, k, strip_cols);
+  std::lock_guard<std::mutex> lock(cache.mu);
+  if (auto raced = cached()) return raced;  // another thread packed it meanwhile
   // Entries of freed weights go as new ones come (a model unloaded and another loaded).
   std::erase_if(cache.entries, [](const auto& e) { return e.second.owner.expired(); });
-  Entry entry{.owner = owner,
-              .n = n,
-              .k = k,
-              .strip_cols = strip_cols,
-              .packed = Pack(static_cast<const uint16_t*>(weight.raw_data()), n, k, strip_cols)};
-  auto packed = entry.packed;
-  cache.entries[key] = std::move(entry);
+  cache.entries[key] =
+      Entry{.owner = owner, .n = n, .k = k, .strip_cols = strip_cols, .packed = packed};
   return packed;
 }
 

@@ -13,7 +13,7 @@
 // the same address is packed anew. Views (Tensor::View) are packed per call by the caller.
 //
 // Thread-safety: safe to call concurrently; the first call for a weight packs it (in parallel on
-// ComputePool()) while holding the cache's lock.
+// ComputePool(), outside the cache's lock; two first calls may both pack, one copy is kept).
 #pragma once
 
 #include <cstdint>

@@ -120,7 +120,8 @@ class LaneAngles {
   void Fill(const int32_t* positions, int64_t n, Base& base, float* cos, float* sin) const {
     const int64_t half = static_cast<int64_t>(inv_freq_.size());
     bool run = true;
-    for (int64_t l = 1; l < n; ++l) run = run && positions[l] == positions[0] + l;
+    // In 64 bits: a restored block's positions are checked as >= 0 only.
+    for (int64_t l = 1; l < n; ++l) run = run && positions[l] == int64_t{positions[0]} + l;
     if (!run) {
       for (int64_t c = 0; c < half; ++c) {
         for (int64_t l = 0; l < W; ++l) {
@@ -135,7 +136,7 @@ class LaneAngles {
     }
     base.cos.resize(static_cast<size_t>(half));
     base.sin.resize(static_cast<size_t>(half));
-    if (base.valid && positions[0] == base.position + W) {
+    if (base.valid && positions[0] == int64_t{base.position} + W) {
       for (int64_t c = 0; c < half; ++c) {
         const float bc = base.cos[c], bs = base.sin[c];
         base.cos[c] = bc * step_cos_[c] - bs * step_sin_[c];

@@ -26,16 +26,23 @@ std::shared_ptr<const RopeTable> RopeTable::For(const RopeParams& rope, int64_t 
   const int64_t half = static_cast<int64_t>(inv.size());
   if (half == 0 || positions < 1) return nullptr;
   Tables& all = TheTables();
-  std::lock_guard<std::mutex> lock(all.mu);
-  auto it = std::find_if(all.tables.begin(), all.tables.end(),
-                         [&](const auto& t) { return t->inv_freq_ == inv; });
-  if (it != all.tables.end() && (*it)->positions_ >= positions) return *it;
-
-  int64_t size = std::max<int64_t>(4096, it != all.tables.end() ? (*it)->positions_ : 0);
+  const auto find = [&]() {
+    return std::find_if(all.tables.begin(), all.tables.end(),
+                        [&](const auto& t) { return t->inv_freq_ == inv; });
+  };
+  int64_t size = 4096;
+  {
+    std::lock_guard<std::mutex> lock(all.mu);
+    auto it = find();
+    if (it != all.tables.end() && (*it)->positions_ >= positions) return *it;
+    if (it != all.tables.end()) size = std::max(size, (*it)->positions_);
+  }
   while (size < positions) size *= 2;
   if (static_cast<size_t>(size * half) * 2 * sizeof(float) > kMaxBytes) return nullptr;
+  // Built without the lock: the build runs a ParallelFor, and a thread inside a loop body that
+  // rotated by another RoPE would otherwise wait on the lock while we wait for the pool.
   auto table = std::make_shared<RopeTable>();
-  table->inv_freq_ = std::move(inv);
+  table->inv_freq_ = inv;
   table->half_ = half;
   table->positions_ = size;
   table->cos_.resize(static_cast<size_t>(size * half));
@@ -50,10 +57,14 @@ std::shared_ptr<const RopeTable> RopeTable::For(const RopeParams& rope, int64_t 
       }
     }
   });
-  if (it != all.tables.end()) {
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto it = find();
+  if (it == all.tables.end()) {
+    all.tables.push_back(table);
+  } else if ((*it)->positions_ < table->positions_) {
     *it = table;  // holders of the smaller one keep it alive until they are done
   } else {
-    all.tables.push_back(table);
+    return *it;  // another thread built one as large meanwhile
   }
   return table;
 }

@@ -6,7 +6,8 @@
 // Values are exactly those ApplyRope computed per call (the f32 product as HF forms it, cos/sin in
 // double rounded to f32), so using the table changes no bit.
 //
-// Thread-safety: For() is safe to call concurrently; a table is immutable once returned.
+// Thread-safety: For() is safe to call concurrently (a table is built outside the lock, so two
+// first calls may both build one); a table is immutable once returned.
 #pragma once
 
 #include <cstdint>
