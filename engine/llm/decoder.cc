@@ -68,14 +68,21 @@ StatusOr<Tensor> OnDevice(const Tensor& t, Device device, size_t& copied) {
 StatusOr<LayerWeights> LayerOnDevice(const LayerWeights& L, Device device, size_t& copied) {
   LayerWeights D;
   for (auto [from, to] : {std::pair{&L.input_layernorm, &D.input_layernorm},
-                          {&L.q_proj, &D.q_proj}, {&L.q_bias, &D.q_bias},
-                          {&L.k_proj, &D.k_proj}, {&L.k_bias, &D.k_bias},
-                          {&L.v_proj, &D.v_proj}, {&L.v_bias, &D.v_bias},
-                          {&L.o_proj, &D.o_proj}, {&L.o_bias, &D.o_bias},
+                          {&L.q_proj, &D.q_proj},
+                          {&L.q_bias, &D.q_bias},
+                          {&L.k_proj, &D.k_proj},
+                          {&L.k_bias, &D.k_bias},
+                          {&L.v_proj, &D.v_proj},
+                          {&L.v_bias, &D.v_bias},
+                          {&L.o_proj, &D.o_proj},
+                          {&L.o_bias, &D.o_bias},
                           {&L.post_attention_layernorm, &D.post_attention_layernorm},
-                          {&L.gate_proj, &D.gate_proj}, {&L.gate_bias, &D.gate_bias},
-                          {&L.up_proj, &D.up_proj}, {&L.up_bias, &D.up_bias},
-                          {&L.down_proj, &D.down_proj}, {&L.down_bias, &D.down_bias}}) {
+                          {&L.gate_proj, &D.gate_proj},
+                          {&L.gate_bias, &D.gate_bias},
+                          {&L.up_proj, &D.up_proj},
+                          {&L.up_bias, &D.up_bias},
+                          {&L.down_proj, &D.down_proj},
+                          {&L.down_bias, &D.down_bias}}) {
     FZ_ASSIGN_OR_RETURN(*to, OnDevice(*from, device, copied));
   }
   return D;
@@ -112,6 +119,10 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
   }
   for (const LayerWeights& L : w.layers) {
     FZ_ASSIGN_OR_RETURN(LayerWeights D, LayerOnDevice(L, device, copied));
+    for (const Tensor* t :
+         {&D.q_proj, &D.k_proj, &D.v_proj, &D.o_proj, &D.gate_proj, &D.up_proj, &D.down_proj}) {
+      ops::PrepareLinearWeight(*t);  // the prefill GEMMs' layout, now rather than at a request
+    }
     d->weights_.layers.push_back(std::move(D));
   }
   return d;
@@ -143,9 +154,10 @@ StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(std::string_view
   auto seq = std::make_unique<Sequence>();
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy, policy_resources_));
   if (seq->policy->NeedsHostKv() && !device_.is_cpu()) {
-    return UnimplementedError("policy {} keeps its KV on the host and runs on the CPU only; this "
-                              "decoder runs on {}",
-                              policy, DeviceName(device_));
+    return UnimplementedError(
+        "policy {} keeps its KV on the host and runs on the CPU only; this "
+        "decoder runs on {}",
+        policy, DeviceName(device_));
   }
   const int select = seq->policy->RowSelectionLayer();
   if (select >= shape_.layers) {
@@ -204,7 +216,7 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
 }
 
 Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserver& observer,
-                       std::vector<int64_t>* row_map) const {
+                        std::vector<int64_t>* row_map) const {
   const int64_t t = x.dim(0);
   FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
   std::copy(input_rows.host_positions.begin(), input_rows.host_positions.end(),
@@ -307,9 +319,9 @@ StatusOr<Tensor> Decoder::LogitsOfRows(const Tensor& x, std::span<const int64_t>
   const int64_t m = static_cast<int64_t>(rows.size()), hid = shape_.hidden;
   std::vector<int32_t> index(rows.begin(), rows.end());
   FZ_ASSIGN_OR_RETURN(Tensor picked, Empty({m, hid}));
-  FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
-      device_, m, hid, {.data = x.data<float>(), .stride = hid, .rows = index},
-      {.data = picked.data<float>(), .stride = hid}));
+  FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device_, m, hid,
+                                        {.data = x.data<float>(), .stride = hid, .rows = index},
+                                        {.data = picked.data<float>(), .stride = hid}));
   return Logits(picked);
 }
 

@@ -35,6 +35,12 @@ inline constexpr int64_t kLinearGemvMaxRows = 16;
 // y [..., N] f32 (same leading dims as x).
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
+// Readies `weight` for Linear's many-row path ahead of use: on a CPU with AMX a bf16 weight in an
+// owning buffer is packed into the tile layout now (ops/amx_weight_cache.h) instead of at its
+// first call with more than kLinearGemvMaxRows rows; elsewhere nothing. Engines call it at load,
+// so that no request pays the packing (Qwen2-0.5B: ~0.7 s, at the first prefill).
+void PrepareLinearWeight(const Tensor& weight);
+
 // a [B.., M, K]; b [B.., K, N] (or [B.., N, K] when transpose_b) with a's leading dims, or rank 2
 // for every batch entry; a and b f32, bf16 or f16 (the same); c [B.., M, N] f32, not aliasing.
 Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);

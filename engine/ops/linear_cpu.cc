@@ -124,6 +124,12 @@ void LinearAmx(const float* x, int64_t m, int64_t k, const Tensor& weight, int64
 
 }  // namespace
 
+void PrepareLinearWeight(const Tensor& weight) {
+  if (weight.device().is_cpu() && weight.dtype() == DType::kBF16 && cpu::AmxGemmEnabled()) {
+    cpu::PackedAmxWeight(weight, kAmxTileN);
+  }
+}
+
 Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
   const int64_t n = weight.dim(0), k = weight.dim(1);
   float* yp = static_cast<float*>(y.raw_data());

@@ -21,6 +21,7 @@
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
+#include "engine/ops/amx_weight_cache.h"
 #include "engine/ops/cpu_isa.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/gemm_amx.h"
@@ -326,6 +327,10 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     report.Add("vision_tower_ms_per_frame", vt->ms_per_frame, "ms");
     report.Add("vision_tower_gflops", vt->gflops_per_frame / (vt->ms_per_frame / 1e3), "GFLOP/s");
   }
+  // The AMX path's second copy of the bf16 weights it has read (ops/amx_weight_cache.h), part of
+  // peak_rss: 0 where the CPU has no AMX or the weights are not bf16.
+  report.Add("amx_packed_weights",
+             static_cast<double>(engine::ops::cpu::PackedAmxWeightBytes()) / (1 << 20), "MiB");
   report.Add("peak_rss", bench::Report::PeakRssMiB(), "MiB");
   if (json) std::printf("%s\n", report.Json().c_str());
   return 0;

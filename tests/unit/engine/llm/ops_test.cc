@@ -126,11 +126,15 @@ TEST_CASE("Linear's AMX path packs a weight once, and anew when its memory chang
     CHECK(ops::cpu::PackedAmxWeightBytes() == cached);
     CHECK(run(view) == first);  // packed per call: the same layout, the same bits
   }
-  // The weight's buffer is gone; new contents at the same address under a new owner.
+  // The weight's buffer is gone; new contents at the same address under a new owner, prepared
+  // ahead of its first call as an engine does at load.
   for (float& v : w_values) v = -v;
   fill();
   const Tensor w2 = owning();
+  ops::PrepareLinearWeight(w2);
+  const size_t prepared = ops::cpu::PackedAmxWeightBytes();
   const std::vector<float> second = run(w2);
+  CHECK(ops::cpu::PackedAmxWeightBytes() == prepared);  // the call packed nothing more
   CHECK(second == run(view));
   CHECK(second[0] != 0.f);
 }
