@@ -11,9 +11,9 @@
 #include "engine/ops/sample.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/runtime/predictor_loading.h"
+#include "engine/vision/llava_vision.h"
 #include "engine/vision/projector.h"
 #include "engine/vision/vision_tower.h"
-#include "engine/vision/llava_vision.h"
 
 namespace framezip::engine::runtime {
 namespace {
@@ -145,11 +145,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
     return tmpl.status();
   }
   FZ_ASSIGN_OR_RETURN(e->vision_weights_, vision::BindLlavaVisionWeights(e->config_, e->weights_));
-  FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw, DecoderWeightsFromModel(e->weights_, e->config_.text));
+  FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw,
+                      DecoderWeightsFromModel(e->weights_, e->config_.text));
   FZ_ASSIGN_OR_RETURN(e->decoder_, CreateDecoder(e->config_.text, std::move(dw), options.device));
   e->decoder_->set_policy_resources(
       LoadPolicyResources(dir, e->config_.text.hidden_size, options.device));
-  if (!options.device.is_cpu()) {
+  if (options.device.is_cpu()) {
+    vision::PrepareVisionWeights(e->vision_weights_);
+  } else {
     // The tower and the projector run where the decoder does; pixels arrive and the visual rows
     // leave through the host (vision_tower.h).
     FZ_ASSIGN_OR_RETURN(e->vision_weights_.tower,
@@ -165,8 +168,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
     formats.push_back(kv::KvFormat::kInt4);
     formats.push_back(kv::KvFormat::kInt2);
   }
-  FZ_ASSIGN_OR_RETURN(e->pools_, kv::KvPools::Create(layout, formats, options.kv_max_bytes,
-                                                     options.device));
+  FZ_ASSIGN_OR_RETURN(e->pools_,
+                      kv::KvPools::Create(layout, formats, options.kv_max_bytes, options.device));
   const int64_t max_pages = e->pools_->pool(options.kv_format)->max_pages();
   // What the template writes after an assistant reply (e.g. "<|im_end|>\n"): fed before the next
   // turn's messages so the cache holds exactly the rendered conversation.
@@ -174,24 +177,24 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   FZ_ASSIGN_OR_RETURN(const std::string rendered, e->template_->Render(probe, false));
   const size_t at = rendered.find('\x01');
   e->assistant_close_ = at == std::string::npos ? "" : rendered.substr(at + 1);
-  FZ_LOG_INFO("engine: loaded {} ({} layers, hidden {}, vocab {}), KV {} {} pages of {} tokens "
-              "(page formats {})",
-              dir.string(), e->config_.text.num_hidden_layers, e->config_.text.hidden_size,
-              e->config_.text.vocab_size, max_pages, kv::KvFormatName(layout.format),
-              layout.page_tokens, fmt::join(e->pools_->formats(), ", "));
+  FZ_LOG_INFO(
+      "engine: loaded {} ({} layers, hidden {}, vocab {}), KV {} {} pages of {} tokens "
+      "(page formats {})",
+      dir.string(), e->config_.text.num_hidden_layers, e->config_.text.hidden_size,
+      e->config_.text.vocab_size, max_pages, kv::KvFormatName(layout.format), layout.page_tokens,
+      fmt::join(e->pools_->formats(), ", "));
   return e;
 }
 
 StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view policy) {
   std::unique_ptr<Conversation> c(new Conversation());
   c->policy_ = policy.empty() ? options_.default_policy : std::string(policy);
-  FZ_ASSIGN_OR_RETURN(c->sequence_,
-                      decoder_->NewSequence(*pools_, options_.kv_format, c->policy_));
+  FZ_ASSIGN_OR_RETURN(c->sequence_, decoder_->NewSequence(*pools_, options_.kv_format, c->policy_));
   return c;
 }
 
-uint64_t Engine::KvGrowthBound(const Conversation& c, int64_t prefill_tokens,
-                               int64_t chunk_tokens, int64_t decode_tokens) const {
+uint64_t Engine::KvGrowthBound(const Conversation& c, int64_t prefill_tokens, int64_t chunk_tokens,
+                               int64_t decode_tokens) const {
   const kv::KvPrecision precision = c.sequence_->policy->Precision(options_.kv_format);
   const std::array<kv::KvFormat, 3> used = {precision.full, precision.important, precision.rest};
   size_t largest_page = 0;
@@ -215,9 +218,10 @@ uint64_t Engine::KvGrowthBound(const Conversation& c, int64_t prefill_tokens,
     // holds its window twice until the full pages are freed. Count every token twice over.
     const int64_t chunks =
         chunk_tokens > 0 ? ceil_div(std::max<int64_t>(prefill_tokens, 0), chunk_tokens) : 1;
-    const int64_t recompressions = window > 0 ? ceil_div(std::max<int64_t>(decode_tokens, 0), window) : 0;
-    pages_per_layer = 2 * ceil_div(tokens, page) + (chunks + recompressions + 1) *
-                                                        std::max(quantized_formats, 1) + 1;
+    const int64_t recompressions =
+        window > 0 ? ceil_div(std::max<int64_t>(decode_tokens, 0), window) : 0;
+    pages_per_layer = 2 * ceil_div(tokens, page) +
+                      (chunks + recompressions + 1) * std::max(quantized_formats, 1) + 1;
   }
   return static_cast<uint64_t>(pages_per_layer) * config_.text.num_hidden_layers * largest_page;
 }
@@ -346,8 +350,7 @@ StatusOr<Engine::PreparedTurn> Engine::Prepare(Conversation& c, std::span<const 
   return p;
 }
 
-StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
-                                                 std::span<const Message> messages,
+StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c, std::span<const Message> messages,
                                                  const TurnOptions& options) {
   if (c.decoding_) return FailedPreconditionError("the conversation is still decoding a turn");
   if (c.start_ != nullptr) return FailedPreconditionError("the conversation is starting a turn");
@@ -378,8 +381,8 @@ StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c,
   return pending;
 }
 
-StatusOr<StepOutput> Engine::FinishStart(Conversation& c, PendingStart& pending,
-                                         Tensor& logits, double prefill_ms) {
+StatusOr<StepOutput> Engine::FinishStart(Conversation& c, PendingStart& pending, Tensor& logits,
+                                         double prefill_ms) {
   const PreparedTurn& p = pending.prepared;
   c.history_.insert(c.history_.end(), p.ids.begin() + static_cast<ptrdiff_t>(p.recorded),
                     p.ids.end());
@@ -568,8 +571,8 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
       const int64_t rows = std::min(work[i].prefill_tokens, total - s.fed);
       FZ_ASSIGN_OR_RETURN(in.embeds, s.prepared.embeds.Slice(s.fed, s.fed + rows));
       if (!s.prepared.visual.empty()) {
-        in.visual = std::span<const uint8_t>(s.prepared.visual).subspan(
-            static_cast<size_t>(s.fed), static_cast<size_t>(rows));
+        in.visual = std::span<const uint8_t>(s.prepared.visual)
+                        .subspan(static_cast<size_t>(s.fed), static_cast<size_t>(rows));
       }
       in.logits = s.fed + rows == total;
     } else {
@@ -604,8 +607,8 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
   outs.reserve(work.size());
   for (size_t i = 0; i < work.size(); ++i) {
     Conversation& c = *work[i].conversation;
-    FZ_ASSIGN_OR_RETURN(Tensor row, logits->Slice(static_cast<int64_t>(i),
-                                                  static_cast<int64_t>(i) + 1));
+    FZ_ASSIGN_OR_RETURN(Tensor row,
+                        logits->Slice(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1));
     if (inputs[i].embeds.defined()) {
       PendingStart& s = *c.start_;
       s.fed += inputs[i].embeds.dim(0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/model/weights.h"
+#include "engine/ops/linear.h"
 #include "fmt/format.h"
 
 namespace framezip::engine::vision {
@@ -124,6 +125,18 @@ StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& co
     if (t == nullptr) return NotFoundError("weight {} is not in the checkpoint", name);
     return *t;
   });
+}
+
+void PrepareVisionWeights(const LlavaVisionWeights& weights) {
+  ops::PrepareLinearWeight(weights.tower.patch_weight);
+  for (const EncoderLayerWeights& l : weights.tower.layers) {
+    for (const Tensor* t :
+         {&l.q_weight, &l.k_weight, &l.v_weight, &l.out_weight, &l.fc1_weight, &l.fc2_weight}) {
+      ops::PrepareLinearWeight(*t);
+    }
+  }
+  ops::PrepareLinearWeight(weights.projector.linear1_weight);
+  ops::PrepareLinearWeight(weights.projector.linear2_weight);
 }
 
 }  // namespace framezip::engine::vision

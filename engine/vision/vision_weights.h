@@ -85,6 +85,11 @@ StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& co
 StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& config,
                                                     const model::ModelWeights& weights);
 
+// Readies every GEMM weight of the tower and the projector for the CPU's many-row path
+// (ops::PrepareLinearWeight: the AMX tile layout, where the CPU has AMX), so the first video does
+// not pay the packing. Engines on the CPU call it at load.
+void PrepareVisionWeights(const LlavaVisionWeights& weights);
+
 // The canonical name prefix of the tower ("model.vision_tower.vision_model.").
 inline constexpr const char* kVisionTowerPrefix = "model.vision_tower.vision_model.";
 
