@@ -14,6 +14,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/low_rank.h"
+#include "engine/ops/rope_table.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -90,8 +91,9 @@ Status CheckArguments(std::span<const float> q, const LowRankBlockView& b,
 // A tile of consecutive positions p0 + l turns its base angle p0·θ_c by l·θ_c (tables computed
 // once per call, in double), and the base follows the previous tile's by W·θ_c (angle addition),
 // so a run of tokens costs 4 products per pair and token instead of a sin and a cos. The base is
-// taken afresh — the f32 angle float(p0)·θ_c of ApplyRope — at every chunk's first tile and after
-// any gap; a tile with a gap inside takes every lane afresh. The turned angles drift from the f32
+// taken afresh — the f32 angle float(p0)·θ_c of ApplyRope, from the shared RopeTable when it holds
+// the position — at every chunk's first tile and after any gap; a tile with a gap inside takes
+// every lane afresh. The turned angles drift from the f32
 // products by at most a few tens of ulps over a chunk's 16 tiles.
 class LaneAngles {
  public:
@@ -116,19 +118,29 @@ class LaneAngles {
     std::vector<float> cos, sin;
   };
 
-  // The angles of positions[0, n) (n <= W) into cos/sin [half, W].
-  void Fill(const int32_t* positions, int64_t n, Base& base, float* cos, float* sin) const {
+  // The angles of positions[0, n) (n <= W) into cos/sin [half, W]; `table` (may be null) holds
+  // the exact angles of the positions below its size.
+  void Fill(const int32_t* positions, int64_t n, Base& base, const RopeTable* table, float* cos,
+            float* sin) const {
     const int64_t half = static_cast<int64_t>(inv_freq_.size());
+    const auto exact = [&](int32_t p, int64_t c, float& co, float& si) {
+      if (table != nullptr && p < table->positions()) {
+        co = table->cos(p)[c];
+        si = table->sin(p)[c];
+        return;
+      }
+      const float f = static_cast<float>(p) * inv_freq_[c];
+      co = static_cast<float>(std::cos(static_cast<double>(f)));
+      si = static_cast<float>(std::sin(static_cast<double>(f)));
+    };
     bool run = true;
     // In 64 bits: a restored block's positions are checked as >= 0 only.
     for (int64_t l = 1; l < n; ++l) run = run && positions[l] == int64_t{positions[0]} + l;
     if (!run) {
       for (int64_t c = 0; c < half; ++c) {
         for (int64_t l = 0; l < W; ++l) {
-          const int32_t p = positions[std::min(l, n - 1)];  // lanes past n: finite, unused
-          const float f = static_cast<float>(p) * inv_freq_[c];
-          cos[c * W + l] = static_cast<float>(std::cos(static_cast<double>(f)));
-          sin[c * W + l] = static_cast<float>(std::sin(static_cast<double>(f)));
+          // Lanes past n: finite, unused.
+          exact(positions[std::min(l, n - 1)], c, cos[c * W + l], sin[c * W + l]);
         }
       }
       base.valid = false;
@@ -143,11 +155,7 @@ class LaneAngles {
         base.sin[c] = bs * step_cos_[c] + bc * step_sin_[c];
       }
     } else {
-      for (int64_t c = 0; c < half; ++c) {
-        const float f = static_cast<float>(positions[0]) * inv_freq_[c];
-        base.cos[c] = static_cast<float>(std::cos(static_cast<double>(f)));
-        base.sin[c] = static_cast<float>(std::sin(static_cast<double>(f)));
-      }
+      for (int64_t c = 0; c < half; ++c) exact(positions[0], c, base.cos[c], base.sin[c]);
     }
     base.valid = true;
     base.position = positions[0];
@@ -212,6 +220,8 @@ Status LowRankBlockAttend(std::span<const float> q, const LowRankBlockView& bloc
   block.key_vt.DecodeRows(0, rank_k, vt_k.data());
   block.value_vt.DecodeRows(0, rank_v, vt_v.data());
   const LaneAngles& angles = LaneAnglesFor(rope);
+  const int32_t last = *std::max_element(block.positions.begin(), block.positions.end());
+  const std::shared_ptr<const RopeTable> table = RopeTable::For(rope, int64_t{last} + 1);
 
   const int64_t chunks = (tokens + kChunk - 1) / kChunk;
   ChunkPartials partials(chunks, heads, rank_v);
@@ -230,7 +240,7 @@ Status LowRankBlockAttend(std::span<const float> q, const LowRankBlockView& bloc
       base.valid = false;  // each chunk takes its first angles afresh
       for (int64_t i0 = 0; i0 < n; i0 += kKeyTile) {
         const int64_t m = std::min(kKeyTile, n - i0);
-        angles.Fill(block.positions.data() + t0 + i0, m, base, cos.data(), sin.data());
+        angles.Fill(block.positions.data() + t0 + i0, m, base, table.get(), cos.data(), sin.data());
         ToLanes(us_k.data() + i0 * rank_k, m, rank_k, ut.data());
         // Scores land at w[h·tokens + i0 + l].
         cpu::LowRankScoreLanes(ut.data(), vt_k.data(), rank_k, kv_heads, d, heads, q.data(), scale,

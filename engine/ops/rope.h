@@ -26,6 +26,7 @@ struct RopeParams {
   double llama3_low_freq_factor = 1;
   double llama3_high_freq_factor = 4;
   double llama3_original_max_positions = 8192;
+  bool operator==(const RopeParams&) const = default;
 };
 
 // The d/2 inverse frequencies of `params`, in f32 exactly as HF computes them.
@@ -34,8 +35,8 @@ std::vector<float> RopeInverseFrequencies(const RopeParams& params);
 // Host rows x [rows, heads, d] f32 rotated in place at positions[rows] (>= 0), by the angles
 // ApplyRope uses (sign +1) or by their negatives (sign -1: RoPE undone, e.g. keys back to
 // pre-RoPE for AttentionPack). What the CPU backend of ApplyRope runs.
-void RotateHalfSplitRows(float* x, int64_t rows, int64_t heads, int64_t d,
-                         const int32_t* positions, const RopeParams& params, float sign = 1.f);
+void RotateHalfSplitRows(float* x, int64_t rows, int64_t heads, int64_t d, const int32_t* positions,
+                         const RopeParams& params, float sign = 1.f);
 
 // x [T, H, d] f32, rotated in place; positions [T] i32 (>= 0).
 // Errors: INVALID_ARGUMENT when d is odd or differs from params.head_dim, on shape/dtype

@@ -25,6 +25,9 @@ std::shared_ptr<const RopeTable> RopeTable::For(const RopeParams& rope, int64_t 
   std::vector<float> inv = RopeInverseFrequencies(rope);
   const int64_t half = static_cast<int64_t>(inv.size());
   if (half == 0 || positions < 1) return nullptr;
+  for (const float f : inv) {
+    if (!std::isfinite(f)) return nullptr;  // no table could be found again for it (NaN != NaN)
+  }
   Tables& all = TheTables();
   const auto find = [&]() {
     return std::find_if(all.tables.begin(), all.tables.end(),
@@ -60,6 +63,7 @@ std::shared_ptr<const RopeTable> RopeTable::For(const RopeParams& rope, int64_t 
   std::lock_guard<std::mutex> lock(all.mu);
   auto it = find();
   if (it == all.tables.end()) {
+    if (all.tables.size() >= kMaxRopes) return nullptr;  // the caller computes its own angles
     all.tables.push_back(table);
   } else if ((*it)->positions_ < table->positions_) {
     *it = table;  // holders of the smaller one keep it alive until they are done

@@ -21,7 +21,8 @@ namespace framezip::engine::ops {
 class RopeTable {
  public:
   // A table of at least `positions` positions for `rope`, or nullptr when that would pass
-  // kMaxBytes (the caller then computes its angles itself). Grows by doubling.
+  // kMaxBytes, when kMaxRopes others exist, or when `rope`'s frequencies are not finite (the
+  // caller then computes its angles itself). Grows by doubling.
   static std::shared_ptr<const RopeTable> For(const RopeParams& rope, int64_t positions);
 
   int64_t positions() const { return positions_; }
@@ -29,6 +30,9 @@ class RopeTable {
   const float* sin(int32_t pos) const { return sin_.data() + static_cast<size_t>(pos) * half_; }
 
   static constexpr size_t kMaxBytes = size_t{64} << 20;
+  // Distinct RoPEs kept (a process serves one model, or a few): tables are never dropped, so
+  // the count is bounded whatever RoPE parameters reach the op.
+  static constexpr size_t kMaxRopes = 8;
 
  private:
   std::vector<float> inv_freq_;

@@ -40,8 +40,21 @@ StatusOr<RestoredConversation> Engine::RestoreConversation(
   if (segments.empty()) return InvalidArgumentError("restore: no segments");
   FZ_ASSIGN_OR_RETURN(std::unique_ptr<Conversation> c,
                       NewConversation(segments.back().state.policy));
-  FZ_ASSIGN_OR_RETURN(kv::RestoredState restored,
-                      kv::RestoreSegments(segments, c->sequence_->kv));
+  FZ_ASSIGN_OR_RETURN(kv::RestoredState restored, kv::RestoreSegments(segments, c->sequence_->kv));
+  // A low-rank block carries the RoPE its keys are rotated by when read; the codec checks only
+  // its head size, so a block from another model (or a damaged store) would attend with wrong
+  // angles instead of failing.
+  const ops::RopeParams& model_rope = decoder_->shape().rope;
+  for (int l = 0; l < c->sequence_->kv.num_layers(); ++l) {
+    for (const kv::LowRankBlock& b : c->sequence_->kv.low_rank_blocks(l)) {
+      if (!(b.rope == model_rope)) {
+        return DataLossError(
+            "restore: a low-rank block of layer {} has RoPE theta {} (llama3 "
+            "factor {}), the model's is theta {} (factor {})",
+            l, b.rope.theta, b.rope.llama3_factor, model_rope.theta, model_rope.llama3_factor);
+      }
+    }
+  }
   kv::SegmentState& st = restored.state;
   // Every token fed occupies one position (the history also holds sampled, unfed ones).
   if (st.sequence_length < 0 || st.tokens.size() < static_cast<size_t>(st.sequence_length)) {

@@ -367,6 +367,17 @@ TEST_CASE("An attentionpack conversation survives the page codec and continues a
   REQUIRE(b.ok());
   CHECK(a->token_ids == b->token_ids);
 
+  // A block whose RoPE is not the model's (another model's segment, checksums intact) is refused
+  // at restore instead of attending with other angles.
+  for (const double theta : {5e5, 0.0, -1.0, std::nan("")}) {
+    kv::DecodedSegment other = *decoded;
+    other.layers.back().blocks.front().rope.theta = theta;
+    auto refused = eng.RestoreConversation(std::span(&other, 1));
+    REQUIRE_FALSE(refused.ok());
+    CHECK(absl::IsDataLoss(refused.status()));
+    CHECK_THAT(MessageOf(refused.status()), Catch::Contains("RoPE"));
+  }
+
   // A flipped byte anywhere is caught by the checksums.
   std::vector<std::string> broken = seg->encoded.blocks;
   broken[0][broken[0].size() / 2] ^= 0x40;

@@ -448,6 +448,12 @@ TEST_CASE("RoPE's shared angle table holds ApplyRope's f32 angles exactly, grows
   }
   // Past the cap the caller computes its own angles: the same rotation either way.
   CHECK(ops::RopeTable::For(p, int64_t{1} << 40) == nullptr);
+  // RoPE parameters from a damaged checkpoint or segment neither fail nor pile up tables.
+  CHECK(ops::RopeTable::For({.head_dim = 48, .theta = std::nan("")}, 10) == nullptr);
+  for (size_t i = 0; i <= ops::RopeTable::kMaxRopes; ++i) {
+    (void)ops::RopeTable::For({.head_dim = 48, .theta = 1e3 + static_cast<double>(i)}, 10);
+  }
+  CHECK(ops::RopeTable::For({.head_dim = 48, .theta = 7.5e3}, 10) == nullptr);
   const int64_t t = 3, h = 2, d = 48;
   auto x = MakeRandom({t, h, d}, DType::kF32, rng);
   const std::vector<int32_t> far = {5 + (1 << 26), 77 + (1 << 26), 1000 + (1 << 26)};
