@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the embedded default — framezip-server on the CPU with the shipped
-# model (models/framezip-tiny-video) and the in-process KV store. It uploads a generated clip,
-# asks questions in one session through the gRPC API, prints each answer beside the truth and each
-# turn's stats (turn 2's time to first token beside turn 1's, cached vs new tokens, KV bytes by
-# tier), then drains the server with SIGTERM.
+# model (models/framezip-tiny-video) and the in-process KV store. It uploads a generated clip and
+# asks the same questions in one session per compression policy (none, zipvl, kivi) through the
+# gRPC API, prints each answer beside the truth and each turn's stats (turn 2's time to first token
+# beside turn 1's, cached vs new tokens, KV bytes by tier), then the policies side by side, and
+# drains the server with SIGTERM.
 set -euo pipefail
 build_dir=${1:-build}
 bin="$build_dir/bin"
@@ -43,28 +44,53 @@ port=$(cat "$work/port")
 echo "serving gRPC on 127.0.0.1:$port, metrics on 127.0.0.1:$(cat "$work/metrics_port")/metrics"
 "$bin/framezip" health --server "127.0.0.1:$port"
 
-step "one session: upload $clip, then ask $(wc -l <"$questions") questions"
-cut -f1 "$questions" | "$bin/framezip" chat --server "127.0.0.1:$port" --video "$clip" \
-  --max-tokens 8 --json >"$work/chat.out" 2>"$work/chat.err" || {
-  cat "$work/chat.err" "$work/chat.out"
-  echo "demo: chat failed" >&2
-  exit 1
-}
-cat "$work/chat.err"  # upload line and one stats footer per turn
+# One session per policy, the same clip and questions: none (f16 KV, nothing dropped) first, then
+# the compressing policies, so their answers, times and KV sizes print side by side.
+policies=(none zipvl kivi)
+for policy in "${policies[@]}"; do
+  step "session with --policy $policy: upload $clip, then ask $(wc -l <"$questions") questions"
+  cut -f1 "$questions" | "$bin/framezip" chat --server "127.0.0.1:$port" --video "$clip" \
+    --policy "$policy" --max-tokens 8 --json >"$work/chat.$policy.out" 2>"$work/chat.$policy.err" || {
+    cat "$work/chat.$policy.err" "$work/chat.$policy.out"
+    echo "demo: chat with --policy $policy failed" >&2
+    exit 1
+  }
+  cat "$work/chat.$policy.err"  # upload line and one stats footer per turn
 
-step "answers beside the truth"
-# The chat's last stdout line is one JSON object; pull each turn's answer out of it in order.
-mapfile -t answers < <(tail -n 1 "$work/chat.out" | grep -o '"answer":"[^"]*"' | cut -d'"' -f4)
-i=0
-right=0
-while IFS=$'\t' read -r question truth; do
-  answer=${answers[$i]:-<none>}
-  mark="wrong"
-  if [ "$answer" = "$truth" ]; then mark="right"; right=$((right + 1)); fi
-  printf '  Q%d: %-46s answer: %-8s truth: %-8s %s\n' $((i + 1)) "$question" "$answer" "$truth" "$mark"
-  i=$((i + 1))
-done <"$questions"
-echo "  $right of $i right"
+  # The chat's last stdout line is one JSON object; pull each turn's answer out of it in order.
+  mapfile -t answers < <(tail -n 1 "$work/chat.$policy.out" | grep -o '"answer":"[^"]*"' | cut -d'"' -f4)
+  i=0
+  right=0
+  while IFS=$'\t' read -r question truth; do
+    answer=${answers[$i]:-<none>}
+    mark="wrong"
+    if [ "$answer" = "$truth" ]; then mark="right"; right=$((right + 1)); fi
+    printf '  Q%d: %-46s answer: %-8s truth: %-8s %s\n' $((i + 1)) "$question" "$answer" "$truth" "$mark"
+    i=$((i + 1))
+  done <"$questions"
+  echo "  $right of $i right"
+  echo "$right/$i" >"$work/right.$policy"
+done
+
+step "policies side by side (KV: the decoder's cache after the last turn, device tier)"
+# Debian's python3 (installed for synthvid v2) reads each session's JSON line.
+python3 - "$work" "${policies[@]}" <<'PY'
+import json, sys
+work, policies = sys.argv[1], sys.argv[2:]
+print(f"  {'policy':8} {'right':6} {'turn-1 ttft':>12} {'turn-2 ttft':>12} {'KV bytes':>10}  vs none")
+none_kv = None
+for policy in policies:
+    with open(f"{work}/chat.{policy}.out") as f:
+        turns = json.loads(f.read().splitlines()[-1])["turns"]
+    with open(f"{work}/right.{policy}") as f:
+        right = f.read().strip()
+    # The device tier is the cache the policy compresses; the host tier is the KV store's copy.
+    kv = sum(b["bytes"] for b in turns[-1]["kv_bytes"] if b["tier"] == "device")
+    none_kv = none_kv or kv
+    ttft = [f"{t['ttft_s'] * 1000:.1f} ms" for t in turns[:2]] + ["-", "-"]
+    print(f"  {policy:8} {right:6} {ttft[0]:>12} {ttft[1]:>12} {kv:>10}  "
+          f"{none_kv / kv:.2f}x smaller" if kv else "  (no KV reported)")
+PY
 
 step "SIGTERM: drain and exit"
 kill -TERM "$server_pid"
