@@ -4,6 +4,7 @@
 #include "engine/ops/cast_backends.h"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/kv_quant_cuda.h"
+#include "engine/ops/low_rank_cuda.h"
 #include "engine/ops/quick_gelu_backends.h"
 #include "engine/ops/zipvl_cuda.h"
 
@@ -54,6 +55,10 @@ Status LocalWindowAttentionCuda(const Tensor&, const Tensor&, const Tensor&, con
 }
 Status QuantizeKvPagesCuda(const Tensor&, const Tensor&, int64_t, int, std::span<void* const>) {
   return NoCuda("QuantizeKvPages");
+}
+Status LowRankBlockAttendCuda(const Tensor&, const LowRankBlockView&, const LowRankAttentionShape&,
+                              const RopeParams&, float, Tensor&, Tensor&, Tensor&, Tensor&) {
+  return NoCuda("LowRankBlockAttend");
 }
 Status ProbeScoresCuda(const Tensor&, const Tensor&, std::span<const int32_t>, bool, Tensor&,
                        Tensor&, Tensor&) {

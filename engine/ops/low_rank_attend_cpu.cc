@@ -14,6 +14,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/low_rank.h"
+#include "engine/ops/low_rank_checks.h"
 #include "engine/ops/rope_table.h"
 
 namespace framezip::engine::ops {
@@ -33,44 +34,12 @@ Status CheckSize(std::string_view name, size_t size, int64_t want) {
   return absl::OkStatus();
 }
 
-Status CheckView(std::string_view name, const FactorView& v, int64_t rows, int64_t cols) {
-  if (v.rows != rows || v.cols != cols) {
-    return InvalidArgumentError("LowRankBlockAttend: {} is {}x{}, want {}x{}", name, v.rows, v.cols,
-                                rows, cols);
-  }
-  const bool present = v.format == FactorView::Format::kF32 ? v.f32 != nullptr
-                       : v.format == FactorView::Format::kF16
-                           ? v.f16 != nullptr
-                           : v.packed != nullptr && v.scales != nullptr && v.group_rows > 0;
-  if (!present) return InvalidArgumentError("LowRankBlockAttend: {} has no data", name);
-  return absl::OkStatus();
-}
-
 Status CheckArguments(std::span<const float> q, const LowRankBlockView& b,
                       const LowRankAttentionShape& s, const RopeParams& rope,
                       std::span<const float> weights) {
-  if (s.num_kv_heads < 1 || s.num_heads < 1 || s.num_heads % s.num_kv_heads != 0) {
-    return InvalidArgumentError(
-        "LowRankBlockAttend: num_heads {} is not a positive multiple of num_kv_heads {}",
-        s.num_heads, s.num_kv_heads);
-  }
-  if (s.head_dim < 2 || s.head_dim % 2 != 0 || rope.head_dim != s.head_dim) {
-    return InvalidArgumentError(
-        "LowRankBlockAttend: head_dim {} with rope.head_dim {} (must be equal and even)",
-        s.head_dim, rope.head_dim);
-  }
+  FZ_RETURN_IF_ERROR(CheckLowRankBlockShape("LowRankBlockAttend", b, s, rope));
   const int64_t tokens = static_cast<int64_t>(b.positions.size());
-  const int64_t hd = int64_t{s.num_kv_heads} * s.head_dim;
-  const int64_t rank_k = b.key_us.cols, rank_v = b.value_us.cols;
-  if (rank_k < 1 || rank_v < 1) {
-    return InvalidArgumentError("LowRankBlockAttend: ranks {} (keys) and {} (values)", rank_k,
-                                rank_v);
-  }
-  FZ_RETURN_IF_ERROR(CheckView("key_us", b.key_us, tokens, rank_k));
-  FZ_RETURN_IF_ERROR(CheckView("key_vt", b.key_vt, rank_k, hd));
-  FZ_RETURN_IF_ERROR(CheckView("value_us", b.value_us, tokens, rank_v));
-  FZ_RETURN_IF_ERROR(CheckView("value_vt", b.value_vt, rank_v, hd));
-  FZ_RETURN_IF_ERROR(CheckSize("value_ranks", b.value_ranks.size(), tokens));
+  const int64_t rank_v = b.value_us.cols;
   FZ_RETURN_IF_ERROR(CheckSize("q", q.size(), int64_t{s.num_heads} * s.head_dim));
   FZ_RETURN_IF_ERROR(CheckSize("weights", weights.size(), int64_t{s.num_heads} * tokens));
   for (int64_t t = 0; t < tokens; ++t) {
