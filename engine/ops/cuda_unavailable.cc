@@ -56,6 +56,9 @@ Status LocalWindowAttentionCuda(const Tensor&, const Tensor&, const Tensor&, con
 Status QuantizeKvPagesCuda(const Tensor&, const Tensor&, int64_t, int, std::span<void* const>) {
   return NoCuda("QuantizeKvPages");
 }
+Status EncodeLowRankFactorCuda(const Tensor&, FactorView::Format, Tensor&, Tensor&) {
+  return NoCuda("EncodeLowRankFactor");
+}
 Status LowRankBlockAttendCuda(const Tensor&, const LowRankBlockView&, const LowRankAttentionShape&,
                               const RopeParams&, float, Tensor&, Tensor&, Tensor&, Tensor&) {
   return NoCuda("LowRankBlockAttend");

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/core/device_memory.h"
-#include "engine/kernels/cuda/low_rank_attend.cuh"
+#include "engine/kernels/cuda/low_rank.cuh"
 #include "engine/ops/cuda_op_util_cuda.h"
 #include "engine/ops/low_rank_checks.h"
 #include "engine/ops/op_checks.h"
@@ -53,7 +53,53 @@ Status CheckOutput(std::string_view name, const Tensor& t, const Shape& want, De
   return absl::OkStatus();
 }
 
+Status CheckBytes(std::string_view op, std::string_view name, const Tensor& t, int64_t bytes,
+                  Device device) {
+  FZ_RETURN_IF_ERROR(CheckDefined(op, name, t));
+  FZ_RETURN_IF_ERROR(CheckDType(op, name, t, DType::kU8));
+  if (t.numel() != bytes || t.device() != device) {
+    return InvalidArgumentError("{}: {} is {} bytes on {}, want {} on {}", op, name, t.numel(),
+                                DeviceName(t.device()), bytes, DeviceName(device));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+Status EncodeLowRankFactorCuda(const Tensor& values, FactorView::Format format, Tensor& data,
+                               Tensor& scales) {
+  constexpr std::string_view kEncode = "EncodeLowRankFactorCuda";
+  FZ_RETURN_IF_ERROR(CheckDefined(kEncode, "values", values));
+  FZ_RETURN_IF_ERROR(CheckDType(kEncode, "values", values, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckRank(kEncode, "values", values, 2));
+  if (values.device().is_cpu()) return InvalidArgumentError("{}: values must be on a GPU", kEncode);
+  const int64_t rows = values.dim(0), cols = values.dim(1);
+  if (rows < 1 || cols < 1) {
+    return InvalidArgumentError("{}: values is {}x{}", kEncode, rows, cols);
+  }
+  cuda::EncodeFactorLaunch p;
+  p.values = values.data<float>();
+  p.rows = rows;
+  p.cols = cols;
+  p.group_rows = kFactorInt4GroupRows;
+  if (format == FactorView::Format::kF16) {
+    FZ_RETURN_IF_ERROR(CheckBytes(kEncode, "data", data, rows * cols * 2, values.device()));
+    p.format = cuda::DeviceFactor::kF16;
+    p.f16 = static_cast<uint16_t*>(data.raw_data());
+  } else if (format == FactorView::Format::kInt4) {
+    const int64_t groups = (rows + kFactorInt4GroupRows - 1) / kFactorInt4GroupRows;
+    FZ_RETURN_IF_ERROR(CheckBytes(kEncode, "data", data, (rows * cols + 1) / 2, values.device()));
+    FZ_RETURN_IF_ERROR(CheckBytes(kEncode, "scales", scales, groups * cols * 2, values.device()));
+    p.format = cuda::DeviceFactor::kInt4;
+    p.packed = static_cast<uint8_t*>(data.raw_data());
+    p.scales = static_cast<uint16_t*>(scales.raw_data());
+  } else {
+    return InvalidArgumentError("{}: factors are stored as f16 or int4, not f32", kEncode);
+  }
+  FZ_RETURN_IF_ERROR(CheckDeviceUsable(values.device()));
+  ScopedCudaDevice scope(values.device());
+  return CudaStatus(cuda::LaunchEncodeFactor(p, nullptr), kEncode);
+}
 
 Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
                               const LowRankAttentionShape& shape, const RopeParams& rope,

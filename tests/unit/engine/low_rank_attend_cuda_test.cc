@@ -1,9 +1,11 @@
-// [cuda]: AttentionPack's fused decompress-and-attend kernel (ops/low_rank_cuda.h) against the CPU
-// op LowRankBlockAttend (itself checked against an f64 reference in low_rank_test.cc), on fresh
-// random blocks in every factor format (f32, f16, int4), with mixed value ranks, runs of positions
-// with gaps, GQA groups of 1 to 7, and block sizes that leave a partial last chunk. The maxima,
-// sums, unnormalised outputs and every weight must agree within f32 rounding of the two orders of
-// summation; the block's share of attention (out / sum) within 1e-4 relative.
+// [cuda]: AttentionPack on the GPU (ops/low_rank_cuda.h). Packing must write the bytes
+// kv::LowRankFactor::Encode writes (f16 and int4, with zero columns, ties and group tails). The
+// fused decompress-and-attend kernel is checked against the CPU op LowRankBlockAttend (itself
+// checked against an f64 reference in low_rank_test.cc), on fresh random blocks in every factor
+// format (f32, f16, int4), with mixed value ranks, runs of positions with gaps, GQA groups of 1 to
+// 7, and block sizes that leave a partial last chunk. The maxima, sums, unnormalised outputs and
+// every weight must agree within f32 rounding of the two orders of summation; the block's share of
+// attention (out / sum) within 1e-4 relative.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -12,6 +14,7 @@
 
 #include "engine/core/device_memory.h"
 #include "engine/core/half.h"
+#include "engine/kv/low_rank_factor.h"
 #include "engine/ops/low_rank.h"
 #include "engine/ops/low_rank_cuda.h"
 #include "tests/testing/random.h"
@@ -191,6 +194,54 @@ TEST_CASE("LowRankBlockAttendCuda matches the CPU op", "[cuda][ops]") {
       CHECK(RelativeL2(got_row, want_row) < 1e-4);
     }
     CHECK(RelativeL2(got_weights, want_weights) < 1e-3);
+  }
+}
+
+TEST_CASE("EncodeLowRankFactorCuda writes the bytes of kv::LowRankFactor::Encode", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  struct Size {
+    int64_t rows, cols;
+  };
+  const Size size = GENERATE(Size{1, 1}, Size{33, 7}, Size{4096, 16}, Size{16, 64}, Size{100, 3});
+  const bool int4 = GENERATE(false, true);
+  DYNAMIC_SECTION(size.rows << "x" << size.cols << (int4 ? " int4" : " f16")) {
+    std::vector<float> x = testing::RandomNormal(static_cast<size_t>(size.rows * size.cols), rng);
+    // A zero column (scale 0), exact halves of a step (rounding ties) and an f16 overflow.
+    for (int64_t r = 0; r < size.rows; ++r) x[r * size.cols] = 0.f;
+    if (size.cols > 2) {
+      for (int64_t r = 0; r < std::min<int64_t>(size.rows, 32); ++r) x[r * size.cols + 1] = 0.5f;
+      x[1] = 7.f;  // scale 1: the 0.5s sit exactly between codes 0 and 1
+    }
+    if (!int4) x.back() = 1e6f;
+    auto host = Tensor::Empty({size.rows, size.cols}, DType::kF32);
+    REQUIRE(host.ok());
+    std::copy(x.begin(), x.end(), host->data<float>());
+    const kv::LowRankFactor want = kv::LowRankFactor::Encode(
+        x, size.rows, size.cols, int4 ? kv::FactorFormat::kInt4 : kv::FactorFormat::kF16);
+    const FactorView view = want.View();
+    const size_t data_bytes = int4 ? kv::LowRankFactor::PackedBytes(size.rows, size.cols)
+                                   : static_cast<size_t>(size.rows * size.cols) * 2;
+    const size_t scale_bytes = int4 ? kv::LowRankFactor::ScaleCount(size.rows, size.cols) * 2 : 1;
+    auto data =
+        Tensor::Empty({static_cast<int64_t>(data_bytes)}, DType::kU8, engine::Device::Cuda(0));
+    auto scales =
+        Tensor::Empty({static_cast<int64_t>(scale_bytes)}, DType::kU8, engine::Device::Cuda(0));
+    REQUIRE(data.ok());
+    REQUIRE(scales.ok());
+    REQUIRE(ops::EncodeLowRankFactorCuda(
+                OnGpu(*host), int4 ? FactorView::Format::kInt4 : FactorView::Format::kF16, *data,
+                *scales)
+                .ok());
+    auto got_data = data->To(engine::Device::Cpu());
+    REQUIRE(got_data.ok());
+    const void* want_data = int4 ? static_cast<const void*>(view.packed) : view.f16;
+    CHECK(std::memcmp(got_data->raw_data(), want_data, data_bytes) == 0);
+    if (int4) {
+      auto got_scales = scales->To(engine::Device::Cpu());
+      REQUIRE(got_scales.ok());
+      CHECK(std::memcmp(got_scales->raw_data(), view.scales, scale_bytes) == 0);
+    }
   }
 }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "engine/kernels/cuda/block_reduce.cuh"
-#include "engine/kernels/cuda/low_rank_attend.cuh"
+#include "engine/kernels/cuda/low_rank.cuh"
 
 namespace framezip::engine::cuda {
 namespace {
@@ -182,7 +182,74 @@ bool FactorShapeIs(const DeviceFactor& f, int64_t rows, int64_t cols) {
   }
 }
 
+// int4 scales: one thread per (group, column).
+__global__ void Int4ScalesKernel(EncodeFactorLaunch p) {
+  const int64_t groups = (p.rows + p.group_rows - 1) / p.group_rows;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < groups * p.cols;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = i / p.cols, c = i % p.cols;
+    const int64_t r1 = min(p.rows, (g + 1) * p.group_rows);
+    float max_abs = 0.f;
+    for (int64_t r = g * p.group_rows; r < r1; ++r) {
+      max_abs = fmaxf(max_abs, fabsf(p.values[r * p.cols + c]));
+    }
+    p.scales[i] = __half_as_ushort(__float2half_rn(max_abs / 7.f));
+  }
+}
+
+// int4 codes: one thread per byte (two elements, which may sit in different columns or rows).
+__global__ void Int4CodesKernel(EncodeFactorLaunch p) {
+  const int64_t n = p.rows * p.cols, bytes = (n + 1) / 2;
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < bytes;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint8_t byte = 0;
+    for (int k = 0; k < 2; ++k) {
+      const int64_t i = 2 * b + k;
+      if (i >= n) break;
+      const int64_t r = i / p.cols, c = i % p.cols;
+      const float scale = __half2float(__ushort_as_half(p.scales[(r / p.group_rows) * p.cols + c]));
+      const float inv = scale > 0.f ? 1.f / scale : 0.f;
+      const float q = fminf(fmaxf(rintf(p.values[i] * inv), -7.f), 7.f);
+      byte |= static_cast<uint8_t>((static_cast<int>(q) + 8) << (4 * k));
+    }
+    p.packed[b] = byte;
+  }
+}
+
+__global__ void F16Kernel(EncodeFactorLaunch p) {
+  const int64_t n = p.rows * p.cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    p.f16[i] = __half_as_ushort(__float2half_rn(p.values[i]));
+  }
+}
+
+int GridFor(int64_t n, int threads) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 4096)));
+}
+
 }  // namespace
+
+cudaError_t LaunchEncodeFactor(const EncodeFactorLaunch& p, cudaStream_t stream) {
+  if (p.values == nullptr || p.rows < 1 || p.cols < 1) return cudaErrorInvalidValue;
+  constexpr int kPackThreads = 256;
+  if (p.format == DeviceFactor::kF16) {
+    if (p.f16 == nullptr) return cudaErrorInvalidValue;
+    F16Kernel<<<GridFor(p.rows * p.cols, kPackThreads), kPackThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  if (p.format != DeviceFactor::kInt4 || p.packed == nullptr || p.scales == nullptr ||
+      p.group_rows < 1) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t groups = (p.rows + p.group_rows - 1) / p.group_rows;
+  Int4ScalesKernel<<<GridFor(groups * p.cols, kPackThreads), kPackThreads, 0, stream>>>(p);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  Int4CodesKernel<<<GridFor((p.rows * p.cols + 1) / 2, kPackThreads), kPackThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchLowRankAttend(const LowRankAttendLaunch& p, cudaStream_t stream) {
   const int64_t rank_k = p.key_us.cols, rank_v = p.value_us.cols;

@@ -1,7 +1,13 @@
-// AttentionPack's fused decompress-and-attend on the GPU: one decode query row over a low-rank
-// block of visual tokens (docs/methods.md §2), the same contract as the CPU op
-// (engine/ops/low_rank.h, LowRankBlockAttend), never rebuilding the block's K or V.
+// AttentionPack on the GPU (docs/methods.md §2): packing a factor into its stored format, and the
+// fused decompress-and-attend of one decode query row over a low-rank block of visual tokens (the
+// same contract as the CPU op engine/ops/low_rank.h LowRankBlockAttend), never rebuilding the
+// block's K or V.
 //
+// Packing writes the bytes kv::LowRankFactor::Encode writes: f16 by round-to-nearest-even; int4
+// per (group of group_rows rows, column) the f16 scale max|x| / 7 (round to nearest even), codes
+// clamp(rint(x · (1 / scale)), −7, 7) + 8 (0 where the scale is 0) in nibbles, low nibble first.
+//
+// Attention:
 // Flash-decoding in two passes:
 //   1. one thread block per chunk of kLowRankChunk tokens, one thread per token: the thread widens
 //      its token's U·S rows (f32, f16 or int4 factors), rebuilds its key one rotation pair at a
@@ -40,6 +46,20 @@ struct DeviceFactor {
   const uint16_t* scales = nullptr;
   int64_t group_rows = 32;
 };
+
+struct EncodeFactorLaunch {
+  const float* values = nullptr;  // [rows, cols] f32 row-major
+  int64_t rows = 0, cols = 0;
+  int format = DeviceFactor::kF16;  // or DeviceFactor::kInt4
+  uint16_t* f16 = nullptr;          // kF16: rows·cols half bit patterns
+  uint8_t* packed = nullptr;        // kInt4: ceil(rows·cols / 2) bytes
+  uint16_t* scales = nullptr;       // kInt4: ceil(rows / group_rows)·cols half bit patterns
+  int64_t group_rows = 32;
+};
+
+// Queues the packing on `stream` (int4: scales, then bytes). cudaErrorInvalidValue for empty or
+// null arguments or another format.
+cudaError_t LaunchEncodeFactor(const EncodeFactorLaunch& params, cudaStream_t stream);
 
 struct LowRankAttendLaunch {
   const float* q = nullptr;               // [heads, head_dim] post-RoPE queries
