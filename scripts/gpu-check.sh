@@ -15,7 +15,8 @@
 #      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
 #      the same subset from source with all its cores and runs that; the bare CUDA image has none
 #      of them (and nothing can be installed there), so there it runs the binary staged in step 1
-#      against the machine's own cuBLAS (libcublas/libcublasLt: 600 MB, never carried).
+#      against the machine's own cuBLAS and cuSOLVER (libcublas/libcublasLt 600 MB, libcusolver
+#      135 MB: never carried).
 #   Options: --prepare (step 1), --build-only (configure + build the subset here, run nothing),
 #   --from-source (refuse the staged binary), --staged (run the staged binary even where the
 #   dependencies are present), --tests-only (skip both benchmarks), --quick (the benchmarks'
@@ -108,7 +109,8 @@ build_subset() {
 }
 
 # Copies the test binary and every shared library it needs that a bare CUDA image lacks: all
-# but glibc's, the C++ runtime's and the CUDA libraries the image's toolkit provides (cuBLAS).
+# but glibc's, the C++ runtime's and the CUDA math libraries the image provides (cuBLAS, and
+# cuSOLVER with what it needs: cuSPARSE, nvJitLink).
 stage() {
   rm -rf "$stage_dir" && mkdir -p "$stage_dir/bin" "$stage_dir/lib"
   cp "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "$stage_dir/bin/"
@@ -117,7 +119,8 @@ stage() {
     while read -r name path; do
       case "$name" in
         libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | \
-          libstdc++.so* | libgcc_s.so* | libcublas*) ;;
+          libstdc++.so* | libgcc_s.so* | libcublas* | libcusolver* | libcusparse* | \
+          libnvJitLink*) ;;
         *) cp -L "$path" "$stage_dir/lib/$name" ;;
       esac
     done
@@ -127,7 +130,7 @@ stage() {
   newest_glibc=$(objdump -T "$stage_dir"/bin/* "$stage_dir"/lib/* 2>/dev/null |
     grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
   note "staged $stage_dir ($(du -sh "$stage_dir" | cut -f1)); needs ${newest_glibc:-?} and" \
-    "libcublas.so.13 on the GPU machine"
+    "cuBLAS 13, cuSOLVER 12 (with cuSPARSE, nvJitLink) on the GPU machine"
 }
 
 # A hash of every source the staged binaries are built from. --prepare writes it into the stage;
@@ -138,19 +141,19 @@ source_stamp() {
     xargs sha1sum | sha1sum | cut -d' ' -f1
 }
 
-# Where the GPU machine keeps libcublas.so.13: the toolkit, or the nvidia-cublas wheel of its
-# PyTorch.
-cublas_dir() {
+# Where the GPU machine keeps a CUDA math library ($1, e.g. libcublas.so.13): the toolkit, the
+# loader's cache, or the nvidia-* wheels of its PyTorch.
+cuda_lib_dir() {
   local d
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
-    [ -e "$d/libcublas.so.13" ] && { echo "$d"; return; }
+    [ -e "$d/$1" ] && { echo "$d"; return; }
   done
-  d=$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 /{print $NF; exit}')
+  d=$(ldconfig -p 2>/dev/null | awk -v lib="$1" '$1 == lib {print $NF; exit}')
   [ -n "$d" ] && { dirname "$d"; return; }
-  python3 - <<'EOF' 2>/dev/null
+  LIB="$1" python3 - <<'EOF' 2>/dev/null
 import glob, os, site
 for root in site.getsitepackages():
-    for f in glob.glob(os.path.join(root, "nvidia", "**", "libcublas.so.13"), recursive=True):
+    for f in glob.glob(os.path.join(root, "nvidia", "**", os.environ["LIB"]), recursive=True):
         print(os.path.dirname(f)); raise SystemExit
 EOF
 }
@@ -197,8 +200,15 @@ main() {
     bin="$stage_dir/bin/engine_cuda_test"
     bench_bin="$stage_dir/bin/framezip_bench_gpu"
     libs="$repo/$stage_dir/lib"
-    cb=$(cublas_dir)
-    [ -n "$cb" ] && libs="$libs:$cb" || note "libcublas.so.13 not found; the test will not load"
+    for lib in libcublas.so.13 libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 \
+      libnvJitLink.so.13; do
+      d=$(cuda_lib_dir "$lib")
+      if [ -z "$d" ]; then
+        note "$lib not found; the test will not load"
+      else
+        case ":$libs:" in *":$d:"*) ;; *) libs="$libs:$d" ;; esac
+      fi
+    done
     # Only our binaries get the staged libraries: exported, they would come before the CUDA
     # runtime of torch's own wheels in the torch peer script.
     staged_libs="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -56,6 +56,9 @@ Status LocalWindowAttentionCuda(const Tensor&, const Tensor&, const Tensor&, con
 Status QuantizeKvPagesCuda(const Tensor&, const Tensor&, int64_t, int, std::span<void* const>) {
   return NoCuda("QuantizeKvPages");
 }
+StatusOr<DeviceLowRankFactors> RandomizedSvdCuda(const Tensor&, const RandomizedSvdOptions&) {
+  return NoCuda("RandomizedSvd");
+}
 Status EncodeLowRankFactorCuda(const Tensor&, FactorView::Format, Tensor&, Tensor&) {
   return NoCuda("EncodeLowRankFactor");
 }

@@ -1,7 +1,7 @@
 // AttentionPack on a GPU (engine/kernels/cuda/low_rank.cuh): packing factors into their stored
 // formats where the SVD left them, and LowRankBlockAttend (low_rank.h) for a block whose factors,
 // positions and ranks live in device memory, as one fused decompress-and-attend kernel pair. The
-// CPU code is the reference of both (tests/unit/engine/low_rank_attend_cuda_test.cc).
+// CPU code is the reference of both (tests/unit/engine/low_rank_cuda_test.cc).
 #pragma once
 
 #include "common/status.h"
@@ -9,6 +9,27 @@
 #include "engine/ops/low_rank.h"
 
 namespace framezip::engine::ops {
+
+// Factors on a GPU, as RandomizedSvd's LowRankFactors: us [m, R] = U·Σ, vt [R, n] = Vᵀ (both
+// row-major f32), singular_values [R] descending.
+struct DeviceLowRankFactors {
+  int rank = 0;
+  Tensor us, vt, singular_values;
+};
+
+// RandomizedSvd (low_rank.h) of the row-major m × n f32 matrix `a` on its GPU, in the same steps:
+// the seeded Gaussian Ω [n, R] drawn on the host exactly as the CPU op draws it, Y = A·Ω, then
+// power_iterations times Q = orth(A·orth(Aᵀ·Q)) with Householder QR (cuSOLVER geqrf + orgqr)
+// after every product, B = Qᵀ·A, its exact SVD (cuSOLVER gesvd), us = Q·Û·Σ. f32 throughout (the
+// cuBLAS handle keeps TF32 off). Singular vectors may differ from the CPU's in sign and, for
+// equal singular values, in basis; us·vt agrees within f32 rounding.
+// Errors: INVALID_ARGUMENT as the CPU op (rows or cols < 1 or above INT_MAX, a rank outside
+// [1, min(m, n)], negative power_iterations, a non-finite entry — counted on the device; the
+// message gives the count, not the place), or `a` not an f32 matrix on a GPU; INTERNAL with
+// cuSOLVER's info code; RESOURCE_EXHAUSTED when the GPU has no memory for the workspaces;
+// UNIMPLEMENTED without CUDA. Synchronises with the device once, to read the status.
+StatusOr<DeviceLowRankFactors> RandomizedSvdCuda(const Tensor& a,
+                                                 const RandomizedSvdOptions& options);
 
 // Rows of int4 factors sharing a scale: kv::kInt4GroupRows, FactorView's default.
 inline constexpr int64_t kFactorInt4GroupRows = 32;

@@ -224,12 +224,28 @@ __global__ void F16Kernel(EncodeFactorLaunch p) {
   }
 }
 
+__global__ void CountNonFiniteKernel(const float* x, int64_t n, int* count) {
+  int local = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    local += isfinite(x[i]) ? 0 : 1;
+  }
+  if (local != 0) atomicAdd(count, local);
+}
+
 int GridFor(int64_t n, int threads) {
   return static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 4096)));
 }
 
 }  // namespace
+
+cudaError_t LaunchCountNonFinite(const float* x, int64_t n, int* count, cudaStream_t stream) {
+  if (x == nullptr || count == nullptr || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  CountNonFiniteKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, count);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchEncodeFactor(const EncodeFactorLaunch& p, cudaStream_t stream) {
   if (p.values == nullptr || p.rows < 1 || p.cols < 1) return cudaErrorInvalidValue;

@@ -28,6 +28,9 @@
 
 namespace framezip::engine::cuda {
 
+// *count += the number of non-finite entries of x[0, n) (count is a device int, not zeroed here).
+cudaError_t LaunchCountNonFinite(const float* x, int64_t n, int* count, cudaStream_t stream);
+
 // Tokens per thread block of pass 1 (one thread each).
 inline constexpr int kLowRankChunk = 128;
 

@@ -1,4 +1,6 @@
-// [cuda]: AttentionPack on the GPU (ops/low_rank_cuda.h). Packing must write the bytes
+// [cuda]: AttentionPack on the GPU (ops/low_rank_cuda.h). The randomized SVD must give the CPU
+// op's singular values and a reconstruction as close to the input as the CPU's (they share Ω, so
+// only rounding differs), on matrices with a decaying spectrum. Packing must write the bytes
 // kv::LowRankFactor::Encode writes (f16 and int4, with zero columns, ties and group tails). The
 // fused decompress-and-attend kernel is checked against the CPU op LowRankBlockAttend (itself
 // checked against an f64 reference in low_rank_test.cc), on fresh random blocks in every factor
@@ -195,6 +197,87 @@ TEST_CASE("LowRankBlockAttendCuda matches the CPU op", "[cuda][ops]") {
     }
     CHECK(RelativeL2(got_weights, want_weights) < 1e-3);
   }
+}
+
+// A row-major m × n matrix with singular values 0.8^i (random orthonormal-ish factors: Gaussian
+// columns, whose spread the decay dominates).
+std::vector<float> DecayingMatrix(int64_t m, int64_t n, std::mt19937_64& rng) {
+  const int64_t k = std::min(m, n);
+  const std::vector<float> u = testing::RandomNormal(static_cast<size_t>(m * k), rng);
+  const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(k * n), rng);
+  std::vector<float> a(static_cast<size_t>(m * n), 0.f);
+  for (int64_t j = 0; j < k; ++j) {
+    const float sigma = std::pow(0.8f, static_cast<float>(j)) / std::sqrt(static_cast<float>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      const float ui = sigma * u[i * k + j];
+      for (int64_t c = 0; c < n; ++c) a[i * n + c] += ui * v[j * n + c];
+    }
+  }
+  return a;
+}
+
+// ‖A − us·vt‖_F / ‖A‖_F in double.
+double ReconstructionError(const std::vector<float>& a, const std::vector<float>& us,
+                           const std::vector<float>& vt, int64_t m, int64_t n, int r) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < n; ++c) {
+      double x = 0;
+      for (int j = 0; j < r; ++j) x += double{us[i * r + j]} * vt[j * n + c];
+      const double want = a[i * n + c];
+      num += (want - x) * (want - x);
+      den += want * want;
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_CASE("RandomizedSvdCuda matches the CPU op", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  struct Size {
+    int64_t m, n;
+    int rank;
+  };
+  const Size size =
+      GENERATE(Size{64, 64, 64}, Size{2000, 128, 16}, Size{5000, 64, 32}, Size{300, 128, 8});
+  DYNAMIC_SECTION(size.m << "x" << size.n << " rank " << size.rank) {
+    const std::vector<float> a = DecayingMatrix(size.m, size.n, rng);
+    const ops::RandomizedSvdOptions options{.rank = size.rank, .power_iterations = 2, .seed = 7};
+    auto cpu = ops::RandomizedSvd(a, size.m, size.n, options);
+    REQUIRE(cpu.ok());
+    auto host = Tensor::Empty({size.m, size.n}, DType::kF32);
+    REQUIRE(host.ok());
+    std::copy(a.begin(), a.end(), host->data<float>());
+    auto gpu = ops::RandomizedSvdCuda(OnGpu(*host), options);
+    REQUIRE(gpu.ok());
+    const std::vector<float> us = ToHost(gpu->us), vt = ToHost(gpu->vt),
+                             sv = ToHost(gpu->singular_values);
+    REQUIRE(sv.size() == static_cast<size_t>(size.rank));
+    for (int j = 0; j < size.rank; ++j) {
+      CAPTURE(j);
+      CHECK(sv[j] == Approx(cpu->singular_values[j]).epsilon(1e-3).margin(1e-6));
+    }
+    const double cpu_error = ReconstructionError(a, cpu->us, cpu->vt, size.m, size.n, size.rank);
+    const double gpu_error = ReconstructionError(a, us, vt, size.m, size.n, size.rank);
+    CAPTURE(cpu_error, gpu_error);
+    CHECK(gpu_error <= cpu_error * 1.01 + 1e-5);
+  }
+}
+
+TEST_CASE("RandomizedSvdCuda refuses bad input and names it", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  auto host = Tensor::Empty({4, 3}, DType::kF32);
+  REQUIRE(host.ok());
+  std::fill_n(host->data<float>(), 12, 1.f);
+  host->data<float>()[5] = std::nanf("");
+  const Status nan = ops::RandomizedSvdCuda(OnGpu(*host), {.rank = 2}).status();
+  CHECK(nan.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(nan.message()), Catch::Contains("not finite"));
+  CHECK(ops::RandomizedSvdCuda(OnGpu(*host), {.rank = 4}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(ops::RandomizedSvdCuda(*host, {.rank = 2}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("EncodeLowRankFactorCuda writes the bytes of kv::LowRankFactor::Encode", "[cuda][ops]") {
