@@ -25,6 +25,7 @@
 #include "engine/kernels/cuda/attention_mma.cuh"
 #include "engine/kernels/cuda/cast.cuh"
 #include "engine/kernels/cuda/kv_quant.cuh"
+#include "engine/kernels/cuda/low_rank.cuh"
 #include "engine/kernels/cuda/paged_attention.cuh"
 #include "engine/kernels/cuda/zipvl.cuh"
 
@@ -389,9 +390,14 @@ struct DecodeShape {
   const char* label;
 };
 
+// The f16 tensor-core decode time of the batch-1 shape, for the AttentionPack section.
+double g_dense_one_sequence_us = 0;
+
 void Decode(Results& res, double copy_gbps, int sm_count, bool quick) {
+  // Batch 1 is the one-sequence baseline of the AttentionPack section below.
   const DecodeShape shapes[] = {{14, 2, 64, 16, "Qwen2-0.5B heads 14/2 d64 batch 16"},
-                                {28, 4, 128, 8, "Qwen2-7B heads 28/4 d128 batch 8"}};
+                                {28, 4, 128, 8, "Qwen2-7B heads 28/4 d128 batch 8"},
+                                {14, 2, 64, 1, "Qwen2-0.5B heads 14/2 d64 batch 1"}};
   const int64_t ctx = quick ? 4096 : 32768;
   const int page = 32;
   for (const DecodeShape& s : shapes) {
@@ -519,12 +525,112 @@ void Decode(Results& res, double copy_gbps, int sm_count, bool quick) {
         res.Add("decode attention " + tag + " fraction of copy ceiling", gbps / copy_gbps,
                 "fraction", mode == 3 ? 0.6 : 0);
         if (mode == 0) f16_ms[variant] = ms;
+        if (mode == 0 && variant == 1 && s.batch == 1) g_dense_one_sequence_us = ms * 1e3;
         if (mode == 3) {
           res.Add("decode attention " + std::string(s.label) + " mixed int4/int2 speedup vs f16" +
                       kernel,
                   f16_ms[variant] / ms, "x", 2.0);
         }
       }
+    }
+  }
+}
+
+// ---- AttentionPack: decode over a low-rank visual block ----------------------------------------
+
+// One sequence of `ctx` visual tokens in a low-rank block (Qwen2-0.5B heads: 14 query, 2 KV, d 64,
+// HD 128; ranks R_k = R_v = 32 = HD/4, values 25% at full rank and the rest at R/4, as the
+// policy's defaults), factors packed on the GPU from random f32; the fused kernel pair against
+// dense f16 paged decode of the same context (the batch-1 row of Decode).
+void AttentionPack(Results& res, bool quick) {
+  const int heads = 14, kv_heads = 2, d = 64, rank = 32;
+  const int64_t ctx = quick ? 4096 : 32768, hd = int64_t{kv_heads} * d;
+  DeviceBuffer us_k(ctx * rank * 4), vt_k(rank * hd * 4), us_v(ctx * rank * 4), vt_v(rank * hd * 4);
+  Check(FillNormal(us_k.get<float>(), ctx * rank, 61, 1.f, nullptr), "fill us_k");
+  Check(FillNormal(vt_k.get<float>(), rank * hd, 62, 0.2f, nullptr), "fill vt_k");
+  Check(FillNormal(us_v.get<float>(), ctx * rank, 63, 1.f, nullptr), "fill us_v");
+  Check(FillNormal(vt_v.get<float>(), rank * hd, 64, 0.2f, nullptr), "fill vt_v");
+  std::vector<int32_t> positions(static_cast<size_t>(ctx));
+  std::vector<uint16_t> ranks(static_cast<size_t>(ctx));
+  std::mt19937_64 rng(9);
+  std::bernoulli_distribution top(0.25);
+  for (int64_t t = 0; t < ctx; ++t) {
+    positions[t] = static_cast<int32_t>(t + 20);  // after a short text prefix
+    ranks[t] = static_cast<uint16_t>(top(rng) ? rank : rank / 4);
+  }
+  std::vector<float> inv_freq(static_cast<size_t>(d / 2));
+  for (int c = 0; c < d / 2; ++c) inv_freq[c] = std::pow(1e6f, -2.f * c / d);  // Qwen2 θ = 1e6
+  DeviceBuffer dpos(positions.size() * 4), dranks(ranks.size() * 2), dfreq(inv_freq.size() * 4);
+  Check(cudaMemcpy(dpos.get(), positions.data(), dpos.bytes(), cudaMemcpyHostToDevice), "pos");
+  Check(cudaMemcpy(dranks.get(), ranks.data(), dranks.bytes(), cudaMemcpyHostToDevice), "ranks");
+  Check(cudaMemcpy(dfreq.get(), inv_freq.data(), dfreq.bytes(), cudaMemcpyHostToDevice), "freq");
+  DeviceBuffer q(heads * d * 4), out(heads * d * 4), mx(heads * 4), sum(heads * 4);
+  DeviceBuffer weights(heads * ctx * 4);
+  DeviceBuffer scratch(kc::LowRankAttendScratchFloats(ctx, heads, rank) * 4);
+  Check(FillNormal(q.get<float>(), heads * d, 65, 1.f, nullptr), "fill q");
+
+  const char* formats[] = {"f16", "int4"};
+  for (int fi = 0; fi < 2; ++fi) {
+    const int format = fi == 0 ? kc::DeviceFactor::kF16 : kc::DeviceFactor::kInt4;
+    // Each factor packed into its own buffers: values (f16 or int4 bytes) and int4 scales.
+    std::vector<std::unique_ptr<DeviceBuffer>> keep;
+    double bytes = 0;
+    const auto pack = [&](const DeviceBuffer& src, int64_t rows, int64_t cols) {
+      kc::EncodeFactorLaunch e;
+      e.values = src.get<float>();
+      e.rows = rows;
+      e.cols = cols;
+      e.format = format;
+      const size_t data_bytes = format == kc::DeviceFactor::kF16
+                                    ? static_cast<size_t>(rows * cols) * 2
+                                    : static_cast<size_t>(rows * cols + 1) / 2;
+      const size_t scale_bytes = static_cast<size_t>((rows + 31) / 32 * cols) * 2;
+      keep.push_back(std::make_unique<DeviceBuffer>(data_bytes));
+      keep.push_back(std::make_unique<DeviceBuffer>(scale_bytes));
+      e.f16 = keep[keep.size() - 2]->get<uint16_t>();
+      e.packed = keep[keep.size() - 2]->get<uint8_t>();
+      e.scales = keep.back()->get<uint16_t>();
+      Check(kc::LaunchEncodeFactor(e, nullptr), "pack factor");
+      bytes +=
+          static_cast<double>(data_bytes) + (format == kc::DeviceFactor::kInt4 ? scale_bytes : 0);
+      kc::DeviceFactor f;
+      f.format = format;
+      f.rows = rows;
+      f.cols = cols;
+      f.f16 = e.f16;
+      f.packed = e.packed;
+      f.scales = e.scales;
+      return f;
+    };
+    kc::LowRankAttendLaunch p;
+    p.key_us = pack(us_k, ctx, rank);
+    p.key_vt = pack(vt_k, rank, hd);
+    p.value_us = pack(us_v, ctx, rank);
+    p.value_vt = pack(vt_v, rank, hd);
+    p.q = q.get<float>();
+    p.positions = dpos.get<int32_t>();
+    p.value_ranks = dranks.get<uint16_t>();
+    p.inv_freq = dfreq.get<float>();
+    p.tokens = ctx;
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = d;
+    p.scale = 1.f / std::sqrt(static_cast<float>(d));
+    p.weights = weights.get<float>();
+    p.max = mx.get<float>();
+    p.sum = sum.get<float>();
+    p.out = out.get<float>();
+    p.scratch = scratch.get<float>();
+    const double ms =
+        MedianMs([&] { Check(kc::LaunchLowRankAttend(p, nullptr), "low-rank"); }, 3, 20);
+    const std::string tag = std::string("AttentionPack decode, one sequence, ctx ") +
+                            std::to_string(ctx) + " visual tokens, rank 32 " + formats[fi] +
+                            " factors";
+    res.Add(tag + " time", ms * 1e3, "us");
+    res.Add(tag + " factor bytes vs f16 K+V", 2.0 * ctx * hd * 2 / bytes, "x");
+    if (g_dense_one_sequence_us > 0) {
+      res.Add(tag + " speed vs dense f16 paged decode [tensor cores]",
+              g_dense_one_sequence_us / (ms * 1e3), "x", 0.8);
     }
   }
 }
@@ -542,9 +648,11 @@ int RunGpuBench(const std::vector<std::string>& args) {
       std::printf(
           "usage: framezip bench gpu [--json] [--quick]\n"
           "  GPU ceilings (copy GB/s, cuBLAS bf16 GEMM), dense vs ZipVL sparse prefill attention\n"
-          "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV, then "
-          "the\n"
-          "  Qwen2-0.5B shape end to end (prefill and decode tokens/s, llm::Decoder on the GPU) and\n"
+          "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV,\n"
+          "  AttentionPack's fused low-rank decode at 32k (f16 and int4 factors) against dense "
+          "f16,\n"
+          "  then the Qwen2-0.5B shape end to end (prefill and decode tokens/s, llm::Decoder on "
+          "the GPU) and\n"
           "  OV's SigLIP-so400m vision tower (frames/s).\n"
           "  --quick: 4k prefill and 4k decode only (a smoke run). --json: JSON last line.\n");
       return 0;
@@ -572,6 +680,7 @@ int RunGpuBench(const std::vector<std::string>& args) {
   GemmTflops(res);
   Prefill(res, quick);
   Decode(res, copy, prop.multiProcessorCount, quick);
+  AttentionPack(res, quick);
   // A failure of the end-to-end section (printed by it) still leaves the kernel figures above
   // in the JSON; the exit status says it failed.
   const std::vector<E2eRow> e2e = ModelEndToEnd(copy, quick);
@@ -579,19 +688,20 @@ int RunGpuBench(const std::vector<std::string>& args) {
   const std::vector<E2eRow> vision = VisionEndToEnd(quick);
   for (const E2eRow& r : vision) res.Add(r.name, r.value, r.unit);
   if (json) {
-    std::printf("%s\n",
-                res.Json(gpu, CpuModel(),
-                         "dense prefill: f32 CUDA-core kernel (attention.cuh) and bf16 tensor-core "
-                         "kernel (attention_mma.cuh); ZipVL sparse prefill runs the f32 kernel on "
-                         "the kept rows and is compared with the f32 dense; ZipVL scores come from "
-                         "the probe kernel on random-but-structured synthetic "
-                         "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
-                         "llm::Decoder (policy none) with random bf16 weights, f32 activations and KV, "
-                         "prefill attention on bf16 tensor cores (pipelined kernel), "
-                         "greedy tokens picked on the device (ops::SampleTokens); vision row: "
-                         "vision::VisionTowerHiddenStates with random bf16 weights on the GPU, "
-                         "host pixels in, last hidden state back to the host")
-                    .c_str());
+    std::printf(
+        "%s\n",
+        res.Json(gpu, CpuModel(),
+                 "dense prefill: f32 CUDA-core kernel (attention.cuh) and bf16 tensor-core "
+                 "kernel (attention_mma.cuh); ZipVL sparse prefill runs the f32 kernel on "
+                 "the kept rows and is compared with the f32 dense; ZipVL scores come from "
+                 "the probe kernel on random-but-structured synthetic "
+                 "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
+                 "llm::Decoder (policy none) with random bf16 weights, f32 activations and KV, "
+                 "prefill attention on bf16 tensor cores (pipelined kernel), "
+                 "greedy tokens picked on the device (ops::SampleTokens); vision row: "
+                 "vision::VisionTowerHiddenStates with random bf16 weights on the GPU, "
+                 "host pixels in, last hidden state back to the host")
+            .c_str());
   }
   return e2e.empty() || vision.empty() ? 1 : 0;
 }
