@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -99,6 +100,27 @@ TEST_CASE("Dynamic-LLaVA predictors equal PyTorch's on real hidden states",
   auto bad = (*preds)->ImageLogits(narrow);
   REQUIRE_FALSE(bad.ok());
   CHECK(absl::IsInvalidArgument(bad.status()));
+}
+
+// The image predictor's cost at 64 frames (257 visual rows), alone: the part of a pruned prefill
+// that dense prefill does not pay. Prints a median; run by hand (`[.][bench]`), profile with perf.
+TEST_CASE("Dynamic-LLaVA image predictor timing", "[.][bench]") {
+  auto preds = runtime::LoadDynamicLlavaPredictors(ModelDir(), 128);
+  REQUIRE(preds.ok());
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  Tensor hidden = *Tensor::Empty({257, 128}, DType::kF32);
+  for (int64_t i = 0; i < hidden.numel(); ++i) hidden.data<float>()[i] = normal(rng);
+  std::vector<double> ms;
+  for (int round = 0; round < 2000; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    auto logits = (*preds)->ImageLogits(hidden);
+    REQUIRE(logits.ok());
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  WARN("image predictor on 257 rows: median " << ms[ms.size() / 2] << " ms");
 }
 
 TEST_CASE("dynamic_llava's pruned prefill matches transformers with the pruning of tools/train",
