@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # gpu-check.sh: runs every [cuda] test (each CUDA op against the CPU op on fresh random inputs),
-# then `framezip bench gpu --json` (as the standalone framezip_bench_gpu) and the PyTorch peer
-# bench/gpu/torch_peer.py, on a GPU machine, inside 8 minutes, writing logs and results to $OUT.
+# then the end-to-end stage (the shipped model's whole engine on the GPU against the CPU engine:
+# multi-turn KV reuse, export and restore across devices), then `framezip bench gpu --json` (as
+# the standalone framezip_bench_gpu) and the PyTorch peer bench/gpu/torch_peer.py, on a GPU machine, inside 8 minutes, writing logs and results to $OUT.
 #
 # HOW TO CALL IT
 #   1. Here, on the development machine, before a GPU lease (2 cores: a few minutes, cached after):
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
-#      + framezip_bench_gpu only) and stages both binaries with the shared libraries a bare CUDA
-#      image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, cudart; ~47 MB) in
-#      .gpucheck/ (git-ignored), to be carried (with the ~9 MB tree: under the 64 MiB limit).
+#      + framezip_bench_gpu only) and stages both binaries, with the full build's
+#      engine_device_cuda_test (run `make test` first) and the shared libraries a bare CUDA image
+#      lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma, utf8proc, cudart;
+#      ~60 MB), packed as .gpucheck/staged.tar.xz (~8 MB, git-ignored), to be carried with the
+#      ~13 MB tree under the 64 MiB limit. A run unpacks it into build-gpucheck/staged/.
 #   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
 #        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
 #      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
@@ -29,7 +32,7 @@
 #
 # WHAT COMES BACK (in $OUT): summary.txt (one line per outcome, the device, the seed),
 # gpu-check.log (everything, the benchmarks' readable lines too), cuda-tests.txt (Catch2 console
-# report), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`), torch-peer.json
+# report, the end-to-end stage's appended), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`), torch-peer.json
 # (torch_peer.py), and when it built here configure.log and build.log: 8 files at most, the
 # device tool's limit. summary.txt ends with dense prefill vs torch SDPA ratios when both ran.
 # Exit status: 0 every [cuda] test passed on a GPU and both benchmarks ran; 1 a test or a
@@ -60,7 +63,9 @@ done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
 build_dir=build-gpucheck
+e2e_build=build  # the full build, source of the end-to-end stage's binary
 stage_dir=.gpucheck
+unpacked=$build_dir/staged  # where unpack_stage opens the archive (never carried back)
 jobs=$(nproc 2>/dev/null || echo 2)
 nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
 
@@ -114,7 +119,18 @@ build_subset() {
 stage() {
   rm -rf "$stage_dir" && mkdir -p "$stage_dir/bin" "$stage_dir/lib"
   cp "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "$stage_dir/bin/"
-  ldd "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" |
+  # The end-to-end stage's binary comes from the full build (`make test` made it): it needs the
+  # model loader and tokenizer, which the subset does not build. Its extra libraries (Oniguruma,
+  # utf8proc) are small.
+  local e2e=()
+  if [ -x "$e2e_build/tests/engine_device_cuda_test" ]; then
+    cp "$e2e_build/tests/engine_device_cuda_test" "$stage_dir/bin/"
+    e2e=("$e2e_build/tests/engine_device_cuda_test")
+  else
+    note "no $e2e_build/tests/engine_device_cuda_test (run make test first): the end-to-end" \
+      "stage is not staged"
+  fi
+  ldd "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "${e2e[@]}" |
     awk '/=> \// {print $1, $3}' | sort -u |
     while read -r name path; do
       case "$name" in
@@ -124,11 +140,17 @@ stage() {
         *) cp -L "$path" "$stage_dir/lib/$name" ;;
       esac
     done
-  grep -qxF "/$stage_dir/" .git/info/exclude 2>/dev/null || echo "/$stage_dir/" >>.git/info/exclude
-  source_stamp >"$stage_dir/STAMP"
   local newest_glibc
   newest_glibc=$(objdump -T "$stage_dir"/bin/* "$stage_dir"/lib/* 2>/dev/null |
     grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+  # Carried compressed: the device tool carries 64 MiB with the tree, and OpenBLAS alone is 36 MB.
+  # unpack_stage opens it on the GPU machine.
+  tar -C "$stage_dir" -cJf "$stage_dir/staged.tar.xz" bin lib || return 1
+  note "packed $(du -sh "$stage_dir/bin" "$stage_dir/lib" | awk '{print $1}' | paste -sd+ -)" \
+    "into staged.tar.xz ($(du -h "$stage_dir/staged.tar.xz" | cut -f1))"
+  rm -rf "$stage_dir/bin" "$stage_dir/lib"
+  grep -qxF "/$stage_dir/" .git/info/exclude 2>/dev/null || echo "/$stage_dir/" >>.git/info/exclude
+  source_stamp >"$stage_dir/STAMP"
   note "staged $stage_dir ($(du -sh "$stage_dir" | cut -f1)); needs ${newest_glibc:-?} and" \
     "cuBLAS 13, cuSOLVER 12 (with cuSPARSE, nvJitLink) on the GPU machine"
 }
@@ -158,6 +180,17 @@ for root in site.getsitepackages():
 EOF
 }
 
+# Opens the staged archive (stage) into $unpacked, with tar or, where the image has no xz,
+# Python's tarfile; afresh each run, so it always matches the carried archive.
+unpack_stage() {
+  [ -f "$stage_dir/staged.tar.xz" ] || return 0
+  rm -rf "$unpacked" && mkdir -p "$unpacked" || return 0
+  tar -C "$unpacked" -xJf "$stage_dir/staged.tar.xz" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$stage_dir/staged.tar.xz" "$unpacked" ||
+    note "could not unpack $stage_dir/staged.tar.xz"
+}
+
 # Builds (or takes the staged binary), runs every [cuda] test, records the outcome.
 main() {
   note "started $(date -u +%FT%TZ) on $(hostname) mode=$mode"
@@ -184,22 +217,23 @@ main() {
 
   bin=""
   bench_bin=""
+  unpack_stage
   missing=$(missing_deps)
   if [ -z "$missing" ] && [ "$staged" = 0 ]; then
     build_subset || exit 1
     bin="$build_dir/tests/engine_cuda_test"
     bench_bin="$build_dir/bin/framezip_bench_gpu"
-  elif [ "$from_source" = 0 ] && [ -f "$stage_dir/bin/engine_cuda_test" ]; then
+  elif [ "$from_source" = 0 ] && [ -f "$unpacked/bin/engine_cuda_test" ]; then
     note "not building here (${missing:+missing: $missing}${missing:-asked for --staged});" \
       "running the binaries staged by --prepare"
     if [ "$(cat "$stage_dir/STAMP" 2>/dev/null)" != "$(source_stamp)" ]; then
       note "WARNING: the staged binaries were built from other sources than this tree" \
         "(run scripts/gpu-check.sh --prepare after the last change); results are for those"
     fi
-    chmod +x "$stage_dir"/bin/*  # in case the copy to this machine dropped the bit
-    bin="$stage_dir/bin/engine_cuda_test"
-    bench_bin="$stage_dir/bin/framezip_bench_gpu"
-    libs="$repo/$stage_dir/lib"
+    chmod +x "$unpacked"/bin/*  # in case the copy to this machine dropped the bit
+    bin="$unpacked/bin/engine_cuda_test"
+    bench_bin="$unpacked/bin/framezip_bench_gpu"
+    libs="$repo/$unpacked/lib"
     for lib in libcublas.so.13 libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 \
       libnvJitLink.so.13; do
       d=$(cuda_lib_dir "$lib")
@@ -241,6 +275,7 @@ main() {
     note "FAIL [cuda] tests (exit $rc) in $((SECONDS - t0)) s: $result"
     status=1
   fi
+  run_end_to_end || status=1
   if [ "$tests_only" = 0 ]; then
     run_benchmarks || status=1
   fi
@@ -248,6 +283,34 @@ main() {
     run_sanitizer || status=1
   fi
   exit "$status"
+}
+
+# The end-to-end stage: the whole engine (decoder, KV pages, vision tower, projector) of the
+# shipped model on the GPU against the engine on the CPU, a three-turn conversation whose later
+# turns reuse the earlier turns' KV, and a conversation exported from one device and restored on
+# the other (tests/unit/engine/llm/engine_device_cuda_test.cc). Its report is appended to
+# cuda-tests.txt (the device tool brings back 8 files at most).
+run_end_to_end() {
+  local e2e_bin="$unpacked/bin/engine_device_cuda_test"
+  [ -z "${staged_libs:-}" ] && e2e_bin="$e2e_build/tests/engine_device_cuda_test"
+  if [ ! -x "$e2e_bin" ]; then
+    note "SKIP end-to-end: no $e2e_bin (the subset does not build it; --prepare stages it from" \
+      "a full build)"
+    return 0
+  fi
+  local t0=$SECONDS
+  echo "---- end-to-end: $e2e_bin [cuda] ----" >>"$out/cuda-tests.txt"
+  FRAMEZIP_SOURCE_DIR="$repo" with_libs timeout "$(step_limit 120)" "$e2e_bin" "[cuda]" \
+    --durations yes >>"$out/cuda-tests.txt" 2>&1
+  local rc=$?
+  local result
+  result=$(grep -E '^(All tests passed|test cases:)' "$out/cuda-tests.txt" | tail -1)
+  if [ "$rc" = 0 ]; then
+    note "PASS end-to-end engine on the GPU in $((SECONDS - t0)) s: $result"
+    return 0
+  fi
+  note "FAIL end-to-end engine on the GPU (exit $rc) in $((SECONDS - t0)) s: $result"
+  return 1
 }
 
 # Runs a command with the staged libraries first on the library path (when running staged
