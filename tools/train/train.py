@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fzmodel  # noqa: E402
+from chat_render import render_turns  # noqa: E402
 import object_targets  # noqa: E402
 import synthvid  # noqa: E402
 
@@ -72,20 +73,7 @@ class Data:
 
     def render(self, turns):
         """turns: [(question, answer)]; first turn carries the video. Returns (ids, labels, text)."""
-        ids, labels, text = [], [], ""
-        for i, (q, a) in enumerate(turns):
-            user = "<|im_start|>user\n" + ("<video>\n" if i == 0 else "") + q + \
-                "<|im_end|>\n<|im_start|>assistant\n"
-            p = self.enc(user)
-            ids += p
-            labels += [-100] * len(p)
-            p = self.enc(a + "<|im_end|>")
-            ids += p
-            labels += p
-            p = self.enc("\n")
-            ids += p
-            labels += [-100] * len(p)
-            text += user + a + "<|im_end|>\n"
+        ids, labels, _, text = render_turns(self.enc, turns)
         return ids, labels, text
 
     def expand(self, ids, labels, F):

@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat_render import render_turns  # noqa: E402
 from train import log, sample_turns  # noqa: E402
 
 
@@ -78,28 +79,14 @@ class Renderer:
         return r
 
     def render(self, turns, video_tokens):
-        """(ids, labels, turn_of_label, text): labels are -100 except on answers + <|im_end|>;
-        turn_of_label gives each labelled position its turn index (-1 elsewhere)."""
-        ids, labels, turn_of, text = [], [], [], ""
-        for i, (q, a) in enumerate(turns):
-            user = "<|im_start|>user\n" + ("<video>\n" if i == 0 else "") + q + \
-                "<|im_end|>\n<|im_start|>assistant\n"
-            p = self.enc(user)
-            if i == 0:
-                j = p.index(self.video_id)
-                p = p[:j] + [self.video_id] * video_tokens + p[j + 1:]
-            ids += p
-            labels += [-100] * len(p)
-            turn_of += [-1] * len(p)
-            p = self.enc(a + "<|im_end|>")
-            ids += p
-            labels += p
-            turn_of += [i] * len(p)
-            p = self.enc("\n")
-            ids += p
-            labels += [-100] * len(p)
-            turn_of += [-1] * len(p)
-            text += user + a + "<|im_end|>\n"
+        """(ids, labels, turn_of_label, text) of chat_render.render_turns, with the <video>
+        placeholder expanded to `video_tokens` positions (labels -100, turn -1)."""
+        ids, labels, turn_of, text = render_turns(self.enc, turns)
+        if video_tokens:
+            j = ids.index(self.video_id)
+            ids = ids[:j] + [self.video_id] * video_tokens + ids[j + 1:]
+            labels = labels[:j] + [-100] * video_tokens + labels[j + 1:]
+            turn_of = turn_of[:j] + [-1] * video_tokens + turn_of[j + 1:]
         return ids, labels, turn_of, text
 
 
