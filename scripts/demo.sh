@@ -88,8 +88,8 @@ for policy in policies:
     kv = sum(b["bytes"] for b in turns[-1]["kv_bytes"] if b["tier"] == "device")
     none_kv = none_kv or kv
     ttft = [f"{t['ttft_s'] * 1000:.1f} ms" for t in turns[:2]] + ["-", "-"]
-    print(f"  {policy:8} {right:6} {ttft[0]:>12} {ttft[1]:>12} {kv:>10}  "
-          f"{none_kv / kv:.2f}x smaller" if kv else "  (no KV reported)")
+    smaller = "-" if policy == policies[0] else f"{none_kv / kv:.2f}x smaller" if kv else "?"
+    print(f"  {policy:8} {right:6} {ttft[0]:>12} {ttft[1]:>12} {kv:>10}  {smaller}")
 PY
 
 step "SIGTERM: drain and exit"
