@@ -13,9 +13,10 @@
 // Layouts: HD columns are the G KV heads of d channels, concatenated (head g owns columns
 // [g·d, (g+1)·d)). Query head h reads KV head h / (H/G) (GQA).
 //
-// CPU, caller-owned host memory (the GPU versions: low_rank_cuda.h). Thread-safety: the functions keep no state; concurrent
-// calls on disjoint outputs are safe. Errors: INVALID_ARGUMENT naming the first bad argument
-// (sizes, ranks, head counts, positions); RandomizedSvd also INTERNAL with the LAPACK info code.
+// CPU, caller-owned host memory (the GPU versions: low_rank_cuda.h). Thread-safety: the functions
+// keep no state; concurrent calls on disjoint outputs are safe. Errors: INVALID_ARGUMENT naming the
+// first bad argument (sizes, ranks, head counts, positions); RandomizedSvd also INTERNAL with the
+// LAPACK info code.
 #pragma once
 
 #include <cstdint>
