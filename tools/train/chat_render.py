@@ -9,6 +9,21 @@ then `{answer}<|im_end|>\\n`. train.py and train_v2.py check at start that this 
 from __future__ import annotations
 
 
+class CachedEncoder:
+    """tok(s, add_special_tokens=False)["input_ids"], remembered per string: a training run renders
+    the same few templates and questions thousands of times."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self._ids = {}
+
+    def __call__(self, s):
+        ids = self._ids.get(s)
+        if ids is None:
+            ids = self._ids[s] = self.tok(s, add_special_tokens=False)["input_ids"]
+        return ids
+
+
 def render_turns(enc, turns):
     """enc: str -> token ids (no special tokens added); turns: [(question, answer)].
 

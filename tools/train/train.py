@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fzmodel  # noqa: E402
-from chat_render import render_turns  # noqa: E402
+from chat_render import CachedEncoder, render_turns  # noqa: E402
 import object_targets  # noqa: E402
 import synthvid  # noqa: E402
 
@@ -62,14 +62,7 @@ class Data:
         self.video_id = tok.convert_tokens_to_ids("<video>")
         self.eos_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
-        self._enc_cache = {}
-
-    def enc(self, s):
-        r = self._enc_cache.get(s)
-        if r is None:
-            r = self.tok(s, add_special_tokens=False)["input_ids"]
-            self._enc_cache[s] = r
-        return r
+        self.enc = CachedEncoder(tok)
 
     def render(self, turns):
         """turns: [(question, answer)]; first turn carries the video. Returns (ids, labels, text)."""

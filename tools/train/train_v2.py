@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_render import render_turns  # noqa: E402
+from chat_render import CachedEncoder, render_turns  # noqa: E402
 from train import log, sample_turns  # noqa: E402
 
 
@@ -70,13 +70,7 @@ class Renderer:
         self.tok = tok
         self.video_id = tok.convert_tokens_to_ids("<video>")
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
-        self._cache = {}
-
-    def enc(self, s):
-        r = self._cache.get(s)
-        if r is None:
-            r = self._cache[s] = self.tok(s, add_special_tokens=False)["input_ids"]
-        return r
+        self.enc = CachedEncoder(tok)
 
     def render(self, turns, video_tokens):
         """(ids, labels, turn_of_label, text) of chat_render.render_turns, with the <video>
