@@ -216,10 +216,13 @@ void VideoChatServer::Drain(std::chrono::milliseconds grace) {
     drained_ = true;
   }
   const auto deadline = Clock::now() + grace;
+  // New turns are refused before health says NOT_SERVING, so a client that sees NOT_SERVING and
+  // still sends a turn gets UNAVAILABLE, never a turn started on a draining server (the other order
+  // left a window: server_video_chat_test's drain case failed in it under load).
+  service_->StartDraining();
   auto* health = server_->GetHealthCheckService();
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);
-  service_->StartDraining();
   // Turns in flight finish (or are cancelled at the deadline); then the sessions' KV goes to the
   // store. The streams of those turns end as their turns do.
   engine_->Drain(deadline);
