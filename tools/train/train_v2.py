@@ -237,8 +237,14 @@ def main():
     ap.add_argument("--v1-repeat", type=int, default=1,
                     help="each v1 training item appears this many times per epoch: v1 batches "
                          "hold many short videos, so at 1 they are only ~5%% of the steps")
+    ap.add_argument("--task-repeat", default="",
+                    help="extra copies per epoch of the v2 items of some tasks, e.g. "
+                         "'after=3,count_long=2': the tasks still far from their bar get more "
+                         "steps than the ones already learned")
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
+    task_repeat = {k: int(v) for k, v in
+                   (kv.split("=") for kv in args.task_repeat.split(",") if kv)}
 
     import torch
     import transformers
@@ -265,6 +271,8 @@ def main():
         splits["v1_val"] = FeatureSplit(args.cache1, "val", "v1")
     train_items = [it for k, s in splits.items() if k.endswith("train")
                    for it in s.items * (args.v1_repeat if s.suite == "v1" else 1)]
+    train_items += [it for it in splits["v2_train"].items
+                    for _ in range(task_repeat.get(it["task"], 1) - 1)]
     val_items = [it for k, s in splits.items() if k.endswith("val") for it in s.items]
     splice_err = check_splice(model, processor, renderer, splits["v2_val"].items[0], args.data2)
 
