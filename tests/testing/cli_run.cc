@@ -12,10 +12,15 @@
 namespace framezip::testing {
 
 CliRun RunFramezipCli(const std::string& args, const std::string& env) {
+  return RunBuiltProgram("framezip", args, env);
+}
+
+CliRun RunBuiltProgram(const std::string& program, const std::string& args,
+                       const std::string& env) {
   TempDir tmp;
   const std::string err = (tmp / "stderr").string();
   const std::string cmd =
-      env + " " + (BinaryDir() / "bin/framezip").string() + " " + args + " 2>" + err;
+      env + " " + (BinaryDir() / "bin" / program).string() + " " + args + " 2>" + err;
   CliRun run;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("popen failed for: " + cmd);

@@ -15,6 +15,10 @@ struct CliRun {
 // `env` (e.g. "FRAMEZIP_X=1") is put in front of the command line; `args` are shell words.
 CliRun RunFramezipCli(const std::string& args, const std::string& env = "");
 
+// The same for another program of this build's bin/ (e.g. "framezip-eval-frames").
+CliRun RunBuiltProgram(const std::string& program, const std::string& args,
+                       const std::string& env = "");
+
 // The last non-empty line of `text`: where `--json` puts its object.
 std::string LastLine(std::string text);
 

@@ -207,7 +207,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
   }
   if (all.agreement_items > 0) {
     j["agreement"] = {
-        {"reference", "none"},
+        {"reference", info_.agreement_reference},
         {"positions", all.agreement.positions},
         {"top1", all.agreement.top1()},
         {"kl", all.agreement.mean_kl()},
@@ -293,11 +293,13 @@ std::string EvalReport::Table() const {
                     100 * j["turn2"]["accuracy"].get<double>(), j["turn2"]["items"].get<int64_t>());
   }
   if (agreement) {
+    const std::string against =
+        info_.agreement_reference == "none" ? "full attention" : info_.agreement_reference;
     out += fmt::format(
-        "teacher-forced agreement with full attention: top-1 {:.2f}% over {} answer positions, "
-        "mean KL {:.3e}; full attention's own accuracy {:.1f}%\n",
-        100 * all.agreement.top1(), all.agreement.positions, all.agreement.mean_kl(),
-        100 * j["agreement"]["reference_accuracy"].get<double>());
+        "teacher-forced agreement with {}: top-1 {:.2f}% over {} answer positions, mean KL "
+        "{:.3e}; {}'s own accuracy {:.1f}%\n",
+        against, 100 * all.agreement.top1(), all.agreement.positions, all.agreement.mean_kl(),
+        against, 100 * j["agreement"]["reference_accuracy"].get<double>());
   }
   if (all.kept_ratio_items > 0 && info_.policy != "none") {  // "none" keeps everything
     out += "kept ratio per layer:\n";

@@ -20,8 +20,10 @@
 //    "seconds",
 //    "kept_ratio_per_layer"?: [L]            mean over items (policies that report it),
 //    "turn2"?: {"items", "accuracy"}          with --turn2,
-//    "agreement"?: {"reference": "none", "positions", "top1", "kl",
-//                   "reference_accuracy"}    with --agreement,
+//    "agreement"?: {"reference", "positions", "top1", "kl",
+//                   "reference_accuracy"}    with --agreement ("reference": "none", full
+//                                            attention) or framezip-eval-frames
+//                                            --reference-device (the device's name),
 //    "describe"?: {"items", "precision", "recall", "f1"}   means over describe replies,
 //    "data_manifest"?: {"generator", "generator_version", "jsonl_sha256"},
 //    "scoring"?: "free_running" | "teacher_forced"  (synthvid2),
@@ -63,7 +65,7 @@ struct ItemResult {
   std::string turn2_answer, turn2_pred;
   std::optional<AgreementCounts> agreement;  // --agreement
   std::optional<bool> reference_correct;     // --agreement: the full model's greedy answer
-  std::optional<DescribeScore> describe;      // synthvid2's describe task
+  std::optional<DescribeScore> describe;     // synthvid2's describe task
   double agreement_ms = 0;
   int turn = 1;  // synthvid2: the turn of its session this row scores (1 = the video's)
   int64_t cached_tokens = 0;  // tokens already in the KV cache when the turn began
@@ -87,6 +89,10 @@ struct EvalRunInfo {
   // synthvid2 --sessions: every turn after the first ran on a conversation restored from the
   // committed KV segments; reported as "sessions": true.
   bool sessions = false;
+  // What the items' agreement was measured against: "none" (full attention, framezip eval
+  // --agreement) or a device ("cpu": framezip-eval-frames --reference-device). Reported as the
+  // agreement's "reference".
+  std::string agreement_reference = "none";
 };
 
 class EvalReport {

@@ -20,12 +20,13 @@
 #include "tools/eval/agreement.h"
 #include "tools/eval/answer_match.h"
 #include "tools/eval/eval_report.h"
+#include "tools/eval/frame_pack.h"
+#include "tools/eval/synthvid2_split.h"
 #include "tools/eval/synthvid_generate.h"
 #include "tools/eval/synthvid_split.h"
-#include "tools/eval/synthvid2_split.h"
 #include "tools/framezip/cli_util.h"
-#include "tools/framezip/eval_turn_stats.h"
 #include "tools/framezip/eval_synthvid2.h"
+#include "tools/framezip/eval_turn_stats.h"
 #include "tools/framezip/subcommands.h"
 #include "tools/framezip/video_frames.h"
 
@@ -108,6 +109,22 @@ std::future<DecodedVideo> DecodeAhead(const eval::SynthvidItem& item, const Eval
   return DecodeAhead(item.video, opt.frames > 0 ? opt.frames : item.num_frames, spec);
 }
 
+// --save-frames: the item's decoded frames into the pack, as the engine is about to get them.
+Status SaveFrames(eval::FramePackWriter& pack, const eval::SynthvidItem& item,
+                  const DecodedVideo& video) {
+  if (!video.pixels.ok()) return video.pixels.status();
+  const engine::Tensor& t = *video.pixels;
+  return pack.Add({.id = item.id,
+                   .task = item.main.task,
+                   .question = item.main.question,
+                   .answer = item.main.answer,
+                   .num_frames = static_cast<int>(t.dim(0))},
+                  {.channels = static_cast<int>(t.dim(1)),
+                   .height = static_cast<int>(t.dim(2)),
+                   .width = static_cast<int>(t.dim(3))},
+                  std::span<const float>(t.data<float>(), static_cast<size_t>(t.numel())));
+}
+
 // The table, then with --json the one-line JSON object as the last line of stdout.
 void PrintReport(const eval::EvalReport& report, bool json, bool items) {
   std::fputs(report.Table().c_str(), stdout);
@@ -123,11 +140,10 @@ void PrintReport(const eval::EvalReport& report, bool json, bool items) {
 Status RunSynthvid2(Engine& eng, const std::vector<eval::Synthvid2Item>& items,
                     const EvalOptions& opt, const media::PreprocessSpec& spec,
                     eval::EvalReport& report) {
-  const Synthvid2Options options{
-      .policy = opt.policy,
-      .max_tokens = opt.max_tokens,
-      .teacher_forced = opt.teacher_forced,
-      .sessions = opt.sessions};
+  const Synthvid2Options options{.policy = opt.policy,
+                                 .max_tokens = opt.max_tokens,
+                                 .teacher_forced = opt.teacher_forced,
+                                 .sessions = opt.sessions};
   const double start = NowMs();
   const size_t n = items.size();
   std::future<DecodedVideo> next = DecodeAhead(items.front().video, items.front().num_frames, spec);
@@ -140,8 +156,8 @@ Status RunSynthvid2(Engine& eng, const std::vector<eval::Synthvid2Item>& items,
     if (!turns.ok()) return Annotate(turns.status(), "item " + item.id);
     for (eval::ItemResult& r : *turns) report.Add(std::move(r));
     if ((i + 1) % 25 == 0 || i + 1 == n) {
-      std::fprintf(stderr, "eval: %zu/%zu items (%lld turns), accuracy %.1f%%, %.1f s\n", i + 1,
-                   n, static_cast<long long>(report.items()), 100 * report.Accuracy(),
+      std::fprintf(stderr, "eval: %zu/%zu items (%lld turns), accuracy %.1f%%, %.1f s\n", i + 1, n,
+                   static_cast<long long>(report.items()), 100 * report.Accuracy(),
                    (NowMs() - start) / 1000);
     }
   }
@@ -207,7 +223,7 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
 
 int RunEval(const std::vector<std::string>& args) {
   std::string model_dir, suite = "synthvid", split = "test", data_dir, kv_format = "f16";
-  std::string device = "cpu";
+  std::string device = "cpu", save_frames;
   EvalOptions opt;
   int limit = 0, threads = 0;
   bool json = false, items = false;
@@ -222,11 +238,14 @@ int RunEval(const std::vector<std::string>& args) {
       "The split is read from --data (<dir>/<split>.jsonl + videos/, as "
       "tools/synthvid/synthvid.py\n"
       "writes it); when it is absent, it is generated once with synthvid.py (needs a Python with\n"
-      "numpy, av and pillow: .venv/, Debian's python3-numpy/av/pil, or FRAMEZIP_PYTHON) into --data\n"
+      "numpy, av and pillow: .venv/, Debian's python3-numpy/av/pil, or FRAMEZIP_PYTHON) into "
+      "--data\n"
       "when given, else into the cache ($FRAMEZIP_CACHE_DIR or ~/.cache/framezip/synthvid).");
   flags.String("model", &model_dir, "model directory (Hugging Face LLaVA-OneVision layout)", "DIR");
-  flags.String("suite", &suite, "evaluation suite: synthvid, or synthvid2 (long videos, sessions, "
-               "descriptions)", "NAME");
+  flags.String("suite", &suite,
+               "evaluation suite: synthvid, or synthvid2 (long videos, sessions, "
+               "descriptions)",
+               "NAME");
   flags.String("split", &split, "split of the suite: test, val or train", "NAME");
   flags.String("data", &data_dir, "directory of the split (default .data/synthvid)", "DIR");
   flags.String("policy", &opt.policy, "KV compression policy", "P");
@@ -245,6 +264,10 @@ int RunEval(const std::vector<std::string>& args) {
   flags.Bool("sessions", &opt.sessions,
              "synthvid2: commit each turn's KV as a session segment and run the next turn on the "
              "conversation restored from the segments (the server's session path after eviction)");
+  flags.String("save-frames", &save_frames,
+               "synthvid: also write every item's model-ready frames to this frame pack, for "
+               "framezip-eval-frames (an evaluation with no media stage, as on a GPU machine)",
+               "FILE");
   flags.Bool("json", &json, "print one JSON object with the results as the last line");
   flags.Bool("items", &items, "with --json, include every item's result");
   if (auto code = ParseOrExit(flags, args)) return *code;
@@ -262,6 +285,10 @@ int RunEval(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "framezip eval: --turn2, --agreement and --frames are synthvid (v1) options; "
                  "synthvid2 items carry their own turns and frame counts\n");
+    return 2;
+  }
+  if (v2 && !save_frames.empty()) {
+    std::fprintf(stderr, "framezip eval: --save-frames is a synthvid (v1) option\n");
     return 2;
   }
   if (!v2 && (opt.teacher_forced || opt.sessions)) {
@@ -326,7 +353,7 @@ int RunEval(const std::vector<std::string>& args) {
                                             .data_dir = dir->string(),
                                             .threads = engine::ComputeThreads(),
                                             .data_manifest = data_manifest,
-                                            .scoring = !v2                 ? ""
+                                            .scoring = !v2                  ? ""
                                                        : opt.teacher_forced ? "teacher_forced"
                                                                             : "free_running",
                                             .sessions = v2 && opt.sessions});
@@ -335,6 +362,16 @@ int RunEval(const std::vector<std::string>& args) {
     PrintReport(report, json, items);
     return 0;
   }
+  std::unique_ptr<eval::FramePackWriter> pack;
+  if (!save_frames.empty()) {
+    auto writer = eval::FramePackWriter::Create(save_frames, {{"suite", suite},
+                                                              {"split", split},
+                                                              {"data", dir->string()},
+                                                              {"frames", opt.frames},
+                                                              {"model", model_dir}});
+    if (!writer.ok()) return fail(writer.status());
+    pack = std::move(*writer);
+  }
   const double start = NowMs();
   const size_t n = split_items->size();
   std::future<DecodedVideo> next = DecodeAhead(split_items->front(), opt, spec);
@@ -342,6 +379,11 @@ int RunEval(const std::vector<std::string>& args) {
     const eval::SynthvidItem& item = (*split_items)[i];
     DecodedVideo video = next.get();
     if (i + 1 < n) next = DecodeAhead((*split_items)[i + 1], opt, spec);
+    if (pack) {
+      if (Status s = SaveFrames(*pack, item, video); !s.ok()) {
+        return fail(Annotate(s, "--save-frames, item " + item.id));
+      }
+    }
     auto r = EvaluateItem(**eng, item, opt, std::move(video));
     if (!r.ok()) return fail(Annotate(r.status(), "item " + item.id));
     report.Add(std::move(*r));
@@ -351,6 +393,9 @@ int RunEval(const std::vector<std::string>& args) {
     }
   }
   report.SetSeconds((NowMs() - start) / 1000);
+  if (pack) {
+    if (Status s = pack->Finish(); !s.ok()) return fail(Annotate(s, "--save-frames"));
+  }
   PrintReport(report, json, items);
   return 0;
 }
