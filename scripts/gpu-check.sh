@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh: runs every [cuda] test (each CUDA op against the CPU op on fresh random inputs),
 # then the end-to-end stage (the shipped model's whole engine on the GPU against the CPU engine:
-# multi-turn KV reuse, export and restore across devices), then `framezip bench gpu --json` (as
+# multi-turn KV reuse, export and restore across devices; then `framezip eval` of 240 synthvid test
+# items on the GPU against the CPU for none, zipvl and kivi, from a staged frame pack), then `framezip bench gpu --json` (as
 # the standalone framezip_bench_gpu) and the PyTorch peer bench/gpu/torch_peer.py, on a GPU machine, inside 8 minutes, writing logs and results to $OUT.
 #
 # HOW TO CALL IT
@@ -9,10 +10,12 @@
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
 #      + framezip_bench_gpu only) and stages both binaries, with the full build's
-#      engine_device_cuda_test (run `make test` first) and the shared libraries a bare CUDA image
-#      lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma, utf8proc, cudart;
-#      ~60 MB), packed as .gpucheck/staged.tar.xz (~8 MB, git-ignored), to be carried with the
-#      ~13 MB tree under the 64 MiB limit. A run unpacks it into build-gpucheck/staged/.
+#      engine_device_cuda_test and framezip-eval-frames (run `make test` first), a frame pack of
+#      240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the shared libraries a
+#      bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma,
+#      utf8proc, cudart; ~60 MB), packed as .gpucheck/staged.tar.xz (~33 MB, git-ignored), to be
+#      carried with the ~13 MB tree under the 64 MiB limit. A run unpacks it into
+#      build-gpucheck/staged/.
 #   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
 #        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
 #      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
@@ -26,13 +29,14 @@
 #   4k smoke sizes), --no-sanitizer (skip the memcheck pass). Without $OUT, results go to
 #   build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
-#   <= 150 s, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one
-#   stuck step cannot eat the others; with time left, a compute-sanitizer memcheck pass over the
+#   <= 150 s, end-to-end engine <= 120 s, GPU eval <= 60 s per policy, framezip bench gpu
+#   <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one stuck step cannot eat the
+#   others; with time left, a compute-sanitizer memcheck pass over the
 #   [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
 #
 # WHAT COMES BACK (in $OUT): summary.txt (one line per outcome, the device, the seed),
 # gpu-check.log (everything, the benchmarks' readable lines too), cuda-tests.txt (Catch2 console
-# report, the end-to-end stage's appended), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`), torch-peer.json
+# report, the end-to-end stage's report and the GPU eval's tables appended), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`), torch-peer.json
 # (torch_peer.py), and when it built here configure.log and build.log: 8 files at most, the
 # device tool's limit. summary.txt ends with dense prefill vs torch SDPA ratios when both ran.
 # Exit status: 0 every [cuda] test passed on a GPU and both benchmarks ran; 1 a test or a
@@ -63,7 +67,8 @@ done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
 build_dir=build-gpucheck
-e2e_build=build  # the full build, source of the end-to-end stage's binary
+e2e_build=build  # the full build, source of the end-to-end stage's binaries
+eval_items=240  # synthvid test items of the GPU eval: one changed answer moves accuracy 0.42 point
 stage_dir=.gpucheck
 unpacked=$build_dir/staged  # where unpack_stage opens the archive (never carried back)
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -130,6 +135,25 @@ stage() {
     note "no $e2e_build/tests/engine_device_cuda_test (run make test first): the end-to-end" \
       "stage is not staged"
   fi
+  # framezip-eval-frames (full build, engine only) and a frame pack of the synthvid test split's
+  # first $eval_items items written by `framezip eval --save-frames`: `framezip eval` on the GPU
+  # without the media stage, whose FFmpeg and OpenCV the GPU machine lacks (tools/eval/frame_pack.h).
+  if [ -x "$e2e_build/bin/framezip-eval-frames" ] && [ -x "$e2e_build/bin/framezip" ]; then
+    cp "$e2e_build/bin/framezip-eval-frames" "$stage_dir/bin/"
+    e2e+=("$e2e_build/bin/framezip-eval-frames")
+    if "$e2e_build/bin/framezip" eval --model models/framezip-tiny-video --suite synthvid \
+      --split test --limit "$eval_items" --save-frames "$stage_dir/bin/synthvid-test.frames" \
+      >"$out/eval-pack.log" 2>&1; then
+      note "wrote a frame pack of $eval_items synthvid test items" \
+        "($(du -h "$stage_dir/bin/synthvid-test.frames" | cut -f1) before compression)"
+    else
+      note "could not write the frame pack (tail of $out/eval-pack.log):"
+      tail -5 "$out/eval-pack.log"
+      rm -f "$stage_dir/bin/synthvid-test.frames"
+    fi
+  else
+    note "no $e2e_build/bin/framezip-eval-frames (run make test first): the GPU eval is not staged"
+  fi
   ldd "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "${e2e[@]}" |
     awk '/=> \// {print $1, $3}' | sort -u |
     while read -r name path; do
@@ -159,7 +183,8 @@ stage() {
 # a run compares it with the working tree it was carried with, so binaries staged before the last
 # engine or test change are never mistaken for a check of the current code.
 source_stamp() {
-  find engine tests/unit/engine bench CMakeLists.txt cmake -type f 2>/dev/null | LC_ALL=C sort |
+  find engine tests/unit/engine bench tools/eval tools/eval_frames models/framezip-tiny-video \
+    CMakeLists.txt cmake -type f 2>/dev/null | LC_ALL=C sort |
     xargs sha1sum | sha1sum | cut -d' ' -f1
 }
 
@@ -276,6 +301,7 @@ main() {
     status=1
   fi
   run_end_to_end || status=1
+  run_gpu_eval || status=1
   if [ "$tests_only" = 0 ]; then
     run_benchmarks || status=1
   fi
@@ -311,6 +337,53 @@ run_end_to_end() {
   fi
   note "FAIL end-to-end engine on the GPU (exit $rc) in $((SECONDS - t0)) s: $result"
   return 1
+}
+
+# One line from framezip-eval-frames' JSON object (on stdin): both accuracies and the agreement.
+eval_verdict() {
+  python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+a = j["agreement"]
+print("%d items: GPU %.2f %%, CPU %.2f %%, top-1 agreement %.2f %% over %d positions, KL %.2e"
+      % (j["items"], 100 * j["accuracy"], 100 * a["reference_accuracy"], 100 * a["top1"],
+         a["positions"], a["kl"]))' 2>/dev/null
+}
+
+# `framezip eval` of the shipped model on the GPU against the CPU, from the staged frame pack:
+# accuracy within 0.5 point of the CPU's and teacher-forced top-1 agreement with the CPU >= 99%,
+# for none and two compressing policies. Tables go to cuda-tests.txt, verdicts to summary.txt.
+run_gpu_eval() {
+  local eval_bin="$unpacked/bin/framezip-eval-frames" pack="$unpacked/bin/synthvid-test.frames"
+  [ -z "${staged_libs:-}" ] && eval_bin="$e2e_build/bin/framezip-eval-frames"
+  if [ ! -x "$eval_bin" ] || [ ! -f "$pack" ]; then
+    note "SKIP GPU eval: no $eval_bin or no $pack (--prepare stages both from a full build)"
+    return 0
+  fi
+  local status=0 policy rc line
+  for policy in none zipvl kivi; do
+    if [ $((450 - SECONDS)) -lt 40 ]; then
+      note "SKIP GPU eval --policy $policy: $((450 - SECONDS)) s left"
+      continue
+    fi
+    local t0=$SECONDS
+    echo "---- GPU eval: $eval_bin --policy $policy --device cuda --reference-device cpu ----" \
+      >>"$out/cuda-tests.txt"
+    with_libs timeout "$(step_limit 60)" "$eval_bin" --model models/framezip-tiny-video \
+      --pack "$pack" --policy "$policy" --device cuda --reference-device cpu \
+      --max-accuracy-gap 0.5 --min-top1 0.99 --json >"$out/eval.tmp" 2>>"$out/cuda-tests.txt"
+    rc=$?
+    grep -v '^{' "$out/eval.tmp" >>"$out/cuda-tests.txt"
+    line=$(grep '^{' "$out/eval.tmp" | tail -1 | eval_verdict)
+    rm -f "$out/eval.tmp"
+    if [ "$rc" = 0 ]; then
+      note "PASS GPU eval --policy $policy in $((SECONDS - t0)) s: $line"
+    else
+      note "FAIL GPU eval --policy $policy (exit $rc) in $((SECONDS - t0)) s: ${line:-no report}"
+      status=1
+    fi
+  done
+  return "$status"
 }
 
 # Runs a command with the staged libraries first on the library path (when running staged
