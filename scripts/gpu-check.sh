@@ -26,8 +26,10 @@
 #   Options: --prepare (step 1), --build-only (configure + build the subset here, run nothing),
 #   --from-source (refuse the staged binary), --staged (run the staged binary even where the
 #   dependencies are present), --tests-only (skip both benchmarks), --quick (the benchmarks'
-#   4k smoke sizes), --no-sanitizer (skip the memcheck pass). Without $OUT, results go to
-#   build-gpucheck/out/.
+#   4k smoke sizes), --no-sanitizer (skip the memcheck pass), --rehearse (here, with no GPU: after
+#   the [cuda] tests skip, run the end-to-end stage and the eval with --device cpu, so the
+#   staging, libraries, frame pack and verdicts are checked before a lease; exits 2). Without
+#   $OUT, results go to build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
 #   <= 150 s, end-to-end engine <= 120 s, GPU eval <= 60 s per policy, framezip bench gpu
 #   <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one stuck step cannot eat the
@@ -48,6 +50,8 @@ mode=run
 from_source=0
 staged=0
 tests_only=0
+rehearse=0
+eval_device=cuda
 quick=0
 sanitizer=1
 for arg in "$@"; do
@@ -57,6 +61,7 @@ for arg in "$@"; do
     --from-source) from_source=1 ;;
     --staged) staged=1 ;;
     --tests-only) tests_only=1 ;;
+    --rehearse) rehearse=1; tests_only=1; sanitizer=0; eval_device=cpu ;;
     --quick) quick=1 ;;
     --no-sanitizer) sanitizer=0 ;;
     -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
@@ -290,6 +295,14 @@ main() {
   tail -25 "$out/cuda-tests.txt"
   if grep -q "SKIPPED: no usable GPU" "$out/cuda-tests.txt"; then
     note "NOTHING CHECKED: $(grep -m1 'SKIPPED: no usable GPU' "$out/cuda-tests.txt")"
+    if [ "$rehearse" = 1 ]; then
+      # The rest of a run with the CPU in the GPU's place: the staged binaries, their libraries,
+      # the frame pack and the verdict lines, checked before a GPU lease is spent on them.
+      note "REHEARSAL: the end-to-end binary must load (its [cuda] cases skip); the eval runs" \
+        "with --device cpu in the GPU's place"
+      run_end_to_end
+      run_gpu_eval
+    fi
     exit 2
   fi
   result=$(grep -E '^(All tests passed|test cases:)' "$out/cuda-tests.txt" | tail -1)
@@ -339,15 +352,16 @@ run_end_to_end() {
   return 1
 }
 
-# One line from framezip-eval-frames' JSON object (on stdin): both accuracies and the agreement.
+# One line from framezip-eval-frames' JSON object (on stdin; $1 names the device): both accuracies
+# and the agreement.
 eval_verdict() {
   python3 -c '
 import json, sys
 j = json.load(sys.stdin)
 a = j["agreement"]
-print("%d items: GPU %.2f %%, CPU %.2f %%, top-1 agreement %.2f %% over %d positions, KL %.2e"
-      % (j["items"], 100 * j["accuracy"], 100 * a["reference_accuracy"], 100 * a["top1"],
-         a["positions"], a["kl"]))' 2>/dev/null
+print("%d items: %s %.2f %%, cpu %.2f %%, top-1 agreement %.2f %% over %d positions, KL %.2e"
+      % (j["items"], sys.argv[1], 100 * j["accuracy"], 100 * a["reference_accuracy"],
+         100 * a["top1"], a["positions"], a["kl"]))' "$1" 2>/dev/null
 }
 
 # `framezip eval` of the shipped model on the GPU against the CPU, from the staged frame pack:
@@ -367,14 +381,14 @@ run_gpu_eval() {
       continue
     fi
     local t0=$SECONDS
-    echo "---- GPU eval: $eval_bin --policy $policy --device cuda --reference-device cpu ----" \
+    echo "---- GPU eval: $eval_bin --policy $policy --device $eval_device --reference-device cpu ----" \
       >>"$out/cuda-tests.txt"
     with_libs timeout "$(step_limit 60)" "$eval_bin" --model models/framezip-tiny-video \
-      --pack "$pack" --policy "$policy" --device cuda --reference-device cpu \
+      --pack "$pack" --policy "$policy" --device "$eval_device" --reference-device cpu \
       --max-accuracy-gap 0.5 --min-top1 0.99 --json >"$out/eval.tmp" 2>>"$out/cuda-tests.txt"
     rc=$?
     grep -v '^{' "$out/eval.tmp" >>"$out/cuda-tests.txt"
-    line=$(grep '^{' "$out/eval.tmp" | tail -1 | eval_verdict)
+    line=$(grep '^{' "$out/eval.tmp" | tail -1 | eval_verdict "$eval_device")
     rm -f "$out/eval.tmp"
     if [ "$rc" = 0 ]; then
       note "PASS GPU eval --policy $policy in $((SECONDS - t0)) s: $line"
