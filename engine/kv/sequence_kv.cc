@@ -38,9 +38,8 @@ StatusOr<SequenceKv> SequenceKv::Create(const KvPools& pools, int num_layers,
     }
     s.pools_[Index(f)] = pools.pool(f);
     if (pools.pool(f)->device() != pools.pool(precision.full)->device()) {
-      return InvalidArgumentError("KV: the {} pool is on {} and the {} pool on {}",
-                                  KvFormatName(f), DeviceName(pools.pool(f)->device()),
-                                  KvFormatName(precision.full),
+      return InvalidArgumentError("KV: the {} pool is on {} and the {} pool on {}", KvFormatName(f),
+                                  DeviceName(pools.pool(f)->device()), KvFormatName(precision.full),
                                   DeviceName(pools.pool(precision.full)->device()));
     }
   }
@@ -109,9 +108,9 @@ Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const fl
     const int64_t m = std::min<int64_t>(page_tokens_ - page.num_tokens, n - done);
     FZ_RETURN_IF_ERROR(
         WriteDenseSlots(*p, page.id, page.num_tokens, k + done * row, v + done * row, m));
-    std::copy(positions + done, positions + done + m,
-              l.slot_positions.begin() + static_cast<int64_t>(open) * page_tokens_ +
-                  page.num_tokens);
+    std::copy(
+        positions + done, positions + done + m,
+        l.slot_positions.begin() + static_cast<int64_t>(open) * page_tokens_ + page.num_tokens);
     page.num_tokens += static_cast<int32_t>(m);
     l.num_tokens += m;
     done += m;
@@ -158,7 +157,9 @@ Status SequenceKv::Append(int layer, const float* k, const float* v, const int32
   }
   Layer& l = layers_[layer];
   const int64_t row = pool()->layout().channels();
-  auto class_of = [&](int64_t i) { return token_class == nullptr ? uint8_t{kFull} : token_class[i]; };
+  auto class_of = [&](int64_t i) {
+    return token_class == nullptr ? uint8_t{kFull} : token_class[i];
+  };
   // Dense tokens are stored as they come, one write per run of consecutive tokens of one format;
   // quantised classes are collected (in order) and written a page at a time after the dense ones.
   struct Pending {
@@ -196,9 +197,11 @@ Status SequenceKv::Append(int layer, const float* k, const float* v, const int32
     const int64_t n = static_cast<int64_t>(p.rows.size());
     FZ_ASSIGN_OR_RETURN(Tensor pk, Tensor::Empty({n, row}, DType::kF32, device()));
     FZ_ASSIGN_OR_RETURN(Tensor pv, Tensor::Empty({n, row}, DType::kF32, device()));
-    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device(), n, row, {.data = k, .stride = row, .rows = p.rows},
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device(), n, row,
+                                          {.data = k, .stride = row, .rows = p.rows},
                                           {.data = pk.data<float>(), .stride = row}));
-    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device(), n, row, {.data = v, .stride = row, .rows = p.rows},
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device(), n, row,
+                                          {.data = v, .stride = row, .rows = p.rows},
                                           {.data = pv.data<float>(), .stride = row}));
     FZ_RETURN_IF_ERROR(
         AppendQuantPages(l, p.format, pk.data<float>(), pv.data<float>(), p.positions.data(), n));
@@ -231,14 +234,9 @@ Status SequenceKv::AppendLowRankBlock(int layer, LowRankBlock block) {
   if (layer < 0 || layer >= num_layers()) {
     return InvalidArgumentError("KV low-rank block: layer {} of {}", layer, num_layers());
   }
-  if (!device().is_cpu()) {
-    return FailedPreconditionError("KV low-rank blocks live on the host; this sequence's pages are "
-                                   "on {}",
-                                   DeviceName(device()));
-  }
   const int64_t cols = pool()->layout().channels();
-  if (block.keys.cols != cols || block.values.cols != cols ||
-      block.keys.rows != block.tokens() || block.values.rows != block.tokens()) {
+  if (block.keys.cols != cols || block.values.cols != cols || block.keys.rows != block.tokens() ||
+      block.values.rows != block.tokens()) {
     return InvalidArgumentError("KV low-rank block of {}x{} keys for a layout of {} channels",
                                 block.keys.rows, block.keys.cols, cols);
   }
@@ -293,8 +291,21 @@ Status SequenceKv::Gather(int layer, float* k, float* v) const {
   FZ_RETURN_IF_ERROR(GatherPages(layer, k, v));
   const int64_t row = pool()->layout().channels();
   int64_t at = page_tokens(layer);
+  // Blocks are host data: on a GPU each is rebuilt on the host and copied to its place.
+  std::vector<float> host_k, host_v;
   for (const LowRankBlock& b : layers_[layer].blocks) {
-    FZ_RETURN_IF_ERROR(b.Reconstruct(k + at * row, v + at * row));
+    if (device().is_cpu()) {
+      FZ_RETURN_IF_ERROR(b.Reconstruct(k + at * row, v + at * row));
+    } else {
+      const size_t n = static_cast<size_t>(b.tokens() * row);
+      host_k.resize(n);
+      host_v.resize(n);
+      FZ_RETURN_IF_ERROR(b.Reconstruct(host_k.data(), host_v.data()));
+      FZ_RETURN_IF_ERROR(
+          CopyBytes(k + at * row, device(), host_k.data(), Device::Cpu(), n * sizeof(float)));
+      FZ_RETURN_IF_ERROR(
+          CopyBytes(v + at * row, device(), host_v.data(), Device::Cpu(), n * sizeof(float)));
+    }
     at += b.tokens();
   }
   return absl::OkStatus();

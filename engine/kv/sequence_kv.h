@@ -88,9 +88,11 @@ class SequenceKv {
   int64_t page_tokens(int layer) const;
 
   // AttentionPack (kv/low_rank_block.h): a layer's visual tokens as low-rank factors beside its
-  // pages, charged to the pools' shared byte budget (RESOURCE_EXHAUSTED when it is used up). A block counts in num_tokens, positions, Gather (rebuilt), bytes and stored_tokens, but
-  // not in the pages' spans: attention reads it through ops/low_rank.h. Host sequences only
-  // (FAILED_PRECONDITION on another device).
+  // pages, charged to the pools' shared byte budget (RESOURCE_EXHAUSTED when it is used up). A
+  // block counts in num_tokens, positions, Gather (rebuilt), bytes and stored_tokens, but not in
+  // the pages' spans: attention reads it through ops/low_rank.h. Blocks are host data whatever
+  // the pages' device (the page codec and the store read them there); a GPU decoder keeps its own
+  // device copy for its kernels (llm/device_low_rank_block.h).
   Status AppendLowRankBlock(int layer, LowRankBlock block);
   const std::vector<LowRankBlock>& low_rank_blocks(int layer) const {
     return layers_[layer].blocks;
@@ -145,8 +147,7 @@ class SequenceKv {
   PageImage page_image(int layer, size_t index) const;
   // The same on any device: host pages are viewed, a GPU page's bytes are copied into `staging`
   // (the image's bytes then view it, valid until staging changes).
-  StatusOr<PageImage> ReadPageImage(int layer, size_t index,
-                                    std::vector<std::byte>& staging) const;
+  StatusOr<PageImage> ReadPageImage(int layer, size_t index, std::vector<std::byte>& staging) const;
 
   // Appends a page restored from its image to `layer` (after the layer's existing pages).
   // INVALID_ARGUMENT when the format has no pool here, or the token count or byte size does not
@@ -168,8 +169,8 @@ class SequenceKv {
     std::vector<PageRef> pages;
     std::vector<int32_t> slot_positions;  // page_tokens entries per page
     int64_t num_tokens = 0;
-    int64_t residual = 0;  // kFull appends since the last CompressResidual
-    std::vector<LowRankBlock> blocks;  // AttentionPack's visual tokens, in order
+    int64_t residual = 0;                     // kFull appends since the last CompressResidual
+    std::vector<LowRankBlock> blocks;         // AttentionPack's visual tokens, in order
     std::array<int32_t, kNumKvFormats> open;  // per dense format: index of its appendable page
     Layer() { open.fill(-1); }
   };

@@ -35,6 +35,7 @@
 #include "engine/kv/page_pool.h"
 #include "engine/kv/sequence_kv.h"
 #include "engine/llm/decoder_shape.h"
+#include "engine/llm/device_low_rank_block.h"
 
 namespace framezip::engine::llm {
 
@@ -46,6 +47,8 @@ struct Sequence {
   // Per-layer kept tokens and selection time of the prefills since the last Reset (the runtime
   // resets it per turn).
   compress::PrefillStats prefill_stats;
+  // A GPU decoder's copies of kv's AttentionPack blocks (made on first use, per layer).
+  DeviceLowRankBlocks device_blocks;
 };
 
 struct PrefillOptions {
@@ -144,11 +147,11 @@ class Decoder {
                                              std::span<const PrefillOptions> options = {}) const;
 
   // One decode step for a batch (MixedStep with decode inputs only): token b is fed to seqs[b] at
-  // position seqs[b]->length; every sequence advances by one. Returns logits [B, V]. Sequences must be distinct and may use
-  // different page formats (attention reads f32/f16/int4/int2 pages in one pass). The new token is
-  // stored kFull; after a layer's attention, a sequence whose policy has a ResidualWindow() R and
-  // whose layer now holds R full-precision tokens has them classified (ClassifyResidual, with
-  // this token's query) and requantised (SequenceKv::CompressResidual).
+  // position seqs[b]->length; every sequence advances by one. Returns logits [B, V]. Sequences must
+  // be distinct and may use different page formats (attention reads f32/f16/int4/int2 pages in one
+  // pass). The new token is stored kFull; after a layer's attention, a sequence whose policy has a
+  // ResidualWindow() R and whose layer now holds R full-precision tokens has them classified
+  // (ClassifyResidual, with this token's query) and requantised (SequenceKv::CompressResidual).
   // RESOURCE_EXHAUSTED when the KV pool is full (the batch's sequences are then unusable).
   StatusOr<Tensor> DecodeStep(std::span<Sequence* const> seqs,
                               std::span<const int32_t> tokens) const;
@@ -228,19 +231,28 @@ class Decoder {
                               std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
                               const Tensor& v, Tensor& attn) const;
   // AttentionPack: rows plan.low_rank_rows (chunk-local) of this chunk's k (post-RoPE) and v
-  // [t, G, d] become one low-rank block of layer l (host only).
+  // [t, G, d] become one low-rank block of layer l (built on the host from any device).
   Status StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
                            const compress::PrefillLayerPlan& plan, const Tensor& k,
                            const Tensor& v) const;
   // AttentionPack's recompression: layer l's full window (text and generated tokens) becomes one
-  // more low-rank block at `spec`, and its full pages are freed (host only).
+  // more low-rank block at `spec`, and its full pages are freed (built on the host).
   Status StoreResidualLowRank(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
   // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
   // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,
   // one softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).
-  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d]; host memory.
+  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d], in the decoder's device memory.
+  // On a GPU the blocks are attended there (ops::LowRankBlockAttendCuda over the sequence's
+  // device_blocks); the pages' share, the merge and the policy's statistics run on the host: an
+  // AttentionPack layer's pages hold the text and generated tokens, a small part of its cache.
   Status AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q, const float* k,
                              const float* v, float* out) const;
+  // AttendDecodeLowRank's blocks on a GPU: each block's share (BlockAttention and its tokens'
+  // weights, as ops::LowRankBlockAttend gives them) from the fused kernel, copied to the host.
+  Status AttendLowRankBlocksOnDevice(Sequence& seq, int l, const ops::LowRankAttentionShape& shape,
+                                     float scale, const float* host_q,
+                                     std::vector<ops::BlockAttention>& parts,
+                                     std::vector<std::vector<float>>& weights) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;
   Status CheckKvDevice(Device pool_device) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].

@@ -63,9 +63,9 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
         plan));
   }
   compress::PrefillStats& stats = seq.prefill_stats;
-  stats.selection_ms += std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - t_select)
-                            .count();
+  stats.selection_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_select)
+          .count();
   if (plan.classes.size() != static_cast<size_t>(t)) {
     return InternalError("policy {}: {} token classes for {} tokens", seq.policy->name(),
                          plan.classes.size(), t);
@@ -117,8 +117,8 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
     params.allow_bf16_tensor_cores = bf16_attention_;
     FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, params, attn4));
   }
-  FZ_RETURN_IF_ERROR(seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t,
-                                   plan.classes.data()));
+  FZ_RETURN_IF_ERROR(
+      seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t, plan.classes.data()));
   if (plan.low_rank_rows.empty()) return absl::OkStatus();
   return StoreLowRankBlock(l, seq, positions, plan, k, v);
 }
@@ -175,8 +175,8 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
                                   std::span(stored).subspan(static_cast<size_t>(i), 1), qi, ki, vi,
                                   oi);
     };
-    if (b == 1) {
-      FZ_RETURN_IF_ERROR(attend_one(0));
+    if (b == 1 || !device_.is_cpu()) {  // a GPU's copies and kernels: one sequence at a time
+      for (int64_t i = 0; i < b; ++i) FZ_RETURN_IF_ERROR(attend_one(i));
     } else {
       std::vector<Status> results(static_cast<size_t>(b));
       ComputePool().ParallelFor(b, 1, [&](int64_t i0, int64_t i1) {
@@ -198,9 +198,9 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   if (!low_rank && paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
     FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs, stored, q, k, v, attn));
   }
-  // Decode residual window (docs/methods.md §1.2 / KIVI's R): once a layer holds the policy's window
-  // of full-precision tokens, they are classified and requantised into the class formats. This
-  // step's attention above still read them at full precision.
+  // Decode residual window (docs/methods.md §1.2 / KIVI's R): once a layer holds the policy's
+  // window of full-precision tokens, they are classified and requantised into the class formats.
+  // This step's attention above still read them at full precision.
   std::vector<uint8_t> classes;
   for (int64_t i = 0; i < b; ++i) {
     Sequence& s = *seqs[i];
@@ -216,8 +216,8 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
     FZ_ASSIGN_OR_RETURN(const PolicyView view, ViewFor(*s.policy, device_, qi, window_k, window_k));
     classes.clear();
-    FZ_RETURN_IF_ERROR(s.policy->ClassifyResidual(l, view.q.data<float>(), view.k.data<float>(), n,
-                                                  classes));
+    FZ_RETURN_IF_ERROR(
+        s.policy->ClassifyResidual(l, view.q.data<float>(), view.k.data<float>(), n, classes));
     FZ_RETURN_IF_ERROR(s.kv.CompressResidual(l, classes));
   }
   return absl::OkStatus();

@@ -1,6 +1,8 @@
 // AttentionPack's two places in the decoder (compress/attentionpack.h): a prefill chunk's visual
 // rows becoming a low-rank block, and decode attention over pages plus blocks in one softmax,
 // reading the blocks through ops/low_rank.h (keys rebuilt a tile at a time, values never).
+// Blocks are built and kept on the host on every device (kv/low_rank_block.h); a GPU decoder reads
+// them through its device copies (device_low_rank_block.h) with the fused CUDA kernel.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,10 +10,12 @@
 #include <numeric>
 #include <vector>
 
+#include "engine/core/device_memory.h"
 #include "engine/kv/low_rank_block.h"
 #include "engine/llm/decoder.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/low_rank.h"
+#include "engine/ops/low_rank_cuda.h"
 
 namespace framezip::engine::llm {
 namespace {
@@ -21,15 +25,25 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// `n` floats at `src` in the decoder's device memory into `dst` on the host.
+Status ToHostFloats(Device device, const float* src, int64_t n, std::vector<float>& dst) {
+  dst.resize(static_cast<size_t>(n));
+  if (n == 0) return absl::OkStatus();
+  return CopyBytes(dst.data(), Device::Cpu(), src, device, static_cast<size_t>(n) * sizeof(float));
+}
+
 }  // namespace
 
 Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
-                                  const compress::PrefillLayerPlan& plan, const Tensor& k,
-                                  const Tensor& v) const {
-  if (!device_.is_cpu()) {
-    return UnimplementedError("low-rank KV blocks are built on the CPU only");
-  }
+                                  const compress::PrefillLayerPlan& plan, const Tensor& dev_k,
+                                  const Tensor& dev_v) const {
   const auto start = std::chrono::steady_clock::now();
+  // The SVD runs on the host: a GPU's chunk rows come over once.
+  Tensor k = dev_k, v = dev_v;
+  if (!device_.is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(k, dev_k.To(Device::Cpu()));
+    FZ_ASSIGN_OR_RETURN(v, dev_v.To(Device::Cpu()));
+  }
   const int64_t hd = shape_.kv_heads * shape_.head_dim;
   const size_t n = plan.low_rank_rows.size();
   std::vector<float> rows_k(n * static_cast<size_t>(hd)), rows_v(rows_k.size());
@@ -59,14 +73,19 @@ Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t>
 
 Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
                                      const compress::LowRankSpec& spec) const {
-  if (!device_.is_cpu()) {
-    return UnimplementedError("low-rank KV blocks are built on the CPU only");
-  }
   const auto start = std::chrono::steady_clock::now();
   const int64_t n = seq.kv.full_tokens(l), hd = shape_.kv_heads * shape_.head_dim;
   if (n == 0) return absl::OkStatus();
   std::vector<float> k(static_cast<size_t>(n * hd)), v(k.size());
-  FZ_RETURN_IF_ERROR(seq.kv.GatherFull(l, k.data(), v.data()));
+  if (device_.is_cpu()) {
+    FZ_RETURN_IF_ERROR(seq.kv.GatherFull(l, k.data(), v.data()));
+  } else {  // the window's pages are on the GPU: gathered there, factorised on the host
+    FZ_ASSIGN_OR_RETURN(Tensor dk, Empty({n, hd}));
+    FZ_ASSIGN_OR_RETURN(Tensor dv, Empty({n, hd}));
+    FZ_RETURN_IF_ERROR(seq.kv.GatherFull(l, dk.data<float>(), dv.data<float>()));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, dk.data<float>(), n * hd, k));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, dv.data<float>(), n * hd, v));
+  }
   std::vector<int32_t> positions = seq.kv.FullPositions(l);
   // A block's rows ascend by position; the window's storage order may not (a requantised window
   // is stored again after older pages).
@@ -105,6 +124,22 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   const auto start = std::chrono::steady_clock::now();
   std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(l);
+  const bool on_host = device_.is_cpu();
+
+  // On a GPU this step's rows come to the host, where the pages' share and the merge run, and
+  // the output goes back at the end.
+  thread_local std::vector<float> host_q, host_k, host_v, host_out;
+  float* const device_out = out;
+  if (!on_host) {
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, q, nh * d, host_q));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, k, hd, host_k));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, v, hd, host_v));
+    host_out.resize(static_cast<size_t>(nh * d));
+    q = host_q.data();
+    k = host_k.data();
+    v = host_v.data();
+    out = host_out.data();
+  }
 
   // The dense part: the pages, plus this step's row when it is not stored. Its share is formed
   // as a block's is (ops::BlockAttention: maxima, sums, unnormalised outputs), so the parts merge
@@ -113,7 +148,16 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   thread_local std::vector<float> dk, dv, dense_p;
   dk.resize(static_cast<size_t>(dense * hd));
   dv.resize(dk.size());
-  FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, dk.data(), dv.data()));
+  if (on_host) {
+    FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, dk.data(), dv.data()));
+  } else if (pages > 0) {
+    FZ_ASSIGN_OR_RETURN(Tensor pk, Empty({pages, hd}));
+    FZ_ASSIGN_OR_RETURN(Tensor pv, Empty({pages, hd}));
+    FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, pk.data<float>(), pv.data<float>()));
+    const size_t bytes = static_cast<size_t>(pages * hd) * sizeof(float);
+    FZ_RETURN_IF_ERROR(CopyBytes(dk.data(), Device::Cpu(), pk.raw_data(), device_, bytes));
+    FZ_RETURN_IF_ERROR(CopyBytes(dv.data(), Device::Cpu(), pv.raw_data(), device_, bytes));
+  }
   if (!stored) {
     std::copy_n(k, hd, dk.data() + pages * hd);
     std::copy_n(v, hd, dv.data() + pages * hd);
@@ -143,19 +187,26 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   thread_local std::vector<int32_t> positions;
   parts.resize(blocks.size());
   weights.resize(blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const kv::LowRankBlock& b = blocks[i];
-    b.positions.ExpandInto(positions);
-    weights[i].resize(static_cast<size_t>(nh * b.tokens()));
-    const ops::LowRankBlockView view{.key_us = b.keys.us.View(),
-                                     .key_vt = b.keys.vt.View(),
-                                     .value_us = b.values.us.View(),
-                                     .value_vt = b.values.vt.View(),
-                                     .positions = positions,
-                                     .value_ranks = b.value_ranks};
-    FZ_RETURN_IF_ERROR(ops::LowRankBlockAttend({q, static_cast<size_t>(nh * d)}, view,
-                                               {.num_heads = nh, .num_kv_heads = g, .head_dim = d},
-                                               b.rope, scale, weights[i], parts[i]));
+  const ops::LowRankAttentionShape attention_shape{
+      .num_heads = nh, .num_kv_heads = g, .head_dim = d};
+  if (on_host) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const kv::LowRankBlock& b = blocks[i];
+      b.positions.ExpandInto(positions);
+      weights[i].resize(static_cast<size_t>(nh * b.tokens()));
+      const ops::LowRankBlockView view{.key_us = b.keys.us.View(),
+                                       .key_vt = b.keys.vt.View(),
+                                       .value_us = b.values.us.View(),
+                                       .value_vt = b.values.vt.View(),
+                                       .positions = positions,
+                                       .value_ranks = b.value_ranks};
+      FZ_RETURN_IF_ERROR(ops::LowRankBlockAttend({q, static_cast<size_t>(nh * d)}, view,
+                                                 attention_shape, b.rope, scale, weights[i],
+                                                 parts[i]));
+    }
+  } else {
+    FZ_RETURN_IF_ERROR(
+        AttendLowRankBlocksOnDevice(seq, l, attention_shape, scale, q, parts, weights));
   }
 
   // Merge per head: out = Σ_parts e^(m_p − M)·out_p / Σ_parts e^(m_p − M)·sum_p.
@@ -197,7 +248,40 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
                                     .full_rank = b.values.rank,
                                     .decode_steps = &b.decode_steps});
   }
+  if (!on_host) {
+    FZ_RETURN_IF_ERROR(CopyBytes(device_out, device_, out, Device::Cpu(),
+                                 static_cast<size_t>(nh * d) * sizeof(float)));
+  }
   seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
+  return absl::OkStatus();
+}
+
+Status Decoder::AttendLowRankBlocksOnDevice(Sequence& seq, int l,
+                                            const ops::LowRankAttentionShape& shape, float scale,
+                                            const float* host_q,
+                                            std::vector<ops::BlockAttention>& parts,
+                                            std::vector<std::vector<float>>& weights) const {
+  const std::vector<kv::LowRankBlock>& blocks = seq.kv.low_rank_blocks(l);
+  const int64_t nh = shape.num_heads, d = shape.head_dim;
+  FZ_ASSIGN_OR_RETURN(const std::span<const DeviceLowRankBlock> copies,
+                      seq.device_blocks.Sync(l, blocks, device_));
+  FZ_ASSIGN_OR_RETURN(Tensor q, Empty({nh, d}));
+  FZ_RETURN_IF_ERROR(CopyBytes(q.raw_data(), device_, host_q, Device::Cpu(),
+                               static_cast<size_t>(nh * d) * sizeof(float)));
+  FZ_ASSIGN_OR_RETURN(Tensor max, Empty({nh}));
+  FZ_ASSIGN_OR_RETURN(Tensor sum, Empty({nh}));
+  FZ_ASSIGN_OR_RETURN(Tensor out, Empty({nh, d}));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int64_t t = blocks[i].tokens();
+    FZ_ASSIGN_OR_RETURN(Tensor w, Empty({nh, t}));
+    FZ_RETURN_IF_ERROR(ops::LowRankBlockAttendCuda(q, copies[i].view(), shape, blocks[i].rope,
+                                                   scale, w, max, sum, out));
+    // The policy's importance statistics and the merge read the parts on the host.
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, w.data<float>(), nh * t, weights[i]));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, max.data<float>(), nh, parts[i].max));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, sum.data<float>(), nh, parts[i].sum));
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, out.data<float>(), nh * d, parts[i].out));
+  }
   return absl::OkStatus();
 }
 

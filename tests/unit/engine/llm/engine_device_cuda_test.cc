@@ -5,9 +5,11 @@
 // generation would), and a conversation exported from one device and restored on the other
 // continues alike. Logits are compared, not sampled tokens, so a near tie cannot flip the test:
 // the bf16 bounds of decoder_cuda_test.cc (every GPU GEMM rounds its input to bf16), 1e-1 of the
-// logits' RMS per element and 3e-2 in relative L2.
+// logits' RMS per element and 3e-2 in relative L2. The same holds under AttentionPack, whose blocks
+// each device factorises from its own K/V rows.
 #include <catch2/catch.hpp>
 #include <random>
+#include <string>
 
 #include "engine/runtime/engine.h"
 #include "tests/testing/random.h"
@@ -25,9 +27,9 @@ std::vector<kv::DecodedSegment> Decode(const ConversationSegment& segment) {
   return out;
 }
 
-TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversations across",
-          "[cuda][engine][runtime]") {
-  if (test::SkipWithoutGpu()) return;
+// The scenario of the file's comment under one compression policy.
+void ScoresLikeTheCpuAndMovesAcross(const std::string& policy) {
+  CAPTURE(policy);
   const auto dir = testing::SourceDir() / "models/framezip-tiny-video";
   auto cpu = Engine::Load(dir);
   EngineOptions on_gpu;
@@ -53,9 +55,9 @@ TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversati
   opt.sampling.max_new_tokens = 8;
 
   // The CPU's greedy replies, then both devices teacher-forced on them.
-  auto greedy = *(*cpu)->NewConversation();
-  auto forced_cpu = *(*cpu)->NewConversation();
-  auto forced_gpu = *(*gpu)->NewConversation();
+  auto greedy = *(*cpu)->NewConversation(policy);
+  auto forced_cpu = *(*cpu)->NewConversation(policy);
+  auto forced_gpu = *(*gpu)->NewConversation(policy);
   std::vector<std::vector<int32_t>> replies;
   for (int t = 0; t < 3; ++t) {
     auto r = (*cpu)->RunTurn(*greedy, std::span(&turns[t], 1), opt);
@@ -74,6 +76,12 @@ TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversati
     CHECK(forced_gpu->current().stats.cached_tokens == forced_cpu->current().stats.cached_tokens);
   }
   CHECK(forced_gpu->current().stats.cached_tokens > 0);  // turn 2 reused turn 1's KV on the GPU
+  if (policy != "none") {  // the low-rank path ran on the GPU, not a dense fallback
+    CHECK(forced_gpu->current().stats.low_rank_tokens ==
+          forced_cpu->current().stats.low_rank_tokens);
+    CHECK(forced_gpu->current().stats.low_rank_tokens > 0);
+    CHECK(forced_gpu->current().stats.low_rank_attend_ms > 0);
+  }
   CHECK(forced_gpu->kv_bytes() == forced_cpu->kv_bytes());
 
   // Export from each device, restore on the other: turn 3 scores as on the CPU's own conversation.
@@ -97,6 +105,24 @@ TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversati
   test::CheckWithinRms(*b, *want, tol);
   CHECK(cpu_on_gpu->conversation->current().stats.cached_tokens ==
         forced_cpu->current().stats.cached_tokens);
+}
+
+TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversations across",
+          "[cuda][engine][runtime]") {
+  if (test::SkipWithoutGpu()) return;
+  ScoresLikeTheCpuAndMovesAcross("none");
+}
+
+// AttentionPack on a GPU: blocks built on the host from the GPU's K/V rows, attended by the fused
+// kernel over the decoder's device copies, rebuilt for later turns' prefill, recompressed from the
+// GPU's pages (recompress=16), and carried by the page codec between the devices.
+TEST_CASE("AttentionPack on the GPU scores like the CPU and moves conversations across",
+          "[cuda][engine][runtime]") {
+  if (test::SkipWithoutGpu()) return;
+  for (const char* policy :
+       {"attentionpack:recompress=16", "attentionpack:factors=int4", "zipvl+attentionpack"}) {
+    ScoresLikeTheCpuAndMovesAcross(policy);
+  }
 }
 
 }  // namespace
