@@ -27,6 +27,7 @@
 #include "tools/eval/frame_pack.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/eval_turn_stats.h"
+#include "tools/framezip/eval_turns.h"
 
 namespace framezip::cli {
 namespace {
@@ -66,28 +67,7 @@ StatusOr<Message> ItemMessage(const eval::FramePack& pack, size_t i) {
       engine::Tensor::Empty({item.num_frames, g.channels, g.height, g.width}, engine::DType::kF32));
   FZ_RETURN_IF_ERROR(pack.ReadPixels(
       i, std::span<float>(pixels.data<float>(), static_cast<size_t>(pixels.numel()))));
-  Message message;
-  message.text = item.question;
-  engine::runtime::VisualInput video;
-  video.kind = engine::runtime::VisualInput::Kind::kVideo;
-  video.pixels = std::move(pixels);
-  message.visuals.push_back(std::move(video));
-  return message;
-}
-
-StatusOr<engine::runtime::TurnResult> Answer(Engine& eng, const Options& opt,
-                                             const Message& message) {
-  engine::runtime::TurnOptions turn;
-  turn.sampling.max_new_tokens = opt.max_tokens;
-  turn.sampling.do_sample = false;
-  FZ_ASSIGN_OR_RETURN(auto conv, eng.NewConversation(opt.policy));
-  return eng.RunTurn(*conv, std::span<const Message>(&message, 1), turn);
-}
-
-StatusOr<engine::Tensor> Score(Engine& eng, const Options& opt, const Message& message,
-                               const std::vector<int32_t>& forced) {
-  FZ_ASSIGN_OR_RETURN(auto conv, eng.NewConversation(opt.policy));
-  return eng.ScoreTurn(*conv, std::span<const Message>(&message, 1), forced);
+  return VideoQuestion(item.question, std::move(pixels));
 }
 
 StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, Engine* reference, const Options& opt,
@@ -101,25 +81,20 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, Engine* reference, const Op
   r.num_frames = item.num_frames;
   r.answer = item.answer;
   r.media_ms = NowMs() - start;
-  FZ_ASSIGN_OR_RETURN(const engine::runtime::TurnResult reply, Answer(eng, opt, message));
+  const engine::runtime::TurnOptions turn = GreedyTurn(opt.max_tokens);
+  FZ_ASSIGN_OR_RETURN(const engine::runtime::TurnResult reply,
+                      AnswerInFreshConversation(eng, opt.policy, message, turn));
   r.pred = eval::StripLikePython(reply.text);
   r.correct = eval::AnswerMatches(reply.text, item.answer);
   FillTurnStats(reply.stats, r);
   if (reference != nullptr) {
     const double t0 = NowMs();
-    FZ_ASSIGN_OR_RETURN(const engine::runtime::TurnResult ref, Answer(*reference, opt, message));
+    FZ_ASSIGN_OR_RETURN(const engine::runtime::TurnResult ref,
+                        AnswerInFreshConversation(*reference, opt.policy, message, turn));
     r.reference_correct = eval::AnswerMatches(ref.text, item.answer);
-    FZ_ASSIGN_OR_RETURN(const engine::Tensor want, Score(*reference, opt, message, ref.token_ids));
-    FZ_ASSIGN_OR_RETURN(const engine::Tensor got, Score(eng, opt, message, ref.token_ids));
-    const size_t n = static_cast<size_t>(want.numel());
-    if (static_cast<size_t>(got.numel()) != n) {
-      return InternalError("item {}: {} logits on the device, {} on the reference", item.id,
-                           got.numel(), n);
-    }
-    FZ_ASSIGN_OR_RETURN(
-        r.agreement,
-        eval::CompareNextTokenLogits(std::span<const float>(want.data<float>(), n),
-                                     std::span<const float>(got.data<float>(), n), want.dim(1)));
+    FZ_ASSIGN_OR_RETURN(r.agreement,
+                        TeacherForcedAgreement({reference, opt.policy}, {&eng, opt.policy}, message,
+                                               ref.token_ids));
     r.agreement_ms = NowMs() - t0;
   }
   r.item_ms = NowMs() - start;

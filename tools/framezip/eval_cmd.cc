@@ -26,6 +26,7 @@
 #include "tools/eval/synthvid_split.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/eval_synthvid2.h"
+#include "tools/framezip/eval_turns.h"
 #include "tools/framezip/eval_turn_stats.h"
 #include "tools/framezip/subcommands.h"
 #include "tools/framezip/video_frames.h"
@@ -70,23 +71,6 @@ StatusOr<engine::Tensor> DecodeVideo(const fs::path& file, int frames,
 StatusOr<engine::runtime::TurnResult> Ask(Engine& eng, engine::runtime::Conversation& conv,
                                           const Message& message, const TurnOptions& turn) {
   return eng.RunTurn(conv, std::span<const Message>(&message, 1), turn);
-}
-
-// Teacher-forced agreement of `policy` with full attention on one item: the full model's greedy
-// reply `reference` is fed to both, and their next-token logits compared at every position.
-StatusOr<eval::AgreementCounts> Agreement(Engine& eng, const Message& message,
-                                          const std::vector<int32_t>& reference,
-                                          const std::string& policy) {
-  FZ_ASSIGN_OR_RETURN(auto full_conv, eng.NewConversation("none"));
-  FZ_ASSIGN_OR_RETURN(engine::Tensor full,
-                      eng.ScoreTurn(*full_conv, std::span(&message, 1), reference));
-  FZ_ASSIGN_OR_RETURN(auto policy_conv, eng.NewConversation(policy));
-  FZ_ASSIGN_OR_RETURN(engine::Tensor compressed,
-                      eng.ScoreTurn(*policy_conv, std::span(&message, 1), reference));
-  const size_t n = static_cast<size_t>(full.numel());
-  return eval::CompareNextTokenLogits(std::span<const float>(full.data<float>(), n),
-                                      std::span<const float>(compressed.data<float>(), n),
-                                      full.dim(1));
 }
 
 // One item's video, decoded ahead on a worker thread while the engine runs the previous item.
@@ -176,16 +160,8 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
 
   if (!decoded.pixels.ok()) return decoded.pixels.status();
   r.media_ms = decoded.ms;
-  Message message;
-  message.text = item.main.question;
-  engine::runtime::VisualInput video;
-  video.kind = engine::runtime::VisualInput::Kind::kVideo;
-  video.pixels = std::move(*decoded.pixels);
-  message.visuals.push_back(std::move(video));
-
-  TurnOptions turn;
-  turn.sampling.max_new_tokens = opt.max_tokens;
-  turn.sampling.do_sample = false;
+  const Message message = VideoQuestion(item.main.question, std::move(*decoded.pixels));
+  const TurnOptions turn = GreedyTurn(opt.max_tokens);
   FZ_ASSIGN_OR_RETURN(auto conv, eng.NewConversation(opt.policy));
   FZ_ASSIGN_OR_RETURN(engine::runtime::TurnResult reply, Ask(eng, *conv, message, turn));
   r.pred = eval::StripLikePython(reply.text);
@@ -205,14 +181,16 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
     const double t0 = NowMs();
     std::vector<int32_t> reference = reply.token_ids;
     if (opt.policy != "none") {
-      FZ_ASSIGN_OR_RETURN(auto full_conv, eng.NewConversation("none"));
-      FZ_ASSIGN_OR_RETURN(engine::runtime::TurnResult full, Ask(eng, *full_conv, message, turn));
+      FZ_ASSIGN_OR_RETURN(const engine::runtime::TurnResult full,
+                          AnswerInFreshConversation(eng, "none", message, turn));
       reference = full.token_ids;
       r.reference_correct = eval::AnswerMatches(full.text, item.main.answer);
     } else {
       r.reference_correct = r.correct;
     }
-    FZ_ASSIGN_OR_RETURN(r.agreement, Agreement(eng, message, reference, opt.policy));
+    // Teacher-forced agreement of the policy with full attention on the full model's reply.
+    FZ_ASSIGN_OR_RETURN(r.agreement, TeacherForcedAgreement({&eng, "none"}, {&eng, opt.policy},
+                                                            message, reference));
     r.agreement_ms = NowMs() - t0;
   }
   r.item_ms = NowMs() - start;
