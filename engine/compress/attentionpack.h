@@ -8,7 +8,8 @@
 //
 // Compression happens per prefill chunk, on the chunk's visual rows, after the chunk's own
 // (exact) attention; a later chunk or turn attends to a block rebuilt. Blocks smaller than
-// `min_tokens` rows stay in pages. CPU only for now (NeedsHostKv).
+// `min_tokens` rows stay in pages. Blocks are host data on every device; a GPU decoder attends its
+// device copies of them (llm/device_low_rank_block.h).
 //
 // Options ("attentionpack:key=value,..."): rank_k (8), rank_v (16) — of HD = G·d (64 for the
 // shipped model: HD/8 and HD/4. The rank sweep in bench/RESULTS.md chose them: this model's
@@ -56,7 +57,6 @@ class AttentionPackPolicy final : public CompressionPolicy {
   explicit AttentionPackPolicy(AttentionPackOptions options) : options_(options) {}
 
   std::string_view name() const override { return "attentionpack"; }
-  bool NeedsHostKv() const override { return true; }
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }

@@ -171,9 +171,6 @@ class CompressionPolicy {
   // Whether the decode token at `position` is stored in `layer`.
   virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
 
-  // Whether the policy's KV must live on the host (low-rank blocks: AttentionPack on the CPU only
-  // so far); a decoder on another device refuses to make such a sequence.
-  virtual bool NeedsHostKv() const { return false; }
   // AttentionPack, after a decode step's attention over a low-rank block of `layer`:
   // mean_probs[t] is the attention its token t got, averaged over query heads; the policy updates
   // the block's importance and the rank (<= full_rank) each value is read at from the next step.

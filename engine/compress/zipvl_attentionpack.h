@@ -7,7 +7,7 @@
 //
 // Options: every zipvl key and every attentionpack key ("zipvl+attentionpack:tau=0.9,rank_v=16,
 // factors=int4"); `seed` and `dense_layers` are shared (dense layers attend densely in prefill
-// and keep their tokens in pages). CPU only, as attentionpack (NeedsHostKv).
+// and keep their tokens in pages). Runs on every device, as attentionpack.
 #pragma once
 
 #include <memory>
@@ -26,7 +26,6 @@ class ZipVlAttentionPackPolicy final : public CompressionPolicy {
 
   std::string_view name() const override { return "zipvl+attentionpack"; }
   kv::KvPrecision Precision(kv::KvFormat full) const override { return zipvl_.Precision(full); }
-  bool NeedsHostKv() const override { return true; }
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }

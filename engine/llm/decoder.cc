@@ -153,12 +153,6 @@ Status Decoder::CheckKvDevice(Device pool_device) const {
 StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(std::string_view policy) const {
   auto seq = std::make_unique<Sequence>();
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy, policy_resources_));
-  if (seq->policy->NeedsHostKv() && !device_.is_cpu()) {
-    return UnimplementedError(
-        "policy {} keeps its KV on the host and runs on the CPU only; this "
-        "decoder runs on {}",
-        policy, DeviceName(device_));
-  }
   const int select = seq->policy->RowSelectionLayer();
   if (select >= shape_.layers) {
     return InvalidArgumentError("policy {} selects rows at layer {}; the model has {} layers",
