@@ -57,6 +57,9 @@ class AttentionPackPolicy final : public CompressionPolicy {
   explicit AttentionPackPolicy(AttentionPackOptions options) : options_(options) {}
 
   std::string_view name() const override { return "attentionpack"; }
+  // Its plan reads the visual mask and the chunk's length, never the activations: a GPU decoder
+  // need not copy them to the host for it.
+  bool RunsOn(Device) const override { return true; }
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }

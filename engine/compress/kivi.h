@@ -24,6 +24,9 @@ class KiviPolicy final : public CompressionPolicy {
   explicit KiviPolicy(KiviOptions options) : options_(options) {}
 
   std::string_view name() const override { return options_.bits == 4 ? "kivi4" : "kivi"; }
+  // Every class is fixed (kImportant) without reading an activation: a GPU decoder need not copy
+  // them to the host for it.
+  bool RunsOn(Device) const override { return true; }
   kv::KvPrecision Precision(kv::KvFormat full) const override;
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
