@@ -31,7 +31,7 @@
 #   staging, libraries, frame pack and verdicts are checked before a lease; exits 2). Without
 #   $OUT, results go to build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
-#   <= 150 s, end-to-end engine <= 120 s, GPU eval <= 60 s per policy, framezip bench gpu
+#   <= 150 s, end-to-end engine <= 120 s, GPU eval <= 75 s per policy, framezip bench gpu
 #   <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one stuck step cannot eat the
 #   others; with time left, a compute-sanitizer memcheck pass over the
 #   [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
@@ -383,7 +383,7 @@ run_gpu_eval() {
     local t0=$SECONDS
     echo "---- GPU eval: $eval_bin --policy $policy --device $eval_device --reference-device cpu ----" \
       >>"$out/cuda-tests.txt"
-    with_libs timeout "$(step_limit 60)" "$eval_bin" --model models/framezip-tiny-video \
+    with_libs timeout "$(step_limit 75)" "$eval_bin" --model models/framezip-tiny-video \
       --pack "$pack" --policy "$policy" --device "$eval_device" --reference-device cpu \
       --max-accuracy-gap 0.5 --min-top1 0.99 --json >"$out/eval.tmp" 2>>"$out/cuda-tests.txt"
     rc=$?
