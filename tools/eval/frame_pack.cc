@@ -157,8 +157,10 @@ StatusOr<FramePack> FramePack::Open(const std::filesystem::path& path) {
     pack.geometry_ = {t.at("channels").get<int>(), t.at("height").get<int>(),
                       t.at("width").get<int>()};
     const auto bits = t.at("values").get<std::vector<std::vector<uint32_t>>>();
-    if (pack.geometry_.channels <= 0 || pack.geometry_.height <= 0 || pack.geometry_.width <= 0 ||
-        bits.size() != static_cast<size_t>(pack.geometry_.channels)) {
+    // Bounded so that no size computed from them overflows (a frame is at most 4 × 2^15 × 2^15).
+    const FrameGeometry& g = pack.geometry_;
+    if (g.channels <= 0 || g.channels > 4 || g.height <= 0 || g.height > (1 << 15) ||
+        g.width <= 0 || g.width > (1 << 15) || bits.size() != static_cast<size_t>(g.channels)) {
       return DataLossError("frame pack {}: bad geometry or value tables", name);
     }
     for (const auto& channel : bits) {

@@ -146,6 +146,20 @@ TEST_CASE("opening a damaged frame pack names the file and the damage", "[unit][
   CHECK(outside.code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(MessageOf(outside), Catch::Contains("item a"));
 
+  // Frame sizes no media stage makes (and whose products could overflow) are refused: the same
+  // pack with its trailer's height made 99999 (and the trailer's length field to match).
+  const size_t codes_end = 8 + 4;  // the magic, then one 1x2x2 frame of codes
+  std::string trailer = bytes.substr(codes_end, bytes.size() - 16 - codes_end);
+  const auto h = trailer.find("\"height\":2");
+  REQUIRE(h != std::string::npos);
+  trailer.replace(h, 10, "\"height\":99999");
+  std::string huge = bytes.substr(0, codes_end) + trailer;
+  for (int i = 0; i < 8; ++i) huge.push_back(static_cast<char>((trailer.size() >> (8 * i)) & 0xff));
+  huge += bytes.substr(bytes.size() - 8);
+  const Status too_big = FramePack::Open(write("huge.frames", huge)).status();
+  CHECK(too_big.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(MessageOf(too_big), Catch::Contains("geometry"));
+
   // A code past its channel's table.
   std::string code = bytes;
   code[8] = static_cast<char>(200);
