@@ -248,9 +248,10 @@ class Decoder {
   Status AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q, const float* k,
                              const float* v, float* out) const;
   // AttendDecodeLowRank's blocks on a GPU: each block's share (BlockAttention and its tokens'
-  // weights, as ops::LowRankBlockAttend gives them) from the fused kernel, copied to the host.
+  // weights, as ops::LowRankBlockAttend gives them) from the fused kernel over device_q [nh·d]
+  // (device memory), copied to the host.
   Status AttendLowRankBlocksOnDevice(Sequence& seq, int l, const ops::LowRankAttentionShape& shape,
-                                     float scale, const float* host_q,
+                                     float scale, const float* device_q,
                                      std::vector<ops::BlockAttention>& parts,
                                      std::vector<std::vector<float>>& weights) const;
   Status CheckKvShape(const kv::PageLayout& layout) const;

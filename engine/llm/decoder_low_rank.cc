@@ -129,6 +129,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   // On a GPU this step's rows come to the host, where the pages' share and the merge run, and
   // the output goes back at the end.
   thread_local std::vector<float> host_q, host_k, host_v, host_out;
+  const float* const device_q = q;
   float* const device_out = out;
   if (!on_host) {
     FZ_RETURN_IF_ERROR(ToHostFloats(device_, q, nh * d, host_q));
@@ -206,7 +207,7 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
     }
   } else {
     FZ_RETURN_IF_ERROR(
-        AttendLowRankBlocksOnDevice(seq, l, attention_shape, scale, q, parts, weights));
+        AttendLowRankBlocksOnDevice(seq, l, attention_shape, scale, device_q, parts, weights));
   }
 
   // Merge per head: out = Σ_parts e^(m_p − M)·out_p / Σ_parts e^(m_p − M)·sum_p.
@@ -258,16 +259,15 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
 
 Status Decoder::AttendLowRankBlocksOnDevice(Sequence& seq, int l,
                                             const ops::LowRankAttentionShape& shape, float scale,
-                                            const float* host_q,
+                                            const float* device_q,
                                             std::vector<ops::BlockAttention>& parts,
                                             std::vector<std::vector<float>>& weights) const {
   const std::vector<kv::LowRankBlock>& blocks = seq.kv.low_rank_blocks(l);
   const int64_t nh = shape.num_heads, d = shape.head_dim;
   FZ_ASSIGN_OR_RETURN(const std::span<const DeviceLowRankBlock> copies,
                       seq.device_blocks.Sync(l, blocks, device_));
-  FZ_ASSIGN_OR_RETURN(Tensor q, Empty({nh, d}));
-  FZ_RETURN_IF_ERROR(CopyBytes(q.raw_data(), device_, host_q, Device::Cpu(),
-                               static_cast<size_t>(nh * d) * sizeof(float)));
+  // This step's query row where the decoder left it (the kernel only reads it).
+  const Tensor q = Tensor::View(const_cast<float*>(device_q), {nh, d}, DType::kF32, device_);
   FZ_ASSIGN_OR_RETURN(Tensor max, Empty({nh}));
   FZ_ASSIGN_OR_RETURN(Tensor sum, Empty({nh}));
   FZ_ASSIGN_OR_RETURN(Tensor out, Empty({nh, d}));

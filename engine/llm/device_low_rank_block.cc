@@ -65,7 +65,7 @@ StatusOr<DeviceLowRankBlock> DeviceLowRankBlock::Upload(const kv::LowRankBlock& 
   FZ_ASSIGN_OR_RETURN(d.value_us_, UploadFactor(block.values.us.View(), device, d.view_.value_us));
   FZ_ASSIGN_OR_RETURN(d.value_vt_, UploadFactor(block.values.vt.View(), device, d.view_.value_vt));
   const std::vector<int32_t> positions = block.positions.Expand();
-  d.first_position_ = positions.empty() ? 0 : positions.front();
+  d.first_position_ = block.positions.runs().empty() ? 0 : block.positions.runs().front().start;
   FZ_ASSIGN_OR_RETURN(d.positions_,
                       BytesOn(positions.data(), positions.size() * sizeof(int32_t), device));
   d.view_.positions = {static_cast<const int32_t*>(d.positions_.raw_data()), positions.size()};
@@ -81,9 +81,7 @@ bool DeviceLowRankBlock::Mirrors(const kv::LowRankBlock& block) const {
       key_rank_ != block.keys.rank || value_rank_ != block.values.rank) {
     return false;
   }
-  thread_local std::vector<int32_t> positions;
-  block.positions.ExpandInto(positions);
-  return positions.empty() || positions.front() == first_position_;
+  return block.positions.runs().empty() || block.positions.runs().front().start == first_position_;
 }
 
 Status DeviceLowRankBlock::UpdateRanks(const kv::LowRankBlock& block) {

@@ -184,6 +184,7 @@ StatusOr<FramePack> FramePack::Open(const std::filesystem::path& path) {
       pack.items_.push_back(std::move(item));
       pack.offsets_.push_back(offset);
     }
+    if (pack.items_.empty()) return DataLossError("frame pack {}: holds no items", name);
   } catch (const nlohmann::json::exception& e) {
     return DataLossError("frame pack {}: malformed trailer: {}", name, e.what());
   }

@@ -24,6 +24,17 @@ class CachedEncoder:
         return ids
 
 
+def template_conversation(turns):
+    """turns: [(question, answer)] -> the messages `processor.apply_chat_template` takes for the
+    same chat (the video in the first user message), to check render_turns against."""
+    conv = []
+    for i, (q, a) in enumerate(turns):
+        content = ([{"type": "video"}] if i == 0 else []) + [{"type": "text", "text": q}]
+        conv += [{"role": "user", "content": content},
+                 {"role": "assistant", "content": [{"type": "text", "text": a}]}]
+    return conv
+
+
 def render_turns(enc, turns):
     """enc: str -> token ids (no special tokens added); turns: [(question, answer)].
 

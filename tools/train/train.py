@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fzmodel  # noqa: E402
-from chat_render import CachedEncoder, render_turns  # noqa: E402
+from chat_render import CachedEncoder, render_turns, template_conversation  # noqa: E402
 import object_targets  # noqa: E402
 import synthvid  # noqa: E402
 
@@ -302,12 +302,7 @@ def main():
     for it in val.items[:12]:
         turns = sample_turns(random.Random(1), it)
         ids, _, text = val.render(turns)
-        conv = []
-        for i, (q, a) in enumerate(turns):
-            content = ([{"type": "video"}] if i == 0 else []) + [{"type": "text", "text": q}]
-            conv += [{"role": "user", "content": content},
-                     {"role": "assistant", "content": [{"type": "text", "text": a}]}]
-        ref = processor.apply_chat_template(conv, tokenize=False)
+        ref = processor.apply_chat_template(template_conversation(turns), tokenize=False)
         assert ref == text, (ref, text)
         assert tok(ref, add_special_tokens=False)["input_ids"] == ids
         fr = np.zeros((it["num_frames"], 64, 64, 3), np.uint8)

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_render import CachedEncoder, render_turns  # noqa: E402
+from chat_render import CachedEncoder, render_turns, template_conversation  # noqa: E402
 from train import log, sample_turns  # noqa: E402
 
 
@@ -195,12 +195,7 @@ def check_splice(model, processor, renderer, it, data_dir):
     import synthvid  # noqa: PLC0415
     frames = synthvid.read_mp4(os.path.join(data_dir, it["video"]))
     turns = item_turns(random.Random(0), it)
-    conv = []
-    for i, (q, a) in enumerate(turns):
-        content = ([{"type": "video"}] if i == 0 else []) + [{"type": "text", "text": q}]
-        conv += [{"role": "user", "content": content},
-                 {"role": "assistant", "content": [{"type": "text", "text": a}]}]
-    text = processor.apply_chat_template(conv, tokenize=False)
+    text = processor.apply_chat_template(template_conversation(turns), tokenize=False)
     inp = processor(text=text, videos=[frames], return_tensors="pt")
     ids, labels, _, mask, video = collate(renderer, [(it, turns)])
     ours = renderer.render(turns, 0)[3]

@@ -146,19 +146,35 @@ TEST_CASE("opening a damaged frame pack names the file and the damage", "[unit][
   CHECK(outside.code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(MessageOf(outside), Catch::Contains("item a"));
 
-  // Frame sizes no media stage makes (and whose products could overflow) are refused: the same
-  // pack with its trailer's height made 99999 (and the trailer's length field to match).
+  // The same pack with one edit of its trailer (and the trailer's length field to match).
   const size_t codes_end = 8 + 4;  // the magic, then one 1x2x2 frame of codes
-  std::string trailer = bytes.substr(codes_end, bytes.size() - 16 - codes_end);
-  const auto h = trailer.find("\"height\":2");
-  REQUIRE(h != std::string::npos);
-  trailer.replace(h, 10, "\"height\":99999");
-  std::string huge = bytes.substr(0, codes_end) + trailer;
-  for (int i = 0; i < 8; ++i) huge.push_back(static_cast<char>((trailer.size() >> (8 * i)) & 0xff));
-  huge += bytes.substr(bytes.size() - 8);
-  const Status too_big = FramePack::Open(write("huge.frames", huge)).status();
+  const auto with_trailer_edit = [&](const std::string& from, const std::string& to) {
+    std::string trailer = bytes.substr(codes_end, bytes.size() - 16 - codes_end);
+    const auto at = trailer.find(from);
+    REQUIRE(at != std::string::npos);
+    trailer.replace(at, from.size(), to);
+    std::string edited = bytes.substr(0, codes_end) + trailer;
+    for (int i = 0; i < 8; ++i) {
+      edited.push_back(static_cast<char>((trailer.size() >> (8 * i)) & 0xff));
+    }
+    return edited + bytes.substr(bytes.size() - 8);
+  };
+  // Frame sizes no media stage makes (and whose products could overflow) are refused.
+  const Status too_big =
+      FramePack::Open(write("huge.frames", with_trailer_edit("\"height\":2", "\"height\":99999")))
+          .status();
   CHECK(too_big.code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(MessageOf(too_big), Catch::Contains("geometry"));
+  // A pack whose trailer lists no items has nothing to evaluate.
+  const auto items_at = bytes.find("\"items\":[");
+  REQUIRE(items_at != std::string::npos);
+  const auto items_end = bytes.find("],\"source\"", items_at);  // the trailer's keys are sorted
+  REQUIRE(items_end != std::string::npos);
+  const std::string item_list = bytes.substr(items_at, items_end + 1 - items_at);
+  const Status no_items =
+      FramePack::Open(write("none.frames", with_trailer_edit(item_list, "\"items\":[]"))).status();
+  CHECK(no_items.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(MessageOf(no_items), Catch::Contains("no items"));
 
   // A code past its channel's table.
   std::string code = bytes;
