@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# gpu-check.sh: runs every [cuda] test (each CUDA op against the CPU op on fresh random inputs),
-# then the end-to-end stage (the shipped model's whole engine on the GPU against the CPU engine:
-# multi-turn KV reuse, export and restore across devices; then `framezip eval` of 240 synthvid test
-# items on the GPU against the CPU for none, zipvl and kivi, from a staged frame pack), then `framezip bench gpu --json` (as
-# the standalone framezip_bench_gpu) and the PyTorch peer bench/gpu/torch_peer.py, on a GPU machine, inside 8 minutes, writing logs and results to $OUT.
+# gpu-check.sh: runs every [cuda] test (the GPU-only kernels and paths against the CPU on fresh
+# random inputs) and the device op tests (each op's one test, on the CPU and the GPU against f64:
+# tests/unit/engine/ops/); then the end-to-end stage (the shipped model's whole engine on the GPU
+# against the CPU engine: multi-turn KV reuse, export and restore across devices); then
+# `framezip eval` of 240 synthvid test items on the GPU against the CPU for none, zipvl and kivi,
+# from a staged frame pack; then `framezip bench gpu --json` (as the standalone framezip_bench_gpu)
+# and the PyTorch peer bench/gpu/torch_peer.py. On a GPU machine, inside 8 minutes, writing logs
+# and results to $OUT.
 #
 # HOW TO CALL IT
 #   1. Here, on the development machine, before a GPU lease (2 cores: a few minutes, cached after):
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
-#      + framezip_bench_gpu only) and stages both binaries, with the full build's
+#      + engine_device_ops_test + framezip_bench_gpu only) and stages those binaries, with the full build's
 #      engine_device_cuda_test and framezip-eval-frames (run `make test` first), a frame pack of
 #      240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the shared libraries a
 #      bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma,
@@ -31,7 +34,7 @@
 #   staging, libraries, frame pack and verdicts are checked before a lease; exits 2). Without
 #   $OUT, results go to build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
-#   <= 150 s, end-to-end engine <= 120 s, GPU eval <= 75 s per policy, framezip bench gpu
+#   <= 150 s, device op tests <= 60 s (a few seconds on 16 cores), end-to-end engine <= 120 s, GPU eval <= 75 s per policy, framezip bench gpu
 #   <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one stuck step cannot eat the
 #   others; with time left, a compute-sanitizer memcheck pass over the
 #   [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
@@ -116,10 +119,12 @@ build_subset() {
       -DCMAKE_CUDA_COMPILER="$nvcc_path" >"$out/configure.log" 2>&1 ||
       { note "FAIL configure (see configure.log)"; tail -30 "$out/configure.log"; return 1; }
   fi
-  "${lock[@]}" cmake --build "$build_dir" --target engine_cuda_test framezip_bench_gpu_bin \
+  "${lock[@]}" cmake --build "$build_dir" --target engine_cuda_test engine_device_ops_test \
+    framezip_bench_gpu_bin \
     -j "$jobs" >"$out/build.log" 2>&1 ||
     { note "FAIL build (see build.log)"; tail -40 "$out/build.log"; return 1; }
-  note "built $build_dir/tests/engine_cuda_test and $build_dir/bin/framezip_bench_gpu in" \
+  note "built $build_dir/tests/engine_cuda_test, engine_device_ops_test and" \
+    "$build_dir/bin/framezip_bench_gpu in" \
     "$((SECONDS - t0)) s with $jobs jobs"
 }
 
@@ -128,7 +133,8 @@ build_subset() {
 # cuSOLVER with what it needs: cuSPARSE, nvJitLink).
 stage() {
   rm -rf "$stage_dir" && mkdir -p "$stage_dir/bin" "$stage_dir/lib"
-  cp "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "$stage_dir/bin/"
+  cp "$build_dir/tests/engine_cuda_test" "$build_dir/tests/engine_device_ops_test" \
+    "$build_dir/bin/framezip_bench_gpu" "$stage_dir/bin/"
   # The end-to-end stage's binary comes from the full build (`make test` made it): it needs the
   # model loader and tokenizer, which the subset does not build. Its extra libraries (Oniguruma,
   # utf8proc) are small.
@@ -159,7 +165,8 @@ stage() {
   else
     note "no $e2e_build/bin/framezip-eval-frames (run make test first): the GPU eval is not staged"
   fi
-  ldd "$build_dir/tests/engine_cuda_test" "$build_dir/bin/framezip_bench_gpu" "${e2e[@]}" |
+  ldd "$build_dir/tests/engine_cuda_test" "$build_dir/tests/engine_device_ops_test" \
+    "$build_dir/bin/framezip_bench_gpu" "${e2e[@]}" |
     awk '/=> \// {print $1, $3}' | sort -u |
     while read -r name path; do
       case "$name" in
@@ -246,12 +253,14 @@ main() {
   [ -n "$nvcc_path" ] && "$nvcc_path" --version | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
 
   bin=""
+  ops_bin=""
   bench_bin=""
   unpack_stage
   missing=$(missing_deps)
   if [ -z "$missing" ] && [ "$staged" = 0 ]; then
     build_subset || exit 1
     bin="$build_dir/tests/engine_cuda_test"
+    ops_bin="$build_dir/tests/engine_device_ops_test"
     bench_bin="$build_dir/bin/framezip_bench_gpu"
   elif [ "$from_source" = 0 ] && [ -f "$unpacked/bin/engine_cuda_test" ]; then
     note "not building here (${missing:+missing: $missing}${missing:-asked for --staged});" \
@@ -262,6 +271,7 @@ main() {
     fi
     chmod +x "$unpacked"/bin/*  # in case the copy to this machine dropped the bit
     bin="$unpacked/bin/engine_cuda_test"
+    ops_bin="$unpacked/bin/engine_device_ops_test"
     bench_bin="$unpacked/bin/framezip_bench_gpu"
     libs="$repo/$unpacked/lib"
     for lib in libcublas.so.13 libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 \
@@ -300,6 +310,10 @@ main() {
       # the frame pack and the verdict lines, checked before a GPU lease is spent on them.
       note "REHEARSAL: the end-to-end binary must load (its [cuda] cases skip); the eval runs" \
         "with --device cpu in the GPU's place"
+      with_libs "$ops_bin" >"$out/ops.tmp" 2>&1
+      note "REHEARSAL device op tests, CPU half (exit $?):" \
+        "$(grep -E '^(All tests passed|test cases:)' "$out/ops.tmp" | tail -1)"
+      rm -f "$out/ops.tmp"
       run_end_to_end
       run_gpu_eval
     fi
@@ -313,6 +327,7 @@ main() {
     note "FAIL [cuda] tests (exit $rc) in $((SECONDS - t0)) s: $result"
     status=1
   fi
+  run_device_op_tests || status=1
   run_end_to_end || status=1
   run_gpu_eval || status=1
   if [ "$tests_only" = 0 ]; then
@@ -322,6 +337,35 @@ main() {
     run_sanitizer || status=1
   fi
   exit "$status"
+}
+
+# Each op's test written once for every device (tests/unit/engine/ops/): on the GPU machine it runs
+# on the CPU and the GPU against the same f64 references. Its report is appended to
+# cuda-tests.txt. A line "cuda:0 not run" means the GPU half did not run: that is a failure here.
+run_device_op_tests() {
+  if [ ! -x "$ops_bin" ]; then
+    note "FAIL device op tests: no $ops_bin (run scripts/gpu-check.sh --prepare again)"
+    return 1
+  fi
+  local t0=$SECONDS
+  echo "---- device op tests: $ops_bin ----" >>"$out/cuda-tests.txt"
+  with_libs timeout "$(step_limit 60)" "$ops_bin" --durations yes >"$out/ops.tmp" 2>&1
+  local rc=$?
+  cat "$out/ops.tmp" >>"$out/cuda-tests.txt"
+  local result
+  result=$(grep -E '^(All tests passed|test cases:)' "$out/ops.tmp" | tail -1)
+  if grep -q "cuda:0 not run" "$out/ops.tmp"; then
+    note "FAIL device op tests: the GPU half did not run ($(grep -m1 'cuda:0 not run' "$out/ops.tmp"))"
+    rm -f "$out/ops.tmp"
+    return 1
+  fi
+  rm -f "$out/ops.tmp"
+  if [ "$rc" = 0 ]; then
+    note "PASS device op tests (CPU and GPU) in $((SECONDS - t0)) s: $result"
+    return 0
+  fi
+  note "FAIL device op tests (exit $rc) in $((SECONDS - t0)) s: $result"
+  return 1
 }
 
 # The end-to-end stage: the whole engine (decoder, KV pages, vision tower, projector) of the
