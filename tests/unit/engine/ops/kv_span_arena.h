@@ -1,0 +1,142 @@
+// KV spans for the paged decode attention tests: random K/V written in a page format (f32, f16, or
+// KIVI int4/int2 by the CPU quantiser) into one host arena of 256-byte aligned pieces, mirrored
+// byte for byte on any device, with the values each span holds once stored (the dequantised
+// ones for int4/int2) for an f64 reference.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "engine/core/half.h"
+#include "engine/core/tensor.h"
+#include "engine/kv/kv_format.h"
+#include "engine/ops/kv_quant.h"
+#include "engine/ops/paged_attention.h"
+#include "tests/testing/random.h"
+
+namespace framezip::engine::test {
+
+class SpanArena {
+ public:
+  // Appends a span of n tokens of random K/V [n, G, d] in `format` (a page of `page` slots).
+  void Add(kv::KvFormat format, int32_t n, int32_t page, int64_t groups, int64_t d,
+           std::mt19937_64& rng) {
+    namespace kvq = ops::kvq;
+    Piece piece;
+    piece.format = format;
+    piece.n = n;
+    piece.page = page;
+    const int64_t c = groups * d;
+    const auto k = testing::RandomNormal(static_cast<size_t>(n * c), rng);
+    const auto v = testing::RandomNormal(static_cast<size_t>(n * c), rng);
+    std::vector<float> k_stored(k.size()), v_stored(v.size());
+    switch (format) {
+      case kv::KvFormat::kF32:
+        piece.k = Put(k.data(), k.size() * 4);
+        piece.v = Put(v.data(), v.size() * 4);
+        k_stored = k;
+        v_stored = v;
+        break;
+      case kv::KvFormat::kF16: {
+        std::vector<Float16> kh(k.size()), vh(v.size());
+        for (size_t i = 0; i < k.size(); ++i) {
+          kh[i] = F32ToF16(k[i]);
+          vh[i] = F32ToF16(v[i]);
+          k_stored[i] = F16ToF32(kh[i]);
+          v_stored[i] = F16ToF32(vh[i]);
+        }
+        piece.k = Put(kh.data(), kh.size() * 2);
+        piece.v = Put(vh.data(), vh.size() * 2);
+        break;
+      }
+      case kv::KvFormat::kInt4:
+      case kv::KvFormat::kInt2: {
+        const int bits = kv::KvFormatBits(format);
+        const size_t row = kvq::CodeRowBytes(c, bits);
+        std::vector<uint8_t> kc(row * page, 0), vc(row * page, 0);
+        std::vector<Float16> ks(c), kz(c), vs(page * c / 32, Float16{0}),
+            vz(page * c / 32, Float16{0});
+        kvq::QuantizeKeys(k.data(), n, c, bits, kc.data(), ks.data(), kz.data());
+        kvq::QuantizeValues(v.data(), n, c, bits, vc.data(), vs.data(), vz.data(), page);
+        kvq::DequantizeKeys(kc.data(), ks.data(), kz.data(), n, c, bits, k_stored.data());
+        kvq::DequantizeValues(vc.data(), vs.data(), vz.data(), n, c, bits, page, v_stored.data());
+        piece.k = Put(kc.data(), kc.size());
+        piece.v = Put(vc.data(), vc.size());
+        piece.ks = Put(ks.data(), ks.size() * 2);
+        piece.kz = Put(kz.data(), kz.size() * 2);
+        piece.vs = Put(vs.data(), vs.size() * 2);
+        piece.vz = Put(vz.data(), vz.size() * 2);
+        break;
+      }
+      case kv::KvFormat::kLowRank:
+        FAIL("not a decodable format");
+    }
+    piece.k_values.assign(k_stored.begin(), k_stored.end());
+    piece.v_values.assign(v_stored.begin(), v_stored.end());
+    pieces_.push_back(std::move(piece));
+  }
+
+  // The spans, pointing into this arena's copy on `device` (made at the first call per device;
+  // call after the last Add).
+  std::vector<ops::KvSpan> Spans(const Device& device) {
+    const char* base = reinterpret_cast<const char*>(bytes_.data());
+    if (!device.is_cpu()) {
+      auto [it, added] = mirrors_.try_emplace(DeviceName(device));
+      if (added) {
+        auto t = Tensor::Empty({static_cast<int64_t>(bytes_.size())}, DType::kU8, device);
+        FZ_CHECK(t.ok());
+        it->second = *t;
+        FZ_CHECK(
+            CopyBytes(it->second.raw_data(), device, bytes_.data(), Device::Cpu(), bytes_.size())
+                .ok());
+      }
+      base = static_cast<const char*>(it->second.raw_data());
+    }
+    auto at = [&](size_t off) { return off == kNone ? nullptr : base + off; };
+    std::vector<ops::KvSpan> spans;
+    for (const Piece& p : pieces_) {
+      ops::KvSpan s;
+      s.k = at(p.k);
+      s.v = at(p.v);
+      s.num_tokens = p.n;
+      s.format = p.format;
+      if (kv::IsQuantized(p.format)) {
+        s.k_scale = reinterpret_cast<const Float16*>(at(p.ks));
+        s.k_zero = reinterpret_cast<const Float16*>(at(p.kz));
+        s.v_scale = reinterpret_cast<const Float16*>(at(p.vs));
+        s.v_zero = reinterpret_cast<const Float16*>(at(p.vz));
+        s.v_param_stride = p.page;
+      }
+      spans.push_back(s);
+    }
+    return spans;
+  }
+
+  // What span i holds once stored: [n, G, d] keys and values.
+  const std::vector<double>& keys(size_t i) const { return pieces_[i].k_values; }
+  const std::vector<double>& values(size_t i) const { return pieces_[i].v_values; }
+
+ private:
+  static constexpr size_t kNone = ~size_t{0};
+  struct Piece {
+    kv::KvFormat format = kv::KvFormat::kF16;
+    int32_t n = 0, page = 0;
+    size_t k = kNone, v = kNone, ks = kNone, kz = kNone, vs = kNone, vz = kNone;
+    std::vector<double> k_values, v_values;
+  };
+  size_t Put(const void* data, size_t n) {
+    const size_t off = (bytes_.size() + 255) / 256 * 256;
+    bytes_.resize(off + std::max<size_t>(n, 1), 0);
+    if (n > 0) std::memcpy(bytes_.data() + off, data, n);
+    return off;
+  }
+  std::vector<uint8_t> bytes_;
+  std::vector<Piece> pieces_;
+  std::map<std::string, Tensor> mirrors_;
+};
+
+}  // namespace framezip::engine::test

@@ -1,0 +1,122 @@
+// PagedDecodeAttention on every device present against f64 attention over what the pages hold
+// (tests/unit/engine/ops/device_cases.h): every page format (f32, f16, KIVI int4/int2 written by
+// the CPU quantiser) and mixed page tables, ragged sequences, partly filled and empty spans, an
+// empty sequence, GQA with up to 16 query heads per KV head, head_dim 64 and 128, and a long
+// sequence (many split-K work items on a GPU). The reference reads the stored values (f16 and the
+// dequantised codes exactly as kv_quant.h reconstructs them), so only f32 compute is left: the
+// devices differ from it in summation order, the folding of key scales into the query and exp
+// ulps: 2e-5 abs + 1e-4 rel on outputs of order 1.
+// (The GPU's kernel variants called directly, tensor cores included: paged_attention_cuda_test.cc;
+// the CPU op over SequenceKv's pages: tests/unit/engine/llm/paged_attention_test.cc.)
+#include "engine/ops/paged_attention.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/unit/engine/ops/device_cases.h"
+#include "tests/unit/engine/ops/kv_span_arena.h"
+
+namespace framezip::engine::test {
+namespace {
+
+using kv::KvFormat;
+
+constexpr testing::Tolerance kDecode{2e-5, 1e-4};
+
+struct Case {
+  const char* name;
+  int64_t heads, kv_heads, d;
+  std::vector<std::vector<int32_t>> seq_spans;  // tokens per span, per sequence
+  std::vector<KvFormat> formats;                // drawn per span
+};
+
+// out[b, h] = softmax(q[b, h] · K_bᵀ / sqrt(d)) V_b over sequence b's spans, in f64 (zeros for a
+// sequence without tokens).
+std::vector<double> Reference(const Case& c, const std::vector<double>& q, const SpanArena& arena,
+                              const std::vector<int32_t>& offsets) {
+  const int64_t H = c.heads, G = c.kv_heads, d = c.d;
+  const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+  std::vector<double> out(static_cast<size_t>(batch * H * d), 0.0);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / G);
+      std::vector<double> scores;
+      std::vector<const double*> value_rows;
+      for (int32_t s = offsets[b]; s < offsets[b + 1]; ++s) {
+        const auto& keys = arena.keys(static_cast<size_t>(s));
+        const auto& values = arena.values(static_cast<size_t>(s));
+        for (size_t t = 0; t < keys.size() / static_cast<size_t>(G * d); ++t) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            dot += q[(b * H + h) * d + e] * keys[(t * G + g) * d + e];
+          }
+          scores.push_back(dot / std::sqrt(static_cast<double>(d)));
+          value_rows.push_back(values.data() + (t * G + g) * d);
+        }
+      }
+      if (scores.empty()) continue;
+      double mx = -INFINITY, sum = 0;
+      for (double x : scores) mx = std::max(mx, x);
+      for (double& x : scores) sum += (x = std::exp(x - mx));
+      for (size_t j = 0; j < scores.size(); ++j) {
+        for (int64_t e = 0; e < d; ++e)
+          out[(b * H + h) * d + e] += scores[j] / sum * value_rows[j][e];
+      }
+    }
+  }
+  return out;
+}
+
+TEST_CASE("Paged decode attention matches f64 over every page format on every device",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const std::vector<int32_t> long_seq(70, 32);  // 2240 tokens
+  const Case c = GENERATE_COPY(
+      Case{"f16 GQA 14/2 d64 ragged",
+           14,
+           2,
+           64,
+           {{16, 16, 16, 5}, {}, {16, 0, 16, 1}, long_seq},
+           {KvFormat::kF16}},
+      Case{"f32 d128", 4, 2, 128, {{16, 16, 7}, {3}}, {KvFormat::kF32}},
+      Case{"int4 8/2 d128", 8, 2, 128, {{32, 32, 32, 17}, {1}, long_seq}, {KvFormat::kInt4}},
+      Case{
+          "int2 14/2 d64", 14, 2, 64, {{32, 32, 9}, {32, 32, 32, 32}, long_seq}, {KvFormat::kInt2}},
+      Case{"mixed formats 16/1 d128",
+           16,
+           1,
+           128,
+           {{32, 32, 32, 32, 20}, {32, 3}, long_seq},
+           {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
+      Case{"mixed formats 14/2 d64",
+           14,
+           2,
+           64,
+           {{32, 32, 32, 32, 32, 32, 11}, {}, {32, 1}, long_seq},
+           {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2}});
+  CAPTURE(c.name);
+  SpanArena arena;
+  std::vector<int32_t> offsets = {0};
+  std::uniform_int_distribution<size_t> pick(0, c.formats.size() - 1);
+  for (const auto& seq : c.seq_spans) {
+    for (int32_t n : seq) arena.Add(c.formats[pick(rng)], n, 32, c.kv_heads, c.d, rng);
+    offsets.push_back(offsets.back() + static_cast<int32_t>(seq.size()));
+  }
+  const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+  const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
+  const auto want = Reference(c, q.values, arena, offsets);
+  const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};
+  ForEachDevice([&](const Device& device) {
+    Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
+    const Status st =
+        ops::PagedDecodeAttention(On(q.tensor, device), arena.Spans(device), offsets, params, out);
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    CheckCloseTo(out, want, kDecode);
+  });
+}
+
+}  // namespace
+}  // namespace framezip::engine::test
