@@ -356,7 +356,8 @@ StatusOr<Engine::PendingStart> Engine::BeginTurn(Conversation& c, std::span<cons
   if (c.start_ != nullptr) return FailedPreconditionError("the conversation is starting a turn");
   if (c.broken_) {
     return FailedPreconditionError(
-        "the conversation's cache holds part of a cancelled turn's prompt; start a new one");
+        "the conversation's cache holds part of a turn that was cancelled mid-prompt or failed "
+        "mid-step; start a new conversation");
   }
   FZ_RETURN_IF_ERROR(llm::ValidateSamplingParams(options.sampling));
   PendingStart pending;
@@ -470,6 +471,7 @@ std::vector<StatusOr<StepOutput>> Engine::StartTurns(
   for (size_t j = 0; j < pending.size(); ++j) {
     const size_t i = index[j];
     if (!logits.ok()) {
+      MarkBroken(*conversations[i]);  // its prompt may be partly in the cache
       out[i] = logits.status();
       continue;
     }
@@ -526,7 +528,12 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
     tokens.push_back(c->next_token_);
   }
   const double t0 = NowMs();
-  FZ_ASSIGN_OR_RETURN(Tensor logits, decoder_->DecodeStep(seqs, tokens));
+  StatusOr<Tensor> step = decoder_->DecodeStep(seqs, tokens);
+  if (!step.ok()) {
+    for (Conversation* c : conversations) MarkBroken(*c);
+    return step.status();
+  }
+  Tensor& logits = *step;
   const double step_ms = NowMs() - t0;
   std::vector<StepOutput> outs;
   for (size_t b = 0; b < conversations.size(); ++b) {
@@ -594,13 +601,7 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
   StatusOr<Tensor> logits = decoder_->MixedStep(inputs);
   const double step_ms = NowMs() - t0;
   if (!logits.ok()) {
-    // The step's sequences may hold part of what it appended: none can continue.
-    for (const StepWork& w : work) {
-      if (w.conversation->start_ != nullptr) {
-        w.conversation->broken_ = true;
-        w.conversation->start_.reset();
-      }
-    }
+    for (const StepWork& w : work) MarkBroken(*w.conversation);
     return logits.status();
   }
   std::vector<StepOutput> outs;
@@ -641,6 +642,18 @@ StatusOr<int32_t> Engine::SampleNext(Conversation& c, Tensor& logits) {
   return token;
 }
 
+void Engine::MarkBroken(Conversation& c) {
+  // A failed step may have appended its token (or chunk) to some layers and not to others
+  // (SequenceKv::Append keeps what it stored before a pool ran out): such a cache must never be
+  // continued, exported or reused, whether the turn was starting or decoding.
+  c.broken_ = true;
+  c.start_.reset();
+  if (c.decoding_) {
+    c.decoding_ = false;
+    c.current_.stats.stop_reason = llm::StopReason::kCancelled;
+  }
+}
+
 void Engine::Cancel(Conversation& c) {
   if (c.start_ != nullptr) {
     if (c.start_->fed > 0) c.broken_ = true;
@@ -678,6 +691,11 @@ namespace framezip::engine::runtime {
 StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> messages,
                                    std::span<const int32_t> forced) {
   if (c.decoding_) return FailedPreconditionError("the conversation is still decoding a turn");
+  if (c.broken_) {
+    return FailedPreconditionError(
+        "the conversation's cache holds part of a failed turn; score "
+        "on a new conversation");
+  }
   if (forced.empty()) return InvalidArgumentError("ScoreTurn needs at least one forced token");
   for (int32_t t : forced) {
     if (t < 0 || t >= config_.text.vocab_size) {
@@ -693,7 +711,11 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   prefill.chunk_tokens = options_.prefill_chunk_tokens;
   prefill.visual = p.visual;
   c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
-  FZ_ASSIGN_OR_RETURN(Tensor last, OnHost(decoder_->Prefill(*c.sequence_, p.embeds, prefill)));
+  StatusOr<Tensor> last = OnHost(decoder_->Prefill(*c.sequence_, p.embeds, prefill));
+  if (!last.ok()) {
+    MarkBroken(c);  // its prompt may be partly in the cache
+    return last.status();
+  }
   const double prefill_ms = NowMs() - t_prefill;
   c.history_.insert(c.history_.end(), p.ids.begin() + static_cast<ptrdiff_t>(p.recorded),
                     p.ids.end());
@@ -701,9 +723,9 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   c.first_turn_ = false;
 
   const int64_t n = static_cast<int64_t>(forced.size());
-  const int64_t v = last.dim(1);
+  const int64_t v = last->dim(1);
   FZ_ASSIGN_OR_RETURN(Tensor logits, Tensor::Empty({n, v}, DType::kF32));
-  std::memcpy(logits.data<float>(), last.data<float>(), static_cast<size_t>(v) * sizeof(float));
+  std::memcpy(logits.data<float>(), last->data<float>(), static_cast<size_t>(v) * sizeof(float));
   const double ttft_ms = NowMs() - start;
   llm::Sequence* seq[] = {c.sequence_.get()};
   double decode_ms = 0;
@@ -712,9 +734,13 @@ StatusOr<Tensor> Engine::ScoreTurn(Conversation& c, std::span<const Message> mes
   for (int64_t i = 0; i + 1 < n; ++i) {
     c.history_.push_back(forced[i]);
     const double t0 = NowMs();
-    FZ_ASSIGN_OR_RETURN(Tensor step, OnHost(decoder_->DecodeStep(seq, forced.subspan(i, 1))));
+    StatusOr<Tensor> step = OnHost(decoder_->DecodeStep(seq, forced.subspan(i, 1)));
+    if (!step.ok()) {
+      MarkBroken(c);
+      return step.status();
+    }
     decode_ms += NowMs() - t0;
-    std::memcpy(logits.data<float>() + (i + 1) * v, step.data<float>(),
+    std::memcpy(logits.data<float>() + (i + 1) * v, step->data<float>(),
                 static_cast<size_t>(v) * sizeof(float));
   }
   c.history_.push_back(forced.back());

@@ -52,8 +52,8 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
-#include "engine/kv/page_codec.h"
 #include "engine/kv/kv_pools.h"
+#include "engine/kv/page_codec.h"
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/sampler.h"
@@ -192,8 +192,9 @@ class Conversation {
   bool first_turn_ = true;
   bool decoding_ = false;
   std::unique_ptr<internal::TurnStart> start_;  // set while starting()
-  // A turn was cancelled or failed part-way through its prompt: the KV cache holds a prefix of a
-  // prompt the history does not, so no further turn can run on this conversation.
+  // A turn was cancelled part-way through its prompt, or a step that fed this conversation failed:
+  // the KV cache holds tokens (or parts of a token's layers) the history does not, so no further
+  // turn, step or export runs on this conversation.
   bool broken_ = false;
   // State of the turn in progress.
   TurnResult current_;
@@ -293,13 +294,14 @@ class Engine {
   // are prefilled together by ONE Decoder::PrefillBatch, which reads the weights once per chunk
   // round instead of once per turn. messages[i] and options[i] belong to conversations[i];
   // results are in input order. A prefill error (KV pool full) fails every turn that reached it.
-  std::vector<StatusOr<StepOutput>> StartTurns(
-      std::span<Conversation* const> conversations,
-      std::span<const std::span<const Message>> messages, std::span<const TurnOptions> options);
+  std::vector<StatusOr<StepOutput>> StartTurns(std::span<Conversation* const> conversations,
+                                               std::span<const std::span<const Message>> messages,
+                                               std::span<const TurnOptions> options);
 
   // Feeds each conversation's last sampled token through the decoder in ONE batch and samples
   // the next token of each. All must be decoding() and distinct. Outputs are in input order.
-  // On an error (KV pool full) the conversations are left unusable for further turns.
+  // On an error (KV pool full) every conversation of the step is left broken: no longer decoding,
+  // refusing further turns, steps and exports (FAILED_PRECONDITION).
   StatusOr<std::vector<StepOutput>> Step(std::span<Conversation* const> conversations);
 
   // Chunked turn start, step 1: BeginTurn's checks plus rendering, tokenizing and encoding the
@@ -318,7 +320,7 @@ class Engine {
   // the next token as Step does. Outputs are in input order (sampled = false for a chunk that is
   // not its prompt's last). Conversations must be distinct (INVALID_ARGUMENT) and in the state
   // their item needs (FAILED_PRECONDITION); nothing runs then. On a decoder error (KV pool full)
-  // every conversation of the step is left unusable for further turns.
+  // every conversation of the step is left broken, as by Step.
   StatusOr<std::vector<StepOutput>> MixedStep(std::span<const StepWork> work);
 
   // Ends a decoding conversation's turn early (client cancel): stop_reason kCancelled. A starting
@@ -348,8 +350,7 @@ class Engine {
   // messages. INVALID_ARGUMENT for segments of another model/layout or out of order, DATA_LOSS
   // never (decode first: kv::DecodeSegment), RESOURCE_EXHAUSTED when the KV pool is full. Nothing
   // stays allocated on an error.
-  StatusOr<RestoredConversation> RestoreConversation(
-      std::span<const kv::DecodedSegment> segments);
+  StatusOr<RestoredConversation> RestoreConversation(std::span<const kv::DecodedSegment> segments);
 
  private:
   Engine() = default;
@@ -367,6 +368,8 @@ class Engine {
   StatusOr<int32_t> SampleNext(Conversation& c, Tensor& logits);
   StatusOr<Tensor> EncodeVisual(const VisualInput& v, int64_t expected_rows) const;
   StepOutput Accept(Conversation& c, int32_t token);
+  // After a failed step: `c` stops starting or decoding and refuses every further use.
+  static void MarkBroken(Conversation& c);
 
   EngineOptions options_;
   model::LlavaConfig config_;

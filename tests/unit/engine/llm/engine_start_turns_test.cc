@@ -231,3 +231,69 @@ TEST_CASE("A reply cut by max_tokens is recorded once in the history", "[unit][e
 
 }  // namespace
 }  // namespace framezip::engine
+
+namespace framezip::engine {
+namespace {
+
+TEST_CASE("A step that runs out of KV pages part-way leaves its conversation refusing reuse",
+          "[unit][engine][runtime]") {
+  SetComputeThreads(2);
+  const auto model = testing::SourceDir() / "tests/data/models/tiny-ov-qwen2-f32";
+  runtime::TurnOptions opt;
+  opt.sampling.max_new_tokens = 64;
+  const runtime::Message m{"user", "Tell me about the video.", {}};
+  // With room to spare: the KV bytes after the prompt, and the growth of the first step that
+  // opens new pages (one page in every layer, as every layer holds every token).
+  runtime::EngineOptions roomy;
+  roomy.kv_page_tokens = 16;
+  auto big = runtime::Engine::Load(model, roomy);
+  REQUIRE(big.ok());
+  auto probe = *(*big)->NewConversation();
+  REQUIRE((*big)->StartTurn(*probe, std::span(&m, 1), opt).ok());
+  const size_t after_prompt = probe->kv_bytes();
+  size_t grown = after_prompt;
+  runtime::Conversation* one[] = {probe.get()};
+  while (grown == after_prompt) {
+    REQUIRE((*big)->Step(one).ok());
+    grown = probe->kv_bytes();
+  }
+  const int layers = static_cast<int>((*big)->config().text.num_hidden_layers);
+  REQUIRE(layers >= 2);
+  const size_t page_bytes = (grown - after_prompt) / static_cast<size_t>(layers);
+  REQUIRE(page_bytes * static_cast<size_t>(layers) == grown - after_prompt);
+
+  // Room for the prompt and one more page: at that step layer 0 stores the token, layer 1 cannot.
+  runtime::EngineOptions tight = roomy;
+  tight.kv_max_bytes = static_cast<int64_t>(after_prompt + page_bytes);
+  auto eng = runtime::Engine::Load(model, tight);
+  REQUIRE(eng.ok());
+  auto c = *(*eng)->NewConversation();
+  REQUIRE((*eng)->StartTurn(*c, std::span(&m, 1), opt).ok());
+  runtime::Conversation* batch[] = {c.get()};
+  Status failed;
+  for (int i = 0; i < opt.sampling.max_new_tokens && failed.ok(); ++i) {
+    failed = (*eng)->Step(batch).status();
+  }
+  REQUIRE(failed.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(c->kv_bytes() == after_prompt + page_bytes);  // the partial step is in the cache
+  // So nothing may continue it, reuse it or export it.
+  CHECK(!c->decoding());
+  CHECK((*eng)->Step(batch).status().code() == absl::StatusCode::kFailedPrecondition);
+  (*eng)->Cancel(*c);
+  const Status again = (*eng)->PrepareTurn(*c, std::span(&m, 1), opt);
+  CHECK(again.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(MessageOf(again), Catch::Contains("failed mid-step"));
+  CHECK((*eng)->ExportConversation(*c, {}, 1 << 20).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  const runtime::Message forced_turn{"user", "Again.", {}};
+  const int32_t forced[] = {5, 6};
+  CHECK((*eng)->ScoreTurn(*c, std::span(&forced_turn, 1), forced).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  // Its pages go back with it: a new conversation fits again.
+  c.reset();
+  auto fresh = *(*eng)->NewConversation();
+  CHECK((*eng)->StartTurn(*fresh, std::span(&m, 1), opt).ok());
+}
+
+}  // namespace
+}  // namespace framezip::engine
