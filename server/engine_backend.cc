@@ -126,9 +126,9 @@ class EngineBackend::Sequence final : public BackendSequence {
   size_t messages_total_ = 0;                // conversation length after this turn's user message
   rt::TurnOptions options_;
   uint64_t kv_at_start_ = 0;
-  bool started_ = false;         // a step ran (part of) this turn
+  bool started_ = false;  // a step ran (part of) this turn
   bool committed_ = false;
-  bool holds_session_ = false;  // the session is marked busy for this turn
+  bool holds_session_ = false;                         // the session is marked busy for this turn
   std::vector<std::array<uint8_t, 32>> media_hashes_;  // of this turn's new media (store keys)
 };
 
@@ -180,9 +180,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   }
   // Uniform frames per video when a session or upload asks for none: LLaVA-OneVision's default.
   m.vision.default_num_frames = 32;
-  const std::string model_id =
-      fmt::format("{}/{}x{}x{}", m.name, c.text.num_hidden_layers, c.text.num_key_value_heads,
-                  c.text.hidden_size);
+  const std::string model_id = fmt::format("{}/{}x{}x{}", m.name, c.text.num_hidden_layers,
+                                           c.text.num_key_value_heads, c.text.hidden_size);
   FZ_ASSIGN_OR_RETURN(b->kv_cache_, OpenKvCache(config, model_id));
   FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {}), session KV store: {}", m.name,
               m.architecture, c.text.num_hidden_layers, m.context_tokens, config.kvstore);
@@ -220,9 +219,8 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
   return turn;
 }
 
-StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request,
-                                                   KvReservations& kv, Sequence& seq,
-                                                   PreparedTurn& turn) {
+StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request, KvReservations& kv,
+                                                   Sequence& seq, PreparedTurn& turn) {
   if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
     FZ_ASSIGN_OR_RETURN(seq.owned_, engine_->NewConversation(EngineSpec(request.policy)));
     seq.conversation_ = seq.owned_.get();
@@ -255,8 +253,7 @@ StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request,
     state.cached_tokens = static_cast<uint32_t>(state.conversation->cached_tokens());
     state.store_current = true;
   } else if (state.conversation == nullptr) {
-    FZ_ASSIGN_OR_RETURN(state.conversation,
-                        engine_->NewConversation(EngineSpec(request.policy)));
+    FZ_ASSIGN_OR_RETURN(state.conversation, engine_->NewConversation(EngineSpec(request.policy)));
     state.messages_fed = 0;
     state.stored_messages = 0;
     state.mark = {};
@@ -288,9 +285,10 @@ StatusOr<EngineBackend::RestoredSession> EngineBackend::RestoreEvicted(const Tur
       out.mark = std::move(r->mark);
       return out;
     }
-    FZ_LOG_WARN("session '{}': restoring its KV from the store failed ({}); re-prefilling its "
-                "history",
-                request.session_id, MessageOf(r.status()));
+    FZ_LOG_WARN(
+        "session '{}': restoring its KV from the store failed ({}); re-prefilling its "
+        "history",
+        request.session_id, MessageOf(r.status()));
   }
   // Starting over from the first message: the store's segments no longer continue this KV.
   if (kv_cache_ != nullptr) kv_cache_->Release(request.session_key);
@@ -324,9 +322,9 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       limits.max_frames = std::max(limits.max_frames, sampling.num_frames);
       media::DecodeOptions decode_options;
       decode_options.cancel = request.cancel_flag.get();
-      StatusOr<media::DecodedMedia> decoded = media_->Decode(
-          media::MediaSource::FromFile(path.parent_path(), path.filename().string()), sampling,
-          spec, limits, decode_options);
+      StatusOr<media::DecodedMedia> decoded =
+          media_->Decode(media::MediaSource::FromFile(path.parent_path(), path.filename().string()),
+                         sampling, spec, limits, decode_options);
       if (!decoded.ok()) return Annotate(decoded.status(), fmt::format("media '{}'", it->name));
       const media::FrameBatch& fb = decoded->frames;
       FZ_ASSIGN_OR_RETURN(engine::Tensor pixels,
@@ -373,12 +371,11 @@ void EngineBackend::FillAdmission(const rt::Conversation& conversation,
   turn.cached_tokens = static_cast<uint32_t>(cached);
   // The prompt fits the context (PrepareTurn checked); the answer gets what is left of it.
   const int64_t room = engine_->context_tokens() - cached - to_prefill;
-  turn.max_new_tokens =
-      static_cast<uint32_t>(std::clamp<int64_t>(std::min<int64_t>(sampling.max_tokens, room), 1,
-                                                std::numeric_limits<uint32_t>::max()));
+  turn.max_new_tokens = static_cast<uint32_t>(std::clamp<int64_t>(
+      std::min<int64_t>(sampling.max_tokens, room), 1, std::numeric_limits<uint32_t>::max()));
   // What the turn may add to the KV, at its policy's page formats: the scheduler reserves it.
-  turn.predicted_kv_bytes = engine_->KvGrowthBound(conversation, to_prefill,
-                                                   prefill_chunk_tokens_, turn.max_new_tokens);
+  turn.predicted_kv_bytes =
+      engine_->KvGrowthBound(conversation, to_prefill, prefill_chunk_tokens_, turn.max_new_tokens);
   turn.seed = sampling.seed;
 }
 
@@ -431,6 +428,10 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
     return absl::OkStatus();
   }
   for (size_t i = 0; i < work_items.size(); ++i) {
+    if (!(*outs)[i].status.ok()) {  // no KV pages for it: this turn fails, the others ran
+      work_items[i]->status = (*outs)[i].status;
+      continue;
+    }
     if (!(*outs)[i].sampled) continue;  // a prompt chunk that was not the last
     emit(*work_items[i], static_cast<Sequence&>(*work_items[i]->sequence), (*outs)[i]);
   }
@@ -460,9 +461,10 @@ Status EngineBackend::Commit(const std::string& session_key, BackendSequence& se
   }
   // The session is still busy (this turn holds it), so its conversation is ours to read.
   if (Status s = CommitToStore(session_key, *seq.conversation_); !s.ok()) {
-    FZ_LOG_WARN("session '{}': committing its KV to the store failed: {} (kept in engine memory; "
-                "retried at the next turn and at drain)",
-                SessionIdOfKey(session_key), MessageOf(s));
+    FZ_LOG_WARN(
+        "session '{}': committing its KV to the store failed: {} (kept in engine memory; "
+        "retried at the next turn and at drain)",
+        SessionIdOfKey(session_key), MessageOf(s));
   }
   return absl::OkStatus();
 }
@@ -526,8 +528,7 @@ Status EngineBackend::ReserveForRestore(const TurnRequest& request, KvReservatio
 
 StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const TurnRequest& request,
                                                                    KvReservations& kv,
-                                                                   double* seconds,
-                                                                   KvTier* tier) {
+                                                                   double* seconds, KvTier* tier) {
   const std::string& session_key = request.session_key;
   const auto t0 = Clock::now();
   FZ_ASSIGN_OR_RETURN(LoadedSessionKv loaded, kv_cache_->Load(session_key));
@@ -559,10 +560,11 @@ StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const TurnReq
       *tier = KvTier::kRemote;
       break;
   }
-  FZ_LOG_INFO("session '{}': restored {} tokens of KV from the store ({} segments, {} bytes, {} "
-              "tier) in {:.3f} s",
-              SessionIdOfKey(session_key), restored.conversation->cached_tokens(), segments.size(), loaded.bytes,
-              KvTierName(*tier), *seconds);
+  FZ_LOG_INFO(
+      "session '{}': restored {} tokens of KV from the store ({} segments, {} bytes, {} "
+      "tier) in {:.3f} s",
+      SessionIdOfKey(session_key), restored.conversation->cached_tokens(), segments.size(),
+      loaded.bytes, KvTierName(*tier), *seconds);
   return restored;
 }
 
@@ -669,8 +671,8 @@ std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_key) co
       for (size_t f = 0; f < by_format.size(); ++f) {
         if (by_format[f] == 0) continue;
         known += by_format[f];
-        out.push_back({KvTier::kDevice, PrecisionOf(static_cast<engine::kv::KvFormat>(f)),
-                       by_format[f]});
+        out.push_back(
+            {KvTier::kDevice, PrecisionOf(static_cast<engine::kv::KvFormat>(f)), by_format[f]});
       }
       if (known != it->second.kv_bytes) {
         out.clear();

@@ -72,6 +72,7 @@ SequenceKv& SequenceKv::operator=(SequenceKv&& other) noexcept {
 }
 
 void SequenceKv::Clear() {
+  ReleaseReserve();
   for (Layer& l : layers_) {
     for (const PageRef& p : l.pages) pool(p.format)->Free(p.id);
     if (PageBudget* budget = pool() != nullptr ? pool()->budget() : nullptr) {
@@ -92,6 +93,85 @@ KvFormat SequenceKv::FormatOf(uint8_t token_class) const {
   }
 }
 
+StatusOr<PageId> SequenceKv::TakePage(Layer& l, KvFormat f) {
+  std::vector<PageId>& reserved = l.reserve[Index(f)];
+  if (!reserved.empty()) {
+    const PageId id = reserved.back();
+    reserved.pop_back();
+    return id;
+  }
+  return pool(f)->Allocate();
+}
+
+int64_t SequenceKv::PagesToAppend(const Layer& l, KvFormat f, int64_t tokens) const {
+  int64_t free_slots = 0;
+  if (!IsQuantized(f) && l.open[Index(f)] >= 0) {
+    free_slots = page_tokens_ - l.pages[static_cast<size_t>(l.open[Index(f)])].num_tokens;
+  }
+  const int64_t fresh = std::max<int64_t>(0, tokens - free_slots);
+  return (fresh + page_tokens_ - 1) / page_tokens_;
+}
+
+Status SequenceKv::ReserveAppend(int64_t tokens) {
+  if (tokens < 0) return InvalidArgumentError("KV reserve: {} tokens", tokens);
+  std::array<KvFormat, 3> formats = {precision_.full, precision_.important, precision_.rest};
+  std::sort(formats.begin(), formats.end());
+  const auto distinct_end = std::unique(formats.begin(), formats.end());
+  struct Taken {
+    size_t layer;
+    KvFormat format;
+    size_t count;
+  };
+  std::vector<Taken> taken;
+  const auto give_back = [&] {
+    for (const Taken& t : taken) {
+      std::vector<PageId>& r = layers_[t.layer].reserve[Index(t.format)];
+      for (size_t i = 0; i < t.count; ++i) {
+        pool(t.format)->Free(r.back());
+        r.pop_back();
+      }
+    }
+  };
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    Layer& l = layers_[li];
+    for (auto it = formats.begin(); it != distinct_end; ++it) {
+      const KvFormat f = *it;
+      std::vector<PageId>& r = l.reserve[Index(f)];
+      const int64_t missing = PagesToAppend(l, f, tokens) - static_cast<int64_t>(r.size());
+      for (int64_t i = 0; i < missing; ++i) {
+        StatusOr<PageId> id = pool(f)->Allocate();
+        if (!id.ok()) {
+          if (i > 0) taken.push_back({li, f, static_cast<size_t>(i)});
+          give_back();
+          return ResourceExhaustedError(
+              "KV: cannot reserve the {} pages of a {}-token step in layer {} ({})",
+              KvFormatName(f), tokens, li, MessageOf(id.status()));
+        }
+        r.push_back(*id);
+      }
+      if (missing > 0) taken.push_back({li, f, static_cast<size_t>(missing)});
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SequenceKv::ReleaseReserve() {
+  for (Layer& l : layers_) {
+    for (size_t f = 0; f < l.reserve.size(); ++f) {
+      for (const PageId id : l.reserve[f]) pool(static_cast<KvFormat>(f))->Free(id);
+      l.reserve[f].clear();
+    }
+  }
+}
+
+int64_t SequenceKv::reserved_pages() const {
+  int64_t n = 0;
+  for (const Layer& l : layers_) {
+    for (const auto& r : l.reserve) n += static_cast<int64_t>(r.size());
+  }
+  return n;
+}
+
 Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const float* v,
                                   const int32_t* positions, int64_t n) {
   PagePool* p = pool(f);
@@ -99,7 +179,7 @@ Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const fl
   int32_t& open = l.open[Index(f)];
   for (int64_t done = 0; done < n;) {
     if (open < 0 || l.pages[open].num_tokens == page_tokens_) {
-      FZ_ASSIGN_OR_RETURN(const PageId id, p->Allocate());
+      FZ_ASSIGN_OR_RETURN(const PageId id, TakePage(l, f));
       l.pages.push_back(PageRef{id, 0, f});
       l.slot_positions.resize(l.slot_positions.size() + static_cast<size_t>(page_tokens_), 0);
       open = static_cast<int32_t>(l.pages.size() - 1);
@@ -123,7 +203,7 @@ Status SequenceKv::AppendQuantPages(Layer& l, KvFormat f, const float* k, const 
   PagePool* p = pool(f);
   std::vector<PageId> ids;
   for (int64_t t0 = 0; t0 < n; t0 += page_tokens_) {
-    StatusOr<PageId> id = p->Allocate();
+    StatusOr<PageId> id = TakePage(l, f);
     if (!id.ok()) {
       for (const PageId taken : ids) p->Free(taken);
       return id.status();

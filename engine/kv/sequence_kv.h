@@ -82,6 +82,21 @@ class SequenceKv {
   Status Append(int layer, const float* k, const float* v, const int32_t* positions, int64_t count,
                 const uint8_t* token_class = nullptr);
 
+  // A step's pages, set aside all or nothing before it writes anything (as vLLM's scheduler
+  // allocates a step's blocks before running it): afterwards appending up to `tokens` tokens to
+  // every layer takes pages from this reserve and cannot run out part-way. Each layer reserves,
+  // for every format its token classes may use, the pages those tokens would need if all went to
+  // that format (a dense format counts the free slots of its appendable page), minus what it
+  // already holds in reserve; the classes are decided layer by layer during the step, so this is
+  // the bound. RESOURCE_EXHAUSTED, with nothing taken, when a pool cannot supply them. Pages the
+  // step did not use stay reserved until ReleaseReserve (or Clear), which the step's caller calls
+  // when it ends; until then the pools count them as taken, bytes() and num_pages() do not (they
+  // hold no token). Not covered: CompressResidual's re-stored window and low-rank blocks, which a
+  // policy creates only after the step's appends.
+  Status ReserveAppend(int64_t tokens);
+  void ReleaseReserve();
+  int64_t reserved_pages() const;
+
   // Tokens stored in `layer`: in its pages and in its low-rank blocks.
   int64_t num_tokens(int layer) const { return layers_[layer].num_tokens; }
   // Of them, tokens in pages (what AppendSpans covers).
@@ -172,9 +187,14 @@ class SequenceKv {
     int64_t residual = 0;                     // kFull appends since the last CompressResidual
     std::vector<LowRankBlock> blocks;         // AttentionPack's visual tokens, in order
     std::array<int32_t, kNumKvFormats> open;  // per dense format: index of its appendable page
+    std::array<std::vector<PageId>, kNumKvFormats> reserve;  // per format: ReserveAppend's pages
     Layer() { open.fill(-1); }
   };
   KvFormat FormatOf(uint8_t token_class) const;
+  // A fresh page of format f for `l`: from its reserve, else from the pool.
+  StatusOr<PageId> TakePage(Layer& l, KvFormat f);
+  // Pages of format f that appending `tokens` tokens of that format to `l` would take.
+  int64_t PagesToAppend(const Layer& l, KvFormat f, int64_t tokens) const;
   // n consecutive tokens of dense format f into the layer's appendable page(s).
   Status AppendDenseRun(Layer& l, KvFormat f, const float* k, const float* v,
                         const int32_t* positions, int64_t n);

@@ -88,6 +88,21 @@ StatusOr<Tensor> OnHost(StatusOr<Tensor> t) {
   return t->To(Device::Cpu());
 }
 
+// Gives back whatever a step's sequences still hold in reserve when the step ends, however it
+// ends (SequenceKv::ReserveAppend).
+class StepReservation {
+ public:
+  explicit StepReservation(std::span<llm::Sequence* const> seqs) : seqs_(seqs) {}
+  ~StepReservation() {
+    for (llm::Sequence* seq : seqs_) seq->kv.ReleaseReserve();
+  }
+  StepReservation(const StepReservation&) = delete;
+  StepReservation& operator=(const StepReservation&) = delete;
+
+ private:
+  std::span<llm::Sequence* const> seqs_;
+};
+
 }  // namespace
 
 namespace internal {
@@ -527,6 +542,10 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
     seqs.push_back(c->sequence_.get());
     tokens.push_back(c->next_token_);
   }
+  // Every conversation's pages before anything is written: when the pools cannot supply them the
+  // step fails whole, each cache as it was (the conversations go on decoding; retry or Cancel).
+  const StepReservation reservation(seqs);
+  for (llm::Sequence* seq : seqs) FZ_RETURN_IF_ERROR(seq->kv.ReserveAppend(1));
   const double t0 = NowMs();
   StatusOr<Tensor> step = decoder_->DecodeStep(seqs, tokens);
   if (!step.ok()) {
@@ -590,45 +609,60 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
     }
     inputs.push_back(in);
   }
-  // Per-turn prefill statistics start with the turn's first chunk.
+  // Each item's pages before anything is written (in order): an item the pools cannot serve sits
+  // the step out untouched, RESOURCE_EXHAUSTED in its output; the others run.
+  std::vector<llm::Sequence*> seqs;
+  for (const llm::StepInput& in : inputs) seqs.push_back(in.seq);
+  const StepReservation reservation(seqs);
+  std::vector<StepOutput> outs(work.size());
+  std::vector<llm::StepInput> running;
+  std::vector<size_t> running_item;
   for (size_t i = 0; i < work.size(); ++i) {
+    const int64_t rows = inputs[i].embeds.defined() ? inputs[i].embeds.dim(0) : 1;
+    outs[i].status = inputs[i].seq->kv.ReserveAppend(rows);
+    if (!outs[i].status.ok()) {
+      outs[i].sampled = false;
+      continue;
+    }
+    running.push_back(inputs[i]);
+    running_item.push_back(i);
+  }
+  if (running.empty()) return outs;
+  // Per-turn prefill statistics start with the turn's first chunk.
+  for (const size_t i : running_item) {
     Conversation& c = *work[i].conversation;
     if (inputs[i].embeds.defined() && c.start_->fed == 0) {
       c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
     }
   }
   const double t0 = NowMs();
-  StatusOr<Tensor> logits = decoder_->MixedStep(inputs);
+  StatusOr<Tensor> logits = decoder_->MixedStep(running);
   const double step_ms = NowMs() - t0;
   if (!logits.ok()) {
-    for (const StepWork& w : work) MarkBroken(*w.conversation);
+    for (const size_t i : running_item) MarkBroken(*work[i].conversation);
     return logits.status();
   }
-  std::vector<StepOutput> outs;
-  outs.reserve(work.size());
-  for (size_t i = 0; i < work.size(); ++i) {
+  for (size_t j = 0; j < running_item.size(); ++j) {
+    const size_t i = running_item[j];
     Conversation& c = *work[i].conversation;
     FZ_ASSIGN_OR_RETURN(Tensor row,
-                        logits->Slice(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1));
+                        logits->Slice(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1));
     if (inputs[i].embeds.defined()) {
       PendingStart& s = *c.start_;
       s.fed += inputs[i].embeds.dim(0);
       s.prefill_ms += step_ms;
       if (!inputs[i].logits) {
-        StepOutput chunk_only;
-        chunk_only.sampled = false;
-        outs.push_back(std::move(chunk_only));
+        outs[i].sampled = false;
         continue;
       }
       const std::unique_ptr<PendingStart> start = std::move(c.start_);
-      FZ_ASSIGN_OR_RETURN(StepOutput first, FinishStart(c, *start, row, start->prefill_ms));
-      outs.push_back(std::move(first));
+      FZ_ASSIGN_OR_RETURN(outs[i], FinishStart(c, *start, row, start->prefill_ms));
       continue;
     }
     c.pending_.clear();  // the token just went into the cache
     c.current_.stats.decode_ms += step_ms;
     FZ_ASSIGN_OR_RETURN(const int32_t token, SampleNext(c, row));
-    outs.push_back(Accept(c, token));
+    outs[i] = Accept(c, token);
   }
   return outs;
 }
@@ -678,8 +712,12 @@ StatusOr<TurnResult> Engine::RunTurn(Conversation& c, std::span<const Message> m
       Cancel(c);
       return CancelledError("turn cancelled after {} tokens", c.current_.token_ids.size());
     }
-    FZ_ASSIGN_OR_RETURN(std::vector<StepOutput> outs, Step(batch));
-    if (on_text && !outs[0].delta.empty()) on_text(outs[0].delta);
+    StatusOr<std::vector<StepOutput>> outs = Step(batch);
+    if (!outs.ok()) {
+      Cancel(c);  // a step refused for want of pages left the cache whole; a broken one stays so
+      return outs.status();
+    }
+    if (on_text && !(*outs)[0].delta.empty()) on_text((*outs)[0].delta);
   }
   return c.current_;
 }

@@ -224,8 +224,12 @@ struct RestoredConversation {
 struct StepOutput {
   std::string delta;  // new text (may be empty: a partial UTF-8 character or a held-back prefix)
   bool finished = false;
-  // A token was sampled. False only for a MixedStep prefill chunk that was not its prompt's last.
+  // A token was sampled. False for a MixedStep prefill chunk that was not its prompt's last, and
+  // for an item that did not run.
   bool sampled = true;
+  // MixedStep: RESOURCE_EXHAUSTED when the KV pools could not supply this item's pages; it sat the
+  // step out with its conversation untouched (the other items ran). OK otherwise.
+  Status status;
 };
 
 // One conversation's share of Engine::MixedStep.
@@ -300,7 +304,9 @@ class Engine {
 
   // Feeds each conversation's last sampled token through the decoder in ONE batch and samples
   // the next token of each. All must be decoding() and distinct. Outputs are in input order.
-  // On an error (KV pool full) every conversation of the step is left broken: no longer decoding,
+  // The step's pages are reserved first, all or nothing: when the KV pools cannot supply them it
+  // fails with RESOURCE_EXHAUSTED and every cache as it was (the conversations still decode). On
+  // an error during the step every conversation of it is left broken: no longer decoding,
   // refusing further turns, steps and exports (FAILED_PRECONDITION).
   StatusOr<std::vector<StepOutput>> Step(std::span<Conversation* const> conversations);
 
@@ -319,8 +325,10 @@ class Engine {
   // stats as StartTurn's; prefill_ms sums the steps that ran its chunks); a decode item samples
   // the next token as Step does. Outputs are in input order (sampled = false for a chunk that is
   // not its prompt's last). Conversations must be distinct (INVALID_ARGUMENT) and in the state
-  // their item needs (FAILED_PRECONDITION); nothing runs then. On a decoder error (KV pool full)
-  // every conversation of the step is left broken, as by Step.
+  // their item needs (FAILED_PRECONDITION); nothing runs then. Each item's pages are reserved
+  // before the step, in order; an item the pools cannot serve does not run and has
+  // RESOURCE_EXHAUSTED in its output's status. On a decoder error every conversation that ran is
+  // left broken, as by Step.
   StatusOr<std::vector<StepOutput>> MixedStep(std::span<const StepWork> work);
 
   // Ends a decoding conversation's turn early (client cancel): stop_reason kCancelled. A starting

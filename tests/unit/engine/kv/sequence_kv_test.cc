@@ -252,3 +252,85 @@ TEST_CASE("Quantised pools need head_dim % 32 == 0", "[unit][engine][kv]") {
 
 }  // namespace
 }  // namespace framezip::engine::kv
+
+namespace framezip::engine::kv {
+namespace {
+
+TEST_CASE("A step's pages are reserved all or nothing and appends take them from the reserve",
+          "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const size_t f16_page = PageLayout{kPage, kG, kD, KvFormat::kF16}.PageBytes();
+  auto pools = AllPools(static_cast<int64_t>(6 * f16_page));  // six f16 pages in all
+  auto seq =
+      *SequenceKv::Create(*pools, 3, KvPrecision{KvFormat::kF16, KvFormat::kF16, KvFormat::kF16});
+  const Tokens t = MakeTokens(64, 0, rng);
+  for (int l = 0; l < 3; ++l) REQUIRE(seq.Append(l, t.k.data(), t.v.data(), t.pos.data(), 5).ok());
+  REQUIRE(seq.Append(0, t.k.data(), t.v.data(), t.pos.data() + 5, 27).ok());  // layer 0 full
+  REQUIRE(pools->pages_in_use() == 3);
+
+  // 27 tokens fit layers 1 and 2's free slots, but layer 0 needs a page.
+  REQUIRE(seq.ReserveAppend(27).ok());
+  CHECK(seq.reserved_pages() == 1);
+  seq.ReleaseReserve();
+  CHECK(pools->pages_in_use() == 3);
+  // 28 need one page in every layer: exactly what is left.
+  REQUIRE(seq.ReserveAppend(28).ok());
+  CHECK(seq.reserved_pages() == 3);
+  CHECK(pools->pages_in_use() == 6);
+  CHECK(seq.num_pages() == 3);  // reserved pages hold no token
+  for (int l = 0; l < 3; ++l) {
+    REQUIRE(seq.Append(l, t.k.data(), t.v.data(), t.pos.data() + 32, 28).ok());
+  }
+  CHECK(seq.reserved_pages() == 0);
+  CHECK(pools->pages_in_use() == 6);
+  CHECK(seq.num_pages() == 6);
+
+  // The pools are full. Layer 0's open page has 4 free slots, layers 1 and 2's 31: 5 tokens need
+  // a page in layer 0 only, and the refusal takes nothing and names it.
+  const Status full = seq.ReserveAppend(5);
+  CHECK(full.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(MessageOf(full), Catch::Contains("layer 0"));
+  CHECK(seq.reserved_pages() == 0);
+  REQUIRE(seq.ReserveAppend(4).ok());
+  CHECK(seq.reserved_pages() == 0);
+  CHECK(seq.ReserveAppend(-1).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("A reservation covers every format a step's token classes may use",
+          "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const size_t f16_page = PageLayout{kPage, kG, kD, KvFormat::kF16}.PageBytes();
+  const size_t int4_page = PageLayout{kPage, kG, kD, KvFormat::kInt4}.PageBytes();
+  const size_t int2_page = PageLayout{kPage, kG, kD, KvFormat::kInt2}.PageBytes();
+  // Two pages of each format for 40 tokens in one layer: the bound when every token may take any
+  // class. One int2 page less and the reservation fails as a whole.
+  for (const bool enough : {true, false}) {
+    CAPTURE(enough);
+    auto pools =
+        AllPools(static_cast<int64_t>(2 * f16_page + 2 * int4_page + (enough ? 2 : 1) * int2_page));
+    auto seq = *SequenceKv::Create(*pools, 1,
+                                   KvPrecision{KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2});
+    const Status st = seq.ReserveAppend(40);
+    if (!enough) {
+      CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+      CHECK(pools->pages_in_use() == 0);
+      continue;
+    }
+    REQUIRE(st.ok());
+    CHECK(seq.reserved_pages() == 6);
+    // Any mix of classes now appends without touching the pools.
+    const Tokens t = MakeTokens(40, 0, rng);
+    std::vector<uint8_t> cls(40);
+    std::uniform_int_distribution<int> pick(0, 3);
+    for (auto& c : cls) c = static_cast<uint8_t>(pick(rng));
+    REQUIRE(seq.Append(0, t.k.data(), t.v.data(), t.pos.data(), 40, cls.data()).ok());
+    CHECK(pools->pages_in_use() == 6);
+    seq.ReleaseReserve();
+    CHECK(pools->pages_in_use() == seq.num_pages());
+    seq.Clear();
+    CHECK(pools->pages_in_use() == 0);
+  }
+}
+
+}  // namespace
+}  // namespace framezip::engine::kv

@@ -235,64 +235,117 @@ TEST_CASE("A reply cut by max_tokens is recorded once in the history", "[unit][e
 namespace framezip::engine {
 namespace {
 
-TEST_CASE("A step that runs out of KV pages part-way leaves its conversation refusing reuse",
+// The KV bytes of the test prompt once prefilled, and of one page in every layer (pages of 16
+// tokens), measured on an engine with room to spare.
+struct PromptBytes {
+  size_t after_prompt = 0;
+  size_t page = 0;  // one page of one layer
+};
+
+PromptBytes MeasurePromptBytes(const std::filesystem::path& model, const runtime::Message& m,
+                               const runtime::TurnOptions& opt) {
+  runtime::EngineOptions roomy;
+  roomy.kv_page_tokens = 16;
+  auto eng = runtime::Engine::Load(model, roomy);
+  REQUIRE(eng.ok());
+  auto c = *(*eng)->NewConversation();
+  REQUIRE((*eng)->StartTurn(*c, std::span(&m, 1), opt).ok());
+  PromptBytes out{c->kv_bytes(), 0};
+  size_t grown = out.after_prompt;
+  runtime::Conversation* one[] = {c.get()};
+  while (grown == out.after_prompt) {  // the first step that opens a page in every layer
+    REQUIRE((*eng)->Step(one).ok());
+    grown = c->kv_bytes();
+  }
+  const auto layers = static_cast<size_t>((*eng)->config().text.num_hidden_layers);
+  REQUIRE(layers >= 2);
+  out.page = (grown - out.after_prompt) / layers;
+  REQUIRE(out.page * layers == grown - out.after_prompt);
+  return out;
+}
+
+std::unique_ptr<runtime::Engine> EngineWithKvBytes(const std::filesystem::path& model,
+                                                   size_t bytes) {
+  runtime::EngineOptions tight;
+  tight.kv_page_tokens = 16;
+  tight.kv_max_bytes = static_cast<int64_t>(bytes);
+  auto eng = runtime::Engine::Load(model, tight);
+  REQUIRE(eng.ok());
+  return *std::move(eng);
+}
+
+TEST_CASE("A step's KV pages are reserved all or nothing, and a half-done step breaks its turn",
           "[unit][engine][runtime]") {
   SetComputeThreads(2);
   const auto model = testing::SourceDir() / "tests/data/models/tiny-ov-qwen2-f32";
   runtime::TurnOptions opt;
   opt.sampling.max_new_tokens = 64;
   const runtime::Message m{"user", "Tell me about the video.", {}};
-  // With room to spare: the KV bytes after the prompt, and the growth of the first step that
-  // opens new pages (one page in every layer, as every layer holds every token).
-  runtime::EngineOptions roomy;
-  roomy.kv_page_tokens = 16;
-  auto big = runtime::Engine::Load(model, roomy);
-  REQUIRE(big.ok());
-  auto probe = *(*big)->NewConversation();
-  REQUIRE((*big)->StartTurn(*probe, std::span(&m, 1), opt).ok());
-  const size_t after_prompt = probe->kv_bytes();
-  size_t grown = after_prompt;
-  runtime::Conversation* one[] = {probe.get()};
-  while (grown == after_prompt) {
-    REQUIRE((*big)->Step(one).ok());
-    grown = probe->kv_bytes();
-  }
-  const int layers = static_cast<int>((*big)->config().text.num_hidden_layers);
-  REQUIRE(layers >= 2);
-  const size_t page_bytes = (grown - after_prompt) / static_cast<size_t>(layers);
-  REQUIRE(page_bytes * static_cast<size_t>(layers) == grown - after_prompt);
+  const PromptBytes bytes = MeasurePromptBytes(model, m, opt);
 
-  // Room for the prompt and one more page: at that step layer 0 stores the token, layer 1 cannot.
-  runtime::EngineOptions tight = roomy;
-  tight.kv_max_bytes = static_cast<int64_t>(after_prompt + page_bytes);
-  auto eng = runtime::Engine::Load(model, tight);
-  REQUIRE(eng.ok());
-  auto c = *(*eng)->NewConversation();
-  REQUIRE((*eng)->StartTurn(*c, std::span(&m, 1), opt).ok());
-  runtime::Conversation* batch[] = {c.get()};
-  Status failed;
-  for (int i = 0; i < opt.sampling.max_new_tokens && failed.ok(); ++i) {
-    failed = (*eng)->Step(batch).status();
+  SECTION("Step: without a page for every layer the step fails whole, each cache as it was") {
+    // Room for the prompt and one more page: layer 0 would get it, layer 1 not.
+    auto eng = EngineWithKvBytes(model, bytes.after_prompt + bytes.page);
+    auto c = *eng->NewConversation();
+    REQUIRE(eng->StartTurn(*c, std::span(&m, 1), opt).ok());
+    runtime::Conversation* batch[] = {c.get()};
+    Status failed;
+    for (int i = 0; i < opt.sampling.max_new_tokens && failed.ok(); ++i) {
+      failed = eng->Step(batch).status();
+    }
+    REQUIRE(failed.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(c->kv_bytes() == bytes.after_prompt);  // nothing of the refused step was stored
+    CHECK(c->decoding());                        // it may be retried, or cancelled
+    eng->Cancel(*c);
+    CHECK(eng->ExportConversation(*c, {}, 1 << 20).ok());
   }
-  REQUIRE(failed.code() == absl::StatusCode::kResourceExhausted);
-  CHECK(c->kv_bytes() == after_prompt + page_bytes);  // the partial step is in the cache
-  // So nothing may continue it, reuse it or export it.
-  CHECK(!c->decoding());
-  CHECK((*eng)->Step(batch).status().code() == absl::StatusCode::kFailedPrecondition);
-  (*eng)->Cancel(*c);
-  const Status again = (*eng)->PrepareTurn(*c, std::span(&m, 1), opt);
-  CHECK(again.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK_THAT(MessageOf(again), Catch::Contains("failed mid-step"));
-  CHECK((*eng)->ExportConversation(*c, {}, 1 << 20).status().code() ==
-        absl::StatusCode::kFailedPrecondition);
-  const runtime::Message forced_turn{"user", "Again.", {}};
-  const int32_t forced[] = {5, 6};
-  CHECK((*eng)->ScoreTurn(*c, std::span(&forced_turn, 1), forced).status().code() ==
-        absl::StatusCode::kFailedPrecondition);
-  // Its pages go back with it: a new conversation fits again.
-  c.reset();
-  auto fresh = *(*eng)->NewConversation();
-  CHECK((*eng)->StartTurn(*fresh, std::span(&m, 1), opt).ok());
+
+  SECTION("MixedStep: the item without pages sits the step out, the others run") {
+    auto eng = EngineWithKvBytes(model, 2 * bytes.after_prompt + 2 * bytes.page);
+    auto first = *eng->NewConversation();
+    auto second = *eng->NewConversation();
+    REQUIRE(eng->StartTurn(*first, std::span(&m, 1), opt).ok());
+    REQUIRE(eng->StartTurn(*second, std::span(&m, 1), opt).ok());
+    const runtime::StepWork work[] = {{first.get(), 0}, {second.get(), 0}};
+    bool refused = false;
+    for (int i = 0; i < 20 && !refused; ++i) {
+      auto outs = eng->MixedStep(work);
+      REQUIRE(outs.ok());
+      REQUIRE((*outs)[0].status.ok());
+      CHECK((*outs)[0].sampled);
+      refused = !(*outs)[1].status.ok();
+      if (refused) {
+        CHECK((*outs)[1].status.code() == absl::StatusCode::kResourceExhausted);
+        CHECK(!(*outs)[1].sampled);
+      }
+    }
+    REQUIRE(refused);
+    CHECK(first->kv_bytes() == bytes.after_prompt + 2 * bytes.page);
+    CHECK(second->kv_bytes() == bytes.after_prompt);
+    CHECK(second->decoding());
+  }
+
+  SECTION("ScoreTurn (no reservation): layer 0 stores the token, layer 1 cannot; it is broken") {
+    auto eng = EngineWithKvBytes(model, bytes.after_prompt + bytes.page);
+    auto c = *eng->NewConversation();
+    const std::vector<int32_t> forced(40, 5);
+    const Status failed = eng->ScoreTurn(*c, std::span(&m, 1), forced).status();
+    REQUIRE(failed.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(c->kv_bytes() == bytes.after_prompt + bytes.page);  // the partial step is in the cache
+    // So nothing may continue it, reuse it or export it.
+    CHECK(!c->decoding());
+    const Status again = eng->PrepareTurn(*c, std::span(&m, 1), opt);
+    CHECK(again.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(MessageOf(again), Catch::Contains("failed mid-step"));
+    CHECK(eng->ExportConversation(*c, {}, 1 << 20).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+    CHECK(eng->ScoreTurn(*c, std::span(&m, 1), forced).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+    // Its pages go back with it: a new conversation fits again.
+    c.reset();
+    auto fresh = *eng->NewConversation();
+    CHECK(eng->StartTurn(*fresh, std::span(&m, 1), opt).ok());
+  }
 }
 
 }  // namespace
