@@ -112,11 +112,11 @@ int64_t SequenceKv::PagesToAppend(const Layer& l, KvFormat f, int64_t tokens) co
   return (fresh + page_tokens_ - 1) / page_tokens_;
 }
 
-Status SequenceKv::ReserveAppend(int64_t tokens) {
+Status SequenceKv::ReserveAppend(int64_t tokens, bool classified) {
   if (tokens < 0) return InvalidArgumentError("KV reserve: {} tokens", tokens);
-  std::array<KvFormat, 3> formats = {precision_.full, precision_.important, precision_.rest};
-  std::sort(formats.begin(), formats.end());
-  const auto distinct_end = std::unique(formats.begin(), formats.end());
+  // A format listed twice costs nothing more: the second pass finds its pages reserved.
+  const std::array<KvFormat, 3> formats = {precision_.full, precision_.important, precision_.rest};
+  const auto formats_end = classified ? formats.end() : formats.begin() + 1;
   struct Taken {
     size_t layer;
     KvFormat format;
@@ -134,7 +134,7 @@ Status SequenceKv::ReserveAppend(int64_t tokens) {
   };
   for (size_t li = 0; li < layers_.size(); ++li) {
     Layer& l = layers_[li];
-    for (auto it = formats.begin(); it != distinct_end; ++it) {
+    for (auto it = formats.begin(); it != formats_end; ++it) {
       const KvFormat f = *it;
       std::vector<PageId>& r = l.reserve[Index(f)];
       const int64_t missing = PagesToAppend(l, f, tokens) - static_cast<int64_t>(r.size());

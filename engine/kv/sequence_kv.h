@@ -85,15 +85,16 @@ class SequenceKv {
   // A step's pages, set aside all or nothing before it writes anything (as vLLM's scheduler
   // allocates a step's blocks before running it): afterwards appending up to `tokens` tokens to
   // every layer takes pages from this reserve and cannot run out part-way. Each layer reserves,
-  // for every format its token classes may use, the pages those tokens would need if all went to
-  // that format (a dense format counts the free slots of its appendable page), minus what it
-  // already holds in reserve; the classes are decided layer by layer during the step, so this is
-  // the bound. RESOURCE_EXHAUSTED, with nothing taken, when a pool cannot supply them. Pages the
+  // for every format the tokens may go to, the pages they would need if all went to that format
+  // (a dense format counts the free slots of its appendable page), minus what it already holds in
+  // reserve: with `classified`, every format of the precision (a prefill chunk's classes are
+  // decided layer by layer during the step, so this is the bound); without, the full format only
+  // (Append without classes: a decode step's token). RESOURCE_EXHAUSTED, with nothing taken, when a pool cannot supply them. Pages the
   // step did not use stay reserved until ReleaseReserve (or Clear), which the step's caller calls
   // when it ends; until then the pools count them as taken, bytes() and num_pages() do not (they
   // hold no token). Not covered: CompressResidual's re-stored window and low-rank blocks, which a
   // policy creates only after the step's appends.
-  Status ReserveAppend(int64_t tokens);
+  Status ReserveAppend(int64_t tokens, bool classified);
   void ReleaseReserve();
   int64_t reserved_pages() const;
 

@@ -545,7 +545,9 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
   // Every conversation's pages before anything is written: when the pools cannot supply them the
   // step fails whole, each cache as it was (the conversations go on decoding; retry or Cancel).
   const StepReservation reservation(seqs);
-  for (llm::Sequence* seq : seqs) FZ_RETURN_IF_ERROR(seq->kv.ReserveAppend(1));
+  for (llm::Sequence* seq : seqs) {
+    FZ_RETURN_IF_ERROR(seq->kv.ReserveAppend(1, /*classified=*/false));
+  }
   const double t0 = NowMs();
   StatusOr<Tensor> step = decoder_->DecodeStep(seqs, tokens);
   if (!step.ok()) {
@@ -618,8 +620,10 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
   std::vector<llm::StepInput> running;
   std::vector<size_t> running_item;
   for (size_t i = 0; i < work.size(); ++i) {
-    const int64_t rows = inputs[i].embeds.defined() ? inputs[i].embeds.dim(0) : 1;
-    outs[i].status = inputs[i].seq->kv.ReserveAppend(rows);
+    // A prefill chunk's rows go to the formats their classes pick; a decode token is kFull.
+    const bool prefill = inputs[i].embeds.defined();
+    outs[i].status =
+        inputs[i].seq->kv.ReserveAppend(prefill ? inputs[i].embeds.dim(0) : 1, prefill);
     if (!outs[i].status.ok()) {
       outs[i].sampled = false;
       continue;

@@ -269,12 +269,12 @@ TEST_CASE("A step's pages are reserved all or nothing and appends take them from
   REQUIRE(pools->pages_in_use() == 3);
 
   // 27 tokens fit layers 1 and 2's free slots, but layer 0 needs a page.
-  REQUIRE(seq.ReserveAppend(27).ok());
+  REQUIRE(seq.ReserveAppend(27, true).ok());
   CHECK(seq.reserved_pages() == 1);
   seq.ReleaseReserve();
   CHECK(pools->pages_in_use() == 3);
   // 28 need one page in every layer: exactly what is left.
-  REQUIRE(seq.ReserveAppend(28).ok());
+  REQUIRE(seq.ReserveAppend(28, true).ok());
   CHECK(seq.reserved_pages() == 3);
   CHECK(pools->pages_in_use() == 6);
   CHECK(seq.num_pages() == 3);  // reserved pages hold no token
@@ -287,13 +287,13 @@ TEST_CASE("A step's pages are reserved all or nothing and appends take them from
 
   // The pools are full. Layer 0's open page has 4 free slots, layers 1 and 2's 31: 5 tokens need
   // a page in layer 0 only, and the refusal takes nothing and names it.
-  const Status full = seq.ReserveAppend(5);
+  const Status full = seq.ReserveAppend(5, true);
   CHECK(full.code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(MessageOf(full), Catch::Contains("layer 0"));
   CHECK(seq.reserved_pages() == 0);
-  REQUIRE(seq.ReserveAppend(4).ok());
+  REQUIRE(seq.ReserveAppend(4, true).ok());
   CHECK(seq.reserved_pages() == 0);
-  CHECK(seq.ReserveAppend(-1).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(seq.ReserveAppend(-1, true).code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("A reservation covers every format a step's token classes may use",
@@ -310,10 +310,14 @@ TEST_CASE("A reservation covers every format a step's token classes may use",
         AllPools(static_cast<int64_t>(2 * f16_page + 2 * int4_page + (enough ? 2 : 1) * int2_page));
     auto seq = *SequenceKv::Create(*pools, 1,
                                    KvPrecision{KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2});
-    const Status st = seq.ReserveAppend(40);
+    const Status st = seq.ReserveAppend(40, /*classified=*/true);
     if (!enough) {
       CHECK(st.code() == absl::StatusCode::kResourceExhausted);
       CHECK(pools->pages_in_use() == 0);
+      // Tokens without classes (decode steps) are all kFull: only f16 pages are reserved.
+      REQUIRE(seq.ReserveAppend(40, /*classified=*/false).ok());
+      CHECK(seq.reserved_pages() == 2);
+      CHECK(pools->pool(KvFormat::kF16)->pages_in_use() == 2);
       continue;
     }
     REQUIRE(st.ok());
