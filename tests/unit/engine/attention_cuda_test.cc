@@ -1,7 +1,6 @@
 // [cuda]: Attention on the GPU with bf16 tensor cores allowed
 // (AttentionParams::allow_bf16_tensor_cores), a GPU-only kernel, against the CPU op to bf16 level.
 // (The f32 kernel's test runs on every device: tests/unit/engine/ops/attention_test.cc.)
-// Below one tensor-core block the f32 kernel runs: abs 2e-5 + rel 1e-4, as there.
 #include <catch2/catch.hpp>
 #include <utility>
 
@@ -12,18 +11,18 @@
 namespace framezip::engine::test {
 namespace {
 
-constexpr testing::Tolerance kAttention{2e-5, 1e-4};
+// Below one tensor-core block the f32 kernel runs: its tolerance (ops/attention_test.cc).
+constexpr testing::Tolerance kF32Kernel{2e-5, 1e-4};
 
-struct Case {
+struct TensorCoreCase {
   const char* name;
   int64_t batch, tq, tk, heads, kv_heads, d;
   bool causal;
-  bool key_limit;
 };
 
 // The op on the CPU (first) and on the GPU (second) for fresh random q, k, v of case `c`; causal
 // cases put the queries at the end of the keys.
-std::pair<Tensor, Tensor> RunOnBoth(const Case& c, ops::AttentionParams params,
+std::pair<Tensor, Tensor> RunOnBoth(const TensorCoreCase& c, ops::AttentionParams params,
                                     std::mt19937_64& rng) {
   const auto q = MakeRandom({c.batch, c.tq, c.heads, c.d}, DType::kF32, rng);
   const auto k = MakeRandom({c.batch, c.tk, c.kv_heads, c.d}, DType::kF32, rng);
@@ -52,19 +51,19 @@ TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU o
   // itself. The cases cover both head dims, zero-padded ones (SigLIP's 72), GQA, a chunk after
   // earlier keys, bidirectional, partial tiles, and one with fewer queries than a tensor-core block
   // (the f32 kernel, so f32 tolerance).
-  const Case cases[] = {
-      {"causal prefill GQA 14/2 d64", 1, 200, 200, 14, 2, 64, true, false},
-      {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true, false},
-      {"bidirectional 4/4 d128", 1, 130, 130, 4, 4, 128, false, false},
-      {"bidirectional ViT d72 (zero-padded to 128)", 2, 100, 100, 3, 3, 72, false, false},
-      {"causal d40 (zero-padded to 64)", 1, 90, 90, 4, 2, 40, true, false},
-      {"19 queries: below one block, f32 kernel", 1, 19, 70, 4, 2, 64, true, false},
+  const TensorCoreCase cases[] = {
+      {"causal prefill GQA 14/2 d64", 1, 200, 200, 14, 2, 64, true},
+      {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true},
+      {"bidirectional 4/4 d128", 1, 130, 130, 4, 4, 128, false},
+      {"bidirectional ViT d72 (zero-padded to 128)", 2, 100, 100, 3, 3, 72, false},
+      {"causal d40 (zero-padded to 64)", 1, 90, 90, 4, 2, 40, true},
+      {"19 queries: below one block, f32 kernel", 1, 19, 70, 4, 2, 64, true},
   };
-  for (const Case& c : cases) {
+  for (const TensorCoreCase& c : cases) {
     DYNAMIC_SECTION(c.name) {
       const auto [want, got] = RunOnBoth(c, {.allow_bf16_tensor_cores = true}, rng);
       if (c.tq < ops::kTensorCoreMinQueries) {
-        CheckClose(got, want, kAttention);
+        CheckClose(got, want, kF32Kernel);
       } else {
         CheckWithinRms(got, want, {1e-1, 1.5e-2});
       }

@@ -24,8 +24,6 @@
 namespace framezip::engine::test {
 namespace {
 
-using kv::KvFormat;
-
 constexpr testing::Tolerance kDecode{2e-5, 1e-4};
 
 // The tensor-core kernel (PagedDecodeLaunch::tensor_cores) through the launcher directly: f16
@@ -95,49 +93,13 @@ Tensor RunKernelDirect(const Tensor& q_host, const std::vector<ops::KvSpan>& gpu
   return out;
 }
 
-struct Case {
-  const char* name;
-  int64_t heads, kv_heads, d;
-  std::vector<std::vector<int32_t>> seq_spans;  // tokens per span, per sequence
-  std::vector<KvFormat> formats;                // drawn per span
-};
-
 TEST_CASE("Paged decode kernel variants on the GPU match the CPU op", "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed());
-  const std::vector<int32_t> long_seq(70, 32);  // 2240 tokens: many split-K work items
-  const std::vector<Case> cases = {
-      {"f16 GQA 14/2 d64 ragged",
-       14,
-       2,
-       64,
-       {{16, 16, 16, 5}, {}, {16, 0, 16, 1}, long_seq},
-       {KvFormat::kF16}},
-      {"f32 d128", 4, 2, 128, {{16, 16, 7}, {3}}, {KvFormat::kF32}},
-      {"int4 8/2 d128", 8, 2, 128, {{32, 32, 32, 17}, {1}, long_seq}, {KvFormat::kInt4}},
-      {"int2 14/2 d64", 14, 2, 64, {{32, 32, 9}, {32, 32, 32, 32}, long_seq}, {KvFormat::kInt2}},
-      {"mixed formats 16/1 d128 (two warps per KV head)",
-       16,
-       1,
-       128,
-       {{32, 32, 32, 32, 20}, {32, 3}, long_seq},
-       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
-      {"mixed formats 14/2 d64",
-       14,
-       2,
-       64,
-       {{32, 32, 32, 32, 32, 32, 11}, {}, {32, 1}, long_seq},
-       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2}},
-  };
-  for (const Case& c : cases) {
+  for (const PagedCase& c : PagedDecodeCases()) {
     DYNAMIC_SECTION(c.name) {
       SpanArena arena;
-      std::vector<int32_t> offsets = {0};
-      std::uniform_int_distribution<size_t> pick(0, c.formats.size() - 1);
-      for (const auto& seq : c.seq_spans) {
-        for (int32_t n : seq) arena.Add(c.formats[pick(rng)], n, 32, c.kv_heads, c.d, rng);
-        offsets.push_back(offsets.back() + static_cast<int32_t>(seq.size()));
-      }
+      const std::vector<int32_t> offsets = FillArena(c, arena, rng);
       const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
       const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
       const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};

@@ -139,4 +139,54 @@ class SpanArena {
   std::map<std::string, Tensor> mirrors_;
 };
 
+// The paged decode cases that the every-device test and the GPU kernel-variant test both run:
+// every format and mixed page tables, ragged sequences, partly filled and empty spans, an empty
+// sequence, GQA up to 16/1, head_dim 64 and 128, and a 2240-token sequence (many split-K items).
+struct PagedCase {
+  const char* name;
+  int64_t heads, kv_heads, d;
+  std::vector<std::vector<int32_t>> seq_spans;  // tokens per span, per sequence
+  std::vector<kv::KvFormat> formats;            // drawn per span
+};
+
+inline std::vector<PagedCase> PagedDecodeCases() {
+  using kv::KvFormat;
+  const std::vector<int32_t> long_seq(70, 32);
+  return {
+      {"f16 GQA 14/2 d64 ragged",
+       14,
+       2,
+       64,
+       {{16, 16, 16, 5}, {}, {16, 0, 16, 1}, long_seq},
+       {KvFormat::kF16}},
+      {"f32 d128", 4, 2, 128, {{16, 16, 7}, {3}}, {KvFormat::kF32}},
+      {"int4 8/2 d128", 8, 2, 128, {{32, 32, 32, 17}, {1}, long_seq}, {KvFormat::kInt4}},
+      {"int2 14/2 d64", 14, 2, 64, {{32, 32, 9}, {32, 32, 32, 32}, long_seq}, {KvFormat::kInt2}},
+      {"mixed formats 16/1 d128 (two warps per KV head)",
+       16,
+       1,
+       128,
+       {{32, 32, 32, 32, 20}, {32, 3}, long_seq},
+       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
+      {"mixed formats 14/2 d64",
+       14,
+       2,
+       64,
+       {{32, 32, 32, 32, 32, 32, 11}, {}, {32, 1}, long_seq},
+       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2}},
+  };
+}
+
+// Case c's spans in `arena` (pages of 32 slots, each span's format drawn from c.formats); returns
+// the span offsets of its sequences (B + 1 entries).
+inline std::vector<int32_t> FillArena(const PagedCase& c, SpanArena& arena, std::mt19937_64& rng) {
+  std::vector<int32_t> offsets = {0};
+  std::uniform_int_distribution<size_t> pick(0, c.formats.size() - 1);
+  for (const auto& seq : c.seq_spans) {
+    for (int32_t n : seq) arena.Add(c.formats[pick(rng)], n, 32, c.kv_heads, c.d, rng);
+    offsets.push_back(offsets.back() + static_cast<int32_t>(seq.size()));
+  }
+  return offsets;
+}
+
 }  // namespace framezip::engine::test

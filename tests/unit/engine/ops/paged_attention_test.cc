@@ -21,21 +21,12 @@
 namespace framezip::engine::test {
 namespace {
 
-using kv::KvFormat;
-
 constexpr testing::Tolerance kDecode{2e-5, 1e-4};
-
-struct Case {
-  const char* name;
-  int64_t heads, kv_heads, d;
-  std::vector<std::vector<int32_t>> seq_spans;  // tokens per span, per sequence
-  std::vector<KvFormat> formats;                // drawn per span
-};
 
 // out[b, h] = softmax(q[b, h] · K_bᵀ / sqrt(d)) V_b over sequence b's spans, in f64 (zeros for a
 // sequence without tokens).
-std::vector<double> Reference(const Case& c, const std::vector<double>& q, const SpanArena& arena,
-                              const std::vector<int32_t>& offsets) {
+std::vector<double> Reference(const PagedCase& c, const std::vector<double>& q,
+                              const SpanArena& arena, const std::vector<int32_t>& offsets) {
   const int64_t H = c.heads, G = c.kv_heads, d = c.d;
   const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
   std::vector<double> out(static_cast<size_t>(batch * H * d), 0.0);
@@ -72,50 +63,24 @@ std::vector<double> Reference(const Case& c, const std::vector<double>& q, const
 TEST_CASE("Paged decode attention matches f64 over every page format on every device",
           "[unit][engine][ops][devices]") {
   std::mt19937_64 rng(testing::TestSeed());
-  const std::vector<int32_t> long_seq(70, 32);  // 2240 tokens
-  const Case c = GENERATE_COPY(
-      Case{"f16 GQA 14/2 d64 ragged",
-           14,
-           2,
-           64,
-           {{16, 16, 16, 5}, {}, {16, 0, 16, 1}, long_seq},
-           {KvFormat::kF16}},
-      Case{"f32 d128", 4, 2, 128, {{16, 16, 7}, {3}}, {KvFormat::kF32}},
-      Case{"int4 8/2 d128", 8, 2, 128, {{32, 32, 32, 17}, {1}, long_seq}, {KvFormat::kInt4}},
-      Case{
-          "int2 14/2 d64", 14, 2, 64, {{32, 32, 9}, {32, 32, 32, 32}, long_seq}, {KvFormat::kInt2}},
-      Case{"mixed formats 16/1 d128",
-           16,
-           1,
-           128,
-           {{32, 32, 32, 32, 20}, {32, 3}, long_seq},
-           {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
-      Case{"mixed formats 14/2 d64",
-           14,
-           2,
-           64,
-           {{32, 32, 32, 32, 32, 32, 11}, {}, {32, 1}, long_seq},
-           {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2}});
-  CAPTURE(c.name);
-  SpanArena arena;
-  std::vector<int32_t> offsets = {0};
-  std::uniform_int_distribution<size_t> pick(0, c.formats.size() - 1);
-  for (const auto& seq : c.seq_spans) {
-    for (int32_t n : seq) arena.Add(c.formats[pick(rng)], n, 32, c.kv_heads, c.d, rng);
-    offsets.push_back(offsets.back() + static_cast<int32_t>(seq.size()));
+  for (const PagedCase& c : PagedDecodeCases()) {
+    DYNAMIC_SECTION(c.name) {
+      SpanArena arena;
+      const std::vector<int32_t> offsets = FillArena(c, arena, rng);
+      const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+      const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
+      const auto want = Reference(c, q.values, arena, offsets);
+      const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};
+      ForEachDevice([&](const Device& device) {
+        Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
+        const Status st = ops::PagedDecodeAttention(On(q.tensor, device), arena.Spans(device),
+                                                    offsets, params, out);
+        INFO(st.ToString());
+        REQUIRE(st.ok());
+        CheckCloseTo(out, want, kDecode);
+      });
+    }
   }
-  const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
-  const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
-  const auto want = Reference(c, q.values, arena, offsets);
-  const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};
-  ForEachDevice([&](const Device& device) {
-    Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
-    const Status st =
-        ops::PagedDecodeAttention(On(q.tensor, device), arena.Spans(device), offsets, params, out);
-    INFO(st.ToString());
-    REQUIRE(st.ok());
-    CheckCloseTo(out, want, kDecode);
-  });
 }
 
 }  // namespace
