@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <random>
 #include <vector>
@@ -333,6 +335,44 @@ TEST_CASE("A reservation covers every format a step's token classes may use",
     CHECK(pools->pages_in_use() == seq.num_pages());
     seq.Clear();
     CHECK(pools->pages_in_use() == 0);
+  }
+}
+
+}  // namespace
+}  // namespace framezip::engine::kv
+
+namespace framezip::engine::kv {
+namespace {
+
+// What a step's reservation costs a decode step: ReserveAppend + ReleaseReserve of one token on a
+// 24-layer sequence (Qwen2-0.5B's depth), at a page boundary (a page per layer taken and, unused,
+// given back) and inside a page (nothing to take). Run by hand:
+//   build/tests/engine_kv_test "[bench]"
+TEST_CASE("Step reservation timing on 24 layers", "[.][bench]") {
+  auto pools = AllPools(int64_t{256} << 20);
+  auto seq = *SequenceKv::Create(*pools, 24,
+                                 KvPrecision{KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2});
+  std::mt19937_64 rng(testing::TestSeed());
+  const Tokens t = MakeTokens(kPage, 0, rng);
+  for (const int64_t held : {int64_t{0}, int64_t{5}}) {
+    seq.Clear();
+    for (int l = 0; l < 24 && held > 0; ++l) {
+      REQUIRE(seq.Append(l, t.k.data(), t.v.data(), t.pos.data(), held).ok());
+    }
+    for (const bool classified : {false, true}) {
+      constexpr int kReps = 20000;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kReps; ++i) {
+        REQUIRE(seq.ReserveAppend(1, classified).ok());
+        seq.ReleaseReserve();
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          kReps;
+      std::cout << (held == 0 ? "page boundary" : "inside a page") << ", "
+                << (classified ? "every format" : "full format only") << ": " << us
+                << " us per step" << std::endl;
+    }
   }
 }
 
