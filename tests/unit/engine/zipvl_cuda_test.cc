@@ -8,8 +8,8 @@
 //   * Sparse prefill over a given important set against the CPU ops::SparsePrefillAttention
 //     (RestRows::kZero), abs 2e-5 + rel 1e-4 as dense attention; and the whole GPU step (scores,
 //     top-p, sparse prefill) against the CPU op over the important set the GPU steps chose.
-//   * The row moves under sparse prefill (ops::CopyRowSlices) bit for bit. (SparsePrefillAttention
-//     itself, every rest-row mode, runs on every device: tests/unit/engine/ops/.)
+//   (SparsePrefillAttention itself, every rest-row mode, and the row moves under it,
+//   ops::CopyRowSlices, run on every device: tests/unit/engine/ops/.)
 #include "engine/ops/zipvl_cuda.h"
 
 #include <algorithm>
@@ -202,57 +202,6 @@ TEST_CASE("ZipVL sparse prefill pipeline on the GPU wires its steps together", "
   REQUIRE(kept.ok());
   CHECK(*kept == *p);
   CheckClose(got, want, testing::Tolerance{2e-5, 1e-4});
-}
-
-TEST_CASE("CopyRowSlices on the GPU moves exactly the CPU op's elements", "[cuda][ops]") {
-  if (SkipWithoutGpu()) return;
-  std::mt19937_64 rng(testing::TestSeed() + 7);
-  // A head range [2, 5) of chosen rows of a [40, 6 heads · 8] matrix, gathered, then scattered
-  // into another matrix's heads [1, 4); the identity rows copy a prefix (the past keys' case).
-  const int64_t n = 40, stride = 48, width = 24;
-  const auto src = MakeRandom({n, stride}, DType::kF32, rng);
-  const std::vector<int32_t> rows = RandomSortedSubset(n, 13, rng);
-  const int64_t m = static_cast<int64_t>(rows.size());
-  for (bool identity : {false, true}) {
-    DYNAMIC_SECTION((identity ? "identity rows" : "chosen rows")) {
-      const std::span<const int32_t> picked = identity ? std::span<const int32_t>() : rows;
-      Tensor want = MakeEmpty({m, width});
-      REQUIRE(ops::CopyRowSlices(
-                  Device::Cpu(), m, width,
-                  {.data = src.tensor.data<float>(), .stride = stride, .col0 = 16, .rows = picked},
-                  {.data = want.data<float>(), .stride = width})
-                  .ok());
-      const Tensor src_gpu = OnGpu(src.tensor);
-      Tensor got = PoisonedGpu({m, width});
-      REQUIRE(ops::CopyRowSlices(src_gpu.device(), m, width,
-                                 {.data = static_cast<const float*>(src_gpu.raw_data()),
-                                  .stride = stride,
-                                  .col0 = 16,
-                                  .rows = picked},
-                                 {.data = static_cast<float*>(got.raw_data()), .stride = width})
-                  .ok());
-      CheckClose(got, want, testing::Tolerance{0.0, 0.0});
-
-      // Scatter back into a matrix whose other elements must keep their values.
-      const auto base = MakeRandom({n, stride}, DType::kF32, rng);
-      Tensor scattered_want = *base.tensor.To(Device::Cpu());
-      REQUIRE(
-          ops::CopyRowSlices(
-              Device::Cpu(), m, width, {.data = want.data<float>(), .stride = width},
-              {.data = scattered_want.data<float>(), .stride = stride, .col0 = 8, .rows = picked})
-              .ok());
-      Tensor scattered = OnGpu(base.tensor);
-      REQUIRE(
-          ops::CopyRowSlices(scattered.device(), m, width,
-                             {.data = static_cast<const float*>(got.raw_data()), .stride = width},
-                             {.data = static_cast<float*>(scattered.raw_data()),
-                              .stride = stride,
-                              .col0 = 8,
-                              .rows = picked})
-              .ok());
-      CheckClose(scattered, scattered_want, testing::Tolerance{0.0, 0.0});
-    }
-  }
 }
 
 }  // namespace

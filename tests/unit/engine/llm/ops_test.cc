@@ -1,5 +1,5 @@
-// The CPU-only parts of the ops: the AMX weight cache, CopyRowSlices over host pointers, RoPE's
-// shared angle table and host-checked positions. Each op's values on every device are tested in
+// The CPU-only parts of the ops: the AMX weight cache, RoPE's shared angle table and host-checked
+// positions. Each op's values on every device are tested in
 // tests/unit/engine/ops/ (one definition per op, run on the CPU and, where present, the GPU).
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -16,7 +16,6 @@
 #include "engine/ops/linear.h"
 #include "engine/ops/rope.h"
 #include "engine/ops/rope_table.h"
-#include "engine/ops/row_slices.h"
 #include "fmt/format.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
@@ -104,46 +103,6 @@ TEST_CASE("Linear timing at few rows, packed per call and cached", "[.][bench]")
                                best * 1e3);
     }
   }
-}
-
-TEST_CASE("CopyRowSlices gathers and scatters head ranges of chosen rows", "[unit][engine][ops]") {
-  // src [6 rows, 10 floats]; copy columns [3, 7) of rows {4, 1, 5} into columns [2, 6) of rows
-  // {0, 2, 1} of dst [3, 8]; everything else of dst keeps its value.
-  std::vector<float> src(60), dst(24, -1.f);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
-  const std::vector<int32_t> from = {4, 1, 5}, to = {0, 2, 1};
-  REQUIRE(ops::CopyRowSlices(Device::Cpu(), 3, 4,
-                             {.data = src.data(), .stride = 10, .col0 = 3, .rows = from},
-                             {.data = dst.data(), .stride = 8, .col0 = 2, .rows = to})
-              .ok());
-  std::vector<float> want(24, -1.f);
-  for (int i = 0; i < 3; ++i) {
-    for (int c = 0; c < 4; ++c) want[to[i] * 8 + 2 + c] = src[from[i] * 10 + 3 + c];
-  }
-  CHECK(dst == want);
-
-  // No index lists: rows 0, 1, ... on both sides (the past keys' prefix copy).
-  std::vector<float> prefix(8, 0.f);
-  REQUIRE(ops::CopyRowSlices(Device::Cpu(), 2, 4, {.data = src.data(), .stride = 10, .col0 = 6},
-                             {.data = prefix.data(), .stride = 4})
-              .ok());
-  CHECK(prefix == std::vector<float>{6, 7, 8, 9, 16, 17, 18, 19});
-
-  // Bad arguments are named, and nothing is written.
-  const std::vector<int32_t> short_list = {1}, negative = {0, -2, 1};
-  CHECK(ops::CopyRowSlices(Device::Cpu(), 3, 4,
-                           {.data = src.data(), .stride = 10, .rows = short_list},
-                           {.data = dst.data(), .stride = 8})
-            .code() == absl::StatusCode::kInvalidArgument);
-  CHECK(ops::CopyRowSlices(Device::Cpu(), 3, 4, {.data = src.data(), .stride = 10},
-                           {.data = dst.data(), .stride = 8, .rows = negative})
-            .code() == absl::StatusCode::kInvalidArgument);
-  const auto overrun =
-      ops::CopyRowSlices(Device::Cpu(), 1, 4, {.data = src.data(), .stride = 10, .col0 = 7},
-                         {.data = dst.data(), .stride = 8});
-  CHECK(overrun.code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(overrun.message()), Catch::Contains("source columns [7, 11)"));
-  CHECK(dst == want);
 }
 
 TEST_CASE("RoPE's shared angle table holds ApplyRope's f32 angles exactly, grows, and has a cap",
