@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "engine/ops/attention_sparse.h"
-#include "engine/ops/row_slices.h"
 #include "tests/unit/engine/cuda_test_util.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 

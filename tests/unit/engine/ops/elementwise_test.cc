@@ -65,7 +65,8 @@ TEST_CASE("QuickGelu matches f64 on every device, tails included", "[unit][engin
   std::mt19937_64 rng(testing::TestSeed());
   // Where e^(-1.702x) overflows the result must be -0, not NaN.
   auto a = MakeRandom({3, 33335}, DType::kF32, rng, 3.f);
-  for (auto [i, v] : {std::pair{0, -100.f}, std::pair{1, 100.f}, std::pair{2, -60.f}}) {
+  for (auto [i, v] : {std::pair{0, -100.f}, std::pair{1, 100.f}, std::pair{2, -60.f},
+                      std::pair{3, -200.f}, std::pair{4, 200.f}, std::pair{5, 0.f}}) {
     a.tensor.data<float>()[i] = v;
     a.values[static_cast<size_t>(i)] = v;
   }
@@ -77,6 +78,17 @@ TEST_CASE("QuickGelu matches f64 on every device, tails included", "[unit][engin
     Tensor in_place = On(a.tensor, device);
     REQUIRE(ops::QuickGelu(in_place, in_place).ok());
     CheckCloseTo(in_place, want, TranscendentalTolerance(device));
+  });
+}
+
+TEST_CASE("QuickGelu rejects mismatched shapes and non-f32 on every device",
+          "[unit][engine][ops][devices]") {
+  ForEachDevice([&](const Device& device) {
+    const Tensor a = PoisonedOn({4}, device);
+    Tensor longer = PoisonedOn({5}, device);
+    Tensor bf16 = PoisonedOn({4}, device, DType::kBF16);
+    CHECK(ops::QuickGelu(a, longer).code() == absl::StatusCode::kInvalidArgument);
+    CHECK(ops::QuickGelu(a, bf16).code() == absl::StatusCode::kInvalidArgument);
   });
 }
 

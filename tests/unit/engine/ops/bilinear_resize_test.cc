@@ -1,5 +1,8 @@
-// BilinearResize against an f64 transcription of PyTorch's align_corners=False rule, on fresh
-// random inputs, for the sizes LLaVA-OneVision uses (27 -> 14) and odd/even up/down scales.
+// BilinearResize on every device present (tests/unit/engine/ops/device_cases.h) against an f64
+// transcription of PyTorch's align_corners=False rule, on fresh random inputs, for the sizes
+// LLaVA-OneVision uses (27 -> 14), framezip-tiny-video's (4 -> 2) and odd/even up/down scales, in
+// both layouts and every float dtype. Every device computes the same taps and the same
+// uncontracted multiply-adds in f32, so a GPU's result must also equal the CPU's bit for bit.
 #include "engine/ops/bilinear_resize.h"
 
 #include <algorithm>
@@ -8,10 +11,9 @@
 #include <vector>
 
 #include "engine/core/half.h"
-#include "tests/testing/compare.h"
-#include "tests/testing/random.h"
+#include "tests/unit/engine/ops/device_cases.h"
 
-namespace framezip::engine {
+namespace framezip::engine::test {
 namespace {
 
 using ops::ImageLayout;
@@ -75,39 +77,42 @@ std::vector<double> ToNhwc(const std::vector<double>& x, int64_t N, int64_t C, i
   return y;
 }
 
-TEST_CASE("BilinearResize matches the f64 align_corners=False rule", "[unit][engine][ops]") {
+TEST_CASE("BilinearResize matches the f64 align_corners=False rule on every device",
+          "[unit][engine][ops][devices]") {
   struct Case {
     int64_t N, C, H, W, Ho, Wo;
   };
-  // 27 -> 14 is the video pooling; the rest cover odd/even halving with ceil, non-square, the
-  // anyres shrink (arbitrary ratio), identity, 1-pixel edges and upscaling.
+  // 27 -> 14 is the video pooling, 4 -> 2 framezip-tiny-video's; the rest cover odd/even halving
+  // with ceil, non-square, the anyres shrink (arbitrary ratio), identity, 1-pixel edges and
+  // upscaling on one or both axes.
   const Case cases[] = {{2, 5, 27, 27, 14, 14}, {1, 3, 13, 9, 7, 5}, {3, 2, 8, 6, 4, 3},
                         {1, 4, 71, 81, 63, 72}, {1, 2, 5, 5, 5, 5},  {2, 3, 1, 7, 1, 4},
-                        {1, 2, 3, 4, 7, 9},     {1, 1, 2, 2, 1, 1}};
+                        {1, 2, 3, 4, 7, 9},     {1, 1, 2, 2, 1, 1},  {3, 5, 4, 4, 2, 2},
+                        {3, 5, 5, 7, 9, 3}};
   std::mt19937_64 rng(testing::TestSeed());
   for (const Case& k : cases) {
     const auto x = testing::RandomNormal(static_cast<size_t>(k.N * k.C * k.H * k.W), rng);
     const auto want = ReferenceNchw(x, k.N, k.C, k.H, k.W, k.Ho, k.Wo);
     INFO("case N=" << k.N << " C=" << k.C << " " << k.H << "x" << k.W << " -> " << k.Ho << "x"
                    << k.Wo);
-    {
-      Tensor in = FromVector(x, {k.N, k.C, k.H, k.W});
-      auto out = Tensor::Empty({k.N, k.C, k.Ho, k.Wo}, DType::kF32);
-      REQUIRE(out.ok());
-      REQUIRE(ops::BilinearResize(in, *out, ImageLayout::kChannelsFirst).ok());
-      const auto r = testing::CompareValues(testing::ToFloatVector(*out), want, {1e-6, 1e-6});
-      INFO(r.message);
-      CHECK(r.ok);
-    }
-    {
-      Tensor in = FromVector(ToNhwc(x, k.N, k.C, k.H, k.W), {k.N, k.H, k.W, k.C});
-      auto out = Tensor::Empty({k.N, k.Ho, k.Wo, k.C}, DType::kF32);
-      REQUIRE(out.ok());
-      REQUIRE(ops::BilinearResize(in, *out, ImageLayout::kChannelsLast).ok());
-      const auto r = testing::CompareValues(testing::ToFloatVector(*out),
-                                            ToNhwc(want, k.N, k.C, k.Ho, k.Wo), {1e-6, 1e-6});
-      INFO(r.message);
-      CHECK(r.ok);
+    for (const ImageLayout layout : {ImageLayout::kChannelsFirst, ImageLayout::kChannelsLast}) {
+      const bool first = layout == ImageLayout::kChannelsFirst;
+      INFO((first ? "NCHW" : "NHWC"));
+      const Tensor in = first ? FromVector(x, {k.N, k.C, k.H, k.W})
+                              : FromVector(ToNhwc(x, k.N, k.C, k.H, k.W), {k.N, k.H, k.W, k.C});
+      const Shape out_shape = first ? Shape{k.N, k.C, k.Ho, k.Wo} : Shape{k.N, k.Ho, k.Wo, k.C};
+      Tensor on_cpu;
+      ForEachDevice([&](const Device& device) {
+        Tensor out = PoisonedOn(out_shape, device);
+        REQUIRE(ops::BilinearResize(On(in, device), out, layout).ok());
+        CheckCloseTo(out, first ? want : ToNhwc(want, k.N, k.C, k.Ho, k.Wo), {1e-6, 1e-6});
+        if (device.is_cpu()) {
+          on_cpu = out;
+        } else {
+          const std::vector<float> cpu_values = testing::ToFloatVector(on_cpu);
+          CheckCloseTo(out, std::vector<double>(cpu_values.begin(), cpu_values.end()), {0.0, 0.0});
+        }
+      });
     }
   }
 }
@@ -126,46 +131,46 @@ TEST_CASE("BilinearResize 27->14 uses the taps of MODELS.md 1.8", "[unit][engine
   for (int c = 0; c < 14; ++c) CHECK(out->data<float>()[5 * 14 + c] == Approx(src[c]).margin(2e-6));
 }
 
-TEST_CASE("BilinearResize on bf16 is within bf16 rounding of f64", "[unit][engine][ops]") {
+TEST_CASE("BilinearResize on 16-bit images is within their rounding of f64 on every device",
+          "[unit][engine][ops][devices]") {
   std::mt19937_64 rng(testing::TestSeed() + 1);
   const int64_t N = 2, H = 27, W = 27, C = 8;
-  auto x = testing::RandomNormal(static_cast<size_t>(N * C * H * W), rng);
-  auto in = Tensor::Empty({N, H, W, C}, DType::kBF16);
-  REQUIRE(in.ok());
-  for (size_t i = 0; i < x.size(); ++i) {
-    in->data<BFloat16>()[i] = F32ToBF16(x[i]);
-    x[i] = BF16ToF32(in->data<BFloat16>()[i]);
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    INFO(DTypeName(dtype));
+    const auto in = MakeRandom({N, H, W, C}, dtype, rng);  // NHWC, as the pooling reads it
+    std::vector<float> nchw(in.values.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < H * W; ++i)
+          nchw[(n * C + c) * H * W + i] = static_cast<float>(in.values[(n * H * W + i) * C + c]);
+    const auto want = ToNhwc(ReferenceNchw(nchw, N, C, H, W, 14, 14), N, C, 14, 14);
+    // One rounding of the f32 result: half an ulp, 2^-8 (bf16) or 2^-11 (f16) relative.
+    const double rel = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+    ForEachDevice([&](const Device& device) {
+      Tensor out = PoisonedOn({N, 14, 14, C}, device, dtype);
+      REQUIRE(ops::BilinearResize(On(in.tensor, device), out, ImageLayout::kChannelsLast).ok());
+      CheckCloseTo(out, want, {1e-6, rel});
+    });
   }
-  std::vector<float> nchw(x.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < H * W; ++i)
-        nchw[(n * C + c) * H * W + i] = x[(n * H * W + i) * C + c];
-  const auto want = ToNhwc(ReferenceNchw(nchw, N, C, H, W, 14, 14), N, C, 14, 14);
-  auto out = Tensor::Empty({N, 14, 14, C}, DType::kBF16);
-  REQUIRE(out.ok());
-  REQUIRE(ops::BilinearResize(*in, *out, ImageLayout::kChannelsLast).ok());
-  const auto r = testing::CompareValues(testing::ToFloatVector(*out), want, {1e-6, 1.0 / 256});
-  INFO(r.message);
-  CHECK(r.ok);
 }
 
-TEST_CASE("BilinearResize rejects bad shapes, dtypes and sizes", "[unit][engine][ops]") {
-  auto a = Tensor::Empty({1, 3, 4, 4}, DType::kF32);
-  auto b = Tensor::Empty({1, 2, 2, 2}, DType::kF32);   // channel count differs (NCHW)
-  auto c = Tensor::Empty({1, 3, 2, 2}, DType::kBF16);  // dtype differs
-  auto d = Tensor::Empty({1, 3, 0, 2}, DType::kF32);   // empty output
-  auto e = Tensor::Empty({3, 4, 4}, DType::kF32);      // rank 3
-  REQUIRE((a.ok() && b.ok() && c.ok() && d.ok() && e.ok()));
-  CHECK(ops::BilinearResize(*a, *b, ImageLayout::kChannelsFirst).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(ops::BilinearResize(*a, *c, ImageLayout::kChannelsFirst).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(ops::BilinearResize(*a, *d, ImageLayout::kChannelsFirst).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(ops::BilinearResize(*e, *a, ImageLayout::kChannelsFirst).code() ==
-        absl::StatusCode::kInvalidArgument);
+TEST_CASE("BilinearResize rejects bad shapes, dtypes and sizes on every device",
+          "[unit][engine][ops][devices]") {
+  ForEachDevice([&](const Device& device) {
+    const Tensor a = PoisonedOn({1, 3, 4, 4}, device);
+    Tensor other_channels = PoisonedOn({1, 2, 2, 2}, device);
+    Tensor other_dtype = PoisonedOn({1, 3, 2, 2}, device, DType::kBF16);
+    Tensor empty = PoisonedOn({1, 3, 0, 2}, device);
+    const Tensor rank3 = PoisonedOn({3, 4, 4}, device);
+    Tensor out = PoisonedOn({1, 3, 4, 4}, device);
+    for (Tensor* bad : {&other_channels, &other_dtype, &empty}) {
+      CHECK(ops::BilinearResize(a, *bad, ImageLayout::kChannelsFirst).code() ==
+            absl::StatusCode::kInvalidArgument);
+    }
+    CHECK(ops::BilinearResize(rank3, out, ImageLayout::kChannelsFirst).code() ==
+          absl::StatusCode::kInvalidArgument);
+  });
 }
 
 }  // namespace
-}  // namespace framezip::engine
+}  // namespace framezip::engine::test
