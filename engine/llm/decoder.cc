@@ -12,6 +12,7 @@
 #include "engine/ops/embedding.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/op_checks.h"
+#include "engine/ops/paged_attention.h"
 #include "engine/ops/rms_norm.h"
 #include "engine/ops/rope.h"
 #include "engine/ops/row_slices.h"
@@ -102,6 +103,8 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
         s.rope.head_dim);
   }
   FZ_RETURN_IF_ERROR(CheckWeights(s, w));
+  // What the device's kernels take, before any weight is copied there.
+  FZ_RETURN_IF_ERROR(ops::PagedDecodeSupports(device, s.head_dim));
   std::unique_ptr<Decoder> d(new Decoder(s, device));
   d->bf16_attention_ = !w.layers.empty() && w.layers[0].q_proj.dtype() != DType::kF32;
   size_t& copied = d->weight_bytes_;

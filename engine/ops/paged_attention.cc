@@ -72,4 +72,11 @@ Status PagedDecodeAttention(const Tensor& q, std::span<const KvSpan> spans,
   return PagedDecodeAttentionCuda(q, spans, span_offsets, params, out);
 }
 
+Status PagedDecodeSupports(Device device, int64_t head_dim) {
+  if (device.is_cpu() || head_dim == 64 || head_dim == 128) return absl::OkStatus();
+  return UnimplementedError(
+      "PagedDecodeAttention on {}: head_dim {} (the GPU kernels are built for 64 and 128)",
+      DeviceName(device), head_dim);
+}
+
 }  // namespace framezip::engine::ops

@@ -58,4 +58,10 @@ Status PagedDecodeAttention(const Tensor& q, std::span<const KvSpan> spans,
                             std::span<const int32_t> span_offsets, const PagedDecodeParams& params,
                             Tensor& out);
 
+// Whether decode attention over paged KV is built for `head_dim` on `device`: OK, or UNIMPLEMENTED
+// naming the head size and what the device takes. CPU: any head_dim (quantised pages also need
+// head_dim % 32 == 0, which their pools check). CUDA: 64 or 128. A decoder asks at construction,
+// so a model the device cannot serve fails at load, not at its first decode step.
+Status PagedDecodeSupports(Device device, int64_t head_dim);
+
 }  // namespace framezip::engine::ops

@@ -25,9 +25,7 @@ Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
                                 const PagedDecodeParams& params, Tensor& out) {
   constexpr std::string_view kOp = "PagedDecodeAttention";
   const int64_t batch = q.dim(0), heads = q.dim(1), d = q.dim(2);
-  if (d != 64 && d != 128) {
-    return UnimplementedError("{} on GPU: head_dim {} (only 64 and 128 are built)", kOp, d);
-  }
+  FZ_RETURN_IF_ERROR(PagedDecodeSupports(q.device(), d));
   std::vector<cuda::PagedSpanDesc> descs(spans.size());
   std::vector<int32_t> span_tokens(spans.size());
   int64_t total_tokens = 0;

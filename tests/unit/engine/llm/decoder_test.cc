@@ -309,3 +309,23 @@ TEST_CASE("A full KV pool is RESOURCE_EXHAUSTED, not a crash", "[unit][engine][l
 
 }  // namespace
 }  // namespace framezip::engine::llm
+
+namespace framezip::engine {
+namespace {
+
+TEST_CASE("A decoder refuses at construction a head size its device's kernels lack",
+          "[unit][engine][llm]") {
+  auto c = testing::TinyDecoderConfig(true);
+  c.hidden_size = 4 * 96;
+  c.head_dim = 96;  // neither 64 nor 128: the GPU's paged decode kernels are not built for it
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 4);
+  const auto on_gpu = runtime::CreateDecoder(c, r.weights, Device::Cuda(0));
+  REQUIRE(on_gpu.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(MessageOf(on_gpu.status()), Catch::Contains("head_dim 96") &&
+                                             Catch::Contains("cuda:0") &&
+                                             Catch::Contains("64 and 128"));
+  CHECK(runtime::CreateDecoder(c, r.weights).ok());  // the CPU takes any head size
+}
+
+}  // namespace
+}  // namespace framezip::engine
