@@ -89,11 +89,13 @@ class SequenceKv {
   // (a dense format counts the free slots of its appendable page), minus what it already holds in
   // reserve: with `classified`, every format of the precision (a prefill chunk's classes are
   // decided layer by layer during the step, so this is the bound); without, the full format only
-  // (Append without classes: a decode step's token). RESOURCE_EXHAUSTED, with nothing taken, when a pool cannot supply them. Pages the
-  // step did not use stay reserved until ReleaseReserve (or Clear), which the step's caller calls
-  // when it ends; until then the pools count them as taken, bytes() and num_pages() do not (they
-  // hold no token). Not covered: CompressResidual's re-stored window and low-rank blocks, which a
-  // policy creates only after the step's appends.
+  // (Append without classes: a decode step's token). RESOURCE_EXHAUSTED, with nothing taken, when
+  // a pool cannot supply them. Pages the step did not use stay reserved until ReleaseReserve (or
+  // Clear), which the step's caller calls when it ends; until then the pools count them as taken,
+  // bytes() and num_pages() do not (they hold no token). Not covered: CompressResidual's re-stored
+  // window and low-rank blocks, which a policy creates only after the step's appends. The bound
+  // costs a prefill chunk of a multi-format precision up to one chunk of pages per format for the
+  // length of the step, so near a full pool such a chunk is refused a little early.
   Status ReserveAppend(int64_t tokens, bool classified);
   void ReleaseReserve();
   int64_t reserved_pages() const;
