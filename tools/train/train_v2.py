@@ -216,6 +216,9 @@ def main():
     ap.add_argument("--model", required=True, help="exported model folder to start from")
     ap.add_argument("--cache2", required=True, help="prepare_features.py cache of synthvid v2")
     ap.add_argument("--cache1", default=None, help="the same for synthvid v1 (optional)")
+    ap.add_argument("--cache2-extra", action="append", default=[], metavar="CACHE",
+                    help="another v2 cache whose train split adds items (synthvid2.py --start "
+                         "past the first set's indices); repeatable")
     ap.add_argument("--data2", default=".data/synthvid2", help="v2 mp4s, for the splice check")
     ap.add_argument("--out", required=True, help="run folder: log, checkpoint")
     ap.add_argument("--export", required=True, help="model folder written at each validation")
@@ -264,10 +267,12 @@ def main():
     if args.cache1:
         splits["v1_train"] = FeatureSplit(args.cache1, "train", "v1")
         splits["v1_val"] = FeatureSplit(args.cache1, "val", "v1")
+    for j, extra in enumerate(args.cache2_extra):
+        splits[f"v2x{j}_train"] = FeatureSplit(extra, "train", "v2")
     train_items = [it for k, s in splits.items() if k.endswith("train")
                    for it in s.items * (args.v1_repeat if s.suite == "v1" else 1)]
-    train_items += [it for it in splits["v2_train"].items
-                    for _ in range(task_repeat.get(it["task"], 1) - 1)]
+    train_items += [it for k, s in splits.items() if k.endswith("train") and s.suite == "v2"
+                    for it in s.items for _ in range(task_repeat.get(it["task"], 1) - 1)]
     val_items = [it for k, s in splits.items() if k.endswith("val") for it in s.items]
     splice_err = check_splice(model, processor, renderer, splits["v2_val"].items[0], args.data2)
 
