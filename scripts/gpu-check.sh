@@ -12,10 +12,10 @@
 #   1. Here, on the development machine, before a GPU lease (2 cores: a few minutes, cached after):
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
-#      + engine_device_ops_test + framezip_bench_gpu only) and stages those binaries, with the full build's
-#      engine_device_cuda_test and framezip-eval-frames (run `make test` first), a frame pack of
-#      240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the shared libraries a
-#      bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma,
+#      + engine_device_ops_test + framezip_bench_gpu only) and stages those binaries, with the
+#      full build's engine_device_cuda_test and framezip-eval-frames (run `make test` first), a
+#      frame pack of 240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the
+#      shared libraries a bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma,
 #      utf8proc, cudart; ~60 MB), packed as .gpucheck/staged.tar.xz (~33 MB, git-ignored), to be
 #      carried with the ~13 MB tree under the 64 MiB limit. A run unpacks it into
 #      build-gpucheck/staged/.
@@ -34,10 +34,10 @@
 #   staging, libraries, frame pack and verdicts are checked before a lease; exits 2). Without
 #   $OUT, results go to build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
-#   <= 150 s, device op tests <= 60 s (a few seconds on 16 cores), end-to-end engine <= 120 s, GPU eval <= 75 s per policy, framezip bench gpu
-#   <= 200 s, torch_peer.py <= 110 s, each under `timeout` so one stuck step cannot eat the
-#   others; with time left, a compute-sanitizer memcheck pass over the
-#   [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
+#   <= 150 s, device op tests <= 60 s (a few seconds on 16 cores), end-to-end engine <= 120 s,
+#   GPU eval <= 75 s per policy, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under
+#   `timeout` so one stuck step cannot eat the others; with time left, a compute-sanitizer
+#   memcheck pass over the [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
 #
 # WHAT COMES BACK (in $OUT): summary.txt (one line per outcome, the device, the seed),
 # gpu-check.log (everything, the benchmarks' readable lines too), cuda-tests.txt (Catch2 console
