@@ -15,9 +15,9 @@
 #      + engine_device_ops_test + framezip_bench_gpu only) and stages those binaries, with the
 #      full build's engine_device_cuda_test and framezip-eval-frames (run `make test` first), a
 #      frame pack of 240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the
-#      shared libraries a bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran, quadmath, Oniguruma,
-#      utf8proc, cudart; ~60 MB), packed as .gpucheck/staged.tar.xz (~33 MB, git-ignored), to be
-#      carried with the ~13 MB tree under the 64 MiB limit. A run unpacks it into
+#      shared libraries a bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran,
+#      quadmath, Oniguruma, utf8proc, cudart; ~60 MB), packed as .gpucheck/staged.tar.xz (~34 MB,
+#      git-ignored), to be carried with the ~13 MB tree under the 64 MiB limit. A run unpacks it into
 #      build-gpucheck/staged/.
 #   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
 #        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
