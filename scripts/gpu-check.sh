@@ -17,8 +17,8 @@
 #      frame pack of 240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the
 #      shared libraries a bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran,
 #      quadmath, Oniguruma, utf8proc, cudart; ~60 MB), packed as .gpucheck/staged.tar.xz (~34 MB,
-#      git-ignored), to be carried with the ~13 MB tree under the 64 MiB limit. A run unpacks it into
-#      build-gpucheck/staged/.
+#      git-ignored), to be carried with the ~13 MB tree under the 64 MiB limit. A run unpacks it
+#      into build-gpucheck/staged/.
 #   2. On the lent GPU, from the repository root (the device tool's `run`; it sets $OUT):
 #        run(command="bash scripts/gpu-check.sh", carry=[".gpucheck"], timeout_s=480)
 #      If the machine has the C++ dependencies (abseil, spdlog/fmt, OpenBLAS, Catch2 v2) it builds
