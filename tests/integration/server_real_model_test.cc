@@ -545,3 +545,73 @@ TEST_CASE("real model: a KV store that is down is visible in health and metrics,
 
 }  // namespace
 }  // namespace framezip::testing
+
+namespace framezip::testing {
+namespace {
+
+// What starting turn A, then B's first chunk, adds to the KV on a backend with room to spare.
+struct StartBytes {
+  uint64_t after_a = 0;        // A's prompt prefilled and its first token sampled
+  uint64_t b_first_chunk = 0;  // B's first chunk: a page in every layer
+};
+
+StartBytes MeasureStartBytes(const server::ServerConfig& config, const std::string& long_text,
+                             uint32_t chunk) {
+  auto media = server::CreateMediaBackend(config);
+  REQUIRE(media.ok());
+  auto backend = server::EngineBackend::Load(config, *media);
+  REQUIRE(backend.ok());
+  UnlimitedKv kv;
+  auto a = (*backend)->Prepare(TextTurn("a", "Hello", 8), kv);
+  auto b = (*backend)->Prepare(TextTurn("b", long_text, 4), kv);
+  REQUIRE((a.ok() && b.ok()));
+  std::vector<server::StepItem> start = {Item(*a, a->prompt_tokens)};
+  REQUIRE((*backend)->Step(start).ok());
+  StartBytes out;
+  out.after_a = (*backend)->KvUsedBytes();
+  std::vector<server::StepItem> first = {Item(*b, chunk)};
+  REQUIRE((*backend)->Step(first).ok());
+  REQUIRE(first[0].status.ok());
+  out.b_first_chunk = (*backend)->KvUsedBytes() - out.after_a;
+  return out;
+}
+
+TEST_CASE("real model: a batch item the KV pool cannot serve fails alone, the others run",
+          "[integration][server]") {
+  server::ServerConfig config = RealModelConfig();
+  config.kvstore = "none";
+  config.media_isolation = "none";
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "item " + std::to_string(i) + ", ";
+  const uint32_t chunk = 16;
+  const StartBytes bytes = MeasureStartBytes(config, long_text, chunk);
+  REQUIRE(bytes.b_first_chunk > 0);
+
+  // Room for A and half of B's first chunk: B's pages cannot all be reserved, A's decode steps
+  // need none beyond its open pages (8 tokens).
+  config.kv_budget_bytes = static_cast<int64_t>(bytes.after_a + bytes.b_first_chunk / 2);
+  auto media = server::CreateMediaBackend(config);
+  REQUIRE(media.ok());
+  auto backend = server::EngineBackend::Load(config, *media);
+  REQUIRE(backend.ok());
+  UnlimitedKv kv;
+  auto a = (*backend)->Prepare(TextTurn("a", "Hello", 8), kv);
+  auto b = (*backend)->Prepare(TextTurn("b", long_text, 4), kv);
+  REQUIRE((a.ok() && b.ok()));
+  std::vector<server::StepItem> start = {Item(*a, a->prompt_tokens)};
+  REQUIRE((*backend)->Step(start).ok());
+  REQUIRE(start[0].status.ok());
+  REQUIRE((*backend)->KvUsedBytes() == bytes.after_a);
+
+  std::vector<server::StepItem> batch = {Item(*a, 0), Item(*b, chunk)};
+  REQUIRE((*backend)->Step(batch).ok());
+  CHECK(batch[0].status.ok());
+  CHECK(batch[0].emitted);  // A decoded
+  CHECK(batch[1].status.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(batch[1].status.message()), Catch::Contains("cannot reserve"));
+  CHECK(!batch[1].emitted);
+  CHECK((*backend)->KvUsedBytes() == bytes.after_a);  // nothing of B was stored, nothing leaked
+}
+
+}  // namespace
+}  // namespace framezip::testing
