@@ -109,7 +109,7 @@ int64_t SequenceKv::PagesToAppend(const Layer& l, KvFormat f, int64_t tokens) co
     free_slots = page_tokens_ - l.pages[static_cast<size_t>(l.open[Index(f)])].num_tokens;
   }
   const int64_t fresh = std::max<int64_t>(0, tokens - free_slots);
-  return (fresh + page_tokens_ - 1) / page_tokens_;
+  return fresh / page_tokens_ + (fresh % page_tokens_ != 0 ? 1 : 0);  // no overflow near 2^63
 }
 
 Status SequenceKv::ReserveAppend(int64_t tokens, bool classified) {

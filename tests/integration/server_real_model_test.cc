@@ -549,31 +549,34 @@ TEST_CASE("real model: a KV store that is down is visible in health and metrics,
 namespace framezip::testing {
 namespace {
 
-// What starting turn A, then B's first chunk, adds to the KV on a backend with room to spare.
-struct StartBytes {
-  uint64_t after_a = 0;        // A's prompt prefilled and its first token sampled
-  uint64_t b_first_chunk = 0;  // B's first chunk: a page in every layer
+// A real-model backend with two turns prepared: A (a short prompt, 8 tokens to generate) already
+// started (prefilled, first token sampled), B (a long prompt) not yet stepped.
+struct TwoTurns {
+  std::shared_ptr<media::MediaBackend> media;
+  std::unique_ptr<server::EngineBackend> backend;
+  UnlimitedKv kv;
+  server::PreparedTurn a, b;
 };
 
-StartBytes MeasureStartBytes(const server::ServerConfig& config, const std::string& long_text,
-                             uint32_t chunk) {
+std::unique_ptr<TwoTurns> StartTwoTurns(const server::ServerConfig& config) {
+  auto t = std::make_unique<TwoTurns>();
   auto media = server::CreateMediaBackend(config);
   REQUIRE(media.ok());
-  auto backend = server::EngineBackend::Load(config, *media);
+  t->media = *media;
+  auto backend = server::EngineBackend::Load(config, t->media);
   REQUIRE(backend.ok());
-  UnlimitedKv kv;
-  auto a = (*backend)->Prepare(TextTurn("a", "Hello", 8), kv);
-  auto b = (*backend)->Prepare(TextTurn("b", long_text, 4), kv);
+  t->backend = *std::move(backend);
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "item " + std::to_string(i) + ", ";
+  auto a = t->backend->Prepare(TextTurn("a", "Hello", 8), t->kv);
+  auto b = t->backend->Prepare(TextTurn("b", long_text, 4), t->kv);
   REQUIRE((a.ok() && b.ok()));
-  std::vector<server::StepItem> start = {Item(*a, a->prompt_tokens)};
-  REQUIRE((*backend)->Step(start).ok());
-  StartBytes out;
-  out.after_a = (*backend)->KvUsedBytes();
-  std::vector<server::StepItem> first = {Item(*b, chunk)};
-  REQUIRE((*backend)->Step(first).ok());
-  REQUIRE(first[0].status.ok());
-  out.b_first_chunk = (*backend)->KvUsedBytes() - out.after_a;
-  return out;
+  t->a = *std::move(a);
+  t->b = *std::move(b);
+  std::vector<server::StepItem> start = {Item(t->a, t->a.prompt_tokens)};
+  REQUIRE(t->backend->Step(start).ok());
+  REQUIRE(start[0].status.ok());
+  return t;
 }
 
 TEST_CASE("real model: a batch item the KV pool cannot serve fails alone, the others run",
@@ -581,36 +584,32 @@ TEST_CASE("real model: a batch item the KV pool cannot serve fails alone, the ot
   server::ServerConfig config = RealModelConfig();
   config.kvstore = "none";
   config.media_isolation = "none";
-  std::string long_text;
-  for (int i = 0; i < 40; ++i) long_text += "item " + std::to_string(i) + ", ";
   const uint32_t chunk = 16;
-  const StartBytes bytes = MeasureStartBytes(config, long_text, chunk);
-  REQUIRE(bytes.b_first_chunk > 0);
+  // With room to spare: the KV after A's start, and what B's first chunk adds (a page a layer).
+  uint64_t after_a = 0, b_first_chunk = 0;
+  {
+    auto roomy = StartTwoTurns(config);
+    after_a = roomy->backend->KvUsedBytes();
+    std::vector<server::StepItem> first = {Item(roomy->b, chunk)};
+    REQUIRE(roomy->backend->Step(first).ok());
+    REQUIRE(first[0].status.ok());
+    b_first_chunk = roomy->backend->KvUsedBytes() - after_a;
+  }
+  REQUIRE(b_first_chunk > 0);
 
   // Room for A and half of B's first chunk: B's pages cannot all be reserved, A's decode steps
   // need none beyond its open pages (8 tokens).
-  config.kv_budget_bytes = static_cast<int64_t>(bytes.after_a + bytes.b_first_chunk / 2);
-  auto media = server::CreateMediaBackend(config);
-  REQUIRE(media.ok());
-  auto backend = server::EngineBackend::Load(config, *media);
-  REQUIRE(backend.ok());
-  UnlimitedKv kv;
-  auto a = (*backend)->Prepare(TextTurn("a", "Hello", 8), kv);
-  auto b = (*backend)->Prepare(TextTurn("b", long_text, 4), kv);
-  REQUIRE((a.ok() && b.ok()));
-  std::vector<server::StepItem> start = {Item(*a, a->prompt_tokens)};
-  REQUIRE((*backend)->Step(start).ok());
-  REQUIRE(start[0].status.ok());
-  REQUIRE((*backend)->KvUsedBytes() == bytes.after_a);
-
-  std::vector<server::StepItem> batch = {Item(*a, 0), Item(*b, chunk)};
-  REQUIRE((*backend)->Step(batch).ok());
+  config.kv_budget_bytes = static_cast<int64_t>(after_a + b_first_chunk / 2);
+  auto tight = StartTwoTurns(config);
+  REQUIRE(tight->backend->KvUsedBytes() == after_a);
+  std::vector<server::StepItem> batch = {Item(tight->a, 0), Item(tight->b, chunk)};
+  REQUIRE(tight->backend->Step(batch).ok());
   CHECK(batch[0].status.ok());
   CHECK(batch[0].emitted);  // A decoded
   CHECK(batch[1].status.code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(batch[1].status.message()), Catch::Contains("cannot reserve"));
   CHECK(!batch[1].emitted);
-  CHECK((*backend)->KvUsedBytes() == bytes.after_a);  // nothing of B was stored, nothing leaked
+  CHECK(tight->backend->KvUsedBytes() == after_a);  // nothing of B was stored, nothing leaked
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -296,6 +297,12 @@ TEST_CASE("A step's pages are reserved all or nothing and appends take them from
   REQUIRE(seq.ReserveAppend(4, true).ok());
   CHECK(seq.reserved_pages() == 0);
   CHECK(seq.ReserveAppend(-1, true).code() == absl::StatusCode::kInvalidArgument);
+  // A count no pool could hold is refused the same way, taking nothing.
+  seq.Clear();
+  CHECK(seq.ReserveAppend(std::numeric_limits<int64_t>::max(), true).code() ==
+        absl::StatusCode::kResourceExhausted);
+  CHECK(seq.reserved_pages() == 0);
+  CHECK(pools->pages_in_use() == 0);
 }
 
 TEST_CASE("A reservation covers every format a step's token classes may use",
