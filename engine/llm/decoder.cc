@@ -1,6 +1,6 @@
 // Decoder: construction (shape checks, weights on the device), the one forward and the one layer
-// body. The per-sequence attention middles are in decoder_attention.cc; the entry points that
-// lay out a step's rows in mixed_step.cc.
+// body. What each layer does with a sequence's pages is the KV backend's (kv_backend.h); the entry
+// points that lay out a step's rows are in mixed_step.cc.
 #include "engine/llm/decoder.h"
 
 #include <numeric>
@@ -12,7 +12,6 @@
 #include "engine/ops/embedding.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/op_checks.h"
-#include "engine/ops/paged_attention.h"
 #include "engine/ops/rms_norm.h"
 #include "engine/ops/rope.h"
 #include "engine/ops/row_slices.h"
@@ -103,10 +102,10 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
         s.rope.head_dim);
   }
   FZ_RETURN_IF_ERROR(CheckWeights(s, w));
-  // What the device's kernels take, before any weight is copied there.
-  FZ_RETURN_IF_ERROR(ops::PagedDecodeSupports(device, s.head_dim));
   std::unique_ptr<Decoder> d(new Decoder(s, device));
-  d->bf16_attention_ = !w.layers.empty() && w.layers[0].q_proj.dtype() != DType::kF32;
+  // What the device's kernels take, before any weight is copied there.
+  const bool bf16_attention = !w.layers.empty() && w.layers[0].q_proj.dtype() != DType::kF32;
+  FZ_ASSIGN_OR_RETURN(d->kv_, KvBackend::Create(s, device, bf16_attention));
   size_t& copied = d->weight_bytes_;
   FZ_ASSIGN_OR_RETURN(d->weights_.embed_tokens, OnDevice(w.embed_tokens, device, copied));
   FZ_ASSIGN_OR_RETURN(d->weights_.norm, OnDevice(w.norm, device, copied));
@@ -136,23 +135,6 @@ kv::PageLayout Decoder::KvLayout(kv::KvFormat format, int page_tokens) const {
                         static_cast<int>(shape_.head_dim), format};
 }
 
-Status Decoder::CheckKvShape(const kv::PageLayout& pl) const {
-  if (pl.num_kv_heads != shape_.kv_heads || pl.head_dim != shape_.head_dim) {
-    return InvalidArgumentError("KV pool has {} heads × {} dims, model needs {} × {}",
-                                pl.num_kv_heads, pl.head_dim, shape_.kv_heads, shape_.head_dim);
-  }
-  return absl::OkStatus();
-}
-
-Status Decoder::CheckKvDevice(Device pool_device) const {
-  // Attention reads the pages with the decoder's kernels: they must be where those run.
-  if (pool_device != device_) {
-    return InvalidArgumentError("KV pool pages are on {}, the decoder runs on {}",
-                                DeviceName(pool_device), DeviceName(device_));
-  }
-  return absl::OkStatus();
-}
-
 StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(std::string_view policy) const {
   auto seq = std::make_unique<Sequence>();
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy, policy_resources_));
@@ -166,8 +148,7 @@ StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(std::string_view
 
 StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
                                                          std::string_view policy) const {
-  FZ_RETURN_IF_ERROR(CheckKvShape(pool->layout()));
-  FZ_RETURN_IF_ERROR(CheckKvDevice(pool->device()));
+  FZ_RETURN_IF_ERROR(kv_->CheckPool(pool->layout(), pool->device()));
   FZ_ASSIGN_OR_RETURN(auto seq, SequenceWithPolicy(policy));
   const kv::KvPrecision want = seq->policy->Precision(pool->format());
   for (const kv::KvFormat f : {want.full, want.important, want.rest}) {
@@ -183,9 +164,8 @@ StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
 StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(const kv::KvPools& pools,
                                                          kv::KvFormat full,
                                                          std::string_view policy) const {
-  FZ_RETURN_IF_ERROR(CheckKvShape(pools.base_layout()));
   for (const kv::KvFormat f : pools.formats()) {
-    FZ_RETURN_IF_ERROR(CheckKvDevice(pools.pool(f)->device()));
+    FZ_RETURN_IF_ERROR(kv_->CheckPool(pools.pool(f)->layout(), pools.pool(f)->device()));
   }
   FZ_ASSIGN_OR_RETURN(auto seq, SequenceWithPolicy(policy));
   FZ_ASSIGN_OR_RETURN(seq->kv, kv::SequenceKv::Create(pools, static_cast<int>(shape_.layers),
@@ -215,6 +195,15 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
 Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserver& observer,
                         std::vector<int64_t>* row_map) const {
   const int64_t t = x.dim(0);
+  // Every sequence's pages for the step before any layer writes: a step the pools cannot serve
+  // fails here with every cache as it was.
+  std::vector<StepDemand> demands;
+  for (Sequence* s : input_rows.decode) demands.push_back(StepDemand{s, 1, false});
+  for (const PrefillPart& part : input_rows.parts) {
+    demands.push_back(StepDemand{part.seq, part.rows, true});
+  }
+  StepReservation reservation;
+  FZ_RETURN_IF_ERROR(kv_->Reserve(demands, reservation));
   FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
   std::copy(input_rows.host_positions.begin(), input_rows.host_positions.end(),
             host_positions.data<int32_t>());
@@ -276,8 +265,8 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
     FZ_ASSIGN_OR_RETURN(const Tensor decode_k, k.Slice(0, b));
     FZ_ASSIGN_OR_RETURN(const Tensor decode_v, v.Slice(0, b));
     FZ_ASSIGN_OR_RETURN(Tensor decode_attn, attn.Slice(0, b));
-    FZ_RETURN_IF_ERROR(AttendDecodeRows(l, rows.decode, rows.host_positions.first(b), decode_q,
-                                        decode_k, decode_v, decode_attn));
+    FZ_RETURN_IF_ERROR(kv_->AttendDecodeRows(l, rows.decode, rows.host_positions.first(b), decode_q,
+                                             decode_k, decode_v, decode_attn));
   }
   for (const PrefillPart& part : rows.parts) {
     const int64_t r0 = part.row0, r1 = part.row0 + part.rows;
@@ -285,8 +274,9 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
     FZ_ASSIGN_OR_RETURN(const Tensor part_k, k.Slice(r0, r1));
     FZ_ASSIGN_OR_RETURN(const Tensor part_v, v.Slice(r0, r1));
     FZ_ASSIGN_OR_RETURN(Tensor part_attn, attn.Slice(r0, r1));
-    FZ_RETURN_IF_ERROR(AttendPrefillChunk(l, *part.seq, rows.host_positions.subspan(r0, part.rows),
-                                          part.visual, part_q, part_k, part_v, part_attn));
+    FZ_RETURN_IF_ERROR(kv_->AttendPrefillChunk(l, *part.seq,
+                                               rows.host_positions.subspan(r0, part.rows),
+                                               part.visual, part_q, part_k, part_v, part_attn));
   }
   FZ_ASSIGN_OR_RETURN(const Tensor attn2, attn.Reshape({t, nh * d}));
   FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));

@@ -20,7 +20,6 @@
 // ComputePool(), whose loops are serialised — concurrency gains nothing; batch instead.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,21 +34,10 @@
 #include "engine/kv/page_pool.h"
 #include "engine/kv/sequence_kv.h"
 #include "engine/llm/decoder_shape.h"
-#include "engine/llm/device_low_rank_block.h"
+#include "engine/llm/kv_backend.h"
+#include "engine/llm/sequence.h"
 
 namespace framezip::engine::llm {
-
-// One sequence's state: its KV cache, its position and its compression policy.
-struct Sequence {
-  kv::SequenceKv kv;
-  std::unique_ptr<compress::CompressionPolicy> policy;
-  int64_t length = 0;  // positions consumed so far = the position of the next token
-  // Per-layer kept tokens and selection time of the prefills since the last Reset (the runtime
-  // resets it per turn).
-  compress::PrefillStats prefill_stats;
-  // A GPU decoder's copies of kv's AttentionPack blocks (made on first use, per layer).
-  DeviceLowRankBlocks device_blocks;
-};
 
 struct PrefillOptions {
   // Tokens per chunk (0 = all at once). Chunks attend to earlier chunks through the KV cache;
@@ -102,6 +90,10 @@ class Decoder {
   }
   const compress::PolicyResources& policy_resources() const { return policy_resources_; }
 
+  // The KV side of every layer on this decoder's device: what its kernels read (capabilities),
+  // the pages a step reserves, the policies' plans carried out over a sequence's cache.
+  const KvBackend& kv_backend() const { return *kv_; }
+
   // The KV page layout of this model for `format` and `page_tokens` slots per page.
   kv::PageLayout KvLayout(kv::KvFormat format, int page_tokens = 32) const;
 
@@ -129,7 +121,9 @@ class Decoder {
   // FastV; ops::SparsePrefillAttention), the linear layers and MLP staying dense. With chunking
   // each chunk is planned on its own and attends to what earlier chunks stored (compress/zipvl.h).
   // Returns logits [1, V] of the last position, or [T, V] with options.all_logits (PrefillBatch of
-  // one). RESOURCE_EXHAUSTED when the KV pool is full; the sequence is then unusable (Clear it).
+  // one). RESOURCE_EXHAUSTED when the KV pools cannot supply a chunk's pages (see MixedStep): the
+  // refused chunk stores nothing, but earlier chunks stay, so the sequence holds part of the
+  // prompt (Clear it).
   StatusOr<Tensor> Prefill(Sequence& seq, const Tensor& embeds,
                            const PrefillOptions& options = {}) const;
 
@@ -140,8 +134,7 @@ class Decoder {
   // sequence; RoPE positions, the policy's plan, attention and the KV append stay per sequence on
   // its own rows. With chunking, round r feeds chunk r of every sequence that has one. Results
   // equal separate Prefill calls up to f32 rounding. Returns each sequence's logits as Prefill
-  // does. Sequences must be distinct. RESOURCE_EXHAUSTED when the KV pool is full; the batch's
-  // sequences are then unusable.
+  // does. Sequences must be distinct. RESOURCE_EXHAUSTED as Prefill's, per round of chunks.
   StatusOr<std::vector<Tensor>> PrefillBatch(std::span<Sequence* const> seqs,
                                              std::span<const Tensor> embeds,
                                              std::span<const PrefillOptions> options = {}) const;
@@ -152,7 +145,7 @@ class Decoder {
   // pass). The new token is stored kFull; after a layer's attention, a sequence whose policy has a
   // ResidualWindow() R and whose layer now holds R full-precision tokens has them classified
   // (ClassifyResidual, with this token's query) and requantised (SequenceKv::CompressResidual).
-  // RESOURCE_EXHAUSTED when the KV pool is full (the batch's sequences are then unusable).
+  // RESOURCE_EXHAUSTED as MixedStep's.
   StatusOr<Tensor> DecodeStep(std::span<Sequence* const> seqs,
                               std::span<const int32_t> tokens) const;
 
@@ -165,7 +158,11 @@ class Decoder {
   // Results equal separate PrefillBatch (one chunk each) and DecodeStep calls up to f32 rounding.
   // Returns logits [n, V]: row i is inputs[i]'s next-token distribution (its decode token's, or
   // its chunk's last row's); the rows of chunks with logits = false are zero. Sequences must be
-  // distinct. RESOURCE_EXHAUSTED when the KV pool is full (the step's sequences are then unusable).
+  // distinct. Every input's pages are reserved before any layer writes (KvBackend::Reserve): when
+  // the pools cannot supply them the step is RESOURCE_EXHAUSTED and no sequence has changed. The
+  // pages the policies create after a step's appends (a recompressed residual window, AttentionPack
+  // blocks) are not reserved; a step that runs out there is RESOURCE_EXHAUSTED part-way, and its
+  // sequences must not be continued.
   StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs) const;
 
  private:
@@ -212,50 +209,6 @@ class Decoder {
                     std::vector<int64_t>& row_map) const;
   // The one layer body: x [T, H] in place through layer `l`; positions [T] i32 on the device.
   Status RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x) const;
-  // The per-sequence middle of a decode layer for the batch `seqs` (row i of q/k/v/attn belongs to
-  // seqs[i]): store (or not, as the policy says) each new token kFull, one paged attention over
-  // every sequence's pages, then the residual-window recompression. q [b, nh, d] post-RoPE,
-  // k/v [b, G, d], positions [b] (host); writes attn [b, nh, d].
-  Status AttendDecodeRows(int l, std::span<Sequence* const> seqs,
-                          std::span<const int32_t> positions, const Tensor& q, const Tensor& k,
-                          const Tensor& v, Tensor& attn) const;
-  // The per-sequence middle of a prefill layer: the policy's plan, attention of this chunk's
-  // q [t, nh, d] (post-RoPE) over the sequence's cache plus k/v [t, G, d], the KV append.
-  // positions [t] (host). Writes attn [t, nh, d].
-  Status AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
-                            const uint8_t* visual, const Tensor& q, const Tensor& k,
-                            const Tensor& v, Tensor& attn) const;
-  // Decode attention per sequence over its gathered cache (plus the unstored row where stored[i]
-  // is 0): where the device has no paged decode kernel for this head size.
-  Status AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
-                              std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
-                              const Tensor& v, Tensor& attn) const;
-  // AttentionPack: rows plan.low_rank_rows (chunk-local) of this chunk's k (post-RoPE) and v
-  // [t, G, d] become one low-rank block of layer l (built on the host from any device).
-  Status StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
-                           const compress::PrefillLayerPlan& plan, const Tensor& k,
-                           const Tensor& v) const;
-  // AttentionPack's recompression: layer l's full window (text and generated tokens) becomes one
-  // more low-rank block at `spec`, and its full pages are freed (built on the host).
-  Status StoreResidualLowRank(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
-  // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
-  // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,
-  // one softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).
-  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d], in the decoder's device memory.
-  // On a GPU the blocks are attended there (ops::LowRankBlockAttendCuda over the sequence's
-  // device_blocks); the pages' share, the merge and the policy's statistics run on the host: an
-  // AttentionPack layer's pages hold the text and generated tokens, a small part of its cache.
-  Status AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q, const float* k,
-                             const float* v, float* out) const;
-  // AttendDecodeLowRank's blocks on a GPU: each block's share (BlockAttention and its tokens'
-  // weights, as ops::LowRankBlockAttend gives them) from the fused kernel over device_q [nh·d]
-  // (device memory), copied to the host.
-  Status AttendLowRankBlocksOnDevice(Sequence& seq, int l, const ops::LowRankAttentionShape& shape,
-                                     float scale, const float* device_q,
-                                     std::vector<ops::BlockAttention>& parts,
-                                     std::vector<std::vector<float>>& weights) const;
-  Status CheckKvShape(const kv::PageLayout& layout) const;
-  Status CheckKvDevice(Device pool_device) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;
   // Final norm + lm_head on the listed rows of x -> [rows.size(), V], in that order.
@@ -267,12 +220,7 @@ class Decoder {
   DecoderWeights weights_;  // on device_
   size_t weight_bytes_ = 0;
   compress::PolicyResources policy_resources_;
-  // 16-bit projection weights: the activations already carry bf16-level error, so prefill
-  // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
-  bool bf16_attention_ = false;
-  // Set once the device's paged decode kernel answered UNIMPLEMENTED for this head size, so
-  // later steps go straight to AttendDecodeGathered.
-  mutable std::atomic<bool> paged_decode_unbuilt_{false};
+  std::unique_ptr<KvBackend> kv_;  // the pages' side of every layer, on device_
 };
 
 }  // namespace framezip::engine::llm

@@ -173,8 +173,7 @@ StatusOr<std::vector<Tensor>> Decoder::PrefillBatch(std::span<Sequence* const> s
   }
   std::vector<Tensor> logits(n);
   for (size_t i = 0; i < n; ++i) {
-    FZ_ASSIGN_OR_RETURN(logits[i],
-                        Empty({option(i).all_logits ? total[i] : 1, vocab}));
+    FZ_ASSIGN_OR_RETURN(logits[i], Empty({option(i).all_logits ? total[i] : 1, vocab}));
     if (std::vector<Tensor>* hs = option(i).hidden_states; hs != nullptr) {
       hs->clear();
       for (int64_t k = 0; k <= layers; ++k) {

@@ -98,8 +98,7 @@ Status Decoder::SelectRows(int l, StepRows& rows, Tensor& x, Tensor& positions,
   x = std::move(compact);
 
   FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
-  std::copy(next.host_positions.begin(), next.host_positions.end(),
-            host_positions.data<int32_t>());
+  std::copy(next.host_positions.begin(), next.host_positions.end(), host_positions.data<int32_t>());
   positions = host_positions;
   if (!device_.is_cpu()) {
     FZ_ASSIGN_OR_RETURN(positions, host_positions.To(device_));

@@ -88,21 +88,6 @@ StatusOr<Tensor> OnHost(StatusOr<Tensor> t) {
   return t->To(Device::Cpu());
 }
 
-// Gives back whatever a step's sequences still hold in reserve when the step ends, however it
-// ends (SequenceKv::ReserveAppend).
-class StepReservation {
- public:
-  explicit StepReservation(std::span<llm::Sequence* const> seqs) : seqs_(seqs) {}
-  ~StepReservation() {
-    for (llm::Sequence* seq : seqs_) seq->kv.ReleaseReserve();
-  }
-  StepReservation(const StepReservation&) = delete;
-  StepReservation& operator=(const StepReservation&) = delete;
-
- private:
-  std::span<llm::Sequence* const> seqs_;
-};
-
 }  // namespace
 
 namespace internal {
@@ -544,10 +529,10 @@ StatusOr<std::vector<StepOutput>> Engine::Step(std::span<Conversation* const> co
   }
   // Every conversation's pages before anything is written: when the pools cannot supply them the
   // step fails whole, each cache as it was (the conversations go on decoding; retry or Cancel).
-  const StepReservation reservation(seqs);
-  for (llm::Sequence* seq : seqs) {
-    FZ_RETURN_IF_ERROR(seq->kv.ReserveAppend(1, /*classified=*/false));
-  }
+  std::vector<llm::StepDemand> demands;
+  for (llm::Sequence* seq : seqs) demands.push_back(llm::StepDemand{seq, 1, false});
+  llm::StepReservation reservation;
+  FZ_RETURN_IF_ERROR(decoder_->kv_backend().Reserve(demands, reservation));
   const double t0 = NowMs();
   StatusOr<Tensor> step = decoder_->DecodeStep(seqs, tokens);
   if (!step.ok()) {
@@ -613,17 +598,15 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
   }
   // Each item's pages before anything is written (in order): an item the pools cannot serve sits
   // the step out untouched, RESOURCE_EXHAUSTED in its output; the others run.
-  std::vector<llm::Sequence*> seqs;
-  for (const llm::StepInput& in : inputs) seqs.push_back(in.seq);
-  const StepReservation reservation(seqs);
+  llm::StepReservation reservation;
   std::vector<StepOutput> outs(work.size());
   std::vector<llm::StepInput> running;
   std::vector<size_t> running_item;
   for (size_t i = 0; i < work.size(); ++i) {
     // A prefill chunk's rows go to the formats their classes pick; a decode token is kFull.
     const bool prefill = inputs[i].embeds.defined();
-    outs[i].status =
-        inputs[i].seq->kv.ReserveAppend(prefill ? inputs[i].embeds.dim(0) : 1, prefill);
+    const llm::StepDemand demand{inputs[i].seq, prefill ? inputs[i].embeds.dim(0) : 1, prefill};
+    outs[i].status = decoder_->kv_backend().Reserve({&demand, 1}, reservation);
     if (!outs[i].status.ok()) {
       outs[i].sampled = false;
       continue;

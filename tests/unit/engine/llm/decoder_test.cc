@@ -303,8 +303,75 @@ TEST_CASE("A full KV pool is RESOURCE_EXHAUSTED, not a crash", "[unit][engine][l
   std::vector<int32_t> ids(20, 3);
   auto out = dec->Prefill(*seq, *dec->Embed(ids));
   CHECK(out.status().code() == absl::StatusCode::kResourceExhausted);
-  seq->kv.Clear();
+  CHECK_THAT(MessageOf(out.status()), Catch::Contains("f16") && Catch::Contains("layer"));
+  // The step's pages were reserved before any layer wrote: nothing was taken or stored.
   CHECK(pool->pages_in_use() == 0);
+  CHECK(seq->length == 0);
+  CHECK(seq->kv.num_tokens(0) == 0);
+}
+
+TEST_CASE("A step the KV pools cannot serve for one sequence changes no sequence of the step",
+          "[unit][engine][llm]") {
+  auto c = testing::TinyDecoderConfig(true);
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 2);
+  auto dec = *runtime::CreateDecoder(c, r.weights);
+  // 3 layers, pages of 8 tokens: a decode token needs one page per layer, a 20-token chunk three.
+  auto pool = *kv::PagePool::Create(dec->KvLayout(kv::KvFormat::kF16, 8), 10);
+  auto decoding = *dec->NewSequence(pool.get());
+  auto starting = *dec->NewSequence(pool.get());
+  const std::vector<int32_t> prompt(8, 3);
+  REQUIRE(dec->Prefill(*decoding, *dec->Embed(prompt)).ok());  // fills one page per layer
+  REQUIRE(pool->pages_in_use() == 3);
+  // The decode token needs 3 pages and the chunk 9 more: 12 > 10 - 3.
+  StepInput inputs[2];
+  inputs[0].seq = decoding.get();
+  inputs[0].token = 5;
+  inputs[1].seq = starting.get();
+  inputs[1].embeds = *dec->Embed(std::vector<int32_t>(20, 4));
+  const auto step = dec->MixedStep(inputs);
+  REQUIRE(step.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(pool->pages_in_use() == 3);
+  CHECK(decoding->length == 8);
+  CHECK(starting->length == 0);
+  for (int l = 0; l < 3; ++l) {
+    CHECK(decoding->kv.num_tokens(l) == 8);
+    CHECK(starting->kv.num_tokens(l) == 0);
+  }
+  // Alone, the decode token fits, and the step runs as if the refused one never happened.
+  CHECK(dec->MixedStep(std::span(inputs, 1)).ok());
+  CHECK(decoding->kv.num_tokens(2) == 9);
+  CHECK(pool->pages_in_use() == 6);
+}
+
+TEST_CASE("A decoder's KV backend declares the page formats it reads and refuses other pools",
+          "[unit][engine][llm]") {
+  auto c = testing::TinyDecoderConfig(true);  // head_dim 16: no quantised pages (32-channel blocks)
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 2);
+  auto dec = *runtime::CreateDecoder(c, r.weights);
+  const KvBackend::Capabilities& caps = dec->kv_backend().capabilities();
+  CHECK(caps.device == Device::Cpu());
+  CHECK(caps.head_dim == 16);
+  CHECK(caps.page_formats == std::vector<kv::KvFormat>{kv::KvFormat::kF32, kv::KvFormat::kF16});
+  const Status int4 =
+      dec->kv_backend().CheckPool(dec->KvLayout(kv::KvFormat::kInt4, 8), Device::Cpu());
+  CHECK(int4.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(MessageOf(int4), Catch::Contains("int4") && Catch::Contains("head_dim 16") &&
+                                  Catch::Contains("f32, f16"));
+  kv::PageLayout other_heads = dec->KvLayout(kv::KvFormat::kF16, 8);
+  other_heads.num_kv_heads = 4;
+  CHECK_THAT(MessageOf(dec->kv_backend().CheckPool(other_heads, Device::Cpu())),
+             Catch::Contains("4 heads"));
+  CHECK(dec->kv_backend().CheckPool(dec->KvLayout(kv::KvFormat::kF16, 8), Device::Cpu()).ok());
+
+  auto wide = c;
+  wide.hidden_size = 128;
+  wide.head_dim = 32;
+  auto wide_weights = *runtime::MakeRandomDecoderWeights(wide, DType::kF32, 2);
+  auto wide_dec = *runtime::CreateDecoder(wide, wide_weights.weights);
+  CHECK(wide_dec->kv_backend().capabilities().page_formats.size() == 4);
+  CHECK(wide_dec->kv_backend()
+            .CheckPool(wide_dec->KvLayout(kv::KvFormat::kInt2, 32), Device::Cpu())
+            .ok());
 }
 
 }  // namespace

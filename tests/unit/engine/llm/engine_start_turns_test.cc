@@ -325,14 +325,16 @@ TEST_CASE("A step's KV pages are reserved all or nothing, and a half-done step b
     CHECK(second->decoding());
   }
 
-  SECTION("ScoreTurn (no reservation): layer 0 stores the token, layer 1 cannot; it is broken") {
+  SECTION("ScoreTurn: a forced step the pools refuse stores nothing, but the turn is half done") {
     auto eng = EngineWithKvBytes(model, bytes.after_prompt + bytes.page);
     auto c = *eng->NewConversation();
     const std::vector<int32_t> forced(40, 5);
     const Status failed = eng->ScoreTurn(*c, std::span(&m, 1), forced).status();
     REQUIRE(failed.code() == absl::StatusCode::kResourceExhausted);
-    CHECK(c->kv_bytes() == bytes.after_prompt + bytes.page);  // the partial step is in the cache
-    // So nothing may continue it, reuse it or export it.
+    // The decoder reserved the step's pages in both layers before writing: neither holds it.
+    CHECK(c->kv_bytes() == bytes.after_prompt);
+    // The prompt is in the cache and the forced reply is not: nothing may continue, reuse or
+    // export such a turn.
     CHECK(!c->decoding());
     const Status again = eng->PrepareTurn(*c, std::span(&m, 1), opt);
     CHECK(again.code() == absl::StatusCode::kFailedPrecondition);

@@ -1,14 +1,14 @@
-// Decoder's per-sequence attention middles (decoder.h): what happens between a layer's RoPE and
-// its o_proj for one prefill chunk (the policy's plan, dense or sparse attention over the cache,
-// the KV append) and for a batch of decode tokens (the KV write, one paged attention over every
-// sequence's pages, the residual-window recompression).
+// KvBackend's per-sequence attention middles (kv_backend.h): what happens between a layer's RoPE
+// and its o_proj for one prefill chunk (the policy's plan, dense or sparse attention over the
+// cache, the KV append) and for a batch of decode tokens (the KV write, one paged attention over
+// every sequence's pages, the residual-window recompression).
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "engine/core/device_memory.h"
 #include "engine/core/thread_pool.h"
-#include "engine/llm/decoder.h"
+#include "engine/llm/kv_backend.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/attention_sparse.h"
 #include "engine/ops/paged_attention.h"
@@ -47,9 +47,9 @@ StatusOr<PolicyView> ViewFor(const compress::CompressionPolicy& policy, Device d
 
 }  // namespace
 
-Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
-                                   const uint8_t* visual, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, Tensor& attn) const {
+Status KvBackend::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
+                                     const uint8_t* visual, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, Tensor& attn) const {
   const int64_t t = q.dim(0), nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
   const int64_t past = seq.kv.num_tokens(l);
   compress::PrefillLayerPlan plan;
@@ -123,9 +123,9 @@ Status Decoder::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t
   return StoreLowRankBlock(l, seq, positions, plan, k, v);
 }
 
-Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
-                                 std::span<const int32_t> positions, const Tensor& q,
-                                 const Tensor& k, const Tensor& v, Tensor& attn) const {
+Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
+                                   std::span<const int32_t> positions, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, Tensor& attn) const {
   const int64_t b = static_cast<int64_t>(seqs.size()), g = shape_.kv_heads, d = shape_.head_dim;
   const size_t row = static_cast<size_t>(g * d);
   std::vector<ops::KvSpan> spans;
@@ -223,9 +223,9 @@ Status Decoder::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   return absl::OkStatus();
 }
 
-Status Decoder::AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
-                                     std::span<const uint8_t> stored, const Tensor& q,
-                                     const Tensor& k, const Tensor& v, Tensor& attn) const {
+Status KvBackend::AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
+                                       std::span<const uint8_t> stored, const Tensor& q,
+                                       const Tensor& k, const Tensor& v, Tensor& attn) const {
   const int64_t nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = *seqs[i];

@@ -1,4 +1,4 @@
-// AttentionPack's two places in the decoder (compress/attentionpack.h): a prefill chunk's visual
+// AttentionPack's two places in the KV backend (compress/attentionpack.h): a prefill chunk's visual
 // rows becoming a low-rank block, and decode attention over pages plus blocks in one softmax,
 // reading the blocks through ops/low_rank.h (keys rebuilt a tile at a time, values never).
 // Blocks are built and kept on the host on every device (kv/low_rank_block.h); a GPU decoder reads
@@ -12,7 +12,7 @@
 
 #include "engine/core/device_memory.h"
 #include "engine/kv/low_rank_block.h"
-#include "engine/llm/decoder.h"
+#include "engine/llm/kv_backend.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/low_rank.h"
 #include "engine/ops/low_rank_cuda.h"
@@ -34,9 +34,9 @@ Status ToHostFloats(Device device, const float* src, int64_t n, std::vector<floa
 
 }  // namespace
 
-Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
-                                  const compress::PrefillLayerPlan& plan, const Tensor& dev_k,
-                                  const Tensor& dev_v) const {
+Status KvBackend::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
+                                    const compress::PrefillLayerPlan& plan, const Tensor& dev_k,
+                                    const Tensor& dev_v) const {
   const auto start = std::chrono::steady_clock::now();
   // The SVD runs on the host: a GPU's chunk rows come over once.
   Tensor k = dev_k, v = dev_v;
@@ -71,8 +71,8 @@ Status Decoder::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t>
   return absl::OkStatus();
 }
 
-Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
-                                     const compress::LowRankSpec& spec) const {
+Status KvBackend::StoreResidualLowRank(int l, Sequence& seq,
+                                       const compress::LowRankSpec& spec) const {
   const auto start = std::chrono::steady_clock::now();
   const int64_t n = seq.kv.full_tokens(l), hd = shape_.kv_heads * shape_.head_dim;
   if (n == 0) return absl::OkStatus();
@@ -116,8 +116,8 @@ Status Decoder::StoreResidualLowRank(int l, Sequence& seq,
   return absl::OkStatus();
 }
 
-Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q,
-                                    const float* k, const float* v, float* out) const {
+Status KvBackend::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q,
+                                      const float* k, const float* v, float* out) const {
   const int nh = static_cast<int>(shape_.heads), g = static_cast<int>(shape_.kv_heads);
   const int d = static_cast<int>(shape_.head_dim), per_group = nh / g;
   const int64_t hd = static_cast<int64_t>(g) * d;
@@ -257,11 +257,11 @@ Status Decoder::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const flo
   return absl::OkStatus();
 }
 
-Status Decoder::AttendLowRankBlocksOnDevice(Sequence& seq, int l,
-                                            const ops::LowRankAttentionShape& shape, float scale,
-                                            const float* device_q,
-                                            std::vector<ops::BlockAttention>& parts,
-                                            std::vector<std::vector<float>>& weights) const {
+Status KvBackend::AttendLowRankBlocksOnDevice(Sequence& seq, int l,
+                                              const ops::LowRankAttentionShape& shape, float scale,
+                                              const float* device_q,
+                                              std::vector<ops::BlockAttention>& parts,
+                                              std::vector<std::vector<float>>& weights) const {
   const std::vector<kv::LowRankBlock>& blocks = seq.kv.low_rank_blocks(l);
   const int64_t nh = shape.num_heads, d = shape.head_dim;
   FZ_ASSIGN_OR_RETURN(const std::span<const DeviceLowRankBlock> copies,

@@ -1,0 +1,157 @@
+// KvBackend: the KV side of one decoder, on the decoder's device — what that device's attention
+// kernels can read, the pages a step takes, and the compression policies' plans carried out over
+// a sequence's cache (in the spirit of vLLM's attention backends and llama.cpp's llama_memory_i).
+//
+// The decoder's one layer body (decoder.cc, Decoder::RunLayer) computes q/k/v over every row of a
+// step and hands each sequence's rows here; everything that reads or writes pages happens behind
+// this class, the same code on the CPU and on a GPU:
+//   prefill chunk  the policy's plan (compress::PrefillLayerPlan); dense attention, or sparse
+//                  attention over the important rows with the rest local / attending / skipped
+//                  (ops::SparsePrefillAttention); the per-class, per-format append; AttentionPack's
+//                  low-rank block (kv_backend_attend.cc, kv_backend_low_rank.cc);
+//   decode rows    the kFull write (or none, as the policy says); one mixed-format paged attention
+//                  over every sequence's pages (ops::PagedDecodeAttention); the residual window's
+//                  recompression (docs/methods.md §1.2).
+// What it supports is declared once (capabilities()) and checked where a mismatch would otherwise
+// surface mid-request: at Create (the device's paged decode kernels take the head size) and when a
+// sequence's pools are attached (CheckPool: shape, device, page format).
+//
+// Pages come from the sequence's pools (kv::KvPools: one pool per format, on this device). A step's
+// pages are reserved all or nothing before it writes (Reserve), so a step the pools cannot serve
+// changes no cache.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/compress/policy.h"
+#include "engine/core/device.h"
+#include "engine/core/tensor.h"
+#include "engine/kv/kv_format.h"
+#include "engine/kv/page_pool.h"
+#include "engine/llm/decoder_shape.h"
+#include "engine/llm/sequence.h"
+#include "engine/ops/low_rank.h"
+
+namespace framezip::engine::llm {
+
+// What a step asks of one sequence's cache: `tokens` appended to every layer, as a prefill chunk
+// (`classified`: the policy picks each token's class, so its format, layer by layer) or as decode
+// tokens (stored kFull).
+struct StepDemand {
+  Sequence* seq = nullptr;
+  int64_t tokens = 0;
+  bool classified = false;
+};
+
+// The pages a step set aside (KvBackend::Reserve), given back when it goes out of scope: the
+// step's appends took what they used, the rest returns to the pools.
+class StepReservation {
+ public:
+  StepReservation() = default;
+  ~StepReservation();
+  StepReservation(const StepReservation&) = delete;
+  StepReservation& operator=(const StepReservation&) = delete;
+
+ private:
+  friend class KvBackend;
+  std::vector<Sequence*> seqs_;
+};
+
+class KvBackend {
+ public:
+  struct Capabilities {
+    Device device;
+    int64_t head_dim = 0;
+    // Page formats the device's kernels read and write (quantised ones need head_dim % 32 == 0).
+    std::vector<kv::KvFormat> page_formats;
+    bool low_rank_blocks = true;  // AttentionPack's blocks beside the pages
+  };
+
+  // UNIMPLEMENTED, naming the head size and what the device takes, when the device's paged decode
+  // kernels are not built for this model's head size: a model the device cannot serve fails at
+  // load, not at its first decode step.
+  static StatusOr<std::unique_ptr<KvBackend>> Create(const DecoderShape& shape, Device device,
+                                                     bool bf16_attention);
+
+  const Capabilities& capabilities() const { return capabilities_; }
+  Device device() const { return device_; }
+
+  // Whether a pool of `layout` on `pool_device` can hold this model's pages for these kernels:
+  // INVALID_ARGUMENT naming the mismatch (heads × dims, device, or a format not in capabilities).
+  Status CheckPool(const kv::PageLayout& layout, Device pool_device) const;
+
+  // Sets aside, for every demand, the pages its appends could need in every layer
+  // (kv::SequenceKv::ReserveAppend), all or nothing over the demands: on a refusal
+  // (RESOURCE_EXHAUSTED naming the format and layer) the reserves of the demands' sequences are
+  // released and no cache has changed. Reserving again for pages already set aside takes nothing
+  // more, so a caller may reserve before the decoder's own step does. `held` gives the reserves
+  // back when it goes out of scope.
+  Status Reserve(std::span<const StepDemand> demands, StepReservation& held) const;
+
+  // The middle of a prefill layer for one sequence: the policy's plan, attention of this chunk's
+  // q [t, nh, d] (post-RoPE) over the sequence's cache plus k/v [t, G, d], the KV append.
+  // positions [t] (host), visual [t] (host) or null. Writes attn [t, nh, d].
+  Status AttendPrefillChunk(int l, Sequence& seq, std::span<const int32_t> positions,
+                            const uint8_t* visual, const Tensor& q, const Tensor& k,
+                            const Tensor& v, Tensor& attn) const;
+
+  // The middle of a decode layer for the batch `seqs` (row i of q/k/v/attn belongs to seqs[i]):
+  // store (or not, as the policy says) each new token kFull, one paged attention over every
+  // sequence's pages, then the residual-window recompression. q [b, nh, d] post-RoPE,
+  // k/v [b, G, d], positions [b] (host); writes attn [b, nh, d].
+  Status AttendDecodeRows(int l, std::span<Sequence* const> seqs,
+                          std::span<const int32_t> positions, const Tensor& q, const Tensor& k,
+                          const Tensor& v, Tensor& attn) const;
+
+ private:
+  KvBackend(const DecoderShape& shape, Device device, bool bf16_attention)
+      : shape_(shape), device_(device), bf16_attention_(bf16_attention) {}
+
+  // Decode attention per sequence over its gathered cache (plus the unstored row where stored[i]
+  // is 0): where the device has no paged decode kernel for this head size.
+  Status AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
+                              std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
+                              const Tensor& v, Tensor& attn) const;
+  // AttentionPack: rows plan.low_rank_rows (chunk-local) of this chunk's k (post-RoPE) and v
+  // [t, G, d] become one low-rank block of layer l (built on the host from any device).
+  Status StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
+                           const compress::PrefillLayerPlan& plan, const Tensor& k,
+                           const Tensor& v) const;
+  // AttentionPack's recompression: layer l's full window (text and generated tokens) becomes one
+  // more low-rank block at `spec`, and its full pages are freed (built on the host).
+  Status StoreResidualLowRank(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
+  // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
+  // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,
+  // one softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).
+  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d], in the decoder's device memory.
+  // On a GPU the blocks are attended there (ops::LowRankBlockAttendCuda over the sequence's
+  // device_blocks); the pages' share, the merge and the policy's statistics run on the host: an
+  // AttentionPack layer's pages hold the text and generated tokens, a small part of its cache.
+  Status AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q, const float* k,
+                             const float* v, float* out) const;
+  // AttendDecodeLowRank's blocks on a GPU: each block's share (BlockAttention and its tokens'
+  // weights, as ops::LowRankBlockAttend gives them) from the fused kernel over device_q [nh·d]
+  // (device memory), copied to the host.
+  Status AttendLowRankBlocksOnDevice(Sequence& seq, int l, const ops::LowRankAttentionShape& shape,
+                                     float scale, const float* device_q,
+                                     std::vector<ops::BlockAttention>& parts,
+                                     std::vector<std::vector<float>>& weights) const;
+  StatusOr<Tensor> Empty(Shape shape) const;
+
+  DecoderShape shape_;
+  Device device_;
+  Capabilities capabilities_;
+  // 16-bit projection weights: the activations already carry bf16-level error, so prefill
+  // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
+  bool bf16_attention_ = false;
+  // Set once the device's paged decode kernel answered UNIMPLEMENTED for this head size, so
+  // later steps go straight to AttendDecodeGathered.
+  mutable std::atomic<bool> paged_decode_unbuilt_{false};
+};
+
+}  // namespace framezip::engine::llm
