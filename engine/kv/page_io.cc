@@ -75,38 +75,21 @@ Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const 
   return ops::QuantizeKvPagesCuda(kt, vt, p, bits, pages);
 }
 
+ops::KvSpan PageSpan(const PagePool& pool, PageId id, int32_t n) {
+  if (IsQuantized(pool.format())) return QuantPageSpan(pool.layout(), pool.Keys(id), n);
+  ops::KvSpan s;
+  s.k = pool.Keys(id);
+  s.v = pool.Values(id);
+  s.num_tokens = n;
+  s.format = pool.format();
+  return s;
+}
+
 Status ReadPageSlots(const PagePool& pool, PageId id, int64_t n, float* k, float* v) {
-  const PageLayout& layout = pool.layout();
-  const int64_t row = layout.channels();
-  const Device device = pool.device();
-  if (IsQuantized(layout.format)) {
-    if (device.is_cpu()) {
-      ReadQuantPage(layout, pool.Keys(id), n, k, v);
-      return absl::OkStatus();
-    }
-    std::vector<std::byte> page(layout.PageBytes());
-    FZ_RETURN_IF_ERROR(CopyBytes(page.data(), Device::Cpu(), pool.Keys(id), device, page.size()));
-    std::vector<float> hk(static_cast<size_t>(n * row)), hv(hk.size());
-    ReadQuantPage(layout, page.data(), n, hk.data(), hv.data());
-    const size_t bytes = hk.size() * sizeof(float);
-    if (k != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(k, device, hk.data(), Device::Cpu(), bytes));
-    if (v != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(v, device, hv.data(), Device::Cpu(), bytes));
-    return absl::OkStatus();
-  }
-  if (device.is_cpu()) {
-    if (k != nullptr) ops::cpu::ToF32(pool.Keys(id), pool.dtype(), n * row, k);
-    if (v != nullptr) ops::cpu::ToF32(pool.Values(id), pool.dtype(), n * row, v);
-    return absl::OkStatus();
-  }
-  if (k != nullptr) {
-    FZ_RETURN_IF_ERROR(
-        ConvertOnDevice(device, pool.Keys(id), pool.dtype(), k, DType::kF32, n * row));
-  }
-  if (v != nullptr) {
-    FZ_RETURN_IF_ERROR(
-        ConvertOnDevice(device, pool.Values(id), pool.dtype(), v, DType::kF32, n * row));
-  }
-  return absl::OkStatus();
+  const ops::KvSpan span = PageSpan(pool, id, static_cast<int32_t>(n));
+  const int32_t offsets[] = {0, 1};
+  const ops::PagedKv one{{&span, 1}, offsets, pool.layout().num_kv_heads, pool.layout().head_dim};
+  return ops::GatherPagedKv(one, 0, pool.device(), k, v);
 }
 
 }  // namespace framezip::engine::kv

@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "engine/kv/page_pool.h"
+#include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::kv {
 
@@ -25,9 +26,12 @@ Status WriteDenseSlots(const PagePool& pool, PageId id, int64_t slot0, const flo
 Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const float* k,
                        const float* v, int64_t n);
 
-// The first n tokens of page `id` (any format) as f32; either output may be null. A quantised
-// page on a GPU is dequantised on the host (no device kernel yet: only chunked prefill over a
-// compressed past reads one back).
+// The first n slots of page `id` as the attention ops read pages (ops/paged_kv.h).
+ops::KvSpan PageSpan(const PagePool& pool, PageId id, int32_t n);
+
+// The first n tokens of page `id` (any format) as f32; either output may be null. Read through
+// ops::GatherPagedKv, as the prefill ops read a past (a quantised page on a GPU is dequantised on
+// the host: no device kernel yet; only chunked prefill over a compressed past reads one back).
 Status ReadPageSlots(const PagePool& pool, PageId id, int64_t n, float* k, float* v);
 
 }  // namespace framezip::engine::kv

@@ -67,19 +67,6 @@ void WriteQuantPage(const PageLayout& l, const float* k, const float* v, int64_t
                       reinterpret_cast<Float16*>(base + o.v_zero), l.page_tokens);
 }
 
-void ReadQuantPage(const PageLayout& l, const void* page, int64_t n, float* k, float* v) {
-  const int bits = KvFormatBits(l.format);
-  const Offsets o = OffsetsOf(l);
-  const char* base = static_cast<const char*>(page);
-  kvq::DequantizeKeys(reinterpret_cast<const uint8_t*>(base),
-                      reinterpret_cast<const Float16*>(base + o.k_scale),
-                      reinterpret_cast<const Float16*>(base + o.k_zero), n, l.channels(), bits, k);
-  kvq::DequantizeValues(reinterpret_cast<const uint8_t*>(base + o.v_codes),
-                        reinterpret_cast<const Float16*>(base + o.v_scale),
-                        reinterpret_cast<const Float16*>(base + o.v_zero), n, l.channels(), bits,
-                        l.page_tokens, v);
-}
-
 ops::KvSpan QuantPageSpan(const PageLayout& l, const void* page, int32_t n) {
   const Offsets o = OffsetsOf(l);
   const char* base = static_cast<const char*>(page);

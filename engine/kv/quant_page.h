@@ -15,7 +15,7 @@
 
 #include "common/status.h"
 #include "engine/kv/page_pool.h"
-#include "engine/ops/paged_attention.h"
+#include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::kv {
 
@@ -30,10 +30,7 @@ Status CheckQuantPageLayout(const PageLayout& layout);
 void WriteQuantPage(const PageLayout& layout, const float* k, const float* v, int64_t n,
                     void* page);
 
-// Dequantises the n filled tokens of a page to k, v [n, G, d] f32.
-void ReadQuantPage(const PageLayout& layout, const void* page, int64_t n, float* k, float* v);
-
-// The attention span of a page's n filled tokens.
+// The attention span of a page's n filled tokens (read back through ops::GatherPagedKv).
 ops::KvSpan QuantPageSpan(const PageLayout& layout, const void* page, int32_t n);
 
 }  // namespace framezip::engine::kv

@@ -342,51 +342,65 @@ size_t SequenceKv::low_rank_bytes() const {
 
 void SequenceKv::AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const {
   for (const PageRef& p : layers_[layer].pages) {
-    if (p.num_tokens == 0) continue;
-    const PagePool* pp = pool(p.format);
-    if (IsQuantized(p.format)) {
-      spans.push_back(QuantPageSpan(pp->layout(), pp->Keys(p.id), p.num_tokens));
-    } else {
-      ops::KvSpan s;
-      s.k = pp->Keys(p.id);
-      s.v = pp->Values(p.id);
-      s.num_tokens = p.num_tokens;
-      s.format = p.format;
-      spans.push_back(s);
-    }
+    if (p.num_tokens > 0) spans.push_back(PageSpan(*pool(p.format), p.id, p.num_tokens));
   }
 }
 
-Status SequenceKv::GatherPages(int layer, float* k, float* v) const {
+ops::PagedKv SequenceKv::OneSequence(std::span<const ops::KvSpan> spans,
+                                     std::array<int32_t, 2>& offsets) const {
+  offsets = {0, static_cast<int32_t>(spans.size())};
+  const PageLayout& layout = pool()->layout();
+  return ops::PagedKv{spans, offsets, layout.num_kv_heads, layout.head_dim};
+}
+
+Status SequenceKv::AppendPastSpans(int layer, std::vector<ops::KvSpan>& spans,
+                                   Tensor& rebuilt) const {
+  AppendSpans(layer, spans);
+  const int64_t block_tokens = num_tokens(layer) - page_tokens(layer);
+  if (block_tokens == 0) return absl::OkStatus();
   const int64_t row = pool()->layout().channels();
-  for (const PageRef& p : layers_[layer].pages) {
-    FZ_RETURN_IF_ERROR(ReadPageSlots(*pool(p.format), p.id, p.num_tokens, k, v));
-    k += p.num_tokens * row;
-    v += p.num_tokens * row;
-  }
+  FZ_ASSIGN_OR_RETURN(rebuilt, Tensor::Empty({2, block_tokens, row}, DType::kF32, device()));
+  float* k = rebuilt.data<float>();
+  FZ_RETURN_IF_ERROR(RebuildBlocks(layer, k, k + block_tokens * row));
+  ops::KvSpan s;
+  s.k = k;
+  s.v = k + block_tokens * row;
+  s.num_tokens = static_cast<int32_t>(block_tokens);
+  s.format = KvFormat::kF32;
+  spans.push_back(s);
   return absl::OkStatus();
+}
+
+Status SequenceKv::GatherPages(int layer, float* k, float* v) const {
+  std::vector<ops::KvSpan> spans;
+  AppendSpans(layer, spans);
+  std::array<int32_t, 2> offsets;
+  return ops::GatherPagedKv(OneSequence(spans, offsets), 0, device(), k, v);
 }
 
 Status SequenceKv::Gather(int layer, float* k, float* v) const {
   FZ_RETURN_IF_ERROR(GatherPages(layer, k, v));
+  const int64_t at = page_tokens(layer) * pool()->layout().channels();
+  return RebuildBlocks(layer, k + at, v + at);
+}
+
+Status SequenceKv::RebuildBlocks(int layer, float* k, float* v) const {
   const int64_t row = pool()->layout().channels();
-  int64_t at = page_tokens(layer);
   // Blocks are host data: on a GPU each is rebuilt on the host and copied to its place.
   std::vector<float> host_k, host_v;
   for (const LowRankBlock& b : layers_[layer].blocks) {
     if (device().is_cpu()) {
-      FZ_RETURN_IF_ERROR(b.Reconstruct(k + at * row, v + at * row));
+      FZ_RETURN_IF_ERROR(b.Reconstruct(k, v));
     } else {
       const size_t n = static_cast<size_t>(b.tokens() * row);
       host_k.resize(n);
       host_v.resize(n);
       FZ_RETURN_IF_ERROR(b.Reconstruct(host_k.data(), host_v.data()));
-      FZ_RETURN_IF_ERROR(
-          CopyBytes(k + at * row, device(), host_k.data(), Device::Cpu(), n * sizeof(float)));
-      FZ_RETURN_IF_ERROR(
-          CopyBytes(v + at * row, device(), host_v.data(), Device::Cpu(), n * sizeof(float)));
+      FZ_RETURN_IF_ERROR(CopyBytes(k, device(), host_k.data(), Device::Cpu(), n * sizeof(float)));
+      FZ_RETURN_IF_ERROR(CopyBytes(v, device(), host_v.data(), Device::Cpu(), n * sizeof(float)));
     }
-    at += b.tokens();
+    k += b.tokens() * row;
+    v += b.tokens() * row;
   }
   return absl::OkStatus();
 }

@@ -34,10 +34,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/core/tensor.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/low_rank_block.h"
 #include "engine/kv/page_pool.h"
-#include "engine/ops/paged_attention.h"
+#include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::kv {
 
@@ -125,6 +126,14 @@ class SequenceKv {
 
   // Appends one KvSpan per non-empty page of `layer` (for ops::PagedDecodeAttention).
   void AppendSpans(int layer, std::vector<ops::KvSpan>& spans) const;
+  // The whole of `layer` as spans, for a prefill op's past (ops::PagedKv): AppendSpans' pages,
+  // then, when the layer holds low-rank blocks, one f32 span of them rebuilt (keys post-RoPE) into
+  // `rebuilt` [2, tokens, G·d] on device(), which must outlive the spans. Gather's order.
+  Status AppendPastSpans(int layer, std::vector<ops::KvSpan>& spans, Tensor& rebuilt) const;
+  // `spans` as the one sequence of an ops::PagedKv of this cache's shape (`offsets` is its
+  // storage).
+  ops::PagedKv OneSequence(std::span<const ops::KvSpan> spans,
+                           std::array<int32_t, 2>& offsets) const;
 
   // Copies (dequantises) every stored token of `layer` to dense f32 k, v [num_tokens(layer), G, d]
   // in storage order — pages, then low-rank blocks rebuilt (keys rotated to post-RoPE) — for
@@ -199,6 +208,9 @@ class SequenceKv {
   // Pages of format f that appending `tokens` tokens of that format to `l` would take.
   int64_t PagesToAppend(const Layer& l, KvFormat f, int64_t tokens) const;
   // n consecutive tokens of dense format f into the layer's appendable page(s).
+  // Every low-rank block of `layer` rebuilt (keys post-RoPE) into k, v [block tokens, G, d] on
+  // device(), in order.
+  Status RebuildBlocks(int layer, float* k, float* v) const;
   Status AppendDenseRun(Layer& l, KvFormat f, const float* k, const float* v,
                         const int32_t* positions, int64_t n);
   // n tokens of quantised format f into fresh pages of up to page_tokens each.

@@ -3,6 +3,7 @@
 // cache, the KV append) and for a batch of decode tokens (the KV write, one paged attention over
 // every sequence's pages, the residual-window recompression).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <vector>
 
@@ -77,12 +78,15 @@ Status KvBackend::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32
   if (visual != nullptr) stats.visual[l] += std::count(visual, visual + t, uint8_t{1});
   for (uint8_t c : plan.classes) stats.kept[l] += (c == kv::kFull || c == kv::kImportant) ? 1 : 0;
 
-  // Earlier chunks' keys (all at earlier positions) come first in the attention's key sequence.
-  Tensor past_k, past_v;
+  // Earlier chunks' keys (all at earlier positions) come first in the attention's key sequence:
+  // the layer's pages (and AttentionPack's blocks, rebuilt) as the ops read a past.
+  std::vector<ops::KvSpan> past_spans;
+  Tensor rebuilt_blocks;
+  std::array<int32_t, 2> past_offsets;
+  ops::PagedKv past_kv;
   if (past > 0) {
-    FZ_ASSIGN_OR_RETURN(past_k, Empty({1, past + t, g, d}));
-    FZ_ASSIGN_OR_RETURN(past_v, Empty({1, past + t, g, d}));
-    FZ_RETURN_IF_ERROR(seq.kv.Gather(l, past_k.data<float>(), past_v.data<float>()));
+    FZ_RETURN_IF_ERROR(seq.kv.AppendPastSpans(l, past_spans, rebuilt_blocks));
+    past_kv = seq.kv.OneSequence(past_spans, past_offsets);
   }
   if (plan.sparse) {
     // ZipVL / FastV: attention over the compacted important rows only (engine/ops/
@@ -93,9 +97,8 @@ Status KvBackend::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32
       shared.push_back(std::move(plan.important));
       important = shared;
     }
-    FZ_RETURN_IF_ERROR(ops::SparsePrefillAttention(
-        q, k, v, past > 0 ? past_k.data<float>() : nullptr,
-        past > 0 ? past_v.data<float>() : nullptr, past, important, RestRowsOf(plan), attn));
+    FZ_RETURN_IF_ERROR(
+        ops::SparsePrefillAttention(q, k, v, past_kv, important, RestRowsOf(plan), attn));
   } else {
     FZ_ASSIGN_OR_RETURN(Tensor q4, q.Reshape({1, t, nh, d}));
     FZ_ASSIGN_OR_RETURN(Tensor attn4, attn.Reshape({1, t, nh, d}));
@@ -104,12 +107,15 @@ Status KvBackend::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32
       FZ_ASSIGN_OR_RETURN(k4, k.Reshape({1, t, g, d}));
       FZ_ASSIGN_OR_RETURN(v4, v.Reshape({1, t, g, d}));
     } else {
-      FZ_RETURN_IF_ERROR(CopyBytes(past_k.data<float>() + past * g * d, device_, k.raw_data(),
-                                   device_, k.nbytes()));
-      FZ_RETURN_IF_ERROR(CopyBytes(past_v.data<float>() + past * g * d, device_, v.raw_data(),
-                                   device_, v.nbytes()));
-      k4 = past_k;
-      v4 = past_v;
+      // Dense attention reads one key sequence: the past gathered, this chunk's rows after it.
+      FZ_ASSIGN_OR_RETURN(k4, Empty({1, past + t, g, d}));
+      FZ_ASSIGN_OR_RETURN(v4, Empty({1, past + t, g, d}));
+      FZ_RETURN_IF_ERROR(
+          ops::GatherPagedKv(past_kv, 0, device_, k4.data<float>(), v4.data<float>()));
+      FZ_RETURN_IF_ERROR(
+          CopyBytes(k4.data<float>() + past * g * d, device_, k.raw_data(), device_, k.nbytes()));
+      FZ_RETURN_IF_ERROR(
+          CopyBytes(v4.data<float>() + past * g * d, device_, v.raw_data(), device_, v.nbytes()));
     }
     ops::AttentionParams params;
     params.causal = true;
@@ -185,8 +191,8 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
       for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
     }
   } else if (!paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
-    const Status paged = ops::PagedDecodeAttention(
-        q, spans, offsets, ops::PagedDecodeParams{static_cast<int>(g), 0}, attn);
+    const ops::PagedKv paged_kv{spans, offsets, static_cast<int>(g), static_cast<int>(d)};
+    const Status paged = ops::PagedDecodeAttention(q, paged_kv, attn);
     if (paged.code() != absl::StatusCode::kUnimplemented || device_.is_cpu()) {
       FZ_RETURN_IF_ERROR(paged);
     } else {

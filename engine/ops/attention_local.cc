@@ -6,10 +6,14 @@
 
 namespace framezip::engine::ops {
 
-Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, const float* past_k,
-                            const float* past_v, int64_t past, std::span<const int32_t> rows,
-                            int64_t h0, int64_t nh, const LocalWindow& params, Tensor& out) {
-  constexpr std::string_view kOp = "LocalWindowAttention";
+namespace {
+
+constexpr std::string_view kOp = "LocalWindowAttention";
+
+// Everything but the past's own pages: shapes, devices, heads, window and rows.
+Status CheckArguments(const Tensor& q, const Tensor& k, const Tensor& v, const float* past_k,
+                      const float* past_v, int64_t past, std::span<const int32_t> rows, int64_t h0,
+                      int64_t nh, const LocalWindow& params, const Tensor& out) {
   if (q.rank() != 3 || k.rank() != 3 || k.shape() != v.shape() || q.shape() != out.shape() ||
       q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) || q.dtype() != DType::kF32 ||
       k.dtype() != DType::kF32 || v.dtype() != DType::kF32 || out.dtype() != DType::kF32) {
@@ -39,6 +43,29 @@ Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, c
           "LocalWindowAttention: rows must be sorted, distinct and in [0, {})", t);
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& past,
+                            std::span<const int32_t> rows, int64_t h0, int64_t nh,
+                            const LocalWindow& params, Tensor& out) {
+  FZ_RETURN_IF_ERROR(CheckArguments(q, k, v, nullptr, nullptr, 0, rows, h0, nh, params, out));
+  FZ_RETURN_IF_ERROR(CheckPastKv(kOp, past, k.dim(1), k.dim(2)));
+  if (past.batch() == 0) {
+    return LocalWindowAttentionOverRows(q, k, v, nullptr, nullptr, 0, rows, h0, nh, params, out);
+  }
+  FZ_ASSIGN_OR_RETURN(const GatheredKv dense, GatherPagedKv(past, 0, q.device()));
+  return LocalWindowAttentionOverRows(q, k, v, dense.k.data<float>(), dense.v.data<float>(),
+                                      dense.tokens, rows, h0, nh, params, out);
+}
+
+Status LocalWindowAttentionOverRows(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const float* past_k, const float* past_v, int64_t past,
+                                    std::span<const int32_t> rows, int64_t h0, int64_t nh,
+                                    const LocalWindow& params, Tensor& out) {
+  FZ_RETURN_IF_ERROR(CheckArguments(q, k, v, past_k, past_v, past, rows, h0, nh, params, out));
   switch (q.device().kind) {
     case DeviceKind::kCpu:
       return LocalWindowAttentionCpu(q, k, v, past_k, past_v, past, rows, h0, nh, params, out);

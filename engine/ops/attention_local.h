@@ -11,13 +11,13 @@
 // (and its K/V in every later layer) drifts from dense; most of what a video token attends to in
 // the early layers is its own and the neighbouring frames, which a short window holds.
 //
-// Shapes: q, out [T, H, d]; k, v [T, G, d]; past_k, past_v [past, G, d] (null when past = 0),
-// all f32 row-major; `rows` are chunk rows, sorted ascending; only the heads [h0, h0 + nh) of
-// those rows are written (a per-KV-head selection calls it once per head group). Every other
-// element of `out` is left untouched.
-// Devices: q, k, v and out on one device, CPU or GPU; past_k and past_v point into that same
-// device's memory (device pointers for GPU tensors), `rows` is always a host span. On the GPU
-// head_dim is at most 256 (UNIMPLEMENTED beyond).
+// Shapes: q, out [T, H, d]; k, v [T, G, d], all f32 row-major; `past`: the layer's earlier tokens
+// as pages (ops/paged_kv.h: one sequence, or none), read as dense f32 before the kernel runs;
+// `rows` are chunk rows, sorted ascending; only the heads [h0, h0 + nh) of those rows are written
+// (a per-KV-head selection calls it once per head group). Every other element of `out` is left
+// untouched.
+// Devices: q, k, v and out on one device, CPU or GPU; the past's pages in that same device's
+// memory; `rows` is always a host span. On the GPU head_dim is at most 256 (UNIMPLEMENTED beyond).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::ops {
 
@@ -33,8 +34,8 @@ struct LocalWindow {
   int64_t sinks = 4;    // leading keys of the sequence; >= 0
 };
 
-Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, const float* past_k,
-                            const float* past_v, int64_t past, std::span<const int32_t> rows,
-                            int64_t h0, int64_t nh, const LocalWindow& params, Tensor& out);
+Status LocalWindowAttention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& past,
+                            std::span<const int32_t> rows, int64_t h0, int64_t nh,
+                            const LocalWindow& params, Tensor& out);
 
 }  // namespace framezip::engine::ops

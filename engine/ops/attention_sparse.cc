@@ -6,6 +6,7 @@
 
 #include "engine/core/device_memory.h"
 #include "engine/ops/attention.h"
+#include "engine/ops/attention_local_backends.h"
 #include "engine/ops/op_checks.h"
 #include "engine/ops/row_slices.h"
 
@@ -71,7 +72,7 @@ StatusOr<Tensor> CompactKeys(const Tensor& chunk, const float* past_rows, int64_
 }  // namespace
 
 Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                              const float* past_k, const float* past_v, int64_t past,
+                              const PagedKv& past_pages,
                               std::span<const std::vector<int32_t>> important,
                               const RestRows& rest_rows, Tensor& out) {
   if (q.rank() != 3 || k.rank() != 3 || k.shape() != v.shape() || q.shape() != out.shape() ||
@@ -93,9 +94,7 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
     return InvalidArgumentError("SparsePrefillAttention: {} important lists for {} KV heads",
                                 groups, g);
   }
-  if (past > 0 && (past_k == nullptr || past_v == nullptr)) {
-    return InvalidArgumentError("SparsePrefillAttention: {} past tokens without their K/V", past);
-  }
+  FZ_RETURN_IF_ERROR(CheckPastKv("SparsePrefillAttention", past_pages, g, d));
   for (const std::vector<int32_t>& list : important) {
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i] < 0 || list[i] >= t || (i > 0 && list[i] <= list[i - 1])) {
@@ -104,6 +103,14 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
       }
     }
   }
+  // The past once as dense rows, for every group's compaction and the local rows.
+  GatheredKv past_rows;
+  if (past_pages.batch() > 0) {
+    FZ_ASSIGN_OR_RETURN(past_rows, GatherPagedKv(past_pages, 0, q.device()));
+  }
+  const int64_t past = past_rows.tokens;
+  const float* past_k = past > 0 ? past_rows.k.data<float>() : nullptr;
+  const float* past_v = past > 0 ? past_rows.v.data<float>() : nullptr;
   FZ_RETURN_IF_ERROR(ZeroBytes(out.raw_data(), out.device(), out.nbytes()));
   const int64_t rep = heads / g;
   const int64_t hq = groups == 1 ? heads : rep;  // query heads per group
@@ -114,7 +121,7 @@ Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
     const int64_t h0 = groups == 1 ? 0 : gi * rep, kv0 = groups == 1 ? 0 : gi;
     if (rest_rows.mode == RestRows::Mode::kLocal && p < t) {
       // U rows read the original (uncompacted) keys, so they do not need the gather below.
-      FZ_RETURN_IF_ERROR(LocalWindowAttention(
+      FZ_RETURN_IF_ERROR(LocalWindowAttentionOverRows(
           q, k, v, past_k, past_v, past, RowsOutside(imp, t).rows, h0, hq, rest_rows.local, out));
     }
     if (past + p == 0) continue;  // nothing else to attend to: T is empty and there is no past

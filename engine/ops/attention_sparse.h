@@ -15,8 +15,9 @@
 // `important` holds one list (head-shared: every query head uses it) or G lists (per KV head:
 // the query heads of KV head g use list g).
 //
-// Shapes: q, out [T, H, d]; k, v [T, G, d]; past_k, past_v [past, G, d] (null when past = 0);
-// all f32, row-major, on one device (past_k and past_v are device pointers when q is on a GPU).
+// Shapes: q, out [T, H, d]; k, v [T, G, d], all f32, row-major, on one device. `past`: the
+// layer's earlier tokens (earlier chunks) as pages on that device (ops/paged_kv.h: one sequence,
+// or none), gathered once to dense f32 before the attention.
 // Errors: INVALID_ARGUMENT naming the mismatch or the bad index; on a GPU, what the ops it calls
 // answer (RESOURCE_EXHAUSTED for the temporaries, UNIMPLEMENTED beyond the kernels' head_dim).
 #pragma once
@@ -28,6 +29,7 @@
 #include "common/status.h"
 #include "engine/core/tensor.h"
 #include "engine/ops/attention_local.h"
+#include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::ops {
 
@@ -39,8 +41,7 @@ struct RestRows {
 };
 
 Status SparsePrefillAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                              const float* past_k, const float* past_v, int64_t past,
-                              std::span<const std::vector<int32_t>> important, const RestRows& rest,
-                              Tensor& out);
+                              const PagedKv& past, std::span<const std::vector<int32_t>> important,
+                              const RestRows& rest, Tensor& out);
 
 }  // namespace framezip::engine::ops

@@ -27,9 +27,7 @@ Status SoftmaxCpu(const Tensor& x, Tensor& y);
 Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params);
 Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
                     const AttentionParams& params, Tensor& out);
-Status PagedDecodeAttentionCpu(const Tensor& q, std::span<const KvSpan> spans,
-                               std::span<const int32_t> span_offsets,
-                               const PagedDecodeParams& params, Tensor& out);
+Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);
 
 Status SampleTokensCpu(Tensor& logits, std::span<const RowSampling> rows,
                        std::span<int32_t> tokens);

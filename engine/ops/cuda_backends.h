@@ -38,9 +38,7 @@ Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& param
                      bool positions_checked);
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);
-Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
-                                std::span<const int32_t> span_offsets,
-                                const PagedDecodeParams& params, Tensor& out);
+Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);
 // past_k and past_v are device pointers.
 Status LocalWindowAttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const float* past_k, const float* past_v, int64_t past,

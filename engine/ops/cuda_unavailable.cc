@@ -44,8 +44,7 @@ Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&, bool) {
 Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {
   return NoCuda("Attention");
 }
-Status PagedDecodeAttentionCuda(const Tensor&, std::span<const KvSpan>, std::span<const int32_t>,
-                                const PagedDecodeParams&, Tensor&) {
+Status PagedDecodeAttentionCuda(const Tensor&, const PagedKv&, float, Tensor&) {
   return NoCuda("PagedDecodeAttention");
 }
 Status LocalWindowAttentionCuda(const Tensor&, const Tensor&, const Tensor&, const float*,

@@ -252,12 +252,10 @@ void AttendSpan(const KvSpan& span, const Geom& geo, const float* qg, Scratch& s
 
 }  // namespace
 
-Status PagedDecodeAttentionCpu(const Tensor& q, std::span<const KvSpan> spans,
-                               std::span<const int32_t> span_offsets,
-                               const PagedDecodeParams& params, Tensor& out) {
+Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out) {
   const int64_t batch = q.dim(0), heads = q.dim(1), d = q.dim(2);
-  const int64_t groups = params.num_kv_heads, rep = heads / groups;
-  const float scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t groups = kv.num_kv_heads, rep = heads / groups;
+  if (scale <= 0) scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float* qp = q.data<float>();
   float* op = out.data<float>();
 
@@ -271,8 +269,7 @@ Status PagedDecodeAttentionCpu(const Tensor& q, std::span<const KvSpan> spans,
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.f);
-      for (int32_t si = span_offsets[b]; si < span_offsets[b + 1]; ++si) {
-        const KvSpan& span = spans[si];
+      for (const KvSpan& span : kv.spans_of(b)) {
         if (span.num_tokens == 0) continue;
         sc.Reserve(rep, span.num_tokens, d);
         AttendSpan(span, geo, qg, sc, m.data(), l.data(), acc.data());

@@ -20,12 +20,11 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 }  // namespace
 
-Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
-                                std::span<const int32_t> span_offsets,
-                                const PagedDecodeParams& params, Tensor& out) {
+Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out) {
   constexpr std::string_view kOp = "PagedDecodeAttention";
   const int64_t batch = q.dim(0), heads = q.dim(1), d = q.dim(2);
   FZ_RETURN_IF_ERROR(PagedDecodeSupports(q.device(), d));
+  const std::span<const KvSpan> spans = kv.spans;
   std::vector<cuda::PagedSpanDesc> descs(spans.size());
   std::vector<int32_t> span_tokens(spans.size());
   int64_t total_tokens = 0;
@@ -53,8 +52,8 @@ Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
       cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, q.device().index), kOp));
   std::vector<cuda::PagedWorkItem> items;
   std::vector<int32_t> item_offsets;
-  cuda::BuildPagedWorkItems(span_tokens.data(), span_offsets.data(), static_cast<int>(batch),
-                            cuda::ChoosePagedTokensPerItem(total_tokens, params.num_kv_heads,
+  cuda::BuildPagedWorkItems(span_tokens.data(), kv.seq_offsets.data(), static_cast<int>(batch),
+                            cuda::ChoosePagedTokensPerItem(total_tokens, kv.num_kv_heads,
                                                            static_cast<int>(heads), sm_count),
                             items, item_offsets);
 
@@ -87,9 +86,9 @@ Status PagedDecodeAttentionCuda(const Tensor& q, std::span<const KvSpan> spans,
   p.workspace = reinterpret_cast<float*>(dev + staged);
   p.batch = static_cast<int>(batch);
   p.heads = static_cast<int>(heads);
-  p.kv_heads = params.num_kv_heads;
+  p.kv_heads = kv.num_kv_heads;
   p.head_dim = static_cast<int>(d);
-  p.scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  p.scale = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(d));
   return CudaStatus(cuda::LaunchPagedDecodeAttention(p, nullptr), kOp);
 }
 

@@ -30,16 +30,16 @@ TEST_CASE("LocalWindowAttention on the GPU refuses mixed devices and too wide he
     const auto q = MakeRandom({4, 2, 64}, DType::kF32, rng);
     const auto k = MakeRandom({4, 1, 64}, DType::kF32, rng);
     Tensor out = OnGpu(Sentinel({4, 2, 64}));
-    const auto st = ops::LocalWindowAttention(OnGpu(q.tensor), k.tensor, OnGpu(k.tensor), nullptr,
-                                              nullptr, 0, rows, 0, 2, {}, out);
+    const auto st = ops::LocalWindowAttention(OnGpu(q.tensor), k.tensor, OnGpu(k.tensor), {}, rows,
+                                              0, 2, {}, out);
     CHECK(st.code() == absl::StatusCode::kInvalidArgument);
   }
   {
     const auto q = MakeRandom({4, 2, 288}, DType::kF32, rng);
     const auto k = MakeRandom({4, 1, 288}, DType::kF32, rng);
     Tensor out = OnGpu(Sentinel({4, 2, 288}));
-    const auto st = ops::LocalWindowAttention(OnGpu(q.tensor), OnGpu(k.tensor), OnGpu(k.tensor),
-                                              nullptr, nullptr, 0, rows, 0, 2, {}, out);
+    const auto st = ops::LocalWindowAttention(OnGpu(q.tensor), OnGpu(k.tensor), OnGpu(k.tensor), {},
+                                              rows, 0, 2, {}, out);
     CHECK(st.code() == absl::StatusCode::kUnimplemented);
   }
 }

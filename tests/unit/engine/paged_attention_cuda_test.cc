@@ -102,10 +102,14 @@ TEST_CASE("Paged decode kernel variants on the GPU match the CPU op", "[cuda][op
       const std::vector<int32_t> offsets = FillArena(c, arena, rng);
       const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
       const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
-      const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};
       Tensor want = MakeEmpty({batch, c.heads, c.d});
-      REQUIRE(ops::PagedDecodeAttention(q.tensor, arena.Spans(Device::Cpu()), offsets, params, want)
-                  .ok());
+      const std::vector<ops::KvSpan> cpu_spans = arena.Spans(Device::Cpu());
+      REQUIRE(
+          ops::PagedDecodeAttention(
+              q.tensor,
+              ops::PagedKv{cpu_spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)},
+              want)
+              .ok());
       const auto gpu_spans = arena.Spans(Device::Cuda(0));
       const int kv_heads = static_cast<int>(c.kv_heads);
       // 96: items that start on span boundaries; 40: items that start inside spans.

@@ -155,8 +155,8 @@ TEST_CASE("Sparse prefill on the GPU matches the CPU op", "[cuda][ops]") {
   const auto v = MakeRandom({t, g, d}, DType::kF32, rng);
   const std::vector<std::vector<int32_t>> important = {RandomSortedSubset(t, 77, rng)};
   Tensor want = MakeEmpty({t, heads, d});
-  REQUIRE(ops::SparsePrefillAttention(q.tensor, k.tensor, v.tensor, nullptr, nullptr, 0, important,
-                                      ops::RestRows{}, want)
+  REQUIRE(ops::SparsePrefillAttention(q.tensor, k.tensor, v.tensor, {}, important, ops::RestRows{},
+                                      want)
               .ok());
   const Tensor idx = OnGpu(MakeI32(important[0]));
   Tensor got = PoisonedGpu({t, heads, d});
@@ -191,7 +191,7 @@ TEST_CASE("ZipVL sparse prefill pipeline on the GPU wires its steps together", "
   important.resize(static_cast<size_t>(*p));
   REQUIRE(std::is_sorted(important.begin(), important.end()));
   Tensor want = MakeEmpty({t, heads, d});
-  REQUIRE(ops::SparsePrefillAttention(q.tensor, k.tensor, v.tensor, nullptr, nullptr, 0,
+  REQUIRE(ops::SparsePrefillAttention(q.tensor, k.tensor, v.tensor, {},
                                       std::vector<std::vector<int32_t>>{important}, ops::RestRows{},
                                       want)
               .ok());

@@ -1,5 +1,6 @@
 // Decode attention over f32, f16, int4 and int2 pages mixed in one call equals dense attention
-// (f64) over the dequantised tokens (docs/methods.md §5.3 item 5): max abs err <= 1e-2, cosine > 0.999.
+// (f64) over the dequantised tokens (docs/methods.md §5.3 item 5): max abs err <= 1e-2, cosine >
+// 0.999.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -72,8 +73,8 @@ TEST_CASE("Mixed-format paged decode attention equals dequantise-then-dense",
   const auto qv = testing::RandomNormal(static_cast<size_t>(b * heads * d), rng, 0.5f);
   std::copy(qv.begin(), qv.end(), q.data<float>());
   Tensor out = *Tensor::Empty({b, heads, d}, DType::kF32);
-  REQUIRE(ops::PagedDecodeAttention(q, spans, offsets,
-                                    ops::PagedDecodeParams{static_cast<int>(groups), 0}, out)
+  REQUIRE(ops::PagedDecodeAttention(
+              q, ops::PagedKv{spans, offsets, static_cast<int>(groups), static_cast<int>(d)}, out)
               .ok());
 
   double max_err = 0, dot = 0, n_got = 0, n_want = 0;
@@ -119,9 +120,8 @@ TEST_CASE("Paged decode attention rejects quantised spans it cannot read", "[uni
   span.num_tokens = 1;
   span.format = KvFormat::kInt4;  // head_dim 16 is not a multiple of 32, and no scales
   std::vector<int32_t> offsets = {0, 1};
-  CHECK(ops::PagedDecodeAttention(q, std::span<const ops::KvSpan>(&span, 1), offsets,
-                                  ops::PagedDecodeParams{1, 0}, out)
-            .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ops::PagedDecodeAttention(q, ops::PagedKv{{&span, 1}, offsets, 1, 16}, out).code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -50,8 +50,9 @@ TEST_CASE("Paged decode attention equals dense attention over the same tokens",
     offsets.push_back(static_cast<int32_t>(spans.size()));
   }
   Tensor out = test::MakeEmpty({b, heads, d});
-  REQUIRE(ops::PagedDecodeAttention(q.tensor, spans, offsets,
-                                    ops::PagedDecodeParams{static_cast<int>(groups), 0}, out)
+  REQUIRE(ops::PagedDecodeAttention(
+              q.tensor, ops::PagedKv{spans, offsets, static_cast<int>(groups), static_cast<int>(d)},
+              out)
               .ok());
   std::vector<double> want(static_cast<size_t>(b * heads * d), 0.0);
   for (int64_t s = 0; s < b; ++s) {

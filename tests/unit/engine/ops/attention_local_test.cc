@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/unit/engine/ops/device_cases.h"
+#include "tests/unit/engine/ops/kv_span_arena.h"
 
 namespace framezip::engine::test {
 namespace {
@@ -105,15 +106,13 @@ TEST_CASE("LocalWindowAttention matches f64 over its window and sinks on every d
   const auto q = MakeRandom({c.t, c.heads, c.d}, DType::kF32, rng);
   const auto k = MakeRandom({c.t, c.kv_heads, c.d}, DType::kF32, rng);
   const auto v = MakeRandom({c.t, c.kv_heads, c.d}, DType::kF32, rng);
-  const int64_t past_rows = std::max<int64_t>(c.past, 1);  // no zero-sized tensors
-  const auto past_k = MakeRandom({past_rows, c.kv_heads, c.d}, DType::kF32, rng);
-  const auto past_v = MakeRandom({past_rows, c.kv_heads, c.d}, DType::kF32, rng);
+  // The past as pages: f16 and f32, and the quantised formats where d allows them.
+  std::vector<kv::KvFormat> formats = {kv::KvFormat::kF16, kv::KvFormat::kF32};
+  if (c.d % 32 == 0) formats = {kv::KvFormat::kInt4, kv::KvFormat::kF16, kv::KvFormat::kInt2};
+  PagedPast past(c.past, c.kv_heads, c.d, formats, rng);
   const std::vector<int32_t> rows = PickRows(c.t, c.every, rng);
-  const auto want = Reference(c, q.values, k.values, v.values, past_k.values, past_v.values, rows);
+  const auto want = Reference(c, q.values, k.values, v.values, past.keys(), past.values(), rows);
   ForEachDevice([&](const Device& device) {
-    const Tensor device_past_k = On(past_k.tensor, device);
-    const Tensor device_past_v = On(past_v.tensor, device);
-    const bool has_past = c.past > 0;
     Tensor out = On(
         [&] {
           Tensor t = MakeEmpty({c.t, c.heads, c.d});
@@ -121,11 +120,9 @@ TEST_CASE("LocalWindowAttention matches f64 over its window and sinks on every d
           return t;
         }(),
         device);
-    const Status st = ops::LocalWindowAttention(
-        On(q.tensor, device), On(k.tensor, device), On(v.tensor, device),
-        has_past ? static_cast<const float*>(device_past_k.raw_data()) : nullptr,
-        has_past ? static_cast<const float*>(device_past_v.raw_data()) : nullptr, c.past, rows,
-        c.h0, c.nh, c.window, out);
+    const Status st =
+        ops::LocalWindowAttention(On(q.tensor, device), On(k.tensor, device), On(v.tensor, device),
+                                  past.View(device), rows, c.h0, c.nh, c.window, out);
     INFO(st.ToString());
     REQUIRE(st.ok());
     CheckCloseTo(out, want, kLocalAttention);

@@ -4,6 +4,8 @@
 // ones for int4/int2) for an f64 reference.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
@@ -15,7 +17,7 @@
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_format.h"
 #include "engine/ops/kv_quant.h"
-#include "engine/ops/paged_attention.h"
+#include "engine/ops/paged_kv.h"
 #include "tests/testing/random.h"
 
 namespace framezip::engine::test {
@@ -188,5 +190,39 @@ inline std::vector<int32_t> FillArena(const PagedCase& c, SpanArena& arena, std:
   }
   return offsets;
 }
+
+// A prefill op's past (ops::PagedKv of one sequence): `tokens` random tokens in pages of 32 slots,
+// the page formats taken in turn from `formats` (quantised ones need d % 32 == 0), with what they
+// hold once stored, [tokens, G, d] in order, for an f64 reference.
+class PagedPast {
+ public:
+  PagedPast(int64_t tokens, int64_t kv_heads, int64_t d, std::vector<kv::KvFormat> formats,
+            std::mt19937_64& rng)
+      : kv_heads_(kv_heads), d_(d) {
+    size_t i = 0;
+    for (int64_t at = 0; at < tokens; at += 32, ++i) {
+      const auto n = static_cast<int32_t>(std::min<int64_t>(32, tokens - at));
+      arena_.Add(formats[i % formats.size()], n, 32, kv_heads, d, rng);
+      keys_.insert(keys_.end(), arena_.keys(i).begin(), arena_.keys(i).end());
+      values_.insert(values_.end(), arena_.values(i).begin(), arena_.values(i).end());
+    }
+    offsets_[1] = static_cast<int32_t>(i);
+  }
+
+  // The past as an op reads it on `device` (valid until the next call).
+  ops::PagedKv View(const Device& device) {
+    spans_ = arena_.Spans(device);
+    return ops::PagedKv{spans_, offsets_, static_cast<int>(kv_heads_), static_cast<int>(d_)};
+  }
+  const std::vector<double>& keys() const { return keys_; }
+  const std::vector<double>& values() const { return values_; }
+
+ private:
+  int64_t kv_heads_, d_;
+  SpanArena arena_;
+  std::vector<ops::KvSpan> spans_;
+  std::array<int32_t, 2> offsets_ = {0, 0};
+  std::vector<double> keys_, values_;
+};
 
 }  // namespace framezip::engine::test

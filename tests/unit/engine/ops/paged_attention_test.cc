@@ -70,11 +70,11 @@ TEST_CASE("Paged decode attention matches f64 over every page format on every de
       const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
       const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
       const auto want = Reference(c, q.values, arena, offsets);
-      const ops::PagedDecodeParams params{static_cast<int>(c.kv_heads), 0};
       ForEachDevice([&](const Device& device) {
         Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
-        const Status st = ops::PagedDecodeAttention(On(q.tensor, device), arena.Spans(device),
-                                                    offsets, params, out);
+        const std::vector<ops::KvSpan> spans = arena.Spans(device);
+        const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
+        const Status st = ops::PagedDecodeAttention(On(q.tensor, device), kv, out);
         INFO(st.ToString());
         REQUIRE(st.ok());
         CheckCloseTo(out, want, kDecode);

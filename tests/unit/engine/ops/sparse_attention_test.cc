@@ -11,6 +11,7 @@
 #include "engine/ops/attention.h"
 #include "engine/ops/attention_sparse.h"
 #include "tests/unit/engine/ops/device_cases.h"
+#include "tests/unit/engine/ops/kv_span_arena.h"
 
 namespace framezip::engine::test {
 namespace {
@@ -99,8 +100,7 @@ TEST_CASE("SparsePrefillAttention with every token equals dense causal attention
   ForEachDevice([&](const Device& device) {
     Tensor out = PoisonedOn({t, heads, d}, device);
     REQUIRE(ops::SparsePrefillAttention(On(q.tensor, device), On(k.tensor, device),
-                                        On(v.tensor, device), nullptr, nullptr, 0, important, {},
-                                        out)
+                                        On(v.tensor, device), {}, important, {}, out)
                 .ok());
     CheckCloseTo(out, want, {2e-5, 0.0});
     // And the dense causal op on the same device, to the same values.
@@ -129,25 +129,25 @@ TEST_CASE("SparsePrefillAttention with a random T equals the masked f64 referenc
   const auto q = MakeRandom({t, heads, d}, DType::kF32, rng);
   const auto k = MakeRandom({t, g, d}, DType::kF32, rng);
   const auto v = MakeRandom({t, g, d}, DType::kF32, rng);
-  const auto pk = MakeRandom({std::max<int64_t>(past, 1), g, d}, DType::kF32, rng);
-  const auto pv = MakeRandom({std::max<int64_t>(past, 1), g, d}, DType::kF32, rng);
+  // The past as pages of every format: the op reads what they hold once stored.
+  PagedPast paged(
+      past, g, d,
+      {kv::KvFormat::kF16, kv::KvFormat::kInt4, kv::KvFormat::kF32, kv::KvFormat::kInt2}, rng);
+  const std::vector<float> pk(paged.keys().begin(), paged.keys().end());
+  const std::vector<float> pv(paged.values().begin(), paged.values().end());
   std::vector<std::vector<int32_t>> important;
   for (int i = 0; i < (per_kv_head ? g : 1); ++i) important.push_back(RandomSubset(t, 0.3, rng));
   const auto want =
       Reference(testing::ToFloatVector(q.tensor), testing::ToFloatVector(k.tensor),
-                testing::ToFloatVector(v.tensor), testing::ToFloatVector(pk.tensor),
-                testing::ToFloatVector(pv.tensor), past, t, heads, g, d, important, rest);
+                testing::ToFloatVector(v.tensor), pk, pv, past, t, heads, g, d, important, rest);
   int64_t nonzero = 0;
   for (double w : want) nonzero += w != 0 ? 1 : 0;
   CHECK(nonzero > 0);
   ForEachDevice([&](const Device& device) {
-    const Tensor device_pk = On(pk.tensor, device), device_pv = On(pv.tensor, device);
     Tensor out = PoisonedOn({t, heads, d}, device);
-    const Status st = ops::SparsePrefillAttention(
-        On(q.tensor, device), On(k.tensor, device), On(v.tensor, device),
-        past > 0 ? static_cast<const float*>(device_pk.raw_data()) : nullptr,
-        past > 0 ? static_cast<const float*>(device_pv.raw_data()) : nullptr, past, important, rest,
-        out);
+    const Status st =
+        ops::SparsePrefillAttention(On(q.tensor, device), On(k.tensor, device),
+                                    On(v.tensor, device), paged.View(device), important, rest, out);
     INFO(st.ToString());
     REQUIRE(st.ok());
     CheckCloseTo(out, want, {2e-5, 0.0});
@@ -161,16 +161,25 @@ TEST_CASE("SparsePrefillAttention rejects unsorted or out-of-range rows on every
     const Tensor kv = On(*Tensor::Zeros({4, 1, 64}, DType::kF32), device);
     Tensor out = PoisonedOn({4, 2, 64}, device);
     const std::vector<std::vector<int32_t>> unsorted = {{2, 1}}, outside = {{0, 4}}, ok = {{0, 3}};
-    CHECK_FALSE(
-        ops::SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, unsorted, {}, out).ok());
-    CHECK_FALSE(ops::SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, outside, {}, out).ok());
-    CHECK_FALSE(ops::SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 3, ok, {}, out).ok());
+    CHECK_FALSE(ops::SparsePrefillAttention(q, kv, kv, {}, unsorted, {}, out).ok());
+    CHECK_FALSE(ops::SparsePrefillAttention(q, kv, kv, {}, outside, {}, out).ok());
+    // A past whose span claims tokens without pages, and a past of another head size.
+    const ops::KvSpan hollow{nullptr, nullptr, 3};
+    const int32_t one[] = {0, 1};
+    const Status no_pages =
+        ops::SparsePrefillAttention(q, kv, kv, ops::PagedKv{{&hollow, 1}, one, 1, 64}, ok, {}, out);
+    CHECK(no_pages.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(no_pages), Catch::Contains("span 0"));
+    const ops::KvSpan rows{kv.raw_data(), kv.raw_data(), 2};
+    const Status other_heads =
+        ops::SparsePrefillAttention(q, kv, kv, ops::PagedKv{{&rows, 1}, one, 2, 32}, ok, {}, out);
+    CHECK(other_heads.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(other_heads), Catch::Contains("2 KV heads × 32 dims"));
     const RestRows attend{Mode::kImportant, {}}, local{Mode::kLocal, LocalWindow{4, 1}},
         no_window{Mode::kLocal, LocalWindow{0, 1}};
-    CHECK(ops::SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, attend, out).ok());
-    CHECK(ops::SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, local, out).ok());
-    CHECK_FALSE(
-        ops::SparsePrefillAttention(q, kv, kv, nullptr, nullptr, 0, ok, no_window, out).ok());
+    CHECK(ops::SparsePrefillAttention(q, kv, kv, {}, ok, attend, out).ok());
+    CHECK(ops::SparsePrefillAttention(q, kv, kv, {}, ok, local, out).ok());
+    CHECK_FALSE(ops::SparsePrefillAttention(q, kv, kv, {}, ok, no_window, out).ok());
   });
 }
 

@@ -1,0 +1,198 @@
+#include "engine/ops/paged_kv.h"
+
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "engine/core/tensor.h"
+#include "engine/ops/cast.h"
+#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/kv_quant.h"
+#include "engine/ops/row_slices.h"
+
+namespace framezip::engine::ops {
+namespace {
+
+// `count` f32 values at `src` to `dst`, both on `device`.
+Status CopyFloats(Device device, const void* src, float* dst, int64_t count) {
+  return CopyRowSlices(device, 1, count, {.data = static_cast<const float*>(src), .stride = count},
+                       {.data = dst, .stride = count});
+}
+
+// `count` f16 values at `src` widened into f32 `dst`, both on `device`.
+Status WidenHalves(Device device, const void* src, float* dst, int64_t count) {
+  if (device.is_cpu()) {
+    cpu::ToF32(src, DType::kF16, count, dst);
+    return absl::OkStatus();
+  }
+  const Tensor in = Tensor::View(const_cast<void*>(src), {count}, DType::kF16, device);
+  Tensor out = Tensor::View(dst, {count}, DType::kF32, device);
+  return Cast(in, out);
+}
+
+// `count` elements of type T at `src` on `device`, on the host.
+template <typename T>
+StatusOr<std::vector<T>> ToHost(Device device, const void* src, int64_t count) {
+  std::vector<T> host(static_cast<size_t>(count));
+  if (count > 0) {
+    FZ_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), src, device, host.size() * sizeof(T)));
+  }
+  return host;
+}
+
+// A quantised span's keys and values dequantised on the host (kvq's reference maps), into the
+// host buffers k, v [n, C] (either may be null).
+Status DequantizeOnHost(const KvSpan& s, int64_t channels, Device device, float* k, float* v) {
+  const int bits = kv::KvFormatBits(s.format);
+  const int64_t n = s.num_tokens, row = static_cast<int64_t>(kvq::CodeRowBytes(channels, bits));
+  const int64_t params = channels / 32 * s.v_param_stride;
+  if (device.is_cpu()) {
+    if (k != nullptr) {
+      kvq::DequantizeKeys(static_cast<const uint8_t*>(s.k), s.k_scale, s.k_zero, n, channels, bits,
+                          k);
+    }
+    if (v != nullptr) {
+      kvq::DequantizeValues(static_cast<const uint8_t*>(s.v), s.v_scale, s.v_zero, n, channels,
+                            bits, s.v_param_stride, v);
+    }
+    return absl::OkStatus();
+  }
+  if (k != nullptr) {
+    FZ_ASSIGN_OR_RETURN(const auto codes, ToHost<uint8_t>(device, s.k, n * row));
+    FZ_ASSIGN_OR_RETURN(const auto scale, ToHost<Float16>(device, s.k_scale, channels));
+    FZ_ASSIGN_OR_RETURN(const auto zero, ToHost<Float16>(device, s.k_zero, channels));
+    kvq::DequantizeKeys(codes.data(), scale.data(), zero.data(), n, channels, bits, k);
+  }
+  if (v != nullptr) {
+    FZ_ASSIGN_OR_RETURN(const auto codes, ToHost<uint8_t>(device, s.v, n * row));
+    FZ_ASSIGN_OR_RETURN(const auto scale, ToHost<Float16>(device, s.v_scale, params));
+    FZ_ASSIGN_OR_RETURN(const auto zero, ToHost<Float16>(device, s.v_zero, params));
+    kvq::DequantizeValues(codes.data(), scale.data(), zero.data(), n, channels, bits,
+                          s.v_param_stride, v);
+  }
+  return absl::OkStatus();
+}
+
+Status GatherSpan(const KvSpan& s, int64_t channels, Device device, float* k, float* v) {
+  const int64_t count = s.num_tokens * channels;
+  switch (s.format) {
+    case kv::KvFormat::kF32:
+      if (k != nullptr) FZ_RETURN_IF_ERROR(CopyFloats(device, s.k, k, count));
+      if (v != nullptr) FZ_RETURN_IF_ERROR(CopyFloats(device, s.v, v, count));
+      return absl::OkStatus();
+    case kv::KvFormat::kF16:
+      if (k != nullptr) FZ_RETURN_IF_ERROR(WidenHalves(device, s.k, k, count));
+      if (v != nullptr) FZ_RETURN_IF_ERROR(WidenHalves(device, s.v, v, count));
+      return absl::OkStatus();
+    case kv::KvFormat::kInt4:
+    case kv::KvFormat::kInt2: {
+      if (device.is_cpu()) return DequantizeOnHost(s, channels, device, k, v);
+      std::vector<float> hk(k != nullptr ? static_cast<size_t>(count) : 0);
+      std::vector<float> hv(v != nullptr ? static_cast<size_t>(count) : 0);
+      FZ_RETURN_IF_ERROR(DequantizeOnHost(s, channels, device, k != nullptr ? hk.data() : nullptr,
+                                          v != nullptr ? hv.data() : nullptr));
+      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+      if (k != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(k, device, hk.data(), Device::Cpu(), bytes));
+      if (v != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(v, device, hv.data(), Device::Cpu(), bytes));
+      return absl::OkStatus();
+    }
+    case kv::KvFormat::kLowRank:
+      break;
+  }
+  return UnimplementedError("GatherPagedKv: a span has format {}", kv::KvFormatName(s.format));
+}
+
+}  // namespace
+
+int64_t PagedKv::tokens(int64_t b) const {
+  int64_t n = 0;
+  for (const KvSpan& s : spans_of(b)) n += s.num_tokens;
+  return n;
+}
+
+Status CheckPagedKv(std::string_view op, const PagedKv& kv, int64_t batch) {
+  if (kv.num_kv_heads <= 0 || kv.head_dim <= 0) {
+    return InvalidArgumentError("{}: paged KV of {} KV heads × {} dims", op, kv.num_kv_heads,
+                                kv.head_dim);
+  }
+  const std::span<const int32_t> offsets = kv.seq_offsets;
+  if (static_cast<int64_t>(offsets.size()) != batch + 1 || offsets[0] != 0 ||
+      offsets.back() != static_cast<int32_t>(kv.spans.size())) {
+    return InvalidArgumentError(
+        "{}: paged KV has {} sequence offsets for {} sequences and {} spans", op, offsets.size(),
+        batch, kv.spans.size());
+  }
+  for (size_t b = 0; b + 1 < offsets.size(); ++b) {
+    if (offsets[b + 1] < offsets[b]) {
+      return InvalidArgumentError("{}: paged KV sequence offsets decrease at {}", op, b);
+    }
+  }
+  for (size_t i = 0; i < kv.spans.size(); ++i) {
+    const KvSpan& s = kv.spans[i];
+    if (s.num_tokens < 0 || (s.num_tokens > 0 && (!s.k || !s.v))) {
+      return InvalidArgumentError("{}: span {} is malformed", op, i);
+    }
+    switch (s.format) {
+      case kv::KvFormat::kF32:
+      case kv::KvFormat::kF16:
+        break;
+      case kv::KvFormat::kInt4:
+      case kv::KvFormat::kInt2:
+        if (kv.head_dim % 32 != 0) {
+          return InvalidArgumentError("{}: span {} is {} but head_dim {} is not a multiple of 32",
+                                      op, i, kv::KvFormatName(s.format), kv.head_dim);
+        }
+        if (s.num_tokens > 0 && (!s.k_scale || !s.k_zero || !s.v_scale || !s.v_zero)) {
+          return InvalidArgumentError("{}: span {} ({}) lacks its scales", op, i,
+                                      kv::KvFormatName(s.format));
+        }
+        if (s.v_param_stride < (s.num_tokens + 7) / 8 * 8) {
+          return InvalidArgumentError(
+              "{}: span {} has {} tokens but a value parameter stride of {}", op, i, s.num_tokens,
+              s.v_param_stride);
+        }
+        break;
+      case kv::KvFormat::kLowRank:
+        return UnimplementedError("{}: span {} has format {}", op, i, kv::KvFormatName(s.format));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status GatherPagedKv(const PagedKv& kv, int64_t b, Device device, float* k, float* v) {
+  if (b < 0 || b >= kv.batch()) {
+    return InvalidArgumentError("GatherPagedKv: sequence {} of {}", b, kv.batch());
+  }
+  const int64_t channels = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
+  for (const KvSpan& s : kv.spans_of(b)) {
+    if (s.num_tokens == 0) continue;
+    FZ_RETURN_IF_ERROR(GatherSpan(s, channels, device, k, v));
+    if (k != nullptr) k += s.num_tokens * channels;
+    if (v != nullptr) v += s.num_tokens * channels;
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<GatheredKv> GatherPagedKv(const PagedKv& kv, int64_t b, Device device) {
+  if (b < 0 || b >= kv.batch()) {
+    return InvalidArgumentError("GatherPagedKv: sequence {} of {}", b, kv.batch());
+  }
+  GatheredKv out;
+  out.tokens = kv.tokens(b);
+  const Shape shape = {out.tokens, kv.num_kv_heads, kv.head_dim};
+  FZ_ASSIGN_OR_RETURN(out.k, Tensor::Empty(shape, DType::kF32, device));
+  FZ_ASSIGN_OR_RETURN(out.v, Tensor::Empty(shape, DType::kF32, device));
+  FZ_RETURN_IF_ERROR(GatherPagedKv(kv, b, device, out.k.data<float>(), out.v.data<float>()));
+  return out;
+}
+
+Status CheckPastKv(std::string_view op, const PagedKv& past, int64_t kv_heads, int64_t head_dim) {
+  if (past.batch() == 0 && past.spans.empty()) return absl::OkStatus();
+  FZ_RETURN_IF_ERROR(CheckPagedKv(op, past, 1));
+  if (past.num_kv_heads != kv_heads || past.head_dim != head_dim) {
+    return InvalidArgumentError("{}: the past has {} KV heads × {} dims, the chunk {} × {}", op,
+                                past.num_kv_heads, past.head_dim, kv_heads, head_dim);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::ops
