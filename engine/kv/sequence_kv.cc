@@ -451,25 +451,48 @@ Status SequenceKv::CompressResidual(int layer, std::span<const uint8_t> classes)
   FZ_ASSIGN_OR_RETURN(Tensor v, Tensor::Empty({n, row}, DType::kF32, device()));
   FZ_RETURN_IF_ERROR(GatherFull(layer, k.data<float>(), v.data<float>()));
   const std::vector<int32_t> pos = FullPositions(layer);
-  // Drop the window's pages, then store the tokens again by class.
-  FZ_RETURN_IF_ERROR(DropResidual(layer));
-  const Status st = Append(layer, k.data<float>(), v.data<float>(), pos.data(), n, classes.data());
+  // The window's tokens are stored again by class BEFORE its pages go: when the pools cannot take
+  // them, the layer is put back exactly as it was and the window waits, at full precision, for a
+  // later step (a half-requantised window would lose tokens in this layer and not in the others).
+  Layer& l = layers_[layer];
+  const std::vector<PageRef> pages_before = l.pages;
+  const std::array<int32_t, kNumKvFormats> open_before = l.open;
+  const int64_t tokens_before = l.num_tokens, residual_before = l.residual;
+  l.open[Index(precision_.full)] = -1;  // tokens kept kFull start a page of their own
+  const Status stored =
+      Append(layer, k.data<float>(), v.data<float>(), pos.data(), n, classes.data());
+  if (!stored.ok()) {
+    for (size_t i = pages_before.size(); i < l.pages.size(); ++i) {
+      pool(l.pages[i].format)->Free(l.pages[i].id);
+    }
+    l.pages = pages_before;
+    l.slot_positions.resize(l.pages.size() * static_cast<size_t>(page_tokens_));
+    l.open = open_before;
+    l.num_tokens = tokens_before;
+    l.residual = residual_before;
+    return stored.code() == absl::StatusCode::kResourceExhausted ? absl::OkStatus() : stored;
+  }
+  DropFullPages(l, pages_before.size());
   // Tokens the policy kept kFull start a new window, not this one again.
-  layers_[layer].residual = 0;
-  return st;
+  l.residual = 0;
+  return absl::OkStatus();
 }
 
 Status SequenceKv::DropResidual(int layer) {
   if (layer < 0 || layer >= num_layers()) {
     return InvalidArgumentError("KV drop: layer {} of {}", layer, num_layers());
   }
+  DropFullPages(layers_[layer], layers_[layer].pages.size());
+  return absl::OkStatus();
+}
+
+void SequenceKv::DropFullPages(Layer& l, size_t end) {
   // The layer's other pages stay, in order; its token count is taken again from them and its
   // blocks.
-  Layer& l = layers_[layer];
   Layer kept;
   for (size_t i = 0; i < l.pages.size(); ++i) {
     const PageRef& p = l.pages[i];
-    if (p.format == precision_.full) {
+    if (p.format == precision_.full && i < end) {
       pool(p.format)->Free(p.id);
       continue;
     }
@@ -482,8 +505,8 @@ Status SequenceKv::DropResidual(int layer) {
   }
   for (const LowRankBlock& b : l.blocks) kept.num_tokens += b.tokens();
   kept.blocks = std::move(l.blocks);
+  kept.reserve = std::move(l.reserve);  // a step's reserve outlives the window
   l = std::move(kept);
-  return absl::OkStatus();
 }
 
 int64_t SequenceKv::num_pages() const {

@@ -94,7 +94,8 @@ class SequenceKv {
   // a pool cannot supply them. Pages the step did not use stay reserved until ReleaseReserve (or
   // Clear), which the step's caller calls when it ends; until then the pools count them as taken,
   // bytes() and num_pages() do not (they hold no token). Not covered: CompressResidual's re-stored
-  // window and low-rank blocks, which a policy creates only after the step's appends. The bound
+  // window and low-rank blocks, which a policy creates only after the step's appends (both wait
+  // for a later step when the pools cannot supply them, so neither fails a step). The bound
   // costs a prefill chunk of a multi-format precision up to one chunk of pages per format for the
   // length of the step, so near a full pool such a chunk is refused a little early.
   Status ReserveAppend(int64_t tokens, bool classified);
@@ -154,8 +155,12 @@ class SequenceKv {
 
   // Re-stores the full_tokens(layer) window tokens by class (classes[i], storage order, as
   // GatherFull) and frees their full pages: kImportant/kRest go to fresh quantised pages, kFull
-  // back into full pages, kDrop is evicted. INVALID_ARGUMENT when classes.size() !=
-  // full_tokens(layer); RESOURCE_EXHAUSTED when pools are full (the window is then lost).
+  // back into full pages, kDrop is evicted. The tokens are stored again before the window's pages
+  // are freed, so for a moment the layer holds both: when the pools cannot supply the new pages
+  // the layer is left exactly as it was and the call is OK — the window stays at full precision
+  // (residual_tokens() unchanged, so the next step tries again), and a cache near its limit is
+  // refused at the next step's reservation instead of losing tokens here. INVALID_ARGUMENT when
+  // classes.size() != full_tokens(layer).
   Status CompressResidual(int layer, std::span<const uint8_t> classes);
   // Frees the full_tokens(layer) window's pages without storing the tokens again (AttentionPack's
   // recompression has moved them into a low-rank block first); the residual count restarts.
@@ -211,6 +216,9 @@ class SequenceKv {
   // Every low-rank block of `layer` rebuilt (keys post-RoPE) into k, v [block tokens, G, d] on
   // device(), in order.
   Status RebuildBlocks(int layer, float* k, float* v) const;
+  // Frees the full-format pages among the first `end` pages of `l` (the residual window) and
+  // renumbers the rest; the window count starts again.
+  void DropFullPages(Layer& l, size_t end);
   Status AppendDenseRun(Layer& l, KvFormat f, const float* k, const float* v,
                         const int32_t* positions, int64_t n);
   // n tokens of quantised format f into fresh pages of up to page_tokens each.

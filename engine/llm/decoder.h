@@ -159,10 +159,10 @@ class Decoder {
   // Returns logits [n, V]: row i is inputs[i]'s next-token distribution (its decode token's, or
   // its chunk's last row's); the rows of chunks with logits = false are zero. Sequences must be
   // distinct. Every input's pages are reserved before any layer writes (KvBackend::Reserve): when
-  // the pools cannot supply them the step is RESOURCE_EXHAUSTED and no sequence has changed. The
-  // pages the policies create after a step's appends (a recompressed residual window, AttentionPack
-  // blocks) are not reserved; a step that runs out there is RESOURCE_EXHAUSTED part-way, and its
-  // sequences must not be continued.
+  // the pools cannot supply them the step is RESOURCE_EXHAUSTED and no sequence has changed. A
+  // residual window the pools cannot requantise (or turn into an AttentionPack block) waits for a
+  // later step. What can still fail part-way (an AttentionPack prefill block over the budget, a
+  // device error) leaves the step's sequences unusable: they must not be continued.
   StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs) const;
 
  private:

@@ -123,7 +123,8 @@ class KvBackend {
                            const compress::PrefillLayerPlan& plan, const Tensor& k,
                            const Tensor& v) const;
   // AttentionPack's recompression: layer l's full window (text and generated tokens) becomes one
-  // more low-rank block at `spec`, and its full pages are freed (built on the host).
+  // more low-rank block at `spec`, and its full pages are freed (built on the host). When the KV
+  // budget cannot hold the block the window stays as it is, for a later step.
   Status StoreResidualLowRank(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
   // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
   // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,

@@ -108,9 +108,12 @@ Status KvBackend::StoreResidualLowRank(int l, Sequence& seq,
                             .rank_v = spec.rank_v,
                             .factors = spec.factors,
                             .seed = spec.seed}));
-  // The block first (it is charged to the KV budget and may not fit: then the pages stay and
-  // nothing is lost), then the window's pages go.
-  FZ_RETURN_IF_ERROR(seq.kv.AppendLowRankBlock(l, std::move(block)));
+  // The block first, then the window's pages go. The block is charged to the KV budget and may
+  // not fit: then the pages stay, nothing is lost, and the window waits at full precision for a
+  // later step (failing here would leave this step's token in some layers and not in others).
+  const Status appended = seq.kv.AppendLowRankBlock(l, std::move(block));
+  if (appended.code() == absl::StatusCode::kResourceExhausted) return absl::OkStatus();
+  FZ_RETURN_IF_ERROR(appended);
   FZ_RETURN_IF_ERROR(seq.kv.DropResidual(l));
   seq.prefill_stats.low_rank_build_ms += MillisecondsSince(start);
   return absl::OkStatus();

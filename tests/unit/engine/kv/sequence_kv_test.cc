@@ -194,6 +194,48 @@ TEST_CASE("CompressResidual requantises exactly the full-precision window", "[un
   CHECK(pools->pool(KvFormat::kF16)->pages_in_use() == 1);
 }
 
+TEST_CASE("A window the pools cannot requantise stays as it was, and is requantised once they can",
+          "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const size_t f16_page = PageLayout{kPage, kG, kD, KvFormat::kF16}.PageBytes();
+  auto pools = AllPools(static_cast<int64_t>(4 * f16_page));
+  const KvPrecision kivi{KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2};
+  auto seq = *SequenceKv::Create(*pools, 1, kivi);
+  auto other = *SequenceKv::Create(*pools, 1, kivi);
+  const Tokens window = MakeTokens(45, 0, rng);  // two f16 pages
+  REQUIRE(seq.Append(0, window.k.data(), window.v.data(), window.pos.data(), 45).ok());
+  const Tokens filler = MakeTokens(64, 0, rng);  // two more: the budget is used up
+  REQUIRE(other.Append(0, filler.k.data(), filler.v.data(), filler.pos.data(), 64).ok());
+  REQUIRE(pools->bytes_in_use() == 4 * f16_page);
+  const std::vector<PageRef> pages_before = seq.pages(0);
+  const auto rows_before = ByPosition(seq, 0);
+  // Most of the window to int2 and int4 pages, its last token kept kFull in a page of its own:
+  // new pages the budget cannot hold while the window's pages are still there.
+  std::vector<uint8_t> cls(45, kRest);
+  for (int i = 0; i < 10; ++i) cls[static_cast<size_t>(i)] = kImportant;
+  cls[44] = kFull;
+  REQUIRE(seq.CompressResidual(0, cls).ok());
+  CHECK(seq.full_tokens(0) == 45);
+  CHECK(seq.residual_tokens(0) == 45);
+  REQUIRE(seq.pages(0).size() == pages_before.size());
+  for (size_t i = 0; i < pages_before.size(); ++i) {
+    CHECK(seq.pages(0)[i].id == pages_before[i].id);
+    CHECK(seq.pages(0)[i].num_tokens == pages_before[i].num_tokens);
+    CHECK(seq.pages(0)[i].format == pages_before[i].format);
+  }
+  CHECK(ByPosition(seq, 0) == rows_before);
+  CHECK(pools->bytes_in_use() == 4 * f16_page);  // what the attempt took went back
+  // The pages free up: the same window is requantised, all of it.
+  other.Clear();
+  REQUIRE(seq.CompressResidual(0, cls).ok());
+  CHECK(seq.full_tokens(0) == 1);
+  CHECK(seq.residual_tokens(0) == 0);
+  CHECK(seq.num_tokens(0) == 45);
+  const auto rows_after = ByPosition(seq, 0);
+  CHECK(MaxErr(rows_after.at(44).first, window.k.data() + 44 * kRow) < 4e-3);
+  CHECK(pools->pool(KvFormat::kF16)->pages_in_use() == 1);
+}
+
 TEST_CASE("KV pools share one byte budget", "[unit][engine][kv]") {
   std::mt19937_64 rng(testing::TestSeed());
   const size_t f16_page = PageLayout{kPage, kG, kD, KvFormat::kF16}.PageBytes();
