@@ -96,7 +96,8 @@ Status DynamicLlavaPolicy::OnDecodeHidden(const Tensor& hidden, int32_t) {
   if (!options_.text_gate) {
     decode_keep_ = true;
   } else if (options_.text_keep > 0) {
-    // Token n (1-based) is kept when floor(n · rate) steps up: exactly that fraction, spread evenly.
+    // Token n (1-based) is kept when floor(n · rate) steps up: exactly that fraction, spread
+    // evenly.
     const auto kept_after = [&](int64_t n) {
       return static_cast<int64_t>(std::floor(static_cast<double>(n) * options_.text_keep + 1e-9));
     };
@@ -132,8 +133,7 @@ StatusOr<std::unique_ptr<CompressionPolicy>> CreateDynamicLlavaPolicy(
   FZ_ASSIGN_OR_RETURN(const int64_t window, o.Int("window", d.window, 1, 1 << 20));
   d.window = static_cast<int>(window);
   FZ_RETURN_IF_ERROR(o.CheckAllUsed());
-  return std::unique_ptr<CompressionPolicy>(
-      new DynamicLlavaPolicy(d, resources.dynamic_llava));
+  return std::unique_ptr<CompressionPolicy>(new DynamicLlavaPolicy(d, resources.dynamic_llava));
 }
 
 }  // namespace framezip::engine::compress

@@ -78,8 +78,8 @@ class DynamicLlavaPolicy final : public CompressionPolicy {
   DynamicLlavaOptions options_;
   std::shared_ptr<const DynamicLlavaPredictors> predictors_;
   std::mt19937_64 rng_;
-  bool decode_keep_ = true;     // the current decode token's decision
-  int64_t decode_seen_ = 0;     // decode tokens decided so far (forced keep rate)
+  bool decode_keep_ = true;  // the current decode token's decision
+  int64_t decode_seen_ = 0;  // decode tokens decided so far (forced keep rate)
 };
 
 StatusOr<std::unique_ptr<CompressionPolicy>> CreateDynamicLlavaPolicy(

@@ -122,7 +122,8 @@ StatusOr<std::shared_ptr<const DynamicLlavaPredictors>> DynamicLlavaPredictors::
   }
   FZ_RETURN_IF_ERROR(CheckNorm(image.in_norm, c, "image_predictor.in_norm"));
   FZ_RETURN_IF_ERROR(CheckDense(image.in_proj, w, c, "image_predictor.in_proj"));
-  if (image.blocks.empty()) return InvalidArgumentError("{}: the image predictor has no blocks", kWho);
+  if (image.blocks.empty())
+    return InvalidArgumentError("{}: the image predictor has no blocks", kWho);
   for (size_t b = 0; b < image.blocks.size(); ++b) {
     const PredictorVitBlock& blk = image.blocks[b];
     const std::string p = fmt::format("image_predictor.blocks.{}.", b);

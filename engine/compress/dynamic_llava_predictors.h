@@ -51,21 +51,22 @@ struct TextPredictorWeights {
 
 // What predictors_config.json says about how the predictors were trained and are meant to run.
 struct PredictorConfig {
-  int sparse_layer = 2;            // the predictors read the hidden states entering this layer
-  double vision_keep_rate = 0.2;   // the image keep fraction they were trained for
-  double text_keep_rate = 0.5;     // the output-text keep fraction they were trained for
-  int64_t hidden = 0;              // the decoder's hidden size (the predictors' input width)
-  int64_t width = 0;               // W
-  int64_t heads = 0;               // MHA heads of the ViT blocks
-  float norm_eps = 1e-5f;          // every LayerNorm's (torch's default)
+  int sparse_layer = 2;           // the predictors read the hidden states entering this layer
+  double vision_keep_rate = 0.2;  // the image keep fraction they were trained for
+  double text_keep_rate = 0.5;    // the output-text keep fraction they were trained for
+  int64_t hidden = 0;             // the decoder's hidden size (the predictors' input width)
+  int64_t width = 0;              // W
+  int64_t heads = 0;              // MHA heads of the ViT blocks
+  float norm_eps = 1e-5f;         // every LayerNorm's (torch's default)
 };
 
 class DynamicLlavaPredictors {
  public:
   // Checks every tensor's shape against `config` (INVALID_ARGUMENT naming the first bad one) and
   // keeps the weights where they are: the predictors run on the device of their weights.
-  static StatusOr<std::shared_ptr<const DynamicLlavaPredictors>> Create(
-      PredictorConfig config, ImagePredictorWeights image, TextPredictorWeights text);
+  static StatusOr<std::shared_ptr<const DynamicLlavaPredictors>> Create(PredictorConfig config,
+                                                                        ImagePredictorWeights image,
+                                                                        TextPredictorWeights text);
 
   const PredictorConfig& config() const { return config_; }
   Device device() const { return device_; }

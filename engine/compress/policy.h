@@ -201,11 +201,12 @@ class CompressionPolicy {
   // then not asked). nullopt: classify as usual.
   virtual std::optional<LowRankSpec> ResidualLowRank(int /*layer*/) const { return std::nullopt; }
 
-  // classes[i] (kv::TokenClass) for the window's n tokens, oldest first. q: the current decode
-  // token's query [H, d]; k: the window's keys [n, G, d]; both f32, post-RoPE.
-  virtual Status ClassifyResidual(int /*layer*/, const float* /*q*/, const float* /*k*/, int64_t n,
+  // classes[i] (kv::TokenClass) for the window's n = k.dim(0) tokens, oldest first. q: the
+  // current decode token's query [1, H, d]; k: the window's keys [n, G, d]; both f32, post-RoPE,
+  // on the decoder's device where RunsOn(it), else host copies.
+  virtual Status ClassifyResidual(int /*layer*/, const Tensor& /*q*/, const Tensor& k,
                                   std::vector<uint8_t>& classes) {
-    classes.assign(static_cast<size_t>(n), kv::kImportant);
+    classes.assign(static_cast<size_t>(k.dim(0)), kv::kImportant);
     return absl::OkStatus();
   }
 };

@@ -13,6 +13,7 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_kernels.h"
+#include "engine/ops/zipvl_cuda.h"
 
 namespace framezip::engine::compress {
 namespace {
@@ -129,6 +130,37 @@ StatusOr<ProbeScores> ScoreProbes(const float* q, const float* k, int64_t n,
     }
   }
   return out;
+}
+
+StatusOr<ProbeScores> ScoreProbes(const Tensor& q, const Tensor& k, std::span<const int32_t> probes,
+                                  bool per_kv_head) {
+  if (q.rank() != 3 || k.rank() != 3 || q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) ||
+      q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || q.device() != k.device()) {
+    return InvalidArgumentError(
+        "ScoreProbes: want q [n, H, d] and k [n, G, d] f32 on one device; "
+        "got q {} and k {}",
+        ShapeString(q.shape()), ShapeString(k.shape()));
+  }
+  const int64_t n = q.dim(0);
+  if (q.device().is_cpu()) {
+    return ScoreProbes(q.data<float>(), k.data<float>(), n, probes,
+                       ProbeScoringParams{static_cast<int>(q.dim(1)), static_cast<int>(k.dim(1)),
+                                          static_cast<int>(q.dim(2)), per_kv_head});
+  }
+  ProbeScores scores;
+  scores.groups = per_kv_head ? static_cast<int>(k.dim(1)) : 1;
+  scores.n = n;
+  FZ_ASSIGN_OR_RETURN(Tensor a, Tensor::Empty({scores.groups, n}, DType::kF32, q.device()));
+  FZ_ASSIGN_OR_RETURN(Tensor a_norm, Tensor::Empty({scores.groups, n}, DType::kF32, q.device()));
+  FZ_ASSIGN_OR_RETURN(Tensor counts, Tensor::Empty({n}, DType::kI32, q.device()));
+  FZ_RETURN_IF_ERROR(ops::ProbeScoresCuda(q, k, probes, per_kv_head, a, a_norm, counts));
+  FZ_ASSIGN_OR_RETURN(const Tensor host_a, a.To(Device::Cpu()));
+  FZ_ASSIGN_OR_RETURN(const Tensor host_norm, a_norm.To(Device::Cpu()));
+  FZ_ASSIGN_OR_RETURN(const Tensor host_counts, counts.To(Device::Cpu()));
+  scores.a.assign(host_a.data<float>(), host_a.data<float>() + host_a.numel());
+  scores.a_norm.assign(host_norm.data<float>(), host_norm.data<float>() + host_norm.numel());
+  scores.counts.assign(host_counts.data<int32_t>(), host_counts.data<int32_t>() + n);
+  return scores;
 }
 
 }  // namespace framezip::engine::compress

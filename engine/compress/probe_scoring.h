@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/core/tensor.h"
 
 namespace framezip::engine::compress {
 
@@ -42,5 +43,12 @@ struct ProbeScoringParams {
 StatusOr<ProbeScores> ScoreProbes(const float* q, const float* k, int64_t n,
                                   std::span<const int32_t> probes,
                                   const ProbeScoringParams& params);
+
+// The same for q [n, H, d] and k [n, G, d] f32 tensors on one device: on the CPU the function
+// above; on a GPU scored there (ops::ProbeScoresCuda, equal to it within f32 rounding) and only
+// the scores, 2·groups·n floats and n counts, copied to the host. INVALID_ARGUMENT for shapes
+// that do not fit.
+StatusOr<ProbeScores> ScoreProbes(const Tensor& q, const Tensor& k, std::span<const int32_t> probes,
+                                  bool per_kv_head);
 
 }  // namespace framezip::engine::compress

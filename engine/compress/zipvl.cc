@@ -72,12 +72,6 @@ kv::KvPrecision ZipVlPolicy::Precision(kv::KvFormat full) const {
   return {full, BitsFormat(options_.high_bits, full), BitsFormat(options_.low_bits, full)};
 }
 
-void ZipVlPolicy::SetShape(int heads, int kv_heads, int head_dim) {
-  heads_ = heads;
-  kv_heads_ = kv_heads;
-  head_dim_ = head_dim;
-}
-
 Status ZipVlPolicy::OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) {
   PrefillLayerPlan plan;
   plan.classes = std::move(keep);
@@ -88,14 +82,10 @@ Status ZipVlPolicy::OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector
 
 Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerPlan& plan) {
   const int64_t n = in.q->dim(0);
-  SetShape(static_cast<int>(in.q->dim(1)), static_cast<int>(in.k->dim(1)),
-           static_cast<int>(in.q->dim(2)));
   const std::vector<int32_t> probes =
       SelectProbes(n, options_.probes_recent, options_.probes_random, options_.seed + calls_++);
-  FZ_ASSIGN_OR_RETURN(
-      const ProbeScores scores,
-      ScoreProbes(in.q->data<float>(), in.k->data<float>(), n, probes,
-                  ProbeScoringParams{heads_, kv_heads_, head_dim_, options_.per_kv_head}));
+  FZ_ASSIGN_OR_RETURN(const ProbeScores scores,
+                      ScoreProbes(*in.q, *in.k, probes, options_.per_kv_head));
   const uint8_t rest = options_.low_bits == 0 ? kv::kDrop : kv::kRest;
   plan.classes.assign(static_cast<size_t>(n), rest);
   // The first dense_layers layers keep their selection (the KV classes) but attend densely.
@@ -119,23 +109,32 @@ Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerP
   return absl::OkStatus();
 }
 
-Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const float* q, const float* k, int64_t n,
+Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const Tensor& q_rows, const Tensor& k_rows,
                                      std::vector<uint8_t>& classes) {
-  if (heads_ <= 0) {
-    return FailedPreconditionError("zipvl: ClassifyResidual before any prefill (shape unknown)");
+  if (k_rows.rank() != 3 || k_rows.dim(1) <= 0 || k_rows.dim(2) <= 0 || q_rows.numel() == 0 ||
+      q_rows.numel() % (k_rows.dim(1) * k_rows.dim(2)) != 0 || q_rows.dtype() != DType::kF32 ||
+      k_rows.dtype() != DType::kF32) {
+    return InvalidArgumentError("zipvl: a residual window of keys {} for a query {}",
+                                ShapeString(k_rows.shape()), ShapeString(q_rows.shape()));
   }
-  const int64_t d = head_dim_, rep = heads_ / kv_heads_;
+  // The window is a few dozen tokens: classified on the host wherever it lives.
+  FZ_ASSIGN_OR_RETURN(const Tensor q_host, q_rows.To(Device::Cpu()));
+  FZ_ASSIGN_OR_RETURN(const Tensor k_host, k_rows.To(Device::Cpu()));
+  const float* q = q_host.data<float>();
+  const float* k = k_host.data<float>();
+  const int64_t n = k_rows.dim(0), kv_heads = k_rows.dim(1), d = k_rows.dim(2);
+  const int64_t heads = q_rows.numel() / d, rep = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // One query sees the whole window: a_j = Σ_h softmax_h(q_h · k_j)_j, c_j = 1, so ã = a.
-  const int groups = options_.per_kv_head ? kv_heads_ : 1;
+  const int64_t groups = options_.per_kv_head ? kv_heads : 1;
   std::vector<float> a(static_cast<size_t>(groups * n), 0.f);
   std::vector<float> logits(static_cast<size_t>(n));
-  for (int64_t h = 0; h < heads_; ++h) {
+  for (int64_t h = 0; h < heads; ++h) {
     const int64_t g = h / rep;
     float mx = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
       float s = 0;
-      const float* kj = k + (j * kv_heads_ + g) * d;
+      const float* kj = k + (j * kv_heads + g) * d;
       for (int64_t e = 0; e < d; ++e) s += q[h * d + e] * kj[e];
       logits[static_cast<size_t>(j)] = s * scale;
       mx = std::max(mx, logits[static_cast<size_t>(j)]);
@@ -150,7 +149,7 @@ Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const float* q, const float*
       row[j] += static_cast<float>(logits[static_cast<size_t>(j)] / sum);
   }
   classes.assign(static_cast<size_t>(n), options_.low_bits == 0 ? kv::kDrop : kv::kRest);
-  for (int g = 0; g < groups; ++g) {
+  for (int64_t g = 0; g < groups; ++g) {
     const std::span<const float> ag(a.data() + g * n, static_cast<size_t>(n));
     for (int32_t i : TopIndices(ag, AdaptiveCount(ag, options_.tau))) {
       classes[static_cast<size_t>(i)] = kv::kImportant;

@@ -1,5 +1,5 @@
-// ZipVL (docs/methods.md §1): layer-adaptive important-token selection with sparse prefill attention
-// and a mixed-precision (v1) or evicting (v2) KV cache.
+// ZipVL (docs/methods.md §1): layer-adaptive important-token selection with sparse prefill
+// attention and a mixed-precision (v1) or evicting (v2) KV cache.
 //
 // Prefill, per layer and chunk: probes P (probe_scoring.h) score the chunk's tokens; the
 // adaptive count p (top_p.h, τ) splits them into T (the p largest ã, stored kv::kImportant) and
@@ -20,12 +20,12 @@
 // the tiny video model's answers collapsed (42% -> 12% on synthvid) when the last token, whose
 // logits are sampled, landed in U.
 //
-// Options ("zipvl:key=value,..."): tau (0.975), keep_recent (64), probes_recent (64), probes_random (64),
-// per_head (0|1: per-KV-head selection), u_rows (local|skip|attend), u_window (64) and u_sinks (4)
-// (local: each U row attends to the u_window tokens ending at itself, all of them, plus the
-// first u_sinks tokens; ops::LocalWindowAttention), dense_layers (0: layers [0, N) attend densely
-// in prefill but still classify their tokens for the KV cache), high_bits (4|2|16), low_bits
-// (2|4|16|evict; 16 = the full-precision format, no quantization), window (100, decode
+// Options ("zipvl:key=value,..."): tau (0.975), keep_recent (64), probes_recent (64), probes_random
+// (64), per_head (0|1: per-KV-head selection), u_rows (local|skip|attend), u_window (64) and
+// u_sinks (4) (local: each U row attends to the u_window tokens ending at itself, all of them, plus
+// the first u_sinks tokens; ops::LocalWindowAttention), dense_layers (0: layers [0, N) attend
+// densely in prefill but still classify their tokens for the KV cache), high_bits (4|2|16),
+// low_bits (2|4|16|evict; 16 = the full-precision format, no quantization), window (100, decode
 // recompression interval), seed (probe RNG, 0).
 #pragma once
 
@@ -74,16 +74,15 @@ class ZipVlPolicy final : public CompressionPolicy {
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
   int ResidualWindow() const override { return options_.window; }
-  Status ClassifyResidual(int layer, const float* q, const float* k, int64_t n,
+  // On any device: the probe scores are computed where q and k are (ops::ProbeScoresCuda on a
+  // GPU) and only they come to the host for the top-p split; a residual window (a few dozen
+  // tokens) is classified on the host.
+  bool RunsOn(Device) const override { return true; }
+  Status ClassifyResidual(int layer, const Tensor& q, const Tensor& k,
                           std::vector<uint8_t>& classes) override;
-
-  // Query/KV head counts and head_dim: ClassifyResidual gets raw pointers, so the policy learns
-  // the shapes from the first prefill layer (or from here, for decode-only tests).
-  void SetShape(int heads, int kv_heads, int head_dim);
 
  private:
   ZipVlOptions options_;
-  int heads_ = 0, kv_heads_ = 0, head_dim_ = 0;
   uint64_t calls_ = 0;  // advances the probe seed so chunks and layers draw different probes
 };
 

@@ -30,9 +30,10 @@ class ZipVlAttentionPackPolicy final : public CompressionPolicy {
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
   int ResidualWindow() const override { return zipvl_.ResidualWindow(); }
-  Status ClassifyResidual(int layer, const float* q, const float* k, int64_t n,
+  bool RunsOn(Device device) const override { return zipvl_.RunsOn(device); }
+  Status ClassifyResidual(int layer, const Tensor& q, const Tensor& k,
                           std::vector<uint8_t>& classes) override {
-    return zipvl_.ClassifyResidual(layer, q, k, n, classes);
+    return zipvl_.ClassifyResidual(layer, q, k, classes);
   }
   void OnLowRankAttention(int layer, std::span<const float> mean_probs,
                           const LowRankDecodeState& block) override {

@@ -222,8 +222,7 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
     FZ_ASSIGN_OR_RETURN(const PolicyView view, ViewFor(*s.policy, device_, qi, window_k, window_k));
     classes.clear();
-    FZ_RETURN_IF_ERROR(
-        s.policy->ClassifyResidual(l, view.q.data<float>(), view.k.data<float>(), n, classes));
+    FZ_RETURN_IF_ERROR(s.policy->ClassifyResidual(l, view.q, view.k, classes));
     FZ_RETURN_IF_ERROR(s.kv.CompressResidual(l, classes));
   }
   return absl::OkStatus();

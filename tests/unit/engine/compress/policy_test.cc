@@ -37,8 +37,8 @@ TEST_CASE("CreatePolicy parses name:key=value specs and names a bad key", "[unit
   CHECK(defaults.u_rows == URows::kLocal);
   CHECK(defaults.u_window == 64);
   CHECK(defaults.u_sinks == 4);
-  const auto local = static_cast<ZipVlPolicy&>(**CreatePolicy("zipvl:u_rows=skip,u_window=9,u_sinks=0"))
-                         .options();
+  const auto local =
+      static_cast<ZipVlPolicy&>(**CreatePolicy("zipvl:u_rows=skip,u_window=9,u_sinks=0")).options();
   CHECK(local.u_rows == URows::kSkip);
   CHECK(local.u_window == 9);
   CHECK(local.u_sinks == 0);
@@ -126,17 +126,53 @@ TEST_CASE("ZipVL dense_layers attends densely in the first layers and classifies
 TEST_CASE("ZipVL decode window classification keeps the attention mass", "[unit][compress]") {
   std::mt19937_64 rng(testing::TestSeed());
   ZipVlPolicy policy(ZipVlOptions{.tau = 0.8});
-  policy.SetShape(4, 2, 8);
   CHECK(policy.ResidualWindow() == 100);
-  const auto q = testing::RandomNormal(4 * 8, rng, 2.f);
-  const auto k = testing::RandomNormal(100 * 2 * 8, rng, 2.f);
+  const int64_t heads = 4, g = 2, d = 8, n = 100;
+  const Tensor q = Random({1, heads, d}, rng), k = Random({n, g, d}, rng);
   std::vector<uint8_t> classes;
-  REQUIRE(policy.ClassifyResidual(0, q.data(), k.data(), 100, classes).ok());
-  REQUIRE(classes.size() == 100);
-  const auto important = std::count(classes.begin(), classes.end(), kv::kImportant);
+  REQUIRE(policy.ClassifyResidual(0, q, k, classes).ok());
+  REQUIRE(classes.size() == static_cast<size_t>(n));
+  // f64 reference: a_j = Σ_h softmax_h(q_h · k_j / √d)_j, total mass = heads. The important
+  // tokens are the fewest largest a_j holding τ of it: they reach τ, and without the smallest
+  // of them they would not.
+  std::vector<double> a(static_cast<size_t>(n), 0.0);
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<double> e(static_cast<size_t>(n));
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        s +=
+            double(q.data<float>()[h * d + c]) * k.data<float>()[(j * g + h / (heads / g)) * d + c];
+      }
+      e[static_cast<size_t>(j)] = s / std::sqrt(double(d));
+      mx = std::max(mx, e[static_cast<size_t>(j)]);
+    }
+    for (double& x : e) sum += (x = std::exp(x - mx));
+    for (int64_t j = 0; j < n; ++j) a[static_cast<size_t>(j)] += e[static_cast<size_t>(j)] / sum;
+  }
+  double kept = 0, smallest = 1e300;
+  int64_t important = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (classes[static_cast<size_t>(j)] != kv::kImportant) {
+      CHECK(classes[static_cast<size_t>(j)] == kv::kRest);
+      continue;
+    }
+    ++important;
+    kept += a[static_cast<size_t>(j)];
+    smallest = std::min(smallest, a[static_cast<size_t>(j)]);
+  }
   CHECK(important >= 1);
-  CHECK(important < 100);
-  CHECK(std::count(classes.begin(), classes.end(), kv::kRest) == 100 - important);
+  CHECK(important < n);
+  CHECK(kept >= 0.8 * heads - 1e-4);
+  CHECK(kept - smallest < 0.8 * heads + 1e-4);
+  // Every token left out weighs no more than the lightest one kept.
+  for (int64_t j = 0; j < n; ++j) {
+    if (classes[static_cast<size_t>(j)] == kv::kRest)
+      CHECK(a[static_cast<size_t>(j)] <= smallest + 1e-6);
+  }
+  const Tensor wrong = Random({n, g, d + 1}, rng);
+  CHECK(policy.ClassifyResidual(0, q, wrong, classes).code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("FastV prunes R of the visual tokens from layer K on", "[unit][compress]") {

@@ -113,6 +113,17 @@ TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversati
   ScoresLikeTheCpuAndMovesAcross("none");
 }
 
+// ZipVL on a GPU plans from probe scores computed there (compress/probe_scoring.h) and classifies
+// its residual window (window=4: recompressed within the conversation) from the GPU's pages; KIVI
+// requantises its window into int4/int2 pages on the GPU.
+TEST_CASE("ZipVL and KIVI on the GPU score like the CPU and move conversations across",
+          "[cuda][engine][runtime]") {
+  if (test::SkipWithoutGpu()) return;
+  for (const char* policy : {"zipvl", "zipvl:window=4", "kivi"}) {
+    ScoresLikeTheCpuAndMovesAcross(policy);
+  }
+}
+
 // AttentionPack on a GPU: blocks built on the host from the GPU's K/V rows, attended by the fused
 // kernel over the decoder's device copies, rebuilt for later turns' prefill, recompressed from the
 // GPU's pages (recompress=16), and carried by the page codec between the devices.
