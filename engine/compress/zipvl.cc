@@ -118,8 +118,11 @@ Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const Tensor& q_rows, const 
                                 ShapeString(k_rows.shape()), ShapeString(q_rows.shape()));
   }
   // The window is a few dozen tokens: classified on the host wherever it lives.
-  FZ_ASSIGN_OR_RETURN(const Tensor q_host, q_rows.To(Device::Cpu()));
-  FZ_ASSIGN_OR_RETURN(const Tensor k_host, k_rows.To(Device::Cpu()));
+  Tensor q_host = q_rows, k_host = k_rows;
+  if (!q_rows.device().is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(q_host, q_rows.To(Device::Cpu()));
+    FZ_ASSIGN_OR_RETURN(k_host, k_rows.To(Device::Cpu()));
+  }
   const float* q = q_host.data<float>();
   const float* k = k_host.data<float>();
   const int64_t n = k_rows.dim(0), kv_heads = k_rows.dim(1), d = k_rows.dim(2);
