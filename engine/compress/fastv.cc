@@ -36,15 +36,21 @@ Status FastVPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerP
       // The last token's attention over the chunk, averaged over heads (one row: cheap).
       const int64_t rep = heads / g, last = n - 1;
       const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-      const float* q = in.q->data<float>();
-      const float* k = in.k->data<float>();
+      // On a GPU only what the score reads comes to the host: the last query row and the keys.
+      FZ_ASSIGN_OR_RETURN(Tensor last_query, in.q->Slice(last, n));
+      Tensor keys = *in.k;
+      if (!in.q->device().is_cpu()) {
+        FZ_ASSIGN_OR_RETURN(last_query, last_query.To(Device::Cpu()));
+        FZ_ASSIGN_OR_RETURN(keys, in.k->To(Device::Cpu()));
+      }
+      const float* q = last_query.data<float>();
+      const float* k = keys.data<float>();
       std::vector<float> mean(static_cast<size_t>(n), 0.f), row(static_cast<size_t>(n));
       for (int64_t h = 0; h < heads; ++h) {
         float mx = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
           float s = 0;
-          for (int64_t e = 0; e < d; ++e)
-            s += q[(last * heads + h) * d + e] * k[(j * g + h / rep) * d + e];
+          for (int64_t e = 0; e < d; ++e) s += q[h * d + e] * k[(j * g + h / rep) * d + e];
           row[static_cast<size_t>(j)] = s * scale;
           mx = std::max(mx, s * scale);
         }

@@ -115,11 +115,12 @@ TEST_CASE("The engine on the GPU scores like the CPU engine and moves conversati
 
 // ZipVL on a GPU plans from probe scores computed there (compress/probe_scoring.h) and classifies
 // its residual window (window=4: recompressed within the conversation) from the GPU's pages; KIVI
-// requantises its window into int4/int2 pages on the GPU.
-TEST_CASE("ZipVL and KIVI on the GPU score like the CPU and move conversations across",
+// requantises its window into int4/int2 pages on the GPU; FastV scores from the GPU's last query
+// row and keys.
+TEST_CASE("ZipVL, KIVI and FastV on the GPU score like the CPU and move conversations across",
           "[cuda][engine][runtime]") {
   if (test::SkipWithoutGpu()) return;
-  for (const char* policy : {"zipvl", "zipvl:window=4", "kivi"}) {
+  for (const char* policy : {"zipvl", "zipvl:window=4", "kivi", "fastv"}) {
     ScoresLikeTheCpuAndMovesAcross(policy);
   }
 }
