@@ -118,6 +118,9 @@ struct PrefillStats {
   // AttentionPack: time factorising blocks (prefill) and attending to them (decode).
   double low_rank_build_ms = 0;
   double low_rank_attend_ms = 0;
+  // AttentionPack: prefill blocks the KV budget could not hold, whose rows went to full-precision
+  // pages instead (one per layer and chunk).
+  int64_t low_rank_fallbacks = 0;
 
   void Reset(int num_layers) {
     tokens.assign(static_cast<size_t>(num_layers), 0);
@@ -128,6 +131,7 @@ struct PrefillStats {
     decode_unstored = 0;
     low_rank_build_ms = 0;
     low_rank_attend_ms = 0;
+    low_rank_fallbacks = 0;
   }
   // kept / tokens per layer (1 for a layer that saw no tokens).
   std::vector<float> KeptRatios() const;

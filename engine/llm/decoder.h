@@ -161,8 +161,9 @@ class Decoder {
   // distinct. Every input's pages are reserved before any layer writes (KvBackend::Reserve): when
   // the pools cannot supply them the step is RESOURCE_EXHAUSTED and no sequence has changed. A
   // residual window the pools cannot requantise (or turn into an AttentionPack block) waits for a
-  // later step. What can still fail part-way (an AttentionPack prefill block over the budget, a
-  // device error) leaves the step's sequences unusable: they must not be continued.
+  // later step; an AttentionPack prefill block the budget cannot hold is stored as reserved pages.
+  // What can still fail part-way (a device error) leaves the step's sequences unusable: they must
+  // not be continued.
   StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs) const;
 
  private:

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <vector>
 
+#include "common/logging.h"
 #include "engine/core/device_memory.h"
 #include "engine/core/thread_pool.h"
 #include "engine/llm/kv_backend.h"
@@ -126,7 +127,19 @@ Status KvBackend::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32
   FZ_RETURN_IF_ERROR(
       seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t, plan.classes.data()));
   if (plan.low_rank_rows.empty()) return absl::OkStatus();
-  return StoreLowRankBlock(l, seq, positions, plan, k, v);
+  const Status block = StoreLowRankBlock(l, seq, positions, plan, k, v);
+  if (block.code() != absl::StatusCode::kResourceExhausted) return block;
+  // The KV budget cannot hold the block (its bytes are known only once it is factorised, so the
+  // step could not reserve them). Its rows go to full-precision pages instead: the step reserved
+  // a page slot in the full format for every row of the chunk, so this cannot run out, and the
+  // layer stays whole instead of failing the step part-way.
+  std::vector<uint8_t> as_pages(static_cast<size_t>(t), kv::kDrop);
+  for (const int32_t r : plan.low_rank_rows) as_pages[static_cast<size_t>(r)] = kv::kFull;
+  if (++stats.low_rank_fallbacks == 1) {  // once per turn: the pressure, not every layer
+    FZ_LOG_WARN("{}: the KV budget cannot hold a {}-row block ({}); its rows are stored in pages",
+                seq.policy->name(), plan.low_rank_rows.size(), MessageOf(block));
+  }
+  return seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t, as_pages.data());
 }
 
 Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,

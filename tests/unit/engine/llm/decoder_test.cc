@@ -343,6 +343,49 @@ TEST_CASE("A step the KV pools cannot serve for one sequence changes no sequence
   CHECK(pool->pages_in_use() == 6);
 }
 
+TEST_CASE("AttentionPack's visual rows go to reserved pages when the KV budget cannot hold a block",
+          "[unit][engine][llm]") {
+  auto c = testing::TinyDecoderConfig(true);  // 3 layers, G·d = 32
+  auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 2);
+  auto dec = *runtime::CreateDecoder(c, r.weights);
+  const kv::KvFormat f16 = kv::KvFormat::kF16;
+  const kv::PageLayout layout = dec->KvLayout(f16, 8);
+  // A 48-row chunk, 40 of them visual (a block of 40 >= min_tokens 32): the step reserves 6 pages
+  // per layer. Budget: exactly those 18 pages, so no block fits beside them.
+  std::mt19937_64 rng(testing::TestSeed());
+  const Tensor embeds = testing::RandomEmbeds(48, c.hidden_size, rng);
+  std::vector<uint8_t> visual(48, 0);
+  std::fill(visual.begin() + 4, visual.begin() + 44, uint8_t{1});
+  PrefillOptions options;
+  options.visual = visual;
+  for (const int64_t budget_pages : {18, 1000}) {
+    CAPTURE(budget_pages);
+    auto pools = *kv::KvPools::Create(layout, {&f16, 1},
+                                      budget_pages * static_cast<int64_t>(layout.PageBytes()));
+    auto seq = *dec->NewSequence(*pools, f16, "attentionpack");
+    seq->prefill_stats.Reset(3);
+    REQUIRE(dec->Prefill(*seq, embeds, options).ok());
+    const bool squeezed = budget_pages == 18;
+    CHECK(seq->prefill_stats.low_rank_fallbacks == (squeezed ? 3 : 0));
+    for (int l = 0; l < 3; ++l) {
+      CHECK(seq->kv.num_tokens(l) == 48);  // every layer whole, however its rows are stored
+      CHECK(seq->kv.low_rank_blocks(l).size() == (squeezed ? 0u : 1u));
+      CHECK(seq->kv.page_tokens(l) == (squeezed ? 48 : 8));
+    }
+    // The next token: with the budget spent it is refused before anything is written.
+    const int32_t token = 5;
+    Sequence* const one[] = {seq.get()};
+    const auto step = dec->DecodeStep(one, std::span(&token, 1));
+    if (squeezed) {
+      CHECK(step.status().code() == absl::StatusCode::kResourceExhausted);
+      CHECK(seq->kv.num_tokens(2) == 48);
+    } else {
+      CHECK(step.ok());
+      CHECK(seq->kv.num_tokens(2) == 49);
+    }
+  }
+}
+
 TEST_CASE("A decoder's KV backend declares the page formats it reads and refuses other pools",
           "[unit][engine][llm]") {
   auto c = testing::TinyDecoderConfig(true);  // head_dim 16: no quantised pages (32-channel blocks)
