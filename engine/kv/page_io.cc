@@ -24,20 +24,6 @@ void StoreHost(const float* src, int64_t count, DType dtype, void* dst) {
   ops::cpu::ToF16(src, count, static_cast<Float16*>(dst));
 }
 
-// `count` values from `src` (dtype `from`) to `dst` (dtype `to`) on a GPU: a row copy kernel for
-// f32, else a cast kernel; both queued on the stream every op uses.
-Status ConvertOnDevice(Device device, const void* src, DType from, void* dst, DType to,
-                       int64_t count) {
-  if (from == DType::kF32 && to == DType::kF32) {
-    return ops::CopyRowSlices(device, 1, count,
-                              {.data = static_cast<const float*>(src), .stride = count},
-                              {.data = static_cast<float*>(dst), .stride = count});
-  }
-  const Tensor in = Tensor::View(const_cast<void*>(src), {count}, from, device);
-  Tensor out = Tensor::View(dst, {count}, to, device);
-  return ops::Cast(in, out);
-}
-
 }  // namespace
 
 Status WriteDenseSlots(const PagePool& pool, PageId id, int64_t slot0, const float* k,
@@ -51,8 +37,9 @@ Status WriteDenseSlots(const PagePool& pool, PageId id, int64_t slot0, const flo
     StoreHost(v, n * row, pool.dtype(), values);
     return absl::OkStatus();
   }
-  FZ_RETURN_IF_ERROR(ConvertOnDevice(pool.device(), k, DType::kF32, keys, pool.dtype(), n * row));
-  return ConvertOnDevice(pool.device(), v, DType::kF32, values, pool.dtype(), n * row);
+  FZ_RETURN_IF_ERROR(
+      ops::ConvertElements(pool.device(), k, DType::kF32, keys, pool.dtype(), n * row));
+  return ops::ConvertElements(pool.device(), v, DType::kF32, values, pool.dtype(), n * row);
 }
 
 Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const float* k,

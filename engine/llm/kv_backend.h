@@ -69,7 +69,6 @@ class KvBackend {
     int64_t head_dim = 0;
     // Page formats the device's kernels read and write (quantised ones need head_dim % 32 == 0).
     std::vector<kv::KvFormat> page_formats;
-    bool low_rank_blocks = true;  // AttentionPack's blocks beside the pages
   };
 
   // UNIMPLEMENTED, naming the head size and what the device takes, when the device's paged decode

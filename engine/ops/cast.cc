@@ -1,6 +1,7 @@
 #include "engine/ops/cast.h"
 
 #include "engine/ops/cast_backends.h"
+#include "engine/ops/row_slices.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -28,6 +29,19 @@ Status Cast(const Tensor& in, Tensor& out) {
       return CastCuda(in, out);
   }
   return absl::InternalError("Cast: unknown device kind");
+}
+
+Status ConvertElements(Device device, const void* src, DType from, void* dst, DType to,
+                       int64_t count) {
+  if (count == 0) return absl::OkStatus();
+  if (from == DType::kF32 && to == DType::kF32) {
+    return CopyRowSlices(device, 1, count,
+                         {.data = static_cast<const float*>(src), .stride = count},
+                         {.data = static_cast<float*>(dst), .stride = count});
+  }
+  const Tensor in = Tensor::View(const_cast<void*>(src), {count}, from, device);
+  Tensor out = Tensor::View(dst, {count}, to, device);
+  return Cast(in, out);
 }
 
 }  // namespace framezip::engine::ops

@@ -5,29 +5,10 @@
 #include "engine/core/device_memory.h"
 #include "engine/core/tensor.h"
 #include "engine/ops/cast.h"
-#include "engine/ops/cpu_kernels.h"
 #include "engine/ops/kv_quant.h"
-#include "engine/ops/row_slices.h"
 
 namespace framezip::engine::ops {
 namespace {
-
-// `count` f32 values at `src` to `dst`, both on `device`.
-Status CopyFloats(Device device, const void* src, float* dst, int64_t count) {
-  return CopyRowSlices(device, 1, count, {.data = static_cast<const float*>(src), .stride = count},
-                       {.data = dst, .stride = count});
-}
-
-// `count` f16 values at `src` widened into f32 `dst`, both on `device`.
-Status WidenHalves(Device device, const void* src, float* dst, int64_t count) {
-  if (device.is_cpu()) {
-    cpu::ToF32(src, DType::kF16, count, dst);
-    return absl::OkStatus();
-  }
-  const Tensor in = Tensor::View(const_cast<void*>(src), {count}, DType::kF16, device);
-  Tensor out = Tensor::View(dst, {count}, DType::kF32, device);
-  return Cast(in, out);
-}
 
 // `count` elements of type T at `src` on `device`, on the host.
 template <typename T>
@@ -76,13 +57,14 @@ Status GatherSpan(const KvSpan& s, int64_t channels, Device device, float* k, fl
   const int64_t count = s.num_tokens * channels;
   switch (s.format) {
     case kv::KvFormat::kF32:
-      if (k != nullptr) FZ_RETURN_IF_ERROR(CopyFloats(device, s.k, k, count));
-      if (v != nullptr) FZ_RETURN_IF_ERROR(CopyFloats(device, s.v, v, count));
+    case kv::KvFormat::kF16: {
+      const DType stored = s.format == kv::KvFormat::kF32 ? DType::kF32 : DType::kF16;
+      if (k != nullptr)
+        FZ_RETURN_IF_ERROR(ConvertElements(device, s.k, stored, k, DType::kF32, count));
+      if (v != nullptr)
+        FZ_RETURN_IF_ERROR(ConvertElements(device, s.v, stored, v, DType::kF32, count));
       return absl::OkStatus();
-    case kv::KvFormat::kF16:
-      if (k != nullptr) FZ_RETURN_IF_ERROR(WidenHalves(device, s.k, k, count));
-      if (v != nullptr) FZ_RETURN_IF_ERROR(WidenHalves(device, s.v, v, count));
-      return absl::OkStatus();
+    }
     case kv::KvFormat::kInt4:
     case kv::KvFormat::kInt2: {
       if (device.is_cpu()) return DequantizeOnHost(s, channels, device, k, v);
@@ -162,6 +144,8 @@ Status GatherPagedKv(const PagedKv& kv, int64_t b, Device device, float* k, floa
   if (b < 0 || b >= kv.batch()) {
     return InvalidArgumentError("GatherPagedKv: sequence {} of {}", b, kv.batch());
   }
+  // The offsets bound every span read below (spans_of): checked, not trusted.
+  FZ_RETURN_IF_ERROR(CheckPagedKv("GatherPagedKv", kv, kv.batch()));
   const int64_t channels = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
   for (const KvSpan& s : kv.spans_of(b)) {
     if (s.num_tokens == 0) continue;
@@ -176,6 +160,7 @@ StatusOr<GatheredKv> GatherPagedKv(const PagedKv& kv, int64_t b, Device device) 
   if (b < 0 || b >= kv.batch()) {
     return InvalidArgumentError("GatherPagedKv: sequence {} of {}", b, kv.batch());
   }
+  FZ_RETURN_IF_ERROR(CheckPagedKv("GatherPagedKv", kv, kv.batch()));  // before tokens(b) reads
   GatheredKv out;
   out.tokens = kv.tokens(b);
   const Shape shape = {out.tokens, kv.num_kv_heads, kv.head_dim};

@@ -69,7 +69,8 @@ Status CheckPagedKv(std::string_view op, const PagedKv& kv, int64_t batch);
 // k and v on `device` (either may be null: that half is not read). Each span is converted from its
 // format: f32 copied, f16 widened (ops::Cast on a GPU), int4/int2 dequantised (ops/kv_quant.h; on
 // a GPU through the host: no device kernel yet). This is how a prefill op over a compressed past
-// reads it, and how engine/kv reads pages back.
+// reads it, and how engine/kv reads pages back. INVALID_ARGUMENT for b out of range or a layout
+// CheckPagedKv refuses.
 Status GatherPagedKv(const PagedKv& kv, int64_t b, Device device, float* k, float* v);
 
 // The same into new tensors k, v [tokens, G, d] f32 on `device`.

@@ -63,6 +63,16 @@ TEST_CASE("GatherPagedKv reads the sequence it is asked for from a batch", "[uni
   CheckCloseTo(second->k, want, kExact);
   CHECK(ops::GatherPagedKv(kv, 2, Device::Cpu()).status().code() ==
         absl::StatusCode::kInvalidArgument);
+  CHECK(ops::GatherPagedKv(kv, -1, Device::Cpu()).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  // Offsets that point past the spans, or run backwards, are refused before any span is read.
+  const int32_t past_the_end[] = {0, 1, 7}, backwards[] = {0, 3, 1, 3};
+  const ops::PagedKv overrun{spans, past_the_end, 1, 32};
+  CHECK(ops::GatherPagedKv(overrun, 1, Device::Cpu()).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  const ops::PagedKv reversed{spans, backwards, 1, 32};
+  CHECK(ops::GatherPagedKv(reversed, 1, Device::Cpu()).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("CheckPagedKv names what is wrong with a paged layout", "[unit][engine][ops]") {
