@@ -33,6 +33,7 @@ Status Cast(const Tensor& in, Tensor& out) {
 
 Status ConvertElements(Device device, const void* src, DType from, void* dst, DType to,
                        int64_t count) {
+  if (count < 0) return InvalidArgumentError("ConvertElements: {} elements", count);
   if (count == 0) return absl::OkStatus();
   if (from == DType::kF32 && to == DType::kF32) {
     return CopyRowSlices(device, 1, count,

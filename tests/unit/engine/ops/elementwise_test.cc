@@ -156,5 +156,32 @@ TEST_CASE("Cast refuses mismatched shapes and integer tensors on every device",
   });
 }
 
+TEST_CASE("ConvertElements converts or copies raw device memory on every device",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const auto x = MakeRandom({1027}, DType::kF32, rng, 10.f);
+  const auto halves = RoundedTo(x.values, DType::kF16);
+  ForEachDevice([&](const Device& device) {
+    const Tensor src = On(x.tensor, device);
+    Tensor copy = PoisonedOn({1027}, device);
+    REQUIRE(ops::ConvertElements(device, src.raw_data(), DType::kF32, copy.raw_data(), DType::kF32,
+                                 1027)
+                .ok());
+    CheckCloseTo(copy, x.values, {0.0, 0.0});
+    Tensor half = PoisonedOn({1027}, device, DType::kF16);
+    REQUIRE(ops::ConvertElements(device, src.raw_data(), DType::kF32, half.raw_data(), DType::kF16,
+                                 1027)
+                .ok());
+    Tensor back = PoisonedOn({1027}, device);
+    REQUIRE(ops::ConvertElements(device, half.raw_data(), DType::kF16, back.raw_data(), DType::kF32,
+                                 1027)
+                .ok());
+    CheckCloseTo(back, halves, {0.0, 0.0});
+    CHECK(
+        ops::ConvertElements(device, src.raw_data(), DType::kF32, copy.raw_data(), DType::kF32, -1)
+            .code() == absl::StatusCode::kInvalidArgument);
+  });
+}
+
 }  // namespace
 }  // namespace framezip::engine::test
