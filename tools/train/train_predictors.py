@@ -4,6 +4,9 @@ the model frozen, and saves them beside it as predictors.safetensors + predictor
 
   train_predictors.py --model models/framezip-tiny-video --cache .data/cache [--out DIR]
       [--time-budget-min 12] [--vision-keep-rate 0.2] [--text-keep-rate 0.5] [--val-items 600]
+  train_predictors.py --model M --cache2 .data/features2 [--features1 .data/features1] ...
+      (synthvid v2 from prepare_features.py's caches: long videos, sessions, descriptions, so the
+      output-text predictor learns to gate long answers; predictor_data.py)
 
 - Image-token keep predictor on the hidden states entering decoder layer `sparse_layer` (2), and an
   output-text keep predictor (per token), both sized to the model's hidden width.
@@ -34,7 +37,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train as trainlib  # noqa: E402  (Data, make_batches, sample_turns: the exact training format)
+from predictor_data import V1Source, V2Source  # noqa: E402  (the exact training formats)
 
 ATTN_NAME = "dynllava_masked"
 
@@ -259,23 +262,20 @@ def balanced(items, n):
 def evaluate(model, preds, state, data, items, args, mode):
     """Teacher-forced exact-answer accuracy as train.py's evaluate(), under one attention mode:
     full | pruned (predictor top-k, physical removal) | random (random top-k, physical removal) |
-    pruned_text (predictor top-k as a key mask + output-text keep = logit0 > logit1, on two-turn
-    conversations, scoring the second answer) | full_two_turn (its full-attention reference)."""
+    pruned_text (predictor top-k as a key mask + output-text keep = logit0 > logit1) |
+    full_two_turn (v1: pruned_text's full-attention reference). v1 scores the item's answer, or
+    with pruned_text/full_two_turn a follow-up after it, which attends over the gated first answer;
+    v2 (V2Source) scores every turn (per task, and per answer token for descriptions)."""
     import torch
     per_task, keep_img, keep_txt = {}, [], []
+    tokens = [0, 0]  # right and all answer tokens of describe turns
     gen = torch.Generator().manual_seed(args.seed + 7)
     two_turn = mode in ("pruned_text", "full_two_turn")
     with torch.no_grad():
-        for batch in trainlib.make_batches(random.Random(0), items, args.frames_per_batch * 2):
-            if two_turn:
-                convs = []
-                for it in batch:
-                    f = [x for x in it["followups"] if x["question"] != it["question"]]
-                    convs.append((it, [(it["question"], it["answer"])] + [(x["question"], x["answer"]) for x in f[:1]]))
-            else:
-                convs = [(it, [(it["question"], it["answer"])]) for it in batch]
-            b = data.collate(convs)
+        for batch in data.batches(random.Random(0), items, scale=2):
+            b = data.collate(data.eval_conversations(batch, two_turn))
             labels = b.pop("labels")
+            turn_of = b.pop("turn_of", None)
             img_mask = b["input_ids"] == data.video_id
             out_mask = labels != -100
             n_img = int(img_mask.sum(1)[0])
@@ -312,15 +312,20 @@ def evaluate(model, preds, state, data, items, args, mode):
                 state.mode, state.decide = "prune", decide_prune
             else:
                 state.mode, state.decide = "mask", decide_mask
-            logits = model(**b).logits.float()
+            logits = data.forward(model, b).logits.float()
             if state.mode == "prune":
                 labels = labels.gather(1, state.keep_idx)
+                if turn_of is not None:
+                    turn_of = turn_of.gather(1, state.keep_idx)
                 keep_img.append(k / n_img)
             elif state.mode == "mask":
                 keep_img.append(k / n_img)
             state.mode = None
             pred = logits[:, :-1].argmax(-1)
             tgt = labels[:, 1:]
+            if turn_of is not None:
+                score_turns(batch, pred, tgt, turn_of[:, 1:], per_task, tokens)
+                continue
             if two_turn:
                 # Score the last turn only: its answer attends over the earlier, gated answer.
                 last = torch.zeros_like(tgt, dtype=torch.bool)
@@ -342,7 +347,26 @@ def evaluate(model, preds, state, data, items, args, mode):
         res["image_keep_rate"] = round(float(np.mean(keep_img)), 4)
     if keep_txt:
         res["text_keep_rate"] = round(float(torch.cat(keep_txt).mean()), 4)
+    if tokens[1]:
+        res["describe_token_acc"] = round(tokens[0] / tokens[1], 4)
     return res
+
+
+def score_turns(batch, pred, tgt, turn_of, per_task, tokens):
+    """Per-turn exact match (every labelled position of the turn right) into per_task, keyed by the
+    item's task (v1 items: "v1_" + task); describe turns also count their right tokens."""
+    for r, it in enumerate(batch):
+        task = it["task"] if "turns" in it else "v1_" + it["task"]
+        answer = tgt[r] != -100
+        for t in sorted(set(turn_of[r][answer].tolist())):
+            sel = answer & (turn_of[r] == t)
+            right = pred[r][sel] == tgt[r][sel]
+            c = per_task.setdefault(task, [0, 0])
+            c[0] += int(bool(right.all()))
+            c[1] += 1
+            if task == "describe":
+                tokens[0] += int(right.sum())
+                tokens[1] += int(sel.sum())
 
 
 def check_prune_equivalence(model, preds, state, data, items, args):
@@ -350,8 +374,9 @@ def check_prune_equivalence(model, preds, state, data, items, args):
     what training uses). Returns the max |Δlogit| at answer positions on one batch."""
     import torch
     its = [it for it in items if it["num_frames"] == items[0]["num_frames"]][:4]
-    b = data.collate([(it, [(it["question"], it["answer"])]) for it in its])
+    b = data.collate(data.eval_conversations(its, False))
     labels = b.pop("labels")
+    b.pop("turn_of", None)
     img_mask = b["input_ids"] == data.video_id
     n_img = int(img_mask.sum(1)[0])
     k = max(1, int(n_img * args.vision_keep_rate))
@@ -371,10 +396,10 @@ def check_prune_equivalence(model, preds, state, data, items, args):
 
     with torch.no_grad():
         state.mode, state.decide = "prune", lambda h: topk_keep_index(score(h), img_mask, k)
-        lp = model(**b).logits.float()
+        lp = data.forward(model, b).logits.float()
         idx = state.keep_idx
         state.mode, state.decide = "mask", decide_mask
-        lm = model(**b).logits.float().gather(1, idx[..., None].expand(-1, -1, lp.shape[-1]))
+        lm = data.forward(model, b).logits.float().gather(1, idx[..., None].expand(-1, -1, lp.shape[-1]))
         state.mode = None
     ans = (labels.gather(1, idx) != -100)[:, 1:]
     return float((lp[:, :-1] - lm[:, :-1]).abs()[ans].max())
@@ -393,6 +418,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="framezip-tiny-video folder (read only)")
     ap.add_argument("--cache", default=".data/cache", help="prepare_data.py cache (train/val .u8 + .json)")
+    ap.add_argument("--cache2", default=None,
+                    help="prepare_features.py cache of synthvid v2: train on it instead of --cache")
+    ap.add_argument("--cache2-extra", action="append", default=[], metavar="CACHE",
+                    help="another v2 feature cache's train split (with --cache2)")
+    ap.add_argument("--features1", default=None,
+                    help="prepare_features.py cache of synthvid v1, mixed in (with --cache2)")
+    ap.add_argument("--tokens-per-batch", type=int, default=2100,
+                    help="video tokens per batch with --cache2 (train_v2.py's batching)")
     ap.add_argument("--out", default=None, help="where predictors.* go (default: the model folder)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget-min", type=float, default=12.0, help="training time (evaluation excluded)")
@@ -448,9 +481,16 @@ def main():
     vc, tc = model.config.vision_config, model.config.text_config
     g = vc.image_size // vc.patch_size
     tpf = ((g + 1) // 2) ** 2
-    train = trainlib.Data(args.cache, "train", tok, tpf)
-    val = trainlib.Data(args.cache, "val", tok, tpf)
-    assert train.frames.shape[-1] == vc.image_size, "cache image size != model image size"
+    if args.cache2:
+        caches = [(args.cache2, "v2")] + [(d, "v2") for d in args.cache2_extra]
+        if args.features1:
+            caches.append((args.features1, "v1"))
+        train = V2Source(caches, "train", tok, args.tokens_per_batch)
+        val = V2Source([c for c in caches if c[0] not in args.cache2_extra], "val", tok,
+                       args.tokens_per_batch)
+    else:
+        train = V1Source(args.cache, "train", tok, tpf, vc.image_size, args.frames_per_batch)
+        val = V1Source(args.cache, "val", tok, tpf, vc.image_size, args.frames_per_batch)
     assert args.sparse_layer < tc.num_hidden_layers
 
     state = SparseState(args.sparse_layer)
@@ -470,7 +510,7 @@ def main():
     t_train = time.time()
     step, samples, epoch = 0, 0, 0
     rng = random.Random(args.seed * 1000 + 17)
-    batches = trainlib.make_batches(rng, train.items, args.frames_per_batch)
+    batches = train.batches(rng, train.items)
     bi = 0
     acc = {"lm": 0.0, "bv": 0.0, "bt": 0.0, "kv": 0.0, "kt": 0.0, "n": 0}
 
@@ -482,13 +522,13 @@ def main():
     while progress() < 1.0:
         if bi >= len(batches):
             epoch += 1
-            batches = trainlib.make_batches(random.Random(args.seed * 1000 + 17 + epoch), train.items,
-                                            args.frames_per_batch)
+            batches = train.batches(random.Random(args.seed * 1000 + 17 + epoch), train.items)
             bi = 0
         batch = batches[bi]
         bi += 1
         srng = random.Random(hash((args.seed, step)) & 0xFFFFFFFF)
-        b = train.collate([(it, trainlib.sample_turns(srng, it)) for it in batch])
+        b = train.collate([(it, train.train_turns(srng, it)) for it in batch])
+        b.pop("turn_of", None)
         p = progress()
         tau = args.tau_start * (args.tau_end / args.tau_start) ** min(p, 1.0)
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
@@ -512,7 +552,7 @@ def main():
 
         state.mode, state.decide = "mask", decide_train
         state.img_mask, state.out_mask = img_mask, out_mask
-        lm_loss = model(**b).loss
+        lm_loss = train.forward(model, b).loss
         state.mode = None
         ki = stats["keep_img"].mean(1)  # per-sample image keep ratio
         bv = ((args.vision_keep_rate - ki) ** 2).mean()
@@ -554,13 +594,13 @@ def main():
     equiv = check_prune_equivalence(model, preds, state, val, val_items, args)
     log(fh, {"type": "check", "prune_vs_mask_max_abs_logit_diff": equiv})
     results = {}
-    for mode in ("full", "pruned", "random", "pruned_text"):
+    for mode in val.eval_modes:
         r = evaluate(model, preds, state, val, val_items, args, mode)
         results[mode] = r
         log(fh, dict(r, type="val", elapsed_s=round(time.time() - t_eval, 1)))
-    # Full-attention reference for the two-turn (text-predictor) variant.
-    results["full_two_turn"] = evaluate(model, preds, state, val, val_items, args, "full_two_turn")
-    log(fh, dict(results["full_two_turn"], type="val", elapsed_s=round(time.time() - t_eval, 1)))
+    # The full-attention reference of the text-gated run: v1 asks a follow-up for it; v2 scores
+    # every turn in every mode, so its full run is the reference.
+    results.setdefault("full_two_turn", results["full"])
 
     # ---------------- save
     tensors = {k: v.detach().contiguous() for k, v in preds.state_dict().items()}

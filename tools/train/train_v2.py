@@ -106,10 +106,10 @@ def collate(renderer, batch):
     return ids, labels, turn_of, mask, video
 
 
-def forward_logits(model, ids, mask, video, positions):
-    """Logits at `positions` ([N, 2] batch/position pairs) of the chat in `ids`, the video tokens
-    taken from `video` (rows in batch order, each video's newline appended here). The same
-    embedding splice as LlavaOnevisionModel.forward (masked_scatter over <video> positions)."""
+def splice_video(model, ids, video):
+    """The input embeddings of the chat in `ids` with the video tokens taken from `video` (rows in
+    batch order, each video's newline appended here): the same splice as
+    LlavaOnevisionModel.forward (masked_scatter over the <video> positions)."""
     import torch
     inner = model.model
     emb = inner.get_input_embeddings()(ids)
@@ -118,8 +118,13 @@ def forward_logits(model, ids, mask, video, positions):
     rows = video.view(B, per, -1).to(emb.dtype)
     rows = torch.cat([rows, inner.image_newline[None, None, :].expand(B, 1, -1)], dim=1)
     is_video = (ids == model.config.video_token_index)[..., None]
-    emb = emb.masked_scatter(is_video, rows.reshape(-1, rows.shape[-1]))
-    h = inner.language_model(inputs_embeds=emb, attention_mask=mask).last_hidden_state
+    return emb.masked_scatter(is_video, rows.reshape(-1, rows.shape[-1]))
+
+
+def forward_logits(model, ids, mask, video, positions):
+    """Logits at `positions` ([N, 2] batch/position pairs) of the chat in `ids` (splice_video)."""
+    emb = splice_video(model, ids, video)
+    h = model.model.language_model(inputs_embeds=emb, attention_mask=mask).last_hidden_state
     return model.lm_head(h[positions[:, 0], positions[:, 1]])
 
 
