@@ -8,8 +8,9 @@
 // original positions (RoPE). Text rows are never removed.
 //
 // Decode: at the entry of sparse_layer the output-text predictor decides for the new token
-// (keep = logit 0 > logit 1); in layers >= sparse_layer the token attends to the cache and itself,
-// and its K/V is stored only when kept. Layers < sparse_layer store every token.
+// (keep = logit 0 − logit 1 > text_threshold: 0, the paper's argmax, unless the predictors were
+// calibrated to their keep rate); in layers >= sparse_layer the token attends to the cache and
+// itself, and its K/V is stored only when kept. Layers < sparse_layer store every token.
 //
 // Chunked prefill: a video split by a chunk boundary is scored as two blocks (each part with its
 // own top-k), which is what a chunk can see; the engine's default chunk (1024 rows) holds a
@@ -22,6 +23,8 @@
 //                 random (the same count; the baseline a learned ranking must beat)
 //   seed          the random ranking's seed (0)
 //   text_gate     on | off: gate decode K/V writes (default on)
+//   text_threshold  the text predictor's keep margin (default: the predictors' own,
+//                 output_text_threshold, else 0)
 //   text_keep     0 = the text predictor decides; in (0, 1] a forced keep rate instead — every
 //                 token whose running count crosses a multiple of 1/text_keep is kept (exactly
 //                 that fraction, deterministic), for testing gating before a predictor is
@@ -49,6 +52,7 @@ struct DynamicLlavaOptions {
   uint64_t seed = 0;
   bool text_gate = true;
   double text_keep = 0;  // 0 = the predictor decides
+  double text_threshold = 0;
   int bits = 16;
   int window = 128;
 };

@@ -54,10 +54,14 @@ struct PredictorConfig {
   int sparse_layer = 2;           // the predictors read the hidden states entering this layer
   double vision_keep_rate = 0.2;  // the image keep fraction they were trained for
   double text_keep_rate = 0.5;    // the output-text keep fraction they were trained for
-  int64_t hidden = 0;             // the decoder's hidden size (the predictors' input width)
-  int64_t width = 0;              // W
-  int64_t heads = 0;              // MHA heads of the ViT blocks
-  float norm_eps = 1e-5f;         // every LayerNorm's (torch's default)
+  // A generated token is kept when logit 0 − logit 1 exceeds this: 0 is the paper's argmax rule;
+  // tools/train calibrates another value when the predictor meets its budget only in expectation
+  // (near p = 0.5 on every token, where argmax keeps all of them).
+  double text_threshold = 0;
+  int64_t hidden = 0;      // the decoder's hidden size (the predictors' input width)
+  int64_t width = 0;       // W
+  int64_t heads = 0;       // MHA heads of the ViT blocks
+  float norm_eps = 1e-5f;  // every LayerNorm's (torch's default)
 };
 
 class DynamicLlavaPredictors {

@@ -1,5 +1,6 @@
 #include "engine/runtime/predictor_loading.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -73,6 +74,8 @@ StatusOr<compress::PredictorConfig> ReadConfig(const std::filesystem::path& path
                       model::DoubleOr(root, "vision_keep_rate", c.vision_keep_rate, at));
   FZ_ASSIGN_OR_RETURN(c.text_keep_rate,
                       model::DoubleOr(root, "output_text_keep_rate", c.text_keep_rate, at));
+  FZ_ASSIGN_OR_RETURN(c.text_threshold,
+                      model::DoubleOr(root, "output_text_threshold", c.text_threshold, at));
   FZ_ASSIGN_OR_RETURN(c.hidden, model::RequiredInt(root, "hidden_size", at));
   FZ_ASSIGN_OR_RETURN(c.width, model::RequiredInt(root, "predictor_width", at));
   // The head count is a training argument (tools/train/train_predictors.py --heads).
@@ -89,6 +92,10 @@ StatusOr<compress::PredictorConfig> ReadConfig(const std::filesystem::path& path
     return InvalidArgumentError("{}: keep rates {} / {} outside (0, 1]", path.string(),
                                 c.vision_keep_rate, c.text_keep_rate);
   }
+  if (!std::isfinite(c.text_threshold)) {
+    return InvalidArgumentError("{}: output_text_threshold {} is not a finite number",
+                                path.string(), c.text_threshold);
+  }
   return c;
 }
 
@@ -99,8 +106,8 @@ StatusOr<std::shared_ptr<const compress::DynamicLlavaPredictors>> LoadDynamicLla
   const std::filesystem::path weights_path = dir / kPredictorsFile;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(weights_path, ec)) {
-    return NotFoundError("{} has no {} (tools/train/train_predictors.py trains them)",
-                         dir.string(), kPredictorsFile);
+    return NotFoundError("{} has no {} (tools/train/train_predictors.py trains them)", dir.string(),
+                         kPredictorsFile);
   }
   FZ_ASSIGN_OR_RETURN(const compress::PredictorConfig config,
                       ReadConfig(dir / kPredictorsConfigFile));
@@ -109,7 +116,8 @@ StatusOr<std::shared_ptr<const compress::DynamicLlavaPredictors>> LoadDynamicLla
                                 (dir / kPredictorsConfigFile).string(), config.hidden,
                                 decoder_hidden);
   }
-  FZ_ASSIGN_OR_RETURN(const model::SafetensorsFile file, model::SafetensorsFile::Open(weights_path));
+  FZ_ASSIGN_OR_RETURN(const model::SafetensorsFile file,
+                      model::SafetensorsFile::Open(weights_path));
   const TensorReader r(file, device);
 
   compress::ImagePredictorWeights image;

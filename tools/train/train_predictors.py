@@ -156,6 +156,8 @@ class SparseState:
         self.keep_idx = None
         self.pruned_mask = None
         self.pruned_pe = None
+        self.text_threshold = 0.0    # output text is kept when logit 0 − logit 1 exceeds it
+        self.random_text_rate = 0.5  # random_text's keep rate (pruned_text's measured one)
 
 
 def install(model, state):
@@ -262,7 +264,9 @@ def balanced(items, n):
 def evaluate(model, preds, state, data, items, args, mode):
     """Teacher-forced exact-answer accuracy as train.py's evaluate(), under one attention mode:
     full | pruned (predictor top-k, physical removal) | random (random top-k, physical removal) |
-    pruned_text (predictor top-k as a key mask + output-text keep = logit0 > logit1) |
+    pruned_text (predictor top-k as a key mask + output-text keep = logit0 − logit1 > the text
+    threshold, 0 unless calibrated) | random_text (the same image mask, output text kept at random
+    at pruned_text's measured rate: the baseline its ranking must beat) |
     full_two_turn (v1: pruned_text's full-attention reference). v1 scores the item's answer, or
     with pruned_text/full_two_turn a follow-up after it, which attends over the gated first answer;
     v2 (V2Source) scores every turn (per task, and per answer token for descriptions)."""
@@ -270,7 +274,7 @@ def evaluate(model, preds, state, data, items, args, mode):
     per_task, keep_img, keep_txt = {}, [], []
     tokens = [0, 0]  # right and all answer tokens of describe turns
     gen = torch.Generator().manual_seed(args.seed + 7)
-    two_turn = mode in ("pruned_text", "full_two_turn")
+    two_turn = mode in ("pruned_text", "random_text", "full_two_turn")
     with torch.no_grad():
         for batch in data.batches(random.Random(0), items, scale=2):
             b = data.collate(data.eval_conversations(batch, two_turn))
@@ -298,9 +302,14 @@ def evaluate(model, preds, state, data, items, args, mode):
                 sel = torch.zeros_like(score).scatter_(1, score.topk(k, dim=1).indices, 1.0)
                 gate = torch.ones(img_mask.shape, dtype=hidden.dtype)
                 gate[img_mask] = sel.flatten()
-                if two_turn:
+                if mode == "random_text":
+                    rate = state.random_text_rate
+                    tk = (torch.rand(hidden.shape[:2], generator=gen) < rate).to(hidden.dtype)
+                    keep_txt.append(tk[out_mask])
+                    gate = torch.where(out_mask, tk, gate)
+                elif two_turn:
                     tl = preds.text_predictor(hidden)
-                    tk = (tl[..., 0] > tl[..., 1]).to(hidden.dtype)
+                    tk = (tl[..., 0] - tl[..., 1] > state.text_threshold).to(hidden.dtype)
                     keep_txt.append(tk[out_mask])
                     gate = torch.where(out_mask, tk, gate)
                 return gate
@@ -369,6 +378,38 @@ def score_turns(batch, pred, tgt, turn_of, per_task, tokens):
                 tokens[1] += int(sel.sum())
 
 
+def calibrate_text_threshold(model, preds, state, data, items, args):
+    """The margin (logit 0 − logit 1) above which the output-text predictor keeps a token so that
+    it keeps --text-keep-rate of the answer tokens of items with at least
+    --text-min-output-tokens of them (the budget's samples). Hard Gumbel training meets the budget
+    in expectation: a predictor near p = 0.5 on every token samples half of them, but its argmax
+    keeps all or none (README.md, "Dynamic-LLaVA predictors"). The margins are those entering
+    sparse_layer, which gating cannot change (earlier layers see every token)."""
+    import torch
+    captured = {}
+    hook = model.model.language_model.layers[args.sparse_layer].register_forward_pre_hook(
+        lambda mod, a, kw: captured.__setitem__("h", a[0] if a else kw["hidden_states"]),
+        with_kwargs=True)
+    margins = []
+    with torch.no_grad():
+        for batch in data.batches(random.Random(0), items, scale=2):
+            b = data.collate(data.eval_conversations(batch, True))
+            labels = b.pop("labels")
+            b.pop("turn_of", None)
+            data.forward(model, b)
+            out_mask = labels != -100
+            sel = out_mask.sum(1) >= args.text_min_output_tokens
+            tl = preds.text_predictor(captured["h"])
+            m = tl[..., 0] - tl[..., 1]
+            margins.append(m[out_mask & sel[:, None]])
+    hook.remove()
+    m = torch.cat(margins)
+    threshold = float(torch.quantile(m.double(), 1.0 - args.text_keep_rate))
+    return threshold, {"tokens": int(m.numel()), "margin_min": round(float(m.min()), 6),
+                       "margin_median": round(float(m.median()), 6),
+                       "margin_max": round(float(m.max()), 6)}
+
+
 def check_prune_equivalence(model, preds, state, data, items, args):
     """Physical removal and a hard key mask must give the same answer logits (the masked path is
     what training uses). Returns the max |Δlogit| at answer positions on one batch."""
@@ -406,6 +447,14 @@ def check_prune_equivalence(model, preds, state, data, items, args):
 
 
 # ----------------------------------------------------------------------------- main
+
+def initialized_from(folder):
+    """The training record of the predictors a run started from (--init-predictors), or None."""
+    if not folder:
+        return None
+    with open(os.path.join(folder, "predictors_config.json")) as f:
+        return dict(json.load(f)["training"], folder=os.path.abspath(folder))
+
 
 def log(fh, rec):
     rec = dict(rec, time=round(time.time(), 1))
@@ -452,6 +501,13 @@ def main():
     ap.add_argument("--blocks", type=int, default=1,
                     help="pre-LN ViT blocks (paper 2; 1 here: at 64 frames the second block's "
                          "attention cost the prefill target, for 0.6 points; bench/RESULTS.md)")
+    ap.add_argument("--init-predictors", default=None, metavar="DIR",
+                    help="start from DIR's predictors.safetensors (with --time-budget-min 0: no "
+                         "training, only calibration and evaluation)")
+    ap.add_argument("--calibrate-text-threshold", action="store_true",
+                    help="keep output text above the margin that keeps --text-keep-rate of the "
+                         "long answers' tokens (calibrate_text_threshold), instead of argmax; "
+                         "written to predictors_config.json as output_text_threshold")
     ap.add_argument("--val-items", type=int, default=600, help="balanced over tasks; 0 = all")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
@@ -498,6 +554,9 @@ def main():
     preds = build_predictors(tc.hidden_size, args.width, args.heads, args.mlp_ratio, args.blocks)
     init_keep_bias(preds.image_predictor.fc3, args.vision_keep_rate)
     init_keep_bias(preds.text_predictor.fc3, args.text_keep_rate)
+    if args.init_predictors:
+        preds.load_state_dict(safetensors.torch.load_file(
+            os.path.join(args.init_predictors, "predictors.safetensors")))
     n_pred = sum(p.numel() for p in preds.parameters())
     opt = torch.optim.AdamW(preds.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     log(fh, {"type": "config", "args": vars(args), "predictor_params": n_pred,
@@ -515,6 +574,8 @@ def main():
     acc = {"lm": 0.0, "bv": 0.0, "bt": 0.0, "kv": 0.0, "kt": 0.0, "n": 0}
 
     def progress():
+        if budget <= 0:
+            return 1.0
         return max(step / args.max_steps, (time.time() - t_train) / budget)
 
     stats = {}
@@ -581,8 +642,11 @@ def main():
                      "grad_norm": round(float(gn), 4), "elapsed_s": round(time.time() - t_train, 1)})
             acc = {"lm": 0.0, "bv": 0.0, "bt": 0.0, "kv": 0.0, "kt": 0.0, "n": 0}
     train_s = time.time() - t_train
-    train_keep = {"image": round(float(np.mean([r[0] for r in recent])), 4),
-                  "text": round(float(np.nanmean([r[1] for r in recent])), 4)}
+    train_keep = None  # no step ran (--init-predictors with --time-budget-min 0)
+    if recent:
+        texts = [r[1] for r in recent if not math.isnan(r[1])]
+        train_keep = {"image": round(float(np.mean([r[0] for r in recent])), 4),
+                      "text": round(float(np.mean(texts)), 4) if texts else None}
     log(fh, {"type": "end", "step": step, "samples": samples, "train_s": round(train_s, 1),
              "ended_by": "steps" if step >= args.max_steps else "time",
              "sampled_keep_rate_last_100_steps": train_keep})
@@ -593,8 +657,16 @@ def main():
     t_eval = time.time()
     equiv = check_prune_equivalence(model, preds, state, val, val_items, args)
     log(fh, {"type": "check", "prune_vs_mask_max_abs_logit_diff": equiv})
+    calibration = None
+    if args.calibrate_text_threshold:
+        state.text_threshold, calibration = calibrate_text_threshold(model, preds, state, val,
+                                                                     val_items, args)
+        calibration["threshold"] = round(state.text_threshold, 6)
+        log(fh, dict(calibration, type="calibration"))
     results = {}
-    for mode in val.eval_modes:
+    for mode in val.eval_modes + ("random_text",):
+        if mode == "random_text":
+            state.random_text_rate = results["pruned_text"].get("text_keep_rate", 0.5)
         r = evaluate(model, preds, state, val, val_items, args, mode)
         results[mode] = r
         log(fh, dict(r, type="val", elapsed_s=round(time.time() - t_eval, 1)))
@@ -613,6 +685,7 @@ def main():
         "sparse_layer": args.sparse_layer,
         "vision_keep_rate": args.vision_keep_rate,
         "output_text_keep_rate": args.text_keep_rate,
+        "output_text_threshold": round(state.text_threshold, 6),
         "keep_channel": 0,
         "hidden_size": tc.hidden_size,
         "predictor_width": W,
@@ -640,13 +713,17 @@ def main():
                 f"in_norm: LayerNorm({tc.hidden_size}, eps 1e-5)", f"in_proj: Linear({tc.hidden_size}->{W}), GELU",
                 f"fc1: Linear({W}->{W // 2}), GELU; fc2: Linear({W // 2}->{W // 4}), GELU; fc3: Linear({W // 4}->2)",
             ],
-            "inference": "keep = logits[0] > logits[1]; a dropped token attends to itself but its K/V is not "
-                         "appended to the cache of layers >= sparse_layer",
+            "inference": "keep = logits[0] - logits[1] > output_text_threshold (0: argmax; else calibrated "
+                         "on the validation answers to keep output_text_keep_rate of them); a dropped "
+                         "token attends to itself but its K/V is not appended to the cache of layers "
+                         ">= sparse_layer",
+            "calibration": calibration,
         },
         "tensors": sorted(tensors),
         "training": {
             "args": vars(args), "steps": step, "samples": samples, "train_seconds": round(train_s, 1),
             "model_frozen": True, "sampled_keep_rate_last_100_steps": train_keep,
+            "initialized_from": initialized_from(args.init_predictors),
             "objective": "answer-token CE + lambda_v (r_v - mean image keep)^2 + lambda_t (r_t - mean "
                          "output-text keep)^2; Gumbel-softmax hard + straight-through; masked softmax with "
                          "G_ii = 1 in layers >= sparse_layer; tau exponential tau_start -> tau_end",
@@ -661,6 +738,7 @@ def main():
             "two_turn_accuracy_full": results["full_two_turn"]["acc"],
             "two_turn_accuracy_pruned_image_and_text": results["pruned_text"]["acc"],
             "text_keep_rate": results["pruned_text"].get("text_keep_rate"),
+            "two_turn_accuracy_random_text": results["random_text"]["acc"],
             "prune_vs_mask_max_abs_logit_diff": equiv,
             "details": results,
             "eval_seconds": round(time.time() - t_eval, 1),

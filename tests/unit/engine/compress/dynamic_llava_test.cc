@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <set>
@@ -18,6 +19,7 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_codec.h"
+#include "engine/model/config.h"
 #include "engine/model/safetensors.h"
 #include "engine/ops/gemm_amx.h"
 #include "engine/runtime/engine.h"
@@ -326,6 +328,80 @@ TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later l
   for (size_t l = 2; l < layers.size(); ++l) {
     CHECK(static_cast<int64_t>(LayerPositions(layers[l]).size()) == prompt - visual_removed + 10);
   }
+}
+
+// The output-text decision is logit 0 − logit 1 > text_threshold: checked token by token on the
+// golden's 40 real hidden rows at a threshold between their margins (about half kept), and the
+// threshold is read from predictors_config.json (output_text_threshold) as the default.
+TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the threshold",
+          "[unit][engine][compress]") {
+  auto preds = runtime::LoadDynamicLlavaPredictors(ModelDir(), 128);
+  REQUIRE(preds.ok());
+  CHECK((*preds)->config().text_threshold == 0);  // the shipped config has none: argmax
+  auto golden = model::SafetensorsFile::Open(testing::SourceDir() /
+                                             "tests/data/golden/framezip-tiny-video/"
+                                             "predictors_golden.safetensors");
+  REQUIRE(golden.ok());
+  const Tensor hidden = *golden->Get("text.hidden");
+  auto logits = (*preds)->TextLogits(hidden);
+  REQUIRE(logits.ok());
+  const int64_t n = hidden.dim(0), c = hidden.dim(1);
+  std::vector<double> margin(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* l = logits->data<float>() + 2 * r;
+    margin[static_cast<size_t>(r)] = static_cast<double>(l[0]) - static_cast<double>(l[1]);
+  }
+  std::vector<double> sorted = margin;
+  std::sort(sorted.begin(), sorted.end());
+  const double mid =
+      0.5 * (sorted[static_cast<size_t>(n / 2 - 1)] + sorted[static_cast<size_t>(n / 2)]);
+  REQUIRE(sorted[static_cast<size_t>(n / 2 - 1)] < sorted[static_cast<size_t>(n / 2)]);
+
+  const auto decisions = [&](const std::string& spec, const compress::PolicyResources& res) {
+    auto policy = compress::CreatePolicy(spec, res);
+    INFO(spec << ": " << (policy.ok() ? "" : MessageOf(policy.status())));
+    REQUIRE(policy.ok());
+    std::vector<int> kept;
+    for (int64_t r = 0; r < n; ++r) {
+      auto row = hidden.Slice(r, r + 1);
+      REQUIRE(row.ok());
+      REQUIRE((*policy)->OnDecodeHidden(*row, static_cast<int32_t>(100 + r)).ok());
+      CHECK((*policy)->OnDecodeWrite(1, static_cast<int32_t>(100 + r)));  // layers < 2 store all
+      kept.push_back((*policy)->OnDecodeWrite(2, static_cast<int32_t>(100 + r)) ? 1 : 0);
+    }
+    return kept;
+  };
+  const auto want = [&](double threshold) {
+    std::vector<int> kept;
+    for (const double m : margin) kept.push_back(m > threshold ? 1 : 0);
+    return kept;
+  };
+  const compress::PolicyResources shipped{*preds};
+  const auto half = decisions(fmt::format("dynamic_llava:text_threshold={:.17g}", mid), shipped);
+  CHECK(half == want(mid));
+  CHECK(std::count(half.begin(), half.end(), 1) == n / 2);
+  CHECK(decisions("dynamic_llava", shipped) == want(0.0));
+  CHECK(decisions("dynamic_llava:text_threshold=-1000", shipped) == std::vector<int>(n, 1));
+  CHECK(decisions("dynamic_llava:text_threshold=1000", shipped) == std::vector<int>(n, 0));
+
+  // A calibrated config sets the default; an option still overrides it.
+  testing::TempDir dir;
+  std::filesystem::copy_file(ModelDir() / "predictors.safetensors",
+                             dir.path() / "predictors.safetensors");
+  auto config = model::ReadFileToString(ModelDir() / "predictors_config.json");
+  REQUIRE(config.ok());
+  const std::string key = "\"output_text_keep_rate\"";
+  const size_t at = config->find(key);
+  REQUIRE(at != std::string::npos);
+  config->insert(at, fmt::format("\"output_text_threshold\": {:.17g}, ", mid));
+  std::ofstream(dir.path() / "predictors_config.json") << *config;
+  auto calibrated = runtime::LoadDynamicLlavaPredictors(dir.path(), c);
+  INFO((calibrated.ok() ? "" : MessageOf(calibrated.status())));
+  REQUIRE(calibrated.ok());
+  CHECK((*calibrated)->config().text_threshold == Approx(mid).margin(1e-12));
+  const compress::PolicyResources with_threshold{*calibrated};
+  CHECK(decisions("dynamic_llava", with_threshold) == want(mid));
+  CHECK(decisions("dynamic_llava:text_threshold=0", with_threshold) == want(0.0));
 }
 
 TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and continues alike",
