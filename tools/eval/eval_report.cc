@@ -68,6 +68,7 @@ void EvalReport::Group::Add(const ItemResult& r) {
   correct += r.correct ? 1 : 0;
   prompt_tokens += r.prompt_tokens;
   generated_tokens += r.generated_tokens;
+  text_tokens_gated += r.text_tokens_gated;
   compression_ratio_sum += r.compression_ratio;
   if (!r.kept_ratio.empty()) {
     if (kept_ratio_sum.size() < r.kept_ratio.size()) kept_ratio_sum.resize(r.kept_ratio.size());
@@ -122,6 +123,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
                         {"accuracy", g.accuracy()},
                         {"prompt_tokens", g.prompt_tokens},
                         {"generated_tokens", g.generated_tokens},
+                        {"text_tokens_gated", g.text_tokens_gated},
                         {"compression_ratio", g.compression_ratio()}};
     if (g.kept_ratio_items > 0) t["kept_ratio_per_layer"] = g.MeanKeptRatio();
     if (g.agreement_items > 0) {
@@ -162,7 +164,8 @@ nlohmann::json EvalReport::Json(bool with_items) const {
                  {"visual", visual},
                  {"generated", all.generated_tokens},
                  {"prompt_per_item", all.prompt_tokens / n},
-                 {"generated_per_item", all.generated_tokens / n}};
+                 {"generated_per_item", all.generated_tokens / n},
+                 {"text_gated", all.text_tokens_gated}};
   j["time"] = {{"seconds", seconds_},           {"per_item_ms", item_ms / n},
                {"media_ms", media / n},         {"vision_ms", vision / n},
                {"prefill_ms", prefill / n},     {"decode_ms", decode / n},

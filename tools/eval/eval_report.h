@@ -6,14 +6,16 @@
 //   {"suite", "split", "model", "policy", "items", "accuracy",
 //    "tasks": {task: accuracy},
 //    "per_task": {task: {"items", "correct", "accuracy", "prompt_tokens", "generated_tokens",
-//                        "compression_ratio", "kept_ratio_per_layer"?: [L],
+//                        "text_tokens_gated", "compression_ratio", "kept_ratio_per_layer"?: [L],
 //                        "top1_agreement"?, "kl"?}},
 //    "per_num_frames": {"8": {"items", "correct", "accuracy", "prefill_ms", "visual_tokens",
 //                             "cached_tokens", "kv_bytes_per_item",
 //                             "kv_bytes_by_format": {format: bytes}}, ...}
 //                      (means over the bucket's rows),
 //    "per_turn"?: {"1": {... as per_num_frames}, "2": ...}  when some row is a later turn,
-//    "tokens": {"prompt", "visual", "generated", "prompt_per_item", "generated_per_item"},
+//    "tokens": {"prompt", "visual", "generated", "prompt_per_item", "generated_per_item",
+//               "text_gated"}  (text_gated: generated tokens whose K/V a policy did not store
+//               in its later layers, Dynamic-LLaVA's output-text gating),
 //    "kv": {"bytes_per_item", "compression_ratio"}   means over items (after the answer),
 //    "time": {"seconds", "per_item_ms", "media_ms", "vision_ms", "prefill_ms", "decode_ms",
 //             "selection_ms", "agreement_ms"},
@@ -52,6 +54,7 @@ struct ItemResult {
   int64_t prompt_tokens = 0;
   int64_t visual_tokens = 0;
   int64_t generated_tokens = 0;
+  int64_t text_tokens_gated = 0;  // of generated_tokens, those not stored in later layers
   double media_ms = 0;  // decode + sample + preprocess (a worker thread, overlapping the engine)
   double vision_ms = 0;
   double prefill_ms = 0;
@@ -115,7 +118,7 @@ class EvalReport {
 
  private:
   struct Group {
-    int64_t items = 0, correct = 0, prompt_tokens = 0, generated_tokens = 0;
+    int64_t items = 0, correct = 0, prompt_tokens = 0, generated_tokens = 0, text_tokens_gated = 0;
     double compression_ratio_sum = 0;
     std::vector<double> kept_ratio_sum;
     int64_t kept_ratio_items = 0;

@@ -33,7 +33,9 @@ TEST_CASE("EvalReport aggregates a known answer set", "[unit][eval]") {
   report.Add(Item("color", 16, "green", "Green"));
   report.Add(Item("count", 8, "3", "2"));
   report.Add(Item("count", 16, "4", "4"));
-  report.Add(Item("needle", 16, "cyan", "cyan."));
+  ItemResult gated = Item("needle", 16, "cyan", "cyan.");
+  gated.text_tokens_gated = 1;  // one of its two generated tokens was not stored in later layers
+  report.Add(gated);
   report.SetSeconds(1.5);
 
   CHECK(report.items() == 6);
@@ -62,6 +64,9 @@ TEST_CASE("EvalReport aggregates a known answer set", "[unit][eval]") {
   CHECK(j["tokens"]["prompt"] == 3 * 18 + 3 * 26);
   CHECK(j["tokens"]["generated"] == 12);
   CHECK(j["tokens"]["generated_per_item"].get<double>() == Approx(2));
+  CHECK(j["tokens"]["text_gated"] == 1);
+  CHECK(j["per_task"]["needle"]["text_tokens_gated"] == 1);
+  CHECK(j["per_task"]["color"]["text_tokens_gated"] == 0);
   CHECK(j["seconds"].get<double>() == Approx(1.5));
   CHECK(j["time"]["per_item_ms"].get<double>() == Approx(4));
   // Nothing reported what only policies, --turn2 or --agreement produce.
