@@ -128,8 +128,8 @@ StatusOr<std::unique_ptr<CompressionPolicy>> CreateDynamicLlavaPolicy(
   FZ_ASSIGN_OR_RETURN(const int gate, o.Choice("text_gate", {"on", "off"}));
   d.text_gate = gate == 0;
   FZ_ASSIGN_OR_RETURN(d.text_keep, o.Double("text_keep", 0, 0, 1));
-  FZ_ASSIGN_OR_RETURN(d.text_threshold,
-                      o.Double("text_threshold", trained.text_threshold, -1e6, 1e6));
+  FZ_ASSIGN_OR_RETURN(d.text_threshold, o.Double("text_threshold", trained.text_threshold,
+                                                 -kMaxTextThreshold, kMaxTextThreshold));
   FZ_ASSIGN_OR_RETURN(const int bits, o.Choice("bits", {"16", "4", "2"}));
   d.bits = bits == 0 ? 16 : bits == 1 ? 4 : 2;
   FZ_ASSIGN_OR_RETURN(const int64_t window, o.Int("window", d.window, 1, 1 << 20));

@@ -49,6 +49,10 @@ struct TextPredictorWeights {
   DenseWeights in_proj, fc1, fc2, fc3;
 };
 
+// The largest |output-text keep margin| a config or policy option may set: logit differences of
+// real predictors are a few units; anything near this is a broken file or a typo.
+inline constexpr double kMaxTextThreshold = 1e6;
+
 // What predictors_config.json says about how the predictors were trained and are meant to run.
 struct PredictorConfig {
   int sparse_layer = 2;           // the predictors read the hidden states entering this layer
@@ -57,11 +61,11 @@ struct PredictorConfig {
   // A generated token is kept when logit 0 − logit 1 exceeds this: 0 is the paper's argmax rule;
   // tools/train calibrates another value when the predictor meets its budget only in expectation
   // (near p = 0.5 on every token, where argmax keeps all of them).
-  double text_threshold = 0;
-  int64_t hidden = 0;      // the decoder's hidden size (the predictors' input width)
-  int64_t width = 0;       // W
-  int64_t heads = 0;       // MHA heads of the ViT blocks
-  float norm_eps = 1e-5f;  // every LayerNorm's (torch's default)
+  double text_threshold = 0;  // |value| <= kMaxTextThreshold
+  int64_t hidden = 0;         // the decoder's hidden size (the predictors' input width)
+  int64_t width = 0;          // W
+  int64_t heads = 0;          // MHA heads of the ViT blocks
+  float norm_eps = 1e-5f;     // every LayerNorm's (torch's default)
 };
 
 class DynamicLlavaPredictors {

@@ -92,9 +92,11 @@ StatusOr<compress::PredictorConfig> ReadConfig(const std::filesystem::path& path
     return InvalidArgumentError("{}: keep rates {} / {} outside (0, 1]", path.string(),
                                 c.vision_keep_rate, c.text_keep_rate);
   }
-  if (!std::isfinite(c.text_threshold)) {
-    return InvalidArgumentError("{}: output_text_threshold {} is not a finite number",
-                                path.string(), c.text_threshold);
+  // A keep margin is a difference of two logits; the policy option takes the same range.
+  if (!(std::abs(c.text_threshold) <= compress::kMaxTextThreshold)) {
+    return InvalidArgumentError("{}: output_text_threshold {} outside [-{}, {}]", path.string(),
+                                c.text_threshold, compress::kMaxTextThreshold,
+                                compress::kMaxTextThreshold);
   }
   return c;
 }

@@ -196,7 +196,8 @@ TEST_CASE("dynamic_llava refuses without predictors and rejects bad options",
   runtime::Engine& eng = testing::ShippedEngine();
   for (const char* spec :
        {"dynamic_llava:vision_keep=0", "dynamic_llava:vision_keep=1.5", "dynamic_llava:select=best",
-        "dynamic_llava:bits=8", "dynamic_llava:text_keep=2", "dynamic_llava:colour=red"}) {
+        "dynamic_llava:bits=8", "dynamic_llava:text_keep=2", "dynamic_llava:text_threshold=x",
+        "dynamic_llava:colour=red"}) {
     INFO(spec);
     auto c = eng.NewConversation(spec);
     REQUIRE_FALSE(c.ok());
@@ -388,13 +389,17 @@ TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the th
   testing::TempDir dir;
   std::filesystem::copy_file(ModelDir() / "predictors.safetensors",
                              dir.path() / "predictors.safetensors");
-  auto config = model::ReadFileToString(ModelDir() / "predictors_config.json");
-  REQUIRE(config.ok());
-  const std::string key = "\"output_text_keep_rate\"";
-  const size_t at = config->find(key);
-  REQUIRE(at != std::string::npos);
-  config->insert(at, fmt::format("\"output_text_threshold\": {:.17g}, ", mid));
-  std::ofstream(dir.path() / "predictors_config.json") << *config;
+  auto shipped_config = model::ReadFileToString(ModelDir() / "predictors_config.json");
+  REQUIRE(shipped_config.ok());
+  // The shipped config with "output_text_threshold": `value` written before its keep rate.
+  const auto write_config = [&](const std::string& value) {
+    std::string text = *shipped_config;
+    const size_t at = text.find("\"output_text_keep_rate\"");
+    REQUIRE(at != std::string::npos);
+    text.insert(at, "\"output_text_threshold\": " + value + ", ");
+    std::ofstream(dir.path() / "predictors_config.json") << text;
+  };
+  write_config(fmt::format("{:.17g}", mid));
   auto calibrated = runtime::LoadDynamicLlavaPredictors(dir.path(), c);
   INFO((calibrated.ok() ? "" : MessageOf(calibrated.status())));
   REQUIRE(calibrated.ok());
@@ -402,6 +407,17 @@ TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the th
   const compress::PolicyResources with_threshold{*calibrated};
   CHECK(decisions("dynamic_llava", with_threshold) == want(mid));
   CHECK(decisions("dynamic_llava:text_threshold=0", with_threshold) == want(0.0));
+
+  // An absurd threshold is refused naming the field; one past double's range, as invalid JSON.
+  for (const char* value : {"1e300", "-2e6", "1e999"}) {
+    INFO(value);
+    write_config(value);
+    auto refused = runtime::LoadDynamicLlavaPredictors(dir.path(), c);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(absl::IsInvalidArgument(refused.status()));
+    const std::string field = std::string(value) == "1e999" ? "1e999" : "output_text_threshold";
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(field));
+  }
 }
 
 TEST_CASE("A dynamic_llava conversation restores with its per-layer lengths and continues alike",
