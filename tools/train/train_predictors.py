@@ -404,6 +404,9 @@ def calibrate_text_threshold(model, preds, state, data, items, args):
             margins.append(m[out_mask & sel[:, None]])
     hook.remove()
     m = torch.cat(margins)
+    if m.numel() == 0:
+        sys.exit(f"--calibrate-text-threshold: no validation item has an answer of at least "
+                 f"--text-min-output-tokens {args.text_min_output_tokens} tokens to calibrate on")
     threshold = float(torch.quantile(m.double(), 1.0 - args.text_keep_rate))
     return threshold, {"tokens": int(m.numel()), "margin_min": round(float(m.min()), 6),
                        "margin_median": round(float(m.median()), 6),
