@@ -268,7 +268,8 @@ def evaluate(model, preds, state, data, items, args, mode):
     threshold, 0 unless calibrated) | random_text (the same image mask, output text kept at random
     at pruned_text's measured rate: the baseline its ranking must beat) |
     full_two_turn (v1: pruned_text's full-attention reference). v1 scores the item's answer, or
-    with pruned_text/full_two_turn a follow-up after it, which attends over the gated first answer;
+    with pruned_text/random_text/full_two_turn a follow-up after it, which attends over the gated
+    first answer;
     v2 (V2Source) scores every turn (per task, and per answer token for descriptions)."""
     import torch
     per_task, keep_img, keep_txt = {}, [], []
