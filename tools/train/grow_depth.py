@@ -63,7 +63,10 @@ def main():
     model.eval()
     lm = model.model.language_model
     old_layers = list(lm.layers)
-    after = sorted(int(i) for i in args.insert_after.split(","))
+    try:
+        after = sorted(int(i) for i in args.insert_after.split(","))
+    except ValueError:
+        sys.exit(f"--insert-after: comma-separated layer indices, got {args.insert_after!r}")
     if any(i < -1 or i >= len(old_layers) for i in after):
         sys.exit(f"--insert-after: indices must lie in -1..{len(old_layers) - 1}, got {after}")
 

@@ -306,11 +306,10 @@ def evaluate(model, preds, state, data, items, args, mode):
                 if mode == "random_text":
                     rate = state.random_text_rate
                     tk = (torch.rand(hidden.shape[:2], generator=gen) < rate).to(hidden.dtype)
-                    keep_txt.append(tk[out_mask])
-                    gate = torch.where(out_mask, tk, gate)
                 elif two_turn:
                     tl = preds.text_predictor(hidden)
                     tk = (tl[..., 0] - tl[..., 1] > state.text_threshold).to(hidden.dtype)
+                if two_turn:
                     keep_txt.append(tk[out_mask])
                     gate = torch.where(out_mask, tk, gate)
                 return gate

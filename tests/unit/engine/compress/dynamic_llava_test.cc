@@ -197,7 +197,8 @@ TEST_CASE("dynamic_llava refuses without predictors and rejects bad options",
   for (const char* spec :
        {"dynamic_llava:vision_keep=0", "dynamic_llava:vision_keep=1.5", "dynamic_llava:select=best",
         "dynamic_llava:bits=8", "dynamic_llava:text_keep=2", "dynamic_llava:text_threshold=x",
-        "dynamic_llava:colour=red"}) {
+        "dynamic_llava:text_threshold=nan", "dynamic_llava:text_threshold=2e6",
+        "dynamic_llava:text_threshold=", "dynamic_llava:colour=red"}) {
     INFO(spec);
     auto c = eng.NewConversation(spec);
     REQUIRE_FALSE(c.ok());
@@ -408,8 +409,14 @@ TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the th
   CHECK(decisions("dynamic_llava", with_threshold) == want(mid));
   CHECK(decisions("dynamic_llava:text_threshold=0", with_threshold) == want(0.0));
 
+  // null is "not set", as in transformers' configs: the argmax rule.
+  write_config("null");
+  auto unset = runtime::LoadDynamicLlavaPredictors(dir.path(), c);
+  REQUIRE(unset.ok());
+  CHECK((*unset)->config().text_threshold == 0);
+
   // An absurd threshold is refused naming the field; one past double's range, as invalid JSON.
-  for (const char* value : {"1e300", "-2e6", "1e999"}) {
+  for (const char* value : {"1e300", "-2e6", "1e999", "\"0.5\""}) {
     INFO(value);
     write_config(value);
     auto refused = runtime::LoadDynamicLlavaPredictors(dir.path(), c);
