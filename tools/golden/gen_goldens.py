@@ -19,7 +19,8 @@ Files written to --out:
                       placeholder counts for image sizes and frame counts (tiny layout and the
                       real 384-px OneVision layout), and the expanded prompt ids
   forward.safetensors fixed multimodal input and reference tensors (see forward.json "tensors")
-  forward.json        input ids, 32 greedy tokens, the tensor list with meanings
+  forward.json        input ids, 32 greedy tokens with each step's top-1 - top-2 logit margin,
+                      the tensor list with meanings
   manifest.json       versions, seed, dtype, model, command
 """
 
@@ -261,10 +262,18 @@ def forward_goldens(model_dir, processor, model, arch, seed, synthvid_spec=None,
             tensors[f"decoder.hidden_states.{i}"] = f32(h[0])
         tensors["logits"] = f32(out.logits[0])
 
-        # 32 greedy tokens with the KV cache, argmax of float32 logits, no EOS stop.
-        generated = []
+        # 32 greedy tokens with the KV cache, argmax of float32 logits, no EOS stop. Each step's
+        # top-1 minus top-2 logit goes with them: where it is within the logits' tolerance, another
+        # implementation may rightly pick the runner-up (a bf16 model's tail after its answer).
+        generated, margins = [], []
         past = out.past_key_values
-        next_id = int(torch.argmax(out.logits[0, -1].float()))
+
+        def pick(row):
+            top2 = torch.topk(row.float(), 2).values
+            margins.append(float(top2[0] - top2[1]))
+            return int(torch.argmax(row.float()))
+
+        next_id = pick(out.logits[0, -1])
         ids = inputs["input_ids"]
         attn = inputs["attention_mask"]
         for _ in range(32):
@@ -274,8 +283,9 @@ def forward_goldens(model_dir, processor, model, arch, seed, synthvid_spec=None,
             step = model(input_ids=ids[:, -1:], attention_mask=attn, past_key_values=past,
                          use_cache=True, return_dict=True)
             past = step.past_key_values
-            next_id = int(torch.argmax(step.logits[0, -1].float()))
+            next_id = pick(step.logits[0, -1])
         meta["greedy_tokens"] = generated
+        meta["greedy_margins"] = margins[:len(generated)]
         meta["greedy_text"] = processor.tokenizer.decode(generated)
     meta["tensors"] = {
         "pixel_values": "processor output for the image, [tiles, 3, S, S] (base tile first), in "

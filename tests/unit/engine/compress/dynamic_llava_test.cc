@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -334,12 +336,18 @@ TEST_CASE("dynamic_llava text gating at a forced 50% halves KV growth in later l
 
 // The output-text decision is logit 0 − logit 1 > text_threshold: checked token by token on the
 // golden's 40 real hidden rows at a threshold between their margins (about half kept), and the
-// threshold is read from predictors_config.json (output_text_threshold) as the default.
+// threshold is read from predictors_config.json (output_text_threshold) as the default: the shipped
+// one is calibrated (tools/train/train_predictors.py --calibrate-text-threshold).
 TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the threshold",
           "[unit][engine][compress]") {
   auto preds = runtime::LoadDynamicLlavaPredictors(ModelDir(), 128);
   REQUIRE(preds.ok());
-  CHECK((*preds)->config().text_threshold == 0);  // the shipped config has none: argmax
+  auto shipped_config = model::ReadFileToString(ModelDir() / "predictors_config.json");
+  REQUIRE(shipped_config.ok());
+  const double shipped_threshold =
+      nlohmann::json::parse(*shipped_config).at("output_text_threshold").get<double>();
+  CHECK(shipped_threshold > 0);
+  CHECK((*preds)->config().text_threshold == shipped_threshold);
   auto golden = model::SafetensorsFile::Open(testing::SourceDir() /
                                              "tests/data/golden/framezip-tiny-video/"
                                              "predictors_golden.safetensors");
@@ -382,7 +390,8 @@ TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the th
   const auto half = decisions(fmt::format("dynamic_llava:text_threshold={:.17g}", mid), shipped);
   CHECK(half == want(mid));
   CHECK(std::count(half.begin(), half.end(), 1) == n / 2);
-  CHECK(decisions("dynamic_llava", shipped) == want(0.0));
+  CHECK(decisions("dynamic_llava", shipped) == want(shipped_threshold));
+  CHECK(decisions("dynamic_llava:text_threshold=0", shipped) == want(0.0));
   CHECK(decisions("dynamic_llava:text_threshold=-1000", shipped) == std::vector<int>(n, 1));
   CHECK(decisions("dynamic_llava:text_threshold=1000", shipped) == std::vector<int>(n, 0));
 
@@ -390,11 +399,11 @@ TEST_CASE("dynamic_llava keeps generated tokens whose text margin exceeds the th
   testing::TempDir dir;
   std::filesystem::copy_file(ModelDir() / "predictors.safetensors",
                              dir.path() / "predictors.safetensors");
-  auto shipped_config = model::ReadFileToString(ModelDir() / "predictors_config.json");
-  REQUIRE(shipped_config.ok());
-  // The shipped config with "output_text_threshold": `value` written before its keep rate.
+  // The shipped config with its "output_text_threshold" replaced by `value` (raw JSON text).
   const auto write_config = [&](const std::string& value) {
-    std::string text = *shipped_config;
+    std::string text = std::regex_replace(
+        *shipped_config, std::regex(R"("output_text_threshold"\s*:\s*[^,}]*,?)"), "");
+    REQUIRE(text.find("\"output_text_threshold\"") == std::string::npos);
     const size_t at = text.find("\"output_text_keep_rate\"");
     REQUIRE(at != std::string::npos);
     text.insert(at, "\"output_text_threshold\": " + value + ", ");

@@ -89,9 +89,8 @@ int32_t Argmax(const float* row, int64_t n) {
 TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens",
           "[golden][engine][llm]") {
   SetComputeThreads(2);
-  const std::string name =
-      GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16", "tiny-llava-clip-llama-f32",
-               "framezip-tiny-video");
+  const std::string name = GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16",
+                                    "tiny-llava-clip-llama-f32", "framezip-tiny-video");
   CAPTURE(name);
   const Golden g = LoadGolden(name);
   auto config = model::LoadLlavaConfig(g.model_dir);
@@ -136,7 +135,23 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
     REQUIRE(step.ok());
     got.push_back(Argmax(step->data<float>(), v));
   }
-  CHECK(got == want);
+  // Equal up to the first step where the two differ; a difference is allowed only where the
+  // reference's own top-1 − top-2 margin lies within twice what the logits check grants (a near
+  // tie, e.g. in a bf16 model's tail after its answer), and the histories differ from there on.
+  // Goldens without greedy_margins must match token for token.
+  size_t same = 0;
+  while (same < want.size() && got[same] == want[same]) ++same;
+  if (same < want.size()) {
+    INFO("greedy tokens differ at step " << same);
+    REQUIRE(g.forward.contains("greedy_margins"));
+    const auto margins = g.forward["greedy_margins"].get<std::vector<double>>();
+    REQUIRE(margins.size() == want.size());
+    const auto ref = testing::ToFloatVector(Want(g, "logits"));
+    double scale = 0;
+    for (float x : ref) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+    CAPTURE(margins[same], scale);
+    CHECK(margins[same] <= 2 * g.tol * scale);
+  }
 }
 
 TEST_CASE("Engine runs a turn on image and video inputs like transformers generate",
