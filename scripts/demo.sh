@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the embedded default — framezip-server on the CPU with the shipped
 # model (models/framezip-tiny-video) and the in-process KV store. It uploads a generated clip and
-# asks the same questions in one session per compression policy (none, zipvl, kivi) through the
-# gRPC API, prints each answer beside the truth and each turn's stats (turn 2's time to first token
-# beside turn 1's, cached vs new tokens, KV bytes by tier), then the policies side by side, and
-# drains the server with SIGTERM.
+# asks the same questions in one session per compression policy (none, zipvl, kivi,
+# attentionpack, dynamic_llava: the three methods and the KIVI baseline) through the gRPC API,
+# prints each answer beside the truth and each turn's stats (turn 2's time to first token beside
+# turn 1's, cached vs new tokens, KV bytes by tier), then the policies side by side, and drains
+# the server with SIGTERM.
 set -euo pipefail
 build_dir=${1:-build}
 bin="$build_dir/bin"
@@ -46,7 +47,7 @@ echo "serving gRPC on 127.0.0.1:$port, metrics on 127.0.0.1:$(cat "$work/metrics
 
 # One session per policy, the same clip and questions: none (f16 KV, nothing dropped) first, then
 # the compressing policies, so their answers, times and KV sizes print side by side.
-policies=(none zipvl kivi)
+policies=(none zipvl kivi attentionpack dynamic_llava)
 for policy in "${policies[@]}"; do
   step "session with --policy $policy: upload $clip, then ask $(wc -l <"$questions") questions"
   cut -f1 "$questions" | "$bin/framezip" chat --server "127.0.0.1:$port" --video "$clip" \
@@ -77,7 +78,7 @@ step "policies side by side (KV: the decoder's cache after the last turn, device
 python3 - "$work" "${policies[@]}" <<'PY'
 import json, sys
 work, policies = sys.argv[1], sys.argv[2:]
-print(f"  {'policy':8} {'right':6} {'turn-1 ttft':>12} {'turn-2 ttft':>12} {'KV bytes':>10}  vs none")
+print(f"  {'policy':13} {'right':6} {'turn-1 ttft':>12} {'turn-2 ttft':>12} {'KV bytes':>10}  vs none")
 none_kv = None
 for policy in policies:
     with open(f"{work}/chat.{policy}.out") as f:
@@ -89,7 +90,7 @@ for policy in policies:
     none_kv = none_kv or kv
     ttft = [f"{t['ttft_s'] * 1000:.1f} ms" for t in turns[:2]] + ["-", "-"]
     smaller = "-" if policy == policies[0] else f"{none_kv / kv:.2f}x smaller" if kv else "?"
-    print(f"  {policy:8} {right:6} {ttft[0]:>12} {ttft[1]:>12} {kv:>10}  {smaller}")
+    print(f"  {policy:13} {right:6} {ttft[0]:>12} {ttft[1]:>12} {kv:>10}  {smaller}")
 PY
 
 step "SIGTERM: drain and exit"

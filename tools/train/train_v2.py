@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_render import CachedEncoder, render_turns, template_conversation  # noqa: E402
+from evidence import EvidenceTargets, evidence_loss  # noqa: E402
 from train import log, sample_turns  # noqa: E402
 
 
@@ -244,6 +245,12 @@ def main():
                     help="extra copies per epoch of the v2 items of some tasks, e.g. "
                          "'after=3,count_long=2': the tasks still far from their bar get more "
                          "steps than the ones already learned")
+    ap.add_argument("--evidence-weight", type=float, default=0.0,
+                    help="weight of the evidence attention loss (evidence.py): one head is "
+                         "trained to look at the frames holding each answer's evidence; 0 = off")
+    ap.add_argument("--evidence-layer", type=int, default=4,
+                    help="decoder layer (1-based) of the evidence head")
+    ap.add_argument("--evidence-head", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
     task_repeat = {k: int(v) for k, v in
@@ -259,13 +266,25 @@ def main():
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
     processor = AutoProcessor.from_pretrained(args.model)
+    # The evidence loss reads one head's attention probabilities, which only eager attention
+    # returns; eager everywhere keeps one causal mask construction for every layer.
     model = LlavaOnevisionForConditionalGeneration.from_pretrained(
-        args.model, dtype=torch.float32, attn_implementation="sdpa")
+        args.model, dtype=torch.float32,
+        attn_implementation="eager" if args.evidence_weight > 0 else "sdpa")
     model.train()
     for p in list(model.model.vision_tower.parameters()) + \
             list(model.model.multi_modal_projector.parameters()):
         p.requires_grad_(False)
     renderer = Renderer(processor.tokenizer)
+    evidence_attn = {}
+    if args.evidence_weight > 0:
+        evidence = EvidenceTargets(processor.tokenizer)
+        layers = model.model.language_model.layers
+        if not 1 <= args.evidence_layer <= len(layers):
+            ap.error(f"--evidence-layer {args.evidence_layer}: the decoder has {len(layers)} "
+                     "layers (1-based)")
+        layers[args.evidence_layer - 1].self_attn.register_forward_hook(
+            lambda _module, _inputs, output: evidence_attn.__setitem__("weights", output[1]))
 
     splits = {"v2_train": FeatureSplit(args.cache2, "train", "v2"),
               "v2_val": FeatureSplit(args.cache2, "val", "v2")}
@@ -311,6 +330,7 @@ def main():
     batches = make_batches(rng, train_items, args.tokens_per_batch)
     bi = state["batch_index"]
     loss_acc, n_acc = 0.0, 0
+    ev_acc = [0.0, 0]  # evidence attention mass: sum, batches
 
     def progress():
         return max(state["step"] / args.max_steps, (time.time() - t_start) / budget)
@@ -336,8 +356,8 @@ def main():
         batch = batches[bi]
         bi += 1
         srng = random.Random(hash((args.seed, state["step"])) & 0xFFFFFFFF)
-        ids, labels, turn_of, mask, video = collate(
-            renderer, [(it, item_turns(srng, it)) for it in batch])
+        with_turns = [(it, item_turns(srng, it)) for it in batch]
+        ids, labels, turn_of, mask, video = collate(renderer, with_turns)
         p = progress()
         warm = min(1.0, (state["step"] + 1) / args.warmup)
         lr = args.lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
@@ -351,17 +371,27 @@ def main():
         _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
         w = counts[inverse].float().rsqrt()
         loss = (w * ce).sum() / w.sum()
+        answer_loss = loss.item()
+        targets = (evidence.build(with_turns, ids, labels, turn_of, renderer.video_id,
+                                  batch[0]["_split"].tpf) if args.evidence_weight > 0 else None)
+        if targets is not None:
+            ev_loss, ev_mass = evidence_loss(evidence_attn["weights"], args.evidence_head, targets)
+            loss = loss + args.evidence_weight * ev_loss
+            ev_acc[0] += ev_mass.item()
+            ev_acc[1] += 1
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         state["step"] += 1
         state["samples"] += len(batch)
-        loss_acc += loss.item()
+        loss_acc += answer_loss
         n_acc += 1
         if state["step"] % 20 == 0:
+            extra = ({"evidence_mass": round(ev_acc[0] / ev_acc[1], 4)} if ev_acc[1] else {})
+            ev_acc[:] = [0.0, 0]
             log(fh, {"type": "train", "step": state["step"], "epoch": state["epoch"],
-                     "samples": state["samples"], "loss": round(loss_acc / n_acc, 5),
+                     "samples": state["samples"], "loss": round(loss_acc / n_acc, 5), **extra,
                      "lr": round(lr, 7), "grad_norm": round(float(gn), 4),
                      "elapsed_s": round(time.time() - t_start, 1), "progress": round(p, 4)})
             loss_acc, n_acc = 0.0, 0
