@@ -7,7 +7,9 @@ comes from prepare_features.py's cache, so a step costs only the decoder. The de
 embeddings and `image_newline` train on the answers alone: no probe and no retrieval target, so
 attention goes wherever answering needs it: the v1 recipe's probes made every video token read the
 earlier frames, which no pretrained VLM does and which hides what the compression methods save
-(README.md, "synthvid v2 fine-tuning").
+(README.md, "synthvid v2 fine-tuning"). `--evidence-weight` adds one supervised attention head
+that looks at each answer's evidence frames (evidence.py): a few frames of a long video, where
+attention in a pretrained VLM concentrates too.
 
   train_v2.py --model models/framezip-tiny-video --cache2 .data/features2 --cache1 .data/features1 \
       --out .data/train_v2 --export .data/export_v2
@@ -283,6 +285,10 @@ def main():
         if not 1 <= args.evidence_layer <= len(layers):
             ap.error(f"--evidence-layer {args.evidence_layer}: the decoder has {len(layers)} "
                      "layers (1-based)")
+        heads = model.config.text_config.num_attention_heads
+        if not 0 <= args.evidence_head < heads:
+            ap.error(f"--evidence-head {args.evidence_head}: the decoder has {heads} heads "
+                     "(0-based)")
         layers[args.evidence_layer - 1].self_attn.register_forward_hook(
             lambda _module, _inputs, output: evidence_attn.__setitem__("weights", output[1]))
 
