@@ -108,8 +108,26 @@ def check_item(index):
                   sorted(x for s, e in spans for x in range(s, e)) == on, spans)
 
 
+def check_token_ranges():
+    """Spans from a record are clipped to the video: past its end, negative, reversed or empty
+    spans mark nothing outside it."""
+    r = evidence.video_token_ranges
+    check("a span inside the video", r([[2, 4]], 10, 4) == [(8, 16)], r([[2, 4]], 10, 4))
+    check("a span past the end is cut at the last frame", r([[8, 15]], 10, 4) == [(32, 40)],
+          r([[8, 15]], 10, 4))
+    check("a negative start is cut at frame 0", r([[-3, 1]], 10, 4) == [(0, 4)],
+          r([[-3, 1]], 10, 4))
+    check("reversed, empty and outside spans mark nothing",
+          r([[5, 2], [3, 3], [12, 20], [-9, -1]], 10, 4) == [], r([[5, 2], [12, 20]], 10, 4))
+    rec = {"task": "after", "meta": {"events": [["red", "circle", 1, 3]], "target": 0},
+           "turns": [{"kind": "after"}]}
+    check("an 'after' record whose target is the last event has no evidence",
+          evidence.turn_evidence(rec, 0) is None, evidence.turn_evidence(rec, 0))
+
+
 def main():
     t_start = time.time()
+    check_token_ranges()
     for i in range(ITEMS):
         check_item(i)
     passed, failed = results.count(True), results.count(False)

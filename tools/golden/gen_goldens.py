@@ -269,9 +269,10 @@ def forward_goldens(model_dir, processor, model, arch, seed, synthvid_spec=None,
         past = out.past_key_values
 
         def pick(row):
-            top2 = torch.topk(row.float(), 2).values
+            row = row.float()
+            top2 = torch.topk(row, 2).values
             margins.append(float(top2[0] - top2[1]))
-            return int(torch.argmax(row.float()))
+            return int(torch.argmax(row))  # argmax: the first of equal maxima, as before
 
         next_id = pick(out.logits[0, -1])
         ids = inputs["input_ids"]

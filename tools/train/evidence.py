@@ -39,7 +39,8 @@ def turn_evidence(item, turn_index):
     if task == "needle":
         return [meta["needle"]]
     if task == "after":
-        return [meta["events"][meta["target"] + 1][2:4]]
+        following = meta["target"] + 1
+        return [meta["events"][following][2:4]] if following < len(meta["events"]) else None
     if task == "order_far":
         return [meta["first"], meta["second"]]
     if task == "count_long":
@@ -63,6 +64,18 @@ def clause_evidence(item):
     for t, k in _first_onsets(item):
         end = item["objects"][k]["appearances"][0][1]
         out.append([[t, min(end, t + DESCRIBE_ONSET_FRAMES)]])
+    return out
+
+
+def video_token_ranges(spans, num_frames, tokens_per_frame):
+    """[start, end) offsets into the video block of the frames in `spans`, each span clipped to
+    the video's frames: a record whose span runs past the video (or is reversed) must not mark
+    the question's text tokens, which follow the video block, as evidence."""
+    out = []
+    for s, e in spans:
+        s, e = max(0, int(s)), min(num_frames, int(e))
+        if s < e:
+            out.append((s * tokens_per_frame, e * tokens_per_frame))
     return out
 
 
@@ -98,11 +111,12 @@ class EvidenceTargets:
                     spans = clauses[k] if k < len(clauses) else None
                 else:
                     spans = turn_evidence(item, t)
-                if not spans:
+                ranges = video_token_ranges(spans or [], item["num_frames"], tokens_per_frame)
+                if not ranges:
                     continue
                 m = torch.zeros(L, dtype=torch.bool)
-                for s, e in spans:
-                    m[video_start + s * tokens_per_frame:video_start + e * tokens_per_frame] = True
+                for s, e in ranges:
+                    m[video_start + s:video_start + e] = True
                 rows.append(b)
                 queries.append(p)
                 masks.append(m)
