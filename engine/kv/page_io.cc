@@ -56,8 +56,10 @@ Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const 
   std::vector<void*> pages;
   pages.reserve(ids.size());
   for (const PageId id : ids) pages.push_back(pool.Keys(id));
-  const Tensor kt = Tensor::View(const_cast<float*>(k), {n, row}, DType::kF32, pool.device());
-  const Tensor vt = Tensor::View(const_cast<float*>(v), {n, row}, DType::kF32, pool.device());
+  // [n, G, d]: the shape the quantiser checks (its channels are G·d).
+  const Shape shape = {n, layout.num_kv_heads, layout.head_dim};
+  const Tensor kt = Tensor::View(const_cast<float*>(k), shape, DType::kF32, pool.device());
+  const Tensor vt = Tensor::View(const_cast<float*>(v), shape, DType::kF32, pool.device());
   const int bits = layout.format == KvFormat::kInt2 ? 2 : 4;
   return ops::QuantizeKvPagesCuda(kt, vt, p, bits, pages);
 }

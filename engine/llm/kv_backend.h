@@ -21,7 +21,6 @@
 // changes no cache.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -149,9 +148,6 @@ class KvBackend {
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
   bool bf16_attention_ = false;
-  // Set once the device's paged decode kernel answered UNIMPLEMENTED for this head size, so
-  // later steps go straight to AttendDecodeGathered.
-  mutable std::atomic<bool> paged_decode_unbuilt_{false};
 };
 
 }  // namespace framezip::engine::llm

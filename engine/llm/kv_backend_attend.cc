@@ -203,19 +203,11 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
       });
       for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
     }
-  } else if (!paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
+  } else {
+    // The head size was checked against the device's kernels when the decoder was made
+    // (ops::PagedDecodeSupports).
     const ops::PagedKv paged_kv{spans, offsets, static_cast<int>(g), static_cast<int>(d)};
-    const Status paged = ops::PagedDecodeAttention(q, paged_kv, attn);
-    if (paged.code() != absl::StatusCode::kUnimplemented || device_.is_cpu()) {
-      FZ_RETURN_IF_ERROR(paged);
-    } else {
-      // The GPU's paged decode kernel is built for head sizes 64 and 128 only: remember, and
-      // attend per sequence over its gathered cache from now on.
-      paged_decode_unbuilt_.store(true, std::memory_order_relaxed);
-    }
-  }
-  if (!low_rank && paged_decode_unbuilt_.load(std::memory_order_relaxed)) {
-    FZ_RETURN_IF_ERROR(AttendDecodeGathered(l, seqs, stored, q, k, v, attn));
+    FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, paged_kv, attn));
   }
   // Decode residual window (docs/methods.md §1.2 / KIVI's R): once a layer holds the policy's
   // window of full-precision tokens, they are classified and requantised into the class formats.

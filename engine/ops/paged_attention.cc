@@ -30,9 +30,11 @@ Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, flo
 }
 
 Status PagedDecodeSupports(Device device, int64_t head_dim) {
-  if (device.is_cpu() || head_dim == 64 || head_dim == 128) return absl::OkStatus();
+  if (device.is_cpu() || head_dim == 32 || head_dim == 64 || head_dim == 128) {
+    return absl::OkStatus();
+  }
   return UnimplementedError(
-      "PagedDecodeAttention on {}: head_dim {} (the GPU kernels are built for 64 and 128)",
+      "PagedDecodeAttention on {}: head_dim {} (the GPU kernels are built for 32, 64 and 128)",
       DeviceName(device), head_dim);
 }
 

@@ -15,7 +15,7 @@
 // Errors: INVALID_ARGUMENT naming the mismatch (CheckPagedKv's, or a shape); UNIMPLEMENTED for a
 // span format no kernel reads (low-rank).
 // CUDA: q and out on the GPU and every span pointer a device pointer, pages 16-byte aligned;
-// head_dim 64 or 128 (else UNIMPLEMENTED). Split-K kernel: engine/kernels/cuda/paged_attention.cuh.
+// head_dim 32, 64 or 128 (else UNIMPLEMENTED). Split-K kernel: engine/kernels/cuda/paged_attention.cuh.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, flo
 
 // Whether decode attention over paged KV is built for `head_dim` on `device`: OK, or UNIMPLEMENTED
 // naming the head size and what the device takes. CPU: any head_dim (quantised pages also need
-// head_dim % 32 == 0, which their pools check). CUDA: 64 or 128. A decoder asks at construction,
+// head_dim % 32 == 0, which their pools check). CUDA: 32, 64 or 128. A decoder asks at construction,
 // so a model the device cannot serve fails at load, not at its first decode step.
 Status PagedDecodeSupports(Device device, int64_t head_dim);
 

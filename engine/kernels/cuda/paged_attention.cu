@@ -348,7 +348,11 @@ __global__ void __launch_bounds__(128) PagedDecodeCombineKernel(PagedDecodeLaunc
 
 template <int D>
 cudaError_t Launch(const PagedDecodeLaunch& p, cudaStream_t stream) {
-  if (p.tensor_cores) {
+  if constexpr (D == 32) {
+    // The tensor-core kernel's fragments span 64 channels at least; head_dim 32 (the shipped
+    // tiny model's) runs on the CUDA cores only.
+    if (p.tensor_cores) return cudaErrorInvalidValue;
+  } else if (p.tensor_cores) {
     const cudaError_t err = paged::LaunchPagedDecodeMmaPartials<D>(p, stream);
     if (err != cudaSuccess) return err;
     const int64_t pairs = static_cast<int64_t>(p.batch) * p.heads;
@@ -442,6 +446,8 @@ cudaError_t LaunchPagedDecodeAttention(const PagedDecodeLaunch& params, cudaStre
   }
   if (params.batch == 0) return cudaSuccess;
   switch (params.head_dim) {
+    case 32:
+      return Launch<32>(params, stream);
     case 64:
       return Launch<64>(params, stream);
     case 128:

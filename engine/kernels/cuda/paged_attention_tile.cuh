@@ -47,8 +47,45 @@ __device__ __forceinline__ float CodeToFloat(uint32_t code) {
   return __uint_as_float(0x4B000000u | code) - 8388608.0f;
 }
 
+// Copies `n` rows of `rb` bytes (row_stride apart in global memory) of K from kb and of V from vb
+// into kt/vt (row pitch `pitch`) in Chunk-sized pieces, kLoadBatch in flight per lane.
+template <typename Chunk>
+__device__ __forceinline__ void CopyRows(const unsigned char* kb, const unsigned char* vb,
+                                         size_t row_stride, int rb, int pitch, int n, int lane,
+                                         unsigned char* kt, unsigned char* vt) {
+  constexpr int kChunk = static_cast<int>(sizeof(Chunk));
+  const int cpr = rb / kChunk;
+  const int per_mat = n * cpr;
+  const int chunks = 2 * per_mat;
+  for (int base = 0; base < chunks; base += 32 * kLoadBatch) {
+    Chunk buf[kLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int idx = base + u * 32 + lane;
+      if (idx < chunks) {
+        const bool is_v = idx >= per_mat;
+        const int j = is_v ? idx - per_mat : idx;
+        const int row = j / cpr, col = j - row * cpr;
+        buf[u] = __ldg(
+            reinterpret_cast<const Chunk*>((is_v ? vb : kb) + row * row_stride + col * kChunk));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int idx = base + u * 32 + lane;
+      if (idx < chunks) {
+        const bool is_v = idx >= per_mat;
+        const int j = is_v ? idx - per_mat : idx;
+        const int row = j / cpr, col = j - row * cpr;
+        *reinterpret_cast<Chunk*>((is_v ? vt : kt) + row * pitch + col * kChunk) = buf[u];
+      }
+    }
+  }
+}
+
 // One warp copies rows [tok, tok + n) of KV head g of `desc` (K to kt, V to vt, row pitch
-// RowBytes + 16) with 16-byte loads, kLoadBatch in flight per lane; for quantised spans also the
+// RowBytes + 16) with 16-byte loads (8-byte ones for the one row size that is not a multiple of
+// 16: int2 at head_dim 32, 8 bytes), kLoadBatch in flight per lane; for quantised spans also the
 // values' scale/zero of those slots as f32: vsc/vze [D/32, kTileTokens]. The caller syncs the warp.
 template <int D>
 __device__ __forceinline__ void StageTile(const PagedSpanDesc& desc, int kv_heads, int g, int tok,
@@ -62,32 +99,10 @@ __device__ __forceinline__ void StageTile(const PagedSpanDesc& desc, int kv_head
                             static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
   const unsigned char* vb = static_cast<const unsigned char*>(desc.v) +
                             static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
-  const int cpr = rb / 16;
-  const int per_mat = n * cpr;
-  const int chunks = 2 * per_mat;
-  for (int base = 0; base < chunks; base += 32 * kLoadBatch) {
-    uint4 buf[kLoadBatch];
-#pragma unroll
-    for (int u = 0; u < kLoadBatch; ++u) {
-      const int idx = base + u * 32 + lane;
-      if (idx < chunks) {
-        const bool is_v = idx >= per_mat;
-        const int j = is_v ? idx - per_mat : idx;
-        const int row = j / cpr, col = j - row * cpr;
-        buf[u] =
-            __ldg(reinterpret_cast<const uint4*>((is_v ? vb : kb) + row * row_stride + col * 16));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadBatch; ++u) {
-      const int idx = base + u * 32 + lane;
-      if (idx < chunks) {
-        const bool is_v = idx >= per_mat;
-        const int j = is_v ? idx - per_mat : idx;
-        const int row = j / cpr, col = j - row * cpr;
-        *reinterpret_cast<uint4*>((is_v ? vt : kt) + row * pitch + col * 16) = buf[u];
-      }
-    }
+  if (rb % 16 == 0) {
+    CopyRows<uint4>(kb, vb, row_stride, rb, pitch, n, lane, kt, vt);
+  } else {
+    CopyRows<uint2>(kb, vb, row_stride, rb, pitch, n, lane, kt, vt);
   }
   if (IsQuantized(fmt) && lane < n) {  // group-major parameters: a group's slots are adjacent
     const __half* vs = static_cast<const __half*>(desc.v_scale);

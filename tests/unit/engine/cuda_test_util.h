@@ -23,6 +23,22 @@ inline bool SkipWithoutGpu() {
   return true;
 }
 
+// The message of a Status or StatusOr, for the report of a failed FZ_REQUIRE_OK.
+inline std::string StatusText(const Status& status) { return status.ToString(); }
+template <typename T>
+std::string StatusText(const StatusOr<T>& result) {
+  return result.status().ToString();
+}
+
+// REQUIRE(expr.ok()) that reports the error's message: a GPU run is rare, and a bare "false"
+// would leave the cause to the next lease.
+#define FZ_REQUIRE_OK(expr)                                           \
+  do {                                                                \
+    const auto& fz_require_ok_result = (expr);                        \
+    INFO(::framezip::engine::test::StatusText(fz_require_ok_result)); \
+    REQUIRE(fz_require_ok_result.ok());                               \
+  } while (false)
+
 inline Tensor OnGpu(const Tensor& host) {
   auto t = host.To(Device::Cuda(0));
   FZ_CHECK(t.ok());

@@ -66,14 +66,14 @@ Side MakeSide(const TinyText& m, Device device, kv::KvFormat full) {
   Side side;
   auto d = llm::Decoder::Create(m.shape, m.weights(), device);
   INFO((d.ok() ? "" : MessageOf(d.status())));
-  REQUIRE(d.ok());
+  FZ_REQUIRE_OK(d);
   side.decoder = std::move(*d);
   // Pages of 16 tokens, so prefill chunks and decode steps cross page boundaries.
   const kv::KvFormat formats[] = {full, kv::KvFormat::kInt4, kv::KvFormat::kInt2};
-  auto pools = kv::KvPools::Create(side.decoder->KvLayout(full, 16), formats,
-                                   int64_t{256} << 20, device);
+  auto pools =
+      kv::KvPools::Create(side.decoder->KvLayout(full, 16), formats, int64_t{256} << 20, device);
   INFO((pools.ok() ? "" : MessageOf(pools.status())));
-  REQUIRE(pools.ok());
+  FZ_REQUIRE_OK(pools);
   side.pools = std::move(*pools);
   return side;
 }
@@ -120,15 +120,15 @@ TEST_CASE("The decoder on the GPU matches the CPU (tiny-video text shape)", "[cu
 
   // A in two pieces (the second attends to the first through the cache), B at once.
   const std::span<const int32_t> a0(a.data(), 100), a1(a.data() + 100, a.size() - 100);
-  REQUIRE(PrefillIds(cpu, *cpu_a, a0).ok());
-  REQUIRE(PrefillIds(gpu, *gpu_a, a0).ok());
+  FZ_REQUIRE_OK(PrefillIds(cpu, *cpu_a, a0));
+  FZ_REQUIRE_OK(PrefillIds(gpu, *gpu_a, a0));
   auto want_a = PrefillIds(cpu, *cpu_a, a1);
   auto got_a = PrefillIds(gpu, *gpu_a, a1);
   auto want_b = PrefillIds(cpu, *cpu_b, b);
   auto got_b = PrefillIds(gpu, *gpu_b, b);
   INFO((got_a.ok() ? "" : MessageOf(got_a.status())));
-  REQUIRE(got_a.ok());
-  REQUIRE(got_b.ok());
+  FZ_REQUIRE_OK(got_a);
+  FZ_REQUIRE_OK(got_b);
   CheckLogits(*got_a, *want_a, tol);
   CheckLogits(*got_b, *want_b, tol);
 
@@ -141,7 +141,7 @@ TEST_CASE("The decoder on the GPU matches the CPU (tiny-video text shape)", "[cu
     auto want = cpu.decoder->DecodeStep(cpu_seqs, tokens);
     auto got = gpu.decoder->DecodeStep(gpu_seqs, tokens);
     INFO((got.ok() ? "" : MessageOf(got.status())));
-    REQUIRE(got.ok());
+    FZ_REQUIRE_OK(got);
     CheckLogits(*got, *want, tol);
   }
   CHECK(gpu_a->length == 213);

@@ -52,8 +52,8 @@ TEST_CASE("Dynamic-LLaVA predictors on the GPU equal the CPU's", "[cuda][compres
     const Tensor want_text = *cpu->TextLogits(hidden);
     auto got_image = gpu->ImageLogits(OnGpu(hidden));
     auto got_text = gpu->TextLogits(OnGpu(hidden));
-    REQUIRE(got_image.ok());
-    REQUIRE(got_text.ok());
+    FZ_REQUIRE_OK(got_image);
+    FZ_REQUIRE_OK(got_text);
     const double tol_image = 1e-4 * Rms(testing::ToFloatVector(want_image));
     const double tol_text = 1e-4 * Rms(testing::ToFloatVector(want_text));
     CheckClose(*got_image, want_image, {.abs = tol_image, .rel = 0});
@@ -91,27 +91,27 @@ TEST_CASE("dynamic_llava prefill removes the same rows on the GPU as on the CPU"
   std::vector<std::vector<std::vector<int32_t>>> positions;
   for (const Device device : {Device::Cpu(), Device::Cuda(0)}) {
     auto dec = llm::Decoder::Create(s, random.weights, device);
-    REQUIRE(dec.ok());
+    FZ_REQUIRE_OK(dec);
     compress::PolicyResources resources;
     resources.dynamic_llava = RandomPredictors(seed, device);
     (*dec)->set_policy_resources(resources);
     const kv::KvFormat formats[] = {kv::KvFormat::kF32};
     auto pools = kv::KvPools::Create((*dec)->KvLayout(kv::KvFormat::kF32), formats,
                                      int64_t{64} << 20, device);
-    REQUIRE(pools.ok());
+    FZ_REQUIRE_OK(pools);
     auto seq = (*dec)->NewSequence(**pools, kv::KvFormat::kF32, "dynamic_llava");
-    REQUIRE(seq.ok());
-    auto out = (*dec)->Prefill(**seq, device.is_cpu() ? embeds : OnGpu(embeds),
-                               {.visual = visual});
+    FZ_REQUIRE_OK(seq);
+    auto out = (*dec)->Prefill(**seq, device.is_cpu() ? embeds : OnGpu(embeds), {.visual = visual});
     INFO((out.ok() ? "" : MessageOf(out.status())));
-    REQUIRE(out.ok());
+    FZ_REQUIRE_OK(out);
     logits.push_back(*out->To(Device::Cpu()));
     positions.emplace_back();
     for (int l = 0; l < s.layers; ++l) positions.back().push_back((*seq)->kv.positions(l));
   }
   CHECK(positions[1] == positions[0]);
   CHECK(positions[0][2].size() == static_cast<size_t>(t - 101 + 20));  // floor(101 · 0.2)
-  CheckClose(logits[1], logits[0], {.abs = 1e-3 * Rms(testing::ToFloatVector(logits[0])), .rel = 0});
+  CheckClose(logits[1], logits[0],
+             {.abs = 1e-3 * Rms(testing::ToFloatVector(logits[0])), .rel = 0});
 }
 
 }  // namespace

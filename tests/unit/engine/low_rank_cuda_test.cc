@@ -8,6 +8,9 @@
 // 7, and block sizes that leave a partial last chunk. The maxima, sums, unnormalised outputs and
 // every weight must agree within f32 rounding of the two orders of summation; the block's share of
 // attention (out / sum) within 1e-4 relative.
+#include "engine/ops/low_rank_cuda.h"
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -18,7 +21,6 @@
 #include "engine/core/half.h"
 #include "engine/kv/low_rank_factor.h"
 #include "engine/ops/low_rank.h"
-#include "engine/ops/low_rank_cuda.h"
 #include "tests/testing/random.h"
 #include "tests/unit/engine/cuda_test_util.h"
 
@@ -122,11 +124,15 @@ TEST_CASE("LowRankBlockAttendCuda matches the CPU op", "[cuda][ops]") {
     int heads, kv_heads, d, rank_k, rank_v;
   };
   const int format = GENERATE(0, 1, 2);
+  // Blocks near the start of a context (where the angle tolerance below stays near its floor)
+  // and anywhere in a 32k one.
+  const int32_t furthest_start = GENERATE(1000, 30000);
   const Case c =
       GENERATE(Case{1, 4, 2, 32, 8, 8}, Case{300, 4, 2, 32, 16, 16}, Case{1000, 14, 2, 64, 32, 32},
                Case{257, 8, 8, 64, 16, 4}, Case{4100, 7, 1, 64, 16, 8});
-  DYNAMIC_SECTION("format " << format << ", T=" << c.tokens << " H=" << c.heads << " G="
-                            << c.kv_heads << " d=" << c.d << " R=" << c.rank_k << "/" << c.rank_v) {
+  DYNAMIC_SECTION("format " << format << ", T=" << c.tokens << " H=" << c.heads
+                            << " G=" << c.kv_heads << " d=" << c.d << " R=" << c.rank_k << "/"
+                            << c.rank_v << ", first position <= " << furthest_start) {
     const int64_t hd = int64_t{c.kv_heads} * c.d, t = c.tokens;
     const TwoSidedFactor us_k = MakeFactor(
         testing::RandomNormal(static_cast<size_t>(t * c.rank_k), rng), t, c.rank_k, format);
@@ -139,7 +145,7 @@ TEST_CASE("LowRankBlockAttendCuda matches the CPU op", "[cuda][ops]") {
     // Positions in runs with gaps, from anywhere in a 32k context; ranks 0..R_v.
     std::vector<int32_t> positions(static_cast<size_t>(t));
     std::vector<uint16_t> ranks(static_cast<size_t>(t));
-    std::uniform_int_distribution<int32_t> start(0, 30000), gap(2, 500), rank(0, c.rank_v);
+    std::uniform_int_distribution<int32_t> start(0, furthest_start), gap(2, 500), rank(0, c.rank_v);
     std::bernoulli_distribution breaks(0.03);
     int32_t p = start(rng);
     for (int64_t i = 0; i < t; ++i) {
@@ -184,18 +190,27 @@ TEST_CASE("LowRankBlockAttendCuda matches the CPU op", "[cuda][ops]") {
             .ok());
     const std::vector<float> got_max = ToHost(max), got_sum = ToHost(sum), got_out = ToHost(out),
                              got_weights = ToHost(weights);
+    // The two devices take RoPE angles differently: the GPU the f32 product float(pos)·θ (as
+    // ApplyRope and transformers), the CPU's runs the exact angle of their first token turned by
+    // l·θ (LaneAngles), which float(pos)·θ itself misses by up to half an ulp of the angle: 1e-3
+    // rad at position 30000 for θ = 1. Scores of norm ~10 then move by ~1e-2, so the tolerances
+    // grow with that half ulp; a wrong kernel is off by O(1).
+    const int32_t max_position = *std::max_element(positions.begin(), positions.end());
+    const double angle_error = 0.5 * (std::nextafter(static_cast<float>(max_position), INFINITY) -
+                                      static_cast<float>(max_position));
+    CAPTURE(max_position, angle_error);
     for (int h = 0; h < c.heads; ++h) {
       CAPTURE(h);
       // Scores are sums of HD·R products of unit normals: their rounding, not the max, moves.
-      CHECK(got_max[h] == Approx(want.max[h]).epsilon(1e-4).margin(1e-3));
-      CHECK(got_sum[h] == Approx(want.sum[h]).epsilon(1e-3));
+      CHECK(got_max[h] == Approx(want.max[h]).epsilon(1e-4 + 2 * angle_error).margin(1e-3));
+      CHECK(got_sum[h] == Approx(want.sum[h]).epsilon(1e-3 + 8 * angle_error));
       std::vector<float> got_row(got_out.begin() + h * c.d, got_out.begin() + (h + 1) * c.d);
       std::vector<float> want_row(want.out.begin() + h * c.d, want.out.begin() + (h + 1) * c.d);
       for (float& x : got_row) x /= got_sum[h];
       for (float& x : want_row) x /= want.sum[h];
-      CHECK(RelativeL2(got_row, want_row) < 1e-4);
+      CHECK(RelativeL2(got_row, want_row) < 1e-4 + 4 * angle_error);
     }
-    CHECK(RelativeL2(got_weights, want_weights) < 1e-3);
+    CHECK(RelativeL2(got_weights, want_weights) < 1e-3 + 8 * angle_error);
   }
 }
 
@@ -256,7 +271,10 @@ TEST_CASE("RandomizedSvdCuda matches the CPU op", "[cuda][ops]") {
     REQUIRE(sv.size() == static_cast<size_t>(size.rank));
     for (int j = 0; j < size.rank; ++j) {
       CAPTURE(j);
-      CHECK(sv[j] == Approx(cpu->singular_values[j]).epsilon(1e-3).margin(1e-6));
+      // The tail of a full-rank f32 factorisation is rounding noise (0.8^54 of the largest at
+      // j = 54): both devices know each value to a few 1e-5 of the largest, not better.
+      CHECK(sv[j] ==
+            Approx(cpu->singular_values[j]).epsilon(1e-3).margin(1e-4 * cpu->singular_values[0]));
     }
     const double cpu_error = ReconstructionError(a, cpu->us, cpu->vt, size.m, size.n, size.rank);
     const double gpu_error = ReconstructionError(a, us, vt, size.m, size.n, size.rank);

@@ -143,7 +143,8 @@ class SpanArena {
 
 // The paged decode cases that the every-device test and the GPU kernel-variant test both run:
 // every format and mixed page tables, ragged sequences, partly filled and empty spans, an empty
-// sequence, GQA up to 16/1, head_dim 64 and 128, and a 2240-token sequence (many split-K items).
+// sequence, GQA up to 16/1, head_dim 32 (the shipped model's), 64 and 128, and a 2240-token
+// sequence (many split-K items).
 struct PagedCase {
   const char* name;
   int64_t heads, kv_heads, d;
@@ -169,6 +170,12 @@ inline std::vector<PagedCase> PagedDecodeCases() {
        1,
        128,
        {{32, 32, 32, 32, 20}, {32, 3}, long_seq},
+       {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
+      {"mixed formats 4/2 d32 (the shipped model's heads)",
+       4,
+       2,
+       32,
+       {{32, 32, 32, 7}, {5}, long_seq},
        {KvFormat::kF16, KvFormat::kInt4, KvFormat::kInt2, KvFormat::kF32}},
       {"mixed formats 14/2 d64",
        14,
