@@ -3,8 +3,8 @@
 # random inputs) and the device op tests (each op's one test, on the CPU and the GPU against f64:
 # tests/unit/engine/ops/); then the end-to-end stage (the shipped model's whole engine on the GPU
 # against the CPU engine: multi-turn KV reuse, export and restore across devices); then
-# `framezip eval` of 240 synthvid test items on the GPU against the CPU for none, zipvl and kivi,
-# from a staged frame pack; then `framezip bench gpu --json` (as the standalone framezip_bench_gpu)
+# `framezip eval` of 240 synthvid test items on the GPU against the CPU for none, zipvl, kivi,
+# attentionpack and dynamic_llava, from a staged frame pack; then `framezip bench gpu --json` (as the standalone framezip_bench_gpu)
 # and the PyTorch peer bench/gpu/torch_peer.py. On a GPU machine, inside 8 minutes, writing logs
 # and results to $OUT.
 #
@@ -410,7 +410,7 @@ print("%d items: %s %.2f %%, cpu %.2f %%, top-1 agreement %.2f %% over %d positi
 
 # `framezip eval` of the shipped model on the GPU against the CPU, from the staged frame pack:
 # accuracy within 0.5 point of the CPU's and teacher-forced top-1 agreement with the CPU >= 99%,
-# for none and two compressing policies. Tables go to cuda-tests.txt, verdicts to summary.txt.
+# for none and the four compressing policies (dynamic_llava: the shipped predictors on the GPU). Tables go to cuda-tests.txt, verdicts to summary.txt.
 run_gpu_eval() {
   local eval_bin="$unpacked/bin/framezip-eval-frames" pack="$unpacked/bin/synthvid-test.frames"
   [ -z "${staged_libs:-}" ] && eval_bin="$e2e_build/bin/framezip-eval-frames"
@@ -419,7 +419,7 @@ run_gpu_eval() {
     return 0
   fi
   local status=0 policy rc line
-  for policy in none zipvl kivi; do
+  for policy in none zipvl kivi attentionpack dynamic_llava; do
     if [ $((450 - SECONDS)) -lt 40 ]; then
       note "SKIP GPU eval --policy $policy: $((450 - SECONDS)) s left"
       continue
