@@ -31,8 +31,10 @@
 #   dependencies are present), --tests-only (skip both benchmarks), --quick (the benchmarks'
 #   4k smoke sizes), --no-sanitizer (skip the memcheck pass), --rehearse (here, with no GPU: after
 #   the [cuda] tests skip, run the end-to-end stage and the eval with --device cpu, so the
-#   staging, libraries, frame pack and verdicts are checked before a lease; exits 2). Without
-#   $OUT, results go to build-gpucheck/out/.
+#   staging, libraries, frame pack and verdicts are checked before a lease; exits 2),
+#   --profile=REGEX (instead of the checks: Nsight Compute over the first launches of the kernels
+#   matching REGEX in `framezip bench gpu --quick`, into ncu.txt). Without $OUT, results go to
+#   build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
 #   <= 150 s, device op tests <= 60 s (a few seconds on 16 cores), end-to-end engine <= 120 s,
 #   GPU eval <= 75 s per policy, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under
@@ -57,6 +59,7 @@ rehearse=0
 eval_device=cuda
 quick=0
 sanitizer=1
+profile=""
 for arg in "$@"; do
   case "$arg" in
     --prepare) mode=prepare ;;
@@ -66,8 +69,9 @@ for arg in "$@"; do
     --tests-only) tests_only=1 ;;
     --rehearse) rehearse=1; tests_only=1; sanitizer=0; eval_device=cpu ;;
     --quick) quick=1 ;;
+    --profile=*) profile=${arg#--profile=} ;;
     --no-sanitizer) sanitizer=0 ;;
-    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -294,6 +298,10 @@ main() {
 
   # The seed of the random inputs, so a failure can be replayed (FRAMEZIP_TEST_SEED=N).
   export FRAMEZIP_TEST_SEED=${FRAMEZIP_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+  if [ -n "$profile" ]; then
+    run_profile "$profile"
+    exit $?
+  fi
   note "FRAMEZIP_TEST_SEED=$FRAMEZIP_TEST_SEED"
   t0=$SECONDS
   with_libs timeout 150 "$bin" "[cuda]" --durations yes >"$out/cuda-tests.txt" 2>&1
@@ -442,6 +450,24 @@ run_gpu_eval() {
     fi
   done
   return "$status"
+}
+
+# Nsight Compute over the first launches of the kernels whose names match $1 (a regex) in
+# `framezip bench gpu --quick`: each kernel's duration, throughput, occupancy and launch shape
+# into ncu.txt, in place of every other step (a diagnostic run, not a check).
+run_profile() {
+  local ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null |
+    head -1)
+  [ -n "$ncu" ] || { note "FAIL profile: no ncu on this machine"; return 1; }
+  local t0=$SECONDS
+  with_libs timeout "$(step_limit 300)" "$ncu" --kernel-name "regex:$1" --launch-count 8 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis --section WarpStateStats \
+    "$bench_bin" --quick >"$out/ncu.txt" 2>&1
+  local rc=$?
+  note "profile of kernels /$1/ (exit $rc) in $((SECONDS - t0)) s: ncu.txt"
+  return "$rc"
 }
 
 # Runs a command with the staged libraries first on the library path (when running staged

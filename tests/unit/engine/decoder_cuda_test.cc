@@ -100,7 +100,11 @@ TEST_CASE("The decoder on the GPU matches the CPU (tiny-video text shape)", "[cu
   const std::string policy = GENERATE(std::string("none"), std::string("kivi:window=32"));
   CAPTURE(DTypeName(dtype), head_dim, kv::KvFormatName(full), policy);
   RmsTolerance tol = dtype == DType::kF32 ? RmsTolerance{1e-3, 3e-4} : RmsTolerance{1e-1, 3e-2};
-  if (policy != "none") tol = RmsTolerance{tol.element * 4, tol.l2 * 4};
+  // KIVI's codes are rounded from each device's own f32 K/V: a value within rounding of a code
+  // boundary takes the neighbouring code on one device, a whole quantisation step (a third of its
+  // group's range at 2 bits) away. Seen on an H200: relative L2 2.3e-3 at f32 for one seed in
+  // two; a wrong kernel is off by O(1).
+  if (policy != "none") tol = RmsTolerance{tol.element * 16, tol.l2 * 16};
   std::mt19937_64 rng(testing::TestSeed());
   const TinyText m = MakeTinyText(dtype, head_dim, rng);
   const Side cpu = MakeSide(m, Device::Cpu(), full);
