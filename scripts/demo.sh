@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the embedded default — framezip-server on the CPU with the shipped
-# model (models/framezip-tiny-video) and the in-process KV store. It uploads a generated clip and
-# asks the same questions in one session per compression policy (none, zipvl, kivi,
+# model (models/framezip-tiny-video) and the in-process KV store. It uploads a generated 256-frame
+# clip (1025 visual tokens: synthvid v2's multi-turn item v2-test-000022, whose later questions
+# say "it") and asks the same questions in one session per compression policy (none, zipvl, kivi,
 # attentionpack, dynamic_llava: the three methods and the KIVI baseline) through the gRPC API,
 # prints each answer beside the truth and each turn's stats (turn 2's time to first token beside
 # turn 1's, cached vs new tokens, KV bytes by tier), then the policies side by side, and drains
@@ -10,8 +11,9 @@ set -euo pipefail
 build_dir=${1:-build}
 bin="$build_dir/bin"
 model=models/framezip-tiny-video
-clip=tests/data/synthvid/demo-test-000011.mp4
-questions=tests/data/synthvid/demo-test-000011.questions.tsv
+clip=tests/data/synthvid/demo-v2-test-000022.mp4
+questions=tests/data/synthvid/demo-v2-test-000022.questions.tsv
+frames=256  # every frame of the clip (the server's default samples 32)
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
@@ -29,6 +31,7 @@ step "framezip build"
 step "start framezip-server: $model on the CPU, in-process KV store, free loopback ports"
 "$bin/framezip-server" --model "$model" --listen 127.0.0.1:0 --port-file "$work/port" \
   --metrics-listen 127.0.0.1:0 --metrics-port-file "$work/metrics_port" --grace-seconds 10 \
+  --max-frames "$frames" \
   >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 300); do
@@ -51,7 +54,7 @@ policies=(none zipvl kivi attentionpack dynamic_llava)
 for policy in "${policies[@]}"; do
   step "session with --policy $policy: upload $clip, then ask $(wc -l <"$questions") questions"
   cut -f1 "$questions" | "$bin/framezip" chat --server "127.0.0.1:$port" --video "$clip" \
-    --policy "$policy" --max-tokens 8 --json >"$work/chat.$policy.out" 2>"$work/chat.$policy.err" || {
+    --frames "$frames" --policy "$policy" --max-tokens 8 --json >"$work/chat.$policy.out" 2>"$work/chat.$policy.err" || {
     cat "$work/chat.$policy.err" "$work/chat.$policy.out"
     echo "demo: chat with --policy $policy failed" >&2
     exit 1

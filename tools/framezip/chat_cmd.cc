@@ -4,7 +4,6 @@
 //   printf 'What happens?\nAnd then?\n' | framezip chat --server 127.0.0.1:50051 --video clip.mp4
 // With --json the last line of stdout is one JSON object with every turn's stats.
 #include <grpcpp/grpcpp.h>
-
 #include <unistd.h>
 
 #include <cctype>
@@ -78,9 +77,11 @@ class ChatSession {
     return status;
   }
 
-  grpc::Status Upload(const std::string& path, v1::Media* media) {
+  // num_frames 0: the session's sampling (the model's default, 32 uniform frames).
+  grpc::Status Upload(const std::string& path, uint32_t num_frames, v1::Media* media) {
     std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "--video: cannot read " + path);
+    if (!in)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "--video: cannot read " + path);
     const auto size = static_cast<uint64_t>(in.tellg());
     in.seekg(0);
     grpc::ClientContext context;
@@ -90,6 +91,7 @@ class ChatSession {
     first.mutable_metadata()->set_session_id(session_id_);
     first.mutable_metadata()->set_name(path.substr(path.find_last_of('/') + 1));
     first.mutable_metadata()->set_declared_size_bytes(size);
+    if (num_frames > 0) first.mutable_metadata()->mutable_frames()->set_num_frames(num_frames);
     bool ok = writer->Write(first);
     std::string buffer(kChunkBytes, '\0');
     while (ok && in) {
@@ -110,7 +112,8 @@ class ChatSession {
     v1::ChatRequest request;
     request.set_session_id(session_id_);
     request.set_text(text);
-    if (max_tokens > 0) request.mutable_sampling()->set_max_tokens(static_cast<uint32_t>(max_tokens));
+    if (max_tokens > 0)
+      request.mutable_sampling()->set_max_tokens(static_cast<uint32_t>(max_tokens));
     grpc::ClientContext context;
     Prepare(context, std::chrono::seconds(3600));
     auto reader = stub_->Chat(&context, request);
@@ -158,6 +161,7 @@ int RunChat(const std::vector<std::string>& args) {
   std::string token;
   std::string policy;
   int max_tokens = 0;
+  int frames = 0;
   bool json = false;
   bool keep = false;
   FlagSet flags("framezip chat",
@@ -171,17 +175,25 @@ int RunChat(const std::vector<std::string>& args) {
                "compression policy of the session: none|zipvl|attentionpack|dynamic_llava|fastv|"
                "kivi (default: the server's)",
                "POLICY");
+  flags.Int("frames", &frames,
+            "frames to sample uniformly from --video (0 = the server's default; the server's "
+            "--max-frames caps it)");
   flags.Int("max-tokens", &max_tokens, "generated tokens per answer at most (0 = server default)");
   flags.Bool("json", &json, "print every turn's stats as one JSON object on the last line");
   flags.Bool("keep", &keep, "keep the session on the server at the end");
   if (auto code = ParseOrExit(flags, args)) return *code;
+  if (frames < 0) {
+    std::fprintf(stderr, "framezip chat: --frames must be 0 or more, got %d\n", frames);
+    return 2;
+  }
 
   ChatSession chat(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()), token);
   if (grpc::Status s = chat.Create(policy); !s.ok()) return Fail("creating a session", s);
   std::fprintf(stderr, "session %s on %s\n", chat.session_id().c_str(), server.c_str());
   if (!video.empty()) {
     v1::Media media;
-    if (grpc::Status s = chat.Upload(video, &media); !s.ok()) return Fail("uploading", s);
+    if (grpc::Status s = chat.Upload(video, static_cast<uint32_t>(frames), &media); !s.ok())
+      return Fail("uploading", s);
     std::fprintf(stderr, "uploaded %s: %s %ux%u, %.1f s, %d frames -> %u visual tokens\n",
                  media.name().c_str(), media.codec().c_str(), media.width(), media.height(),
                  media.duration_seconds(), media.frame_timestamps_size(), media.visual_tokens());
@@ -234,8 +246,9 @@ int RunChat(const std::vector<std::string>& args) {
   }
   if (!keep) chat.Delete();
   if (json) {
-    std::printf("%s\n",
-                nlohmann::json({{"session_id", chat.session_id()}, {"turns", turns}}).dump().c_str());
+    std::printf(
+        "%s\n",
+        nlohmann::json({{"session_id", chat.session_id()}, {"turns", turns}}).dump().c_str());
   }
   return exit_code;
 }
