@@ -1,0 +1,62 @@
+// `framezip chat` against the real framezip-server on the shipped model, as `make demo` runs it:
+// --frames asks the upload for that many uniform frames, later questions reuse the session's KV,
+// and a --frames past the server's --max-frames is refused with the field named.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/testing/child_process.h"
+#include "tests/testing/cli_run.h"
+#include "tests/testing/temp_dir.h"
+
+namespace framezip {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kClip =
+    (testing::SourceDir() / "tests/data/synthvid/demo-v2-test-000022.mp4").string();
+
+TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in later turns",
+          "[integration][cli]") {
+  testing::TempDir dir;
+  const auto port_file = dir / "port";
+  auto server = testing::ChildProcess::Start(
+      {(testing::BinaryDir() / "bin" / "framezip-server").string(), "--model",
+       (testing::SourceDir() / "models/framezip-tiny-video").string(), "--listen", "127.0.0.1:0",
+       "--port-file", port_file.string(), "--metrics-listen", "", "--max-frames", "64"},
+      dir / "server.log");
+  REQUIRE(server);
+  const auto port = testing::WaitForFile(port_file, 60s);
+  REQUIRE(port);
+  const std::string address = "127.0.0.1:" + port->substr(0, port->size() - 1);
+  const auto questions = dir / "questions.txt";
+  std::ofstream(questions) << "What color is the first object to appear?\n"
+                              "Which way does it move?\n";
+
+  const testing::CliRun run =
+      testing::RunFramezipCli("chat --server " + address + " --video " + kClip +
+                              " --frames 48 --max-tokens 4 --json < " + questions.string());
+  INFO(run.stderr_text << run.stdout_text);
+  REQUIRE(run.exit_code == 0);
+  // 48 frames of the 256: 4 tokens each after the 2×2 pooling, plus the video's newline.
+  CHECK(run.stderr_text.find("48 frames -> 193 visual tokens") != std::string::npos);
+  const nlohmann::json report = nlohmann::json::parse(testing::LastLine(run.stdout_text));
+  const auto& turns = report["turns"];
+  REQUIRE(turns.size() == 2);
+  CHECK(turns[0]["cached_tokens"] == 0);
+  CHECK(turns[1]["cached_tokens"].get<int>() > 193);  // the video's KV, computed once
+
+  const testing::CliRun refused = testing::RunFramezipCli(
+      "chat --server " + address + " --video " + kClip + " --frames 65 < /dev/null");
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.stderr_text.find("num_frames: 65 is not in [1, 64]") != std::string::npos);
+
+  const testing::CliRun negative = testing::RunFramezipCli("chat --frames -1 < /dev/null");
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.stderr_text.find("--frames must be 0 or more") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace framezip
