@@ -48,8 +48,8 @@ TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in l
   CHECK(turns[0]["cached_tokens"] == 0);
   CHECK(turns[1]["cached_tokens"].get<int>() > 193);  // the video's KV, computed once
 
-  const testing::CliRun refused = testing::RunFramezipCli(
-      "chat --server " + address + " --video " + kClip + " --frames 65 < /dev/null");
+  const testing::CliRun refused = testing::RunFramezipCli("chat --server " + address + " --video " +
+                                                          kClip + " --frames 65 < /dev/null");
   CHECK(refused.exit_code != 0);
   CHECK(refused.stderr_text.find("num_frames: 65 is not in [1, 64]") != std::string::npos);
 
