@@ -553,13 +553,15 @@ void BatchScheduler::FinishTurn(const std::shared_ptr<Turn>& turn, Status status
   p.sequence.reset();
   if (!request.session_key.empty()) {
     stats.kv_bytes = backend_->SessionKv(request.session_key);
-    double stored = 0;
-    double f16 = 0;
-    for (const KvBytes& kv : stats.kv_bytes) {
-      stored += static_cast<double>(kv.bytes);
-      f16 += F16Equivalent(kv);
+    if (!stats.compression_ratio_reported) {
+      double stored = 0;
+      double f16 = 0;
+      for (const KvBytes& kv : stats.kv_bytes) {
+        stored += static_cast<double>(kv.bytes);
+        f16 += F16Equivalent(kv);
+      }
+      stats.compression_ratio = stored > 0 ? f16 / stored : 1;
     }
-    stats.compression_ratio = stored > 0 ? f16 / stored : 1;
   }
 
   TurnCallbacks callbacks = std::move(turn->callbacks);

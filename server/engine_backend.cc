@@ -116,6 +116,8 @@ class EngineBackend::Sequence final : public BackendSequence {
     if (s.prefill_ms > 0) stats.prefill_seconds = s.prefill_ms / 1000.0;
     stats.layer_kept_ratio = s.layer_kept_ratio;
     stats.selection_overhead_ms = s.selection_overhead_ms;
+    stats.compression_ratio = s.compression_ratio;
+    stats.compression_ratio_reported = true;
   }
 
   EngineBackend* owner_ = nullptr;

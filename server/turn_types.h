@@ -157,7 +157,12 @@ struct TurnStats {
   double decode_tokens_per_second = 0;
   double e2e_seconds = 0;
   std::vector<KvBytes> kv_bytes;  // held by the session after the turn
+  // f16 bytes of every position the session's cache covers over the bytes it holds for them.
+  // An engine backend reports its cache's own figure (ReportStats), which counts what the
+  // policy removed (Dynamic-LLaVA's rows) or factored (AttentionPack); otherwise the scheduler
+  // estimates it from the tiers' precisions.
   double compression_ratio = 1;
+  bool compression_ratio_reported = false;
   std::vector<float> layer_kept_ratio;
   double selection_overhead_ms = 0;
   std::vector<uint32_t> layer_visual_tokens;  // visual rows that ran through each layer

@@ -48,6 +48,18 @@ TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in l
   CHECK(turns[0]["cached_tokens"] == 0);
   CHECK(turns[1]["cached_tokens"].get<int>() > 193);  // the video's KV, computed once
 
+  // The engine's own ratio: AttentionPack's factors and the rows Dynamic-LLaVA removed count
+  // (the store's tiers alone would call both uncompressed).
+  for (const std::string policy : {"attentionpack", "dynamic_llava"}) {
+    const testing::CliRun compressed = testing::RunFramezipCli(
+        "chat --server " + address + " --video " + kClip + " --frames 48 --policy " + policy +
+        " --max-tokens 4 --json < " + questions.string());
+    INFO(policy << ": " << compressed.stderr_text);
+    REQUIRE(compressed.exit_code == 0);
+    const nlohmann::json r = nlohmann::json::parse(testing::LastLine(compressed.stdout_text));
+    CHECK(r["turns"][0]["compression_ratio"].get<double>() > 1.2);
+  }
+
   const testing::CliRun refused = testing::RunFramezipCli("chat --server " + address + " --video " +
                                                           kClip + " --frames 65 < /dev/null");
   CHECK(refused.exit_code != 0);

@@ -242,6 +242,7 @@ int RunChat(const std::vector<std::string>& args) {
                      {"prefilled_tokens", stats.prefilled_tokens()},
                      {"generated_tokens", stats.generated_tokens()},
                      {"decode_tok_s", stats.decode_tokens_per_second()},
+                     {"compression_ratio", stats.compression_ratio()},
                      {"kv_bytes", kv}});
   }
   if (!keep) chat.Delete();
