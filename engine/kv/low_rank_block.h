@@ -44,8 +44,11 @@ struct LowRankBlock {
   std::vector<uint16_t> value_ranks;  // [T] rank each value is read at (<= values.rank)
   std::vector<float> importance;      // [T] EMA of the head-averaged attention each token got
   uint32_t decode_steps = 0;          // steps attended since made or restored (not stored)
-  ops::RopeParams rope;               // the model's RoPE, to rotate rebuilt keys
-  int num_kv_heads = 0;               // G (cols = G·d)
+  // Set by SequenceKv::AppendLowRankBlock, unique in the process: the page codec sends a block's
+  // factors once and later refers to it by this (not stored).
+  uint64_t serial = 0;
+  ops::RopeParams rope;  // the model's RoPE, to rotate rebuilt keys
+  int num_kv_heads = 0;  // G (cols = G·d)
 
   int64_t tokens() const { return positions.size(); }
   // Bytes the block holds: factors, positions, ranks and importance.

@@ -124,12 +124,21 @@ bool KnownFormat(uint8_t f) { return f <= static_cast<uint8_t>(KvFormat::kLowRan
 // Written-once page formats (int4/int2 pages are never appended to).
 bool WrittenOnce(KvFormat f) { return f == KvFormat::kInt4 || f == KvFormat::kInt2; }
 
+std::vector<std::vector<uint64_t>> BlockSerialsOf(const SequenceKv& kv) {
+  std::vector<std::vector<uint64_t>> out(static_cast<size_t>(kv.num_layers()));
+  for (int layer = 0; layer < kv.num_layers(); ++layer) {
+    for (const LowRankBlock& b : kv.low_rank_blocks(layer)) {
+      out[static_cast<size_t>(layer)].push_back(b.serial);
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<CommittedPage>> CommittedPagesOf(const SequenceKv& kv) {
   std::vector<std::vector<CommittedPage>> out(static_cast<size_t>(kv.num_layers()));
   for (int layer = 0; layer < kv.num_layers(); ++layer) {
     for (const PageRef& p : kv.pages(layer)) {
-      out[static_cast<size_t>(layer)].push_back(
-          CommittedPage{p.id, p.num_tokens, p.format});
+      out[static_cast<size_t>(layer)].push_back(CommittedPage{p.id, p.num_tokens, p.format});
     }
   }
   return out;
@@ -165,6 +174,7 @@ StatusOr<std::string> SerializeStream(const SequenceKv& kv, const SegmentMark& s
   out.next_mark.next_segment = since.next_segment + 1;
   out.next_mark.history_tokens = since.history_tokens + static_cast<int64_t>(state.tokens.size());
   out.next_mark.pages = CommittedPagesOf(kv);
+  out.next_mark.block_serials = BlockSerialsOf(kv);
   std::vector<std::byte> staging;  // a page's bytes when the cache lives on a GPU
   for (int layer = 0; layer < kv.num_layers(); ++layer) {
     const std::vector<CommittedPage>& now = out.next_mark.pages[static_cast<size_t>(layer)];
@@ -179,8 +189,7 @@ StatusOr<std::string> SerializeStream(const SequenceKv& kv, const SegmentMark& s
     w.Put<uint32_t>(static_cast<uint32_t>(now.size()));
     for (size_t i = 0; i < now.size(); ++i) {
       auto it = stable.find(now[i].id);
-      if (it != stable.end() &&
-          since.pages[static_cast<size_t>(layer)][it->second] == now[i]) {
+      if (it != stable.end() && since.pages[static_cast<size_t>(layer)][it->second] == now[i]) {
         w.Put<uint8_t>(0);
         w.Put<uint32_t>(it->second);
         continue;
@@ -198,9 +207,26 @@ StatusOr<std::string> SerializeStream(const SequenceKv& kv, const SegmentMark& s
         out.formats.push_back(image.format);
       }
     }
+    // Blocks: the leading ones the previous commit already holds by reference (their ranks and
+    // importance change with decode), then the new ones in full.
     const std::vector<LowRankBlock>& blocks = kv.low_rank_blocks(layer);
-    w.Put<uint32_t>(static_cast<uint32_t>(blocks.size()));
-    for (const LowRankBlock& b : blocks) PutBlock(w, b);
+    const std::span<const uint64_t> then =
+        since.block_serials.empty()
+            ? std::span<const uint64_t>()
+            : std::span<const uint64_t>(since.block_serials[static_cast<size_t>(layer)]);
+    size_t kept = 0;
+    while (kept < blocks.size() && kept < then.size() && blocks[kept].serial != 0 &&
+           blocks[kept].serial == then[kept]) {
+      ++kept;
+    }
+    w.Put<uint32_t>(static_cast<uint32_t>(kept));
+    for (size_t i = 0; i < kept; ++i) {
+      w.Put<int32_t>(static_cast<int32_t>(blocks[i].tokens()));
+      PutArray(w, blocks[i].value_ranks);
+      PutArray(w, blocks[i].importance);
+    }
+    w.Put<uint32_t>(static_cast<uint32_t>(blocks.size() - kept));
+    for (size_t i = kept; i < blocks.size(); ++i) PutBlock(w, blocks[i]);
   }
   return stream;
 }
@@ -228,6 +254,11 @@ StatusOr<EncodedSegment> EncodeSegment(const SequenceKv& kv, const SegmentMark& 
   if (!since.pages.empty() && since.pages.size() != static_cast<size_t>(kv.num_layers())) {
     return InvalidArgumentError("KV segment: mark has {} layers, the sequence {}",
                                 since.pages.size(), kv.num_layers());
+  }
+  if (!since.block_serials.empty() &&
+      since.block_serials.size() != static_cast<size_t>(kv.num_layers())) {
+    return InvalidArgumentError("KV segment: mark has blocks of {} layers, the sequence {}",
+                                since.block_serials.size(), kv.num_layers());
   }
   EncodedSegment out;
   FZ_ASSIGN_OR_RETURN(const std::string stream, SerializeStream(kv, since, state, out));
@@ -275,8 +306,8 @@ StatusOr<std::string> JoinBlocks(std::span<const std::string> blocks) {
     }
     FZ_RETURN_IF_ERROR(r.Get(version));
     if (!KnownVersion(version)) {
-      return InvalidArgumentError("KV block {}: codec version {}, this engine reads {}", i,
-                                  version, kPageCodecVersion);
+      return InvalidArgumentError("KV block {}: codec version {}, this engine reads {}", i, version,
+                                  kPageCodecVersion);
     }
     FZ_RETURN_IF_ERROR(r.Get(reserved));
     if (reserved != 0) return DataLossError("KV block {}: reserved header bits set", i);
@@ -392,12 +423,12 @@ Status GetBlock(Reader& r, const CodecLayout& l, uint16_t version, LowRankBlock&
   FZ_RETURN_IF_ERROR(r.Get(rank_v));
   const int32_t max_rank = std::min(tokens, cols);
   if (tokens <= 0 || heads != l.num_kv_heads ||
-      int64_t{cols} != int64_t{l.num_kv_heads} * l.head_dim ||
-      rank_k < 1 || rank_k > max_rank || rank_v < 1 || rank_v > max_rank ||
-      rank_v > UINT16_MAX) {
-    return DataLossError("KV segment: low-rank block of {} tokens, {} heads, {} columns, ranks "
-                         "{}/{} in a layout of {} heads of {}",
-                         tokens, heads, cols, rank_k, rank_v, l.num_kv_heads, l.head_dim);
+      int64_t{cols} != int64_t{l.num_kv_heads} * l.head_dim || rank_k < 1 || rank_k > max_rank ||
+      rank_v < 1 || rank_v > max_rank || rank_v > UINT16_MAX) {
+    return DataLossError(
+        "KV segment: low-rank block of {} tokens, {} heads, {} columns, ranks "
+        "{}/{} in a layout of {} heads of {}",
+        tokens, heads, cols, rank_k, rank_v, l.num_kv_heads, l.head_dim);
   }
   FZ_RETURN_IF_ERROR(r.Get(b.rope.head_dim));
   FZ_RETURN_IF_ERROR(r.Get(b.rope.theta));
@@ -406,8 +437,8 @@ Status GetBlock(Reader& r, const CodecLayout& l, uint16_t version, LowRankBlock&
   FZ_RETURN_IF_ERROR(r.Get(b.rope.llama3_high_freq_factor));
   FZ_RETURN_IF_ERROR(r.Get(b.rope.llama3_original_max_positions));
   if (b.rope.head_dim != l.head_dim) {
-    return DataLossError("KV segment: low-rank block RoPE of {} dims, heads of {}",
-                         b.rope.head_dim, l.head_dim);
+    return DataLossError("KV segment: low-rank block RoPE of {} dims, heads of {}", b.rope.head_dim,
+                         l.head_dim);
   }
   uint8_t format = 0;
   if (version >= 3) {
@@ -437,6 +468,31 @@ Status GetBlock(Reader& r, const CodecLayout& l, uint16_t version, LowRankBlock&
   FZ_ASSIGN_OR_RETURN(b.keys.vt, GetFactor(r, f, rank_k, cols));
   FZ_ASSIGN_OR_RETURN(b.values.us, GetFactor(r, f, tokens, rank_v));
   FZ_ASSIGN_OR_RETURN(b.values.vt, GetFactor(r, f, rank_v, cols));
+  return absl::OkStatus();
+}
+
+// Version 4's kept blocks: each one's token count and decode-time state (the ranks are checked
+// against the block's value rank when the restore finds the block).
+Status GetKeptBlocks(Reader& r, std::vector<KeptBlock>& kept) {
+  uint32_t n = 0;
+  FZ_RETURN_IF_ERROR(r.Get(n));
+  // An entry is at least 10 bytes (a count and one token's rank and importance).
+  if (n > r.remaining() / 10) return DataLossError("KV segment: {} kept low-rank blocks", n);
+  kept.resize(n);
+  for (KeptBlock& k : kept) {
+    FZ_RETURN_IF_ERROR(r.Get(k.tokens));
+    if (k.tokens <= 0 || static_cast<uint64_t>(k.tokens) > r.remaining() / 6) {
+      return DataLossError("KV segment: kept low-rank block of {} tokens", k.tokens);
+    }
+    const size_t t = static_cast<size_t>(k.tokens);
+    FZ_RETURN_IF_ERROR(GetArray(r, t, k.value_ranks));
+    FZ_RETURN_IF_ERROR(GetArray(r, t, k.importance));
+    for (const float w : k.importance) {
+      if (!std::isfinite(w) || w < 0) {
+        return DataLossError("KV segment: low-rank importance {} is not a finite weight", w);
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -524,6 +580,7 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
       FZ_RETURN_IF_ERROR(r.GetIds(static_cast<size_t>(page.num_tokens), page.positions));
       FZ_RETURN_IF_ERROR(r.GetBytes(static_cast<size_t>(byte_size), page.bytes));
     }
+    if (version >= 4) FZ_RETURN_IF_ERROR(GetKeptBlocks(r, layer.kept_blocks));
     if (version >= 2) FZ_RETURN_IF_ERROR(GetBlocks(r, l, version, layer.blocks));
   }
   if (r.remaining() != 0) {
@@ -531,6 +588,40 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks) {
   }
   return seg;
 }
+
+namespace {
+
+// One segment's blocks of a layer applied to the list as of the previous segment.
+Status ApplyBlocks(const DecodedLayer& seg, size_t s, size_t layer,
+                   std::vector<LowRankBlock>& blocks) {
+  if (seg.kept_blocks.size() > blocks.size()) {
+    return InvalidArgumentError(
+        "KV restore: segment {} layer {} keeps {} low-rank blocks of the {} committed before", s,
+        layer, seg.kept_blocks.size(), blocks.size());
+  }
+  for (size_t i = 0; i < seg.kept_blocks.size(); ++i) {
+    const KeptBlock& k = seg.kept_blocks[i];
+    LowRankBlock& b = blocks[i];
+    if (k.tokens != b.tokens()) {
+      return InvalidArgumentError(
+          "KV restore: segment {} layer {} keeps block {} as {} tokens; it was committed with {}",
+          s, layer, i, k.tokens, b.tokens());
+    }
+    for (const uint16_t rank : k.value_ranks) {
+      if (rank > b.values.rank) {
+        return DataLossError("KV restore: segment {} layer {} block {}: value rank {} of {}", s,
+                             layer, i, rank, b.values.rank);
+      }
+    }
+    b.value_ranks = k.value_ranks;
+    b.importance = k.importance;
+  }
+  blocks.resize(seg.kept_blocks.size());
+  blocks.insert(blocks.end(), seg.blocks.begin(), seg.blocks.end());
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments, SequenceKv& kv) {
   if (kv.stored_tokens() != 0) {
@@ -541,6 +632,9 @@ StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments
   // Pages per layer after applying every segment (each segment's list refers into the previous
   // one's or carries new pages).
   std::vector<std::vector<const DecodedPage*>> plan(static_cast<size_t>(want.num_layers));
+  // Low-rank blocks per layer likewise: each segment keeps a prefix of the previous list (with
+  // new ranks and importance) and adds blocks after it.
+  std::vector<std::vector<LowRankBlock>> block_plan(static_cast<size_t>(want.num_layers));
   for (size_t s = 0; s < segments.size(); ++s) {
     const DecodedSegment& seg = segments[s];
     if (seg.layout != want) {
@@ -573,6 +667,7 @@ StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments
         }
       }
       plan[layer] = std::move(next);
+      FZ_RETURN_IF_ERROR(ApplyBlocks(seg.layers[layer], s, layer, block_plan[layer]));
     }
     std::vector<int32_t> history = std::move(out.state.tokens);
     history.insert(history.end(), seg.state.tokens.begin(), seg.state.tokens.end());
@@ -594,19 +689,17 @@ StatusOr<RestoredState> RestoreSegments(std::span<const DecodedSegment> segments
       }
     }
   }
-  if (!segments.empty()) {
-    // Every segment carries its layers' whole block lists: the last one's are the state.
-    for (size_t layer = 0; layer < plan.size(); ++layer) {
-      for (const LowRankBlock& b : segments.back().layers[layer].blocks) {
-        const Status st = kv.AppendLowRankBlock(static_cast<int>(layer), b);
-        if (!st.ok()) {
-          kv.Clear();
-          return Annotate(st, fmt::format("KV restore: layer {}", layer));
-        }
+  for (size_t layer = 0; layer < block_plan.size(); ++layer) {
+    for (LowRankBlock& b : block_plan[layer]) {
+      const Status st = kv.AppendLowRankBlock(static_cast<int>(layer), std::move(b));
+      if (!st.ok()) {
+        kv.Clear();
+        return Annotate(st, fmt::format("KV restore: layer {}", layer));
       }
     }
   }
   out.mark.pages = CommittedPagesOf(kv);
+  out.mark.block_serials = BlockSerialsOf(kv);
   return out;
 }
 

@@ -23,9 +23,12 @@
 //     0 (reference): u32 index of the page in the layer as of the previous commit
 //     1 (data): u8 format, i32 num_tokens, u64 byte_size, i32 positions[num_tokens],
 //               bytes[byte_size]
-//   (version >= 2) then u32 num_blocks and the layer's low-rank blocks (AttentionPack,
-//     kv/low_rank_block.h), all of them in every segment (they are small and replace the
-//     previous segment's list on restore), each (version 3):
+//   (version >= 4) then the layer's low-rank blocks (AttentionPack, kv/low_rank_block.h): u32
+//     num_kept, the number of leading blocks of the previous commit's list this segment keeps —
+//     their factors never change, so only what decode updates is sent again, per kept block
+//     i32 tokens, u16 value_ranks[tokens], f32 importance[tokens] — then u32 num_new and the
+//     blocks added since, each as below. (Versions 2 and 3 sent u32 num_blocks and the whole
+//     list in every segment, ~300 KiB a turn for a 256-frame video.) A block (version 3 on):
 //     i32 tokens, i32 kv_heads, i32 cols, i32 rank_k, i32 rank_v,
 //     RoPE: i32 head_dim, f64 theta, llama3 factor, low, high, original max positions,
 //     u8 factor format (0 f16, 1 int4), u32 n + (i32 start, i32 count)[n] position runs,
@@ -35,7 +38,7 @@
 //     u8 nibbles[ceil(rows·cols / 2)] + f16 scales[ceil(rows / 32)·cols] (int4,
 //     kv/low_rank_factor.h).
 //     Version 2 wrote no format byte (f16), i32 positions[tokens] and i32 value_ranks[tokens].
-// Version 1 segments (no block lists) and version 2 are still read.
+// Version 1 segments (no block lists), 2 and 3 are still read.
 // split into blocks of at most `max_block_bytes`, each:
 //   u32 magic 'FZKB', u16 version, u16 0, u32 part, u32 parts, u64 stream_bytes,
 //   u32 stream_crc32c, u32 payload_bytes, u32 payload_crc32c, payload
@@ -59,7 +62,7 @@
 
 namespace framezip::engine::kv {
 
-inline constexpr uint16_t kPageCodecVersion = 3;
+inline constexpr uint16_t kPageCodecVersion = 4;
 // The oldest version DecodeSegment still reads.
 inline constexpr uint16_t kOldestPageCodecVersion = 1;
 
@@ -91,18 +94,21 @@ struct CommittedPage {
 // appends fill) is sent again. Quantised pages are written once and full dense pages are never
 // appended to, so an unchanged run of them is not sent twice.
 struct SegmentMark {
-  uint32_t next_segment = 0;                       // index of the next segment to write
-  std::vector<std::vector<CommittedPage>> pages;   // per layer, as of the commit (empty = none)
-  int64_t history_tokens = 0;                      // conversation tokens already committed
+  uint32_t next_segment = 0;                      // index of the next segment to write
+  std::vector<std::vector<CommittedPage>> pages;  // per layer, as of the commit (empty = none)
+  int64_t history_tokens = 0;                     // conversation tokens already committed
+  // Per layer, the serials of the low-rank blocks committed (LowRankBlock::serial): a block still
+  // at its place is kept by reference, only its ranks and importance sent again.
+  std::vector<std::vector<uint64_t>> block_serials;
 };
 
 // Conversation state carried by a segment (engine/runtime fills and reads it).
 struct SegmentState {
-  int64_t sequence_length = 0;    // positions consumed by the sequence (llm::Sequence::length)
-  std::vector<int32_t> tokens;    // token ids fed since the previous commit
-  std::vector<int32_t> pending;   // sampled but not yet fed
-  bool ended_on_stop = false;     // the last turn ended on a stop token
-  std::string policy;             // compression policy name
+  int64_t sequence_length = 0;   // positions consumed by the sequence (llm::Sequence::length)
+  std::vector<int32_t> tokens;   // token ids fed since the previous commit
+  std::vector<int32_t> pending;  // sampled but not yet fed
+  bool ended_on_stop = false;    // the last turn ended on a stop token
+  std::string policy;            // compression policy name
 };
 
 struct EncodedSegment {
@@ -134,9 +140,20 @@ struct DecodedLayerPage {
   DecodedPage page;
 };
 
+// A low-rank block of the previous commit that this segment keeps: its decode-time state only.
+struct KeptBlock {
+  int32_t tokens = 0;
+  std::vector<uint16_t> value_ranks;
+  std::vector<float> importance;
+};
+
 struct DecodedLayer {
   std::vector<DecodedLayerPage> pages;
-  std::vector<LowRankBlock> blocks;  // the layer's whole block list as of this segment
+  // The layer's block list as of this segment: the first kept_blocks.size() blocks of the
+  // previous commit's list (with this state), then `blocks`. Before version 4 kept_blocks is
+  // empty and `blocks` the whole list.
+  std::vector<KeptBlock> kept_blocks;
+  std::vector<LowRankBlock> blocks;
 };
 
 struct DecodedSegment {
@@ -154,8 +171,8 @@ StatusOr<DecodedSegment> DecodeSegment(std::span<const std::string> blocks);
 // The final state after applying `segments` (in commit order, starting at 0) to an empty
 // conversation: history is the concatenated tokens.
 struct RestoredState {
-  SegmentState state;              // of the last segment; tokens = the whole history
-  SegmentMark mark;                // to continue committing after the restore
+  SegmentState state;  // of the last segment; tokens = the whole history
+  SegmentMark mark;    // to continue committing after the restore
 };
 
 // Restores `segments` into the EMPTY sequence `kv` through AdoptPage (and the last segment's

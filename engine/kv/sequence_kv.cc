@@ -1,6 +1,7 @@
 #include "engine/kv/sequence_kv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <utility>
 
@@ -326,6 +327,9 @@ Status SequenceKv::AppendLowRankBlock(int layer, LowRankBlock block) {
     return ResourceExhaustedError("KV budget of {} bytes cannot hold a {}-byte low-rank block",
                                   budget->max_bytes(), block.bytes());
   }
+  // Process-wide, so a commit mark taken from another sequence never names one of these blocks.
+  static std::atomic<uint64_t> next_serial{1};
+  block.serial = next_serial.fetch_add(1, std::memory_order_relaxed);
   Layer& l = layers_[layer];
   l.num_tokens += block.tokens();
   l.blocks.push_back(std::move(block));

@@ -4,15 +4,14 @@
 #include "engine/kv/page_codec.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <catch2/catch.hpp>
 #include <random>
 
 #include "common/crc32c.h"
 #include "engine/kv/kv_pools.h"
-
 #include "tests/testing/random.h"
 #include "tests/testing/temp_dir.h"
 
@@ -35,11 +34,11 @@ struct TestSequence {
 TestSequence MakeSequence(KvFormat format, int64_t max_bytes = int64_t{64} << 20) {
   TestSequence t;
   const bool dense = format == KvFormat::kF32 || format == KvFormat::kF16;
-  t.precision = dense ? KvPrecision{format, format, format}
-                      : KvPrecision{KvFormat::kF16, format, format};
+  t.precision =
+      dense ? KvPrecision{format, format, format} : KvPrecision{KvFormat::kF16, format, format};
   const std::vector<KvFormat> formats = {t.precision.full, format};
-  auto pools = KvPools::Create(PageLayout{kPageTokens, kHeads, kHeadDim, format}, formats,
-                               max_bytes);
+  auto pools =
+      KvPools::Create(PageLayout{kPageTokens, kHeads, kHeadDim, format}, formats, max_bytes);
   REQUIRE(pools.ok());
   t.pools = *std::move(pools);
   auto kv = SequenceKv::Create(*t.pools, kLayers, t.precision);
@@ -85,7 +84,8 @@ std::vector<std::vector<PageCopy>> Snapshot(const SequenceKv& kv) {
   for (int layer = 0; layer < kv.num_layers(); ++layer) {
     for (size_t i = 0; i < kv.pages(layer).size(); ++i) {
       const PageImage im = kv.page_image(layer, i);
-      out[layer].push_back(PageCopy{im.format, im.num_tokens,
+      out[layer].push_back(PageCopy{im.format,
+                                    im.num_tokens,
                                     {im.positions.begin(), im.positions.end()},
                                     {im.bytes.begin(), im.bytes.end()}});
     }
@@ -224,9 +224,9 @@ TEST_CASE("page codec rejects corrupt, truncated, reordered and foreign blocks",
   }
   SECTION("a pool that runs out midway leaves nothing allocated") {
     // A budget one page short of what the segment needs.
-    TestSequence small = MakeSequence(
-        KvFormat::kF16, static_cast<int64_t>(kv.bytes()) - static_cast<int64_t>(kv.bytes()) /
-                                                               kv.num_pages());
+    TestSequence small =
+        MakeSequence(KvFormat::kF16, static_cast<int64_t>(kv.bytes()) -
+                                         static_cast<int64_t>(kv.bytes()) / kv.num_pages());
     auto decoded = DecodeSegment(seg->blocks);
     REQUIRE(decoded.ok());
     SequenceKv& target = small.kv;
@@ -256,8 +256,9 @@ LowRankBlock RandomBlock(const std::vector<int32_t>& positions, FactorFormat fac
   return *std::move(block);
 }
 
-TEST_CASE("page codec carries low-rank blocks of either factor format exactly, segment after segment",
-          "[unit][engine][kv]") {
+TEST_CASE(
+    "page codec carries low-rank blocks of either factor format exactly, segment after segment",
+    "[unit][engine][kv]") {
   const FactorFormat factors = GENERATE(FactorFormat::kF16, FactorFormat::kInt4);
   CAPTURE(FactorFormatName(factors));
   std::mt19937_64 rng(testing::TestSeed());
@@ -279,11 +280,27 @@ TEST_CASE("page codec carries low-rank blocks of either factor format exactly, s
   state.sequence_length = 45;
   auto s0 = EncodeSegment(t.kv, SegmentMark{}, state, 4096);
   REQUIRE(s0.ok());
+  // Decode between the commits moves the first block's ranks and importance, not its factors.
+  std::vector<std::vector<LowRankBlock>> at_s0;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    at_s0.push_back(t.kv.low_rank_blocks(layer));
+    LowRankBlock& first = t.kv.mutable_low_rank_blocks(layer)[0];
+    first.value_ranks[3] = 1;
+    first.importance[0] = 0.5f;
+  }
   AppendRandom(t.kv, 45, 3, rng);
   add_block(48, 20);
   state.sequence_length = 68;
   auto s1 = EncodeSegment(t.kv, s0->next_mark, state, 4096);
   REQUIRE(s1.ok());
+  // The second segment keeps the first block by reference: the new block's factors and the
+  // first one's 40 ranks and weights, not its factors again (a resend of both blocks is larger).
+  auto full = EncodeSegment(t.kv, SegmentMark{}, state, 4096);
+  REQUIRE(full.ok());
+  size_t s1_bytes = 0, full_bytes = 0;
+  for (const std::string& b : s1->blocks) s1_bytes += b.size();
+  for (const std::string& b : full->blocks) full_bytes += b.size();
+  CHECK(s1_bytes + t.kv.low_rank_blocks(0)[0].keys.bytes() * kLayers / 2 < full_bytes);
 
   std::vector<DecodedSegment> decoded;
   for (const EncodedSegment* s : {&*s0, &*s1}) {
@@ -297,6 +314,8 @@ TEST_CASE("page codec carries low-rank blocks of either factor format exactly, s
   INFO((r.ok() ? "" : MessageOf(r.status())));
   REQUIRE(r.ok());
   for (int layer = 0; layer < kLayers; ++layer) {
+    CHECK(decoded[1].layers[static_cast<size_t>(layer)].kept_blocks.size() == 1);
+    CHECK(decoded[1].layers[static_cast<size_t>(layer)].blocks.size() == 1);
     CHECK(restored.positions(layer) == t.kv.positions(layer));
     CHECK(restored.num_tokens(layer) == t.kv.num_tokens(layer));
     const auto& want = t.kv.low_rank_blocks(layer);
@@ -322,6 +341,45 @@ TEST_CASE("page codec carries low-rank blocks of either factor format exactly, s
     CHECK(v0 == v1);
   }
   CHECK(restored.low_rank_bytes() == t.kv.low_rank_bytes());
+
+  // The first segment alone restores the blocks as they were then.
+  SequenceKv first_only = EmptyLike(t);
+  REQUIRE(RestoreSegments(std::span(decoded).first(1), first_only).ok());
+  for (int layer = 0; layer < kLayers; ++layer) {
+    const auto& got = first_only.low_rank_blocks(layer);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].value_ranks == at_s0[static_cast<size_t>(layer)][0].value_ranks);
+    CHECK(got[0].importance == at_s0[static_cast<size_t>(layer)][0].importance);
+  }
+
+  // A restored sequence commits on from where it was: its next segment keeps both blocks.
+  add_block(80, 8);
+  auto s2 = EncodeSegment(restored, r->mark, state, 4096);
+  REQUIRE(s2.ok());
+  auto d2 = DecodeSegment(s2->blocks);
+  REQUIRE(d2.ok());
+  CHECK(d2->layers[0].kept_blocks.size() == 2);
+  CHECK(d2->layers[0].blocks.empty());  // add_block went to t.kv, not to `restored`
+
+  // A segment that keeps more blocks than were committed, or a block under another token count,
+  // or ranks past the block's value rank, is refused, and the target stays empty.
+  auto refused = [&](std::vector<DecodedSegment> bad) {
+    SequenceKv target = EmptyLike(t);
+    const auto st = RestoreSegments(bad, target);
+    CHECK(target.stored_tokens() == 0);
+    return st.status();
+  };
+  std::vector<DecodedSegment> too_many = decoded;
+  too_many[1].layers[0].kept_blocks.push_back(too_many[1].layers[0].kept_blocks[0]);
+  CHECK(absl::IsInvalidArgument(refused(too_many)));
+  std::vector<DecodedSegment> resized = decoded;
+  resized[1].layers[0].kept_blocks[0].tokens += 1;
+  resized[1].layers[0].kept_blocks[0].value_ranks.push_back(0);
+  resized[1].layers[0].kept_blocks[0].importance.push_back(0.f);
+  CHECK(absl::IsInvalidArgument(refused(resized)));
+  std::vector<DecodedSegment> ranked = decoded;
+  ranked[1].layers[0].kept_blocks[0].value_ranks[0] = 9;  // the blocks' value rank is 8
+  CHECK(absl::IsDataLoss(refused(ranked)));
 }
 
 }  // namespace
@@ -447,8 +505,8 @@ TEST_CASE("a version-2 segment with low-rank blocks, written by an older engine,
     REQUIRE(fresh->Reconstruct(k_new.data(), v_new.data()).ok());
     double worst = 0;
     for (size_t i = 0; i < k.size(); ++i) {
-      worst = std::max({worst, std::fabs(double{k_old[i]} - k_new[i]),
-                        std::fabs(double{v_old[i]} - v_new[i])});
+      worst = std::max(
+          {worst, std::fabs(double{k_old[i]} - k_new[i]), std::fabs(double{v_old[i]} - v_new[i])});
     }
     CHECK(worst < 2e-2);
   }
@@ -478,7 +536,7 @@ std::string Frame(const std::string& stream) {
   auto put = [&](size_t at, auto v) { std::memcpy(block.data() + at, &v, sizeof(v)); };
   put(0, uint32_t{0x424b5a46});  // "FZKB"
   put(4, kPageCodecVersion);
-  put(8, uint32_t{0});  // part
+  put(8, uint32_t{0});   // part
   put(12, uint32_t{1});  // parts
   put(16, uint64_t{stream.size()});
   put(24, Crc32c(stream));
@@ -487,8 +545,9 @@ std::string Frame(const std::string& stream) {
   return block + stream;
 }
 
-TEST_CASE("a checksum-valid segment whose low-rank blocks carry huge, negative or cut fields is refused",
-          "[unit][engine][kv]") {
+TEST_CASE(
+    "a checksum-valid segment whose low-rank blocks carry huge, negative or cut fields is refused",
+    "[unit][engine][kv]") {
   const FactorFormat factors = GENERATE(FactorFormat::kF16, FactorFormat::kInt4);
   CAPTURE(FactorFormatName(factors));
   std::mt19937_64 rng(testing::TestSeed());
@@ -524,8 +583,8 @@ TEST_CASE("a checksum-valid segment whose low-rank blocks carry huge, negative o
   // Two fields at once: a block claiming 2^31 - 1 tokens and nearly as many position runs must
   // be refused before anything is sized by those counts.
   const int32_t header[] = {40, kHeads, static_cast<int32_t>(cols), 4, 8};
-  const size_t block_at = stream.find(std::string(reinterpret_cast<const char*>(header),
-                                                  sizeof(header)));
+  const size_t block_at =
+      stream.find(std::string(reinterpret_cast<const char*>(header), sizeof(header)));
   REQUIRE(block_at != std::string::npos);
   const size_t runs_at = block_at + sizeof(header) + 4 + 5 * 8 + 1;  // RoPE, then the format byte
   std::string huge = stream;
