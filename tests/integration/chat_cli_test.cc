@@ -1,8 +1,10 @@
 // `framezip chat` against the real framezip-server on the shipped model, as `make demo` runs it:
 // --frames asks the upload for that many uniform frames, later questions reuse the session's KV,
-// and a --frames past the server's --max-frames is refused with the field named.
+// a --frames past the server's --max-frames is refused with the field named, and --policy takes
+// the API's options (attentionpack:factor_bits=4).
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -50,15 +52,25 @@ TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in l
 
   // The engine's own ratio: AttentionPack's factors and the rows Dynamic-LLaVA removed count
   // (the store's tiers alone would call both uncompressed).
-  for (const std::string policy : {"attentionpack", "dynamic_llava"}) {
+  // Options by the API's field names, as the engine's factors=int4.
+  std::map<std::string, double> ratio;
+  for (const std::string policy :
+       {"attentionpack", "attentionpack:factor_bits=4", "dynamic_llava"}) {
     const testing::CliRun compressed = testing::RunFramezipCli(
         "chat --server " + address + " --video " + kClip + " --frames 48 --policy " + policy +
         " --max-tokens 4 --json < " + questions.string());
     INFO(policy << ": " << compressed.stderr_text);
     REQUIRE(compressed.exit_code == 0);
     const nlohmann::json r = nlohmann::json::parse(testing::LastLine(compressed.stdout_text));
-    CHECK(r["turns"][0]["compression_ratio"].get<double>() > 1.2);
+    ratio[policy] = r["turns"][0]["compression_ratio"].get<double>();
+    CHECK(ratio[policy] > 1.2);
   }
+  CHECK(ratio["attentionpack:factor_bits=4"] > ratio["attentionpack"]);  // 4-bit factors
+  const testing::CliRun unknown_option = testing::RunFramezipCli(
+      "chat --server " + address + " --policy attentionpack:rank=4 < /dev/null");
+  CHECK(unknown_option.exit_code != 0);
+  CHECK(unknown_option.stderr_text.find("AttentionPackOptions has no option 'rank' (it has: "
+                                        "key_rank, value_rank") != std::string::npos);
 
   const testing::CliRun refused = testing::RunFramezipCli("chat --server " + address + " --video " +
                                                           kClip + " --frames 65 < /dev/null");

@@ -17,6 +17,7 @@
 
 #include "framezip/v1/video_chat.grpc.pb.h"
 #include "tools/framezip/cli_util.h"
+#include "tools/framezip/policy_flag.h"
 #include "tools/framezip/subcommands.h"
 
 namespace framezip::cli {
@@ -60,14 +61,9 @@ class ChatSession {
   grpc::Status Create(const std::string& policy) {
     v1::CreateSessionRequest request;
     if (!policy.empty()) {
-      v1::PolicyKind kind;
-      std::string upper = "POLICY_KIND_";
-      for (char c : policy) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      if (!v1::PolicyKind_Parse(upper, &kind)) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "--policy: unknown policy '" + policy + "'");
+      if (const Status parsed = ParsePolicyFlag(policy, *request.mutable_policy()); !parsed.ok()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, MessageOf(parsed));
       }
-      request.mutable_policy()->set_kind(kind);
     }
     grpc::ClientContext context;
     Prepare(context, std::chrono::seconds(30));
@@ -173,7 +169,8 @@ int RunChat(const std::vector<std::string>& args) {
   flags.String("token", &token, "bearer token, when the server requires one", "TOKEN");
   flags.String("policy", &policy,
                "compression policy of the session: none|zipvl|attentionpack|dynamic_llava|fastv|"
-               "kivi (default: the server's)",
+               "kivi, with options of the API's, e.g. attentionpack:factor_bits=4 (default: the "
+               "server's)",
                "POLICY");
   flags.Int("frames", &frames,
             "frames to sample uniformly from --video (0 = the server's default; the server's "
