@@ -111,7 +111,9 @@ Status ParsePolicyFlag(const std::string& text, v1::CompressionPolicy& out) {
   out.set_kind(kind);
   if (colon == std::string::npos) return absl::OkStatus();
   // The options message of this kind: the CompressionPolicy field named like the kind.
-  const pb::FieldDescriptor* options_field = out.GetDescriptor()->FindFieldByName(name);
+  std::string field_name;
+  for (char c : name) field_name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const pb::FieldDescriptor* options_field = out.GetDescriptor()->FindFieldByName(field_name);
   if (options_field == nullptr || options_field->message_type() == nullptr) {
     return InvalidArgumentError("--policy: {} takes no options", name);
   }
