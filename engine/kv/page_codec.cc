@@ -414,6 +414,24 @@ Status GetBlockTokens(Reader& r, uint16_t version, size_t t, LowRankBlock& b) {
   return GetArray(r, t, b.importance);
 }
 
+// A block's decode-time state as read from a stream (whole blocks, and version 4's kept ones).
+Status CheckValueRanks(std::span<const uint16_t> ranks, int rank_v) {
+  for (const uint16_t rank : ranks) {
+    if (rank > rank_v) return DataLossError("KV segment: value rank {} of {}", rank, rank_v);
+  }
+  return absl::OkStatus();
+}
+
+// Decode ranks tokens by importance: a NaN would break the ordering the ranking relies on.
+Status CheckImportance(std::span<const float> importance) {
+  for (const float w : importance) {
+    if (!std::isfinite(w) || w < 0) {
+      return DataLossError("KV segment: low-rank importance {} is not a finite weight", w);
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status GetBlock(Reader& r, const CodecLayout& l, uint16_t version, LowRankBlock& b) {
   int32_t tokens = 0, heads = 0, cols = 0, rank_k = 0, rank_v = 0;
   FZ_RETURN_IF_ERROR(r.Get(tokens));
@@ -449,15 +467,8 @@ Status GetBlock(Reader& r, const CodecLayout& l, uint16_t version, LowRankBlock&
   }
   const size_t t = static_cast<size_t>(tokens);
   FZ_RETURN_IF_ERROR(GetBlockTokens(r, version, t, b));
-  for (const uint16_t rank : b.value_ranks) {
-    if (rank > rank_v) return DataLossError("KV segment: value rank {} of {}", rank, rank_v);
-  }
-  // Decode ranks tokens by importance: a NaN would break the ordering the ranking relies on.
-  for (const float w : b.importance) {
-    if (!std::isfinite(w) || w < 0) {
-      return DataLossError("KV segment: low-rank importance {} is not a finite weight", w);
-    }
-  }
+  FZ_RETURN_IF_ERROR(CheckValueRanks(b.value_ranks, rank_v));
+  FZ_RETURN_IF_ERROR(CheckImportance(b.importance));
   b.num_kv_heads = heads;
   b.keys.rows = b.values.rows = tokens;
   b.keys.cols = b.values.cols = cols;
@@ -480,18 +491,15 @@ Status GetKeptBlocks(Reader& r, std::vector<KeptBlock>& kept) {
   if (n > r.remaining() / 10) return DataLossError("KV segment: {} kept low-rank blocks", n);
   kept.resize(n);
   for (KeptBlock& k : kept) {
-    FZ_RETURN_IF_ERROR(r.Get(k.tokens));
-    if (k.tokens <= 0 || static_cast<uint64_t>(k.tokens) > r.remaining() / 6) {
-      return DataLossError("KV segment: kept low-rank block of {} tokens", k.tokens);
+    int32_t tokens = 0;
+    FZ_RETURN_IF_ERROR(r.Get(tokens));
+    if (tokens <= 0 || static_cast<uint64_t>(tokens) > r.remaining() / 6) {
+      return DataLossError("KV segment: kept low-rank block of {} tokens", tokens);
     }
-    const size_t t = static_cast<size_t>(k.tokens);
+    const size_t t = static_cast<size_t>(tokens);
     FZ_RETURN_IF_ERROR(GetArray(r, t, k.value_ranks));
     FZ_RETURN_IF_ERROR(GetArray(r, t, k.importance));
-    for (const float w : k.importance) {
-      if (!std::isfinite(w) || w < 0) {
-        return DataLossError("KV segment: low-rank importance {} is not a finite weight", w);
-      }
-    }
+    FZ_RETURN_IF_ERROR(CheckImportance(k.importance));
   }
   return absl::OkStatus();
 }
@@ -602,16 +610,13 @@ Status ApplyBlocks(const DecodedLayer& seg, size_t s, size_t layer,
   for (size_t i = 0; i < seg.kept_blocks.size(); ++i) {
     const KeptBlock& k = seg.kept_blocks[i];
     LowRankBlock& b = blocks[i];
-    if (k.tokens != b.tokens()) {
+    if (static_cast<int64_t>(k.value_ranks.size()) != b.tokens()) {
       return InvalidArgumentError(
           "KV restore: segment {} layer {} keeps block {} as {} tokens; it was committed with {}",
-          s, layer, i, k.tokens, b.tokens());
+          s, layer, i, k.value_ranks.size(), b.tokens());
     }
-    for (const uint16_t rank : k.value_ranks) {
-      if (rank > b.values.rank) {
-        return DataLossError("KV restore: segment {} layer {} block {}: value rank {} of {}", s,
-                             layer, i, rank, b.values.rank);
-      }
+    if (const Status ranks = CheckValueRanks(k.value_ranks, b.values.rank); !ranks.ok()) {
+      return Annotate(ranks, fmt::format("KV restore: segment {} layer {} block {}", s, layer, i));
     }
     b.value_ranks = k.value_ranks;
     b.importance = k.importance;

@@ -140,9 +140,9 @@ struct DecodedLayerPage {
   DecodedPage page;
 };
 
-// A low-rank block of the previous commit that this segment keeps: its decode-time state only.
+// A low-rank block of the previous commit that this segment keeps: its decode-time state only,
+// one entry per token of the block.
 struct KeptBlock {
-  int32_t tokens = 0;
   std::vector<uint16_t> value_ranks;
   std::vector<float> importance;
 };

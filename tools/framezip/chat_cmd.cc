@@ -6,7 +6,6 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>

@@ -65,14 +65,12 @@ struct Side {
 Side MakeSide(const TinyText& m, Device device, kv::KvFormat full) {
   Side side;
   auto d = llm::Decoder::Create(m.shape, m.weights(), device);
-  INFO((d.ok() ? "" : MessageOf(d.status())));
   FZ_REQUIRE_OK(d);
   side.decoder = std::move(*d);
   // Pages of 16 tokens, so prefill chunks and decode steps cross page boundaries.
   const kv::KvFormat formats[] = {full, kv::KvFormat::kInt4, kv::KvFormat::kInt2};
   auto pools =
       kv::KvPools::Create(side.decoder->KvLayout(full, 16), formats, int64_t{256} << 20, device);
-  INFO((pools.ok() ? "" : MessageOf(pools.status())));
   FZ_REQUIRE_OK(pools);
   side.pools = std::move(*pools);
   return side;
@@ -130,7 +128,6 @@ TEST_CASE("The decoder on the GPU matches the CPU (tiny-video text shape)", "[cu
   auto got_a = PrefillIds(gpu, *gpu_a, a1);
   auto want_b = PrefillIds(cpu, *cpu_b, b);
   auto got_b = PrefillIds(gpu, *gpu_b, b);
-  INFO((got_a.ok() ? "" : MessageOf(got_a.status())));
   FZ_REQUIRE_OK(got_a);
   FZ_REQUIRE_OK(got_b);
   CheckLogits(*got_a, *want_a, tol);
@@ -144,7 +141,6 @@ TEST_CASE("The decoder on the GPU matches the CPU (tiny-video text shape)", "[cu
     llm::Sequence* gpu_seqs[] = {gpu_a.get(), gpu_b.get()};
     auto want = cpu.decoder->DecodeStep(cpu_seqs, tokens);
     auto got = gpu.decoder->DecodeStep(gpu_seqs, tokens);
-    INFO((got.ok() ? "" : MessageOf(got.status())));
     FZ_REQUIRE_OK(got);
     CheckLogits(*got, *want, tol);
   }

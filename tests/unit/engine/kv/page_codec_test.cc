@@ -373,7 +373,6 @@ TEST_CASE(
   too_many[1].layers[0].kept_blocks.push_back(too_many[1].layers[0].kept_blocks[0]);
   CHECK(absl::IsInvalidArgument(refused(too_many)));
   std::vector<DecodedSegment> resized = decoded;
-  resized[1].layers[0].kept_blocks[0].tokens += 1;
   resized[1].layers[0].kept_blocks[0].value_ranks.push_back(0);
   resized[1].layers[0].kept_blocks[0].importance.push_back(0.f);
   CHECK(absl::IsInvalidArgument(refused(resized)));
@@ -598,6 +597,66 @@ TEST_CASE(
   for (size_t n = 0; n < stream.size(); n += 3) {
     auto d = DecodeSegment(std::vector<std::string>{Frame(stream.substr(0, n))});
     CHECK_FALSE(d.ok());
+  }
+}
+
+TEST_CASE(
+    "a checksum-valid segment that keeps blocks by reference, with fields set huge, negative "
+    "or cut, is refused or restores whole",
+    "[unit][engine][kv]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  TestSequence t = MakeSequence(KvFormat::kF16);
+  std::vector<int32_t> pos(24);
+  for (int i = 0; i < 24; ++i) pos[static_cast<size_t>(i)] = 2 + i;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    REQUIRE(t.kv.AppendLowRankBlock(layer, RandomBlock(pos, FactorFormat::kF16, rng)).ok());
+  }
+  SegmentState state;
+  state.sequence_length = 26;
+  auto s0 = EncodeSegment(t.kv, SegmentMark{}, state, 1 << 20);
+  REQUIRE(s0.ok());
+  for (int layer = 0; layer < kLayers; ++layer) {
+    t.kv.mutable_low_rank_blocks(layer)[0].importance[2] = 0.75f;
+  }
+  auto s1 = EncodeSegment(t.kv, s0->next_mark, state, 1 << 20);
+  REQUIRE(s1.ok());
+  auto d0 = DecodeSegment(s0->blocks);
+  REQUIRE(d0.ok());
+  const std::string stream = StreamOf(s1->blocks);
+  {
+    auto d1 = DecodeSegment(std::vector<std::string>{Frame(stream)});
+    REQUIRE(d1.ok());
+    REQUIRE(d1->layers[0].kept_blocks.size() == 1);
+  }
+
+  // Every 4-byte field of the second segment set huge, negative and zero: it decodes and
+  // restores after the first, or is refused with DATA_LOSS / INVALID_ARGUMENT and the target
+  // left empty — never a crash, an allocation the stream cannot back, or a partial cache.
+  int64_t refused = 0, restored = 0;
+  for (size_t at = 8; at + 4 <= stream.size(); ++at) {
+    for (const uint32_t value : {0x7fffffffu, 0xfffffff0u, 0u}) {
+      std::string bad = stream;
+      std::memcpy(bad.data() + at, &value, 4);
+      auto d1 = DecodeSegment(std::vector<std::string>{Frame(bad)});
+      Status st = d1.status();
+      SequenceKv target = EmptyLike(t);
+      if (d1.ok()) {
+        const std::vector<DecodedSegment> both = {*d0, *std::move(d1)};
+        st = RestoreSegments(both, target).status();
+      }
+      if (st.ok()) {
+        ++restored;
+        continue;
+      }
+      CHECK((absl::IsDataLoss(st) || absl::IsInvalidArgument(st)));
+      CHECK(target.stored_tokens() == 0);
+      ++refused;
+    }
+  }
+  CHECK(refused > 0);
+  CHECK(restored > 0);  // a changed weight or rank is still a valid segment
+  for (size_t n = 0; n < stream.size(); n += 3) {
+    CHECK_FALSE(DecodeSegment(std::vector<std::string>{Frame(stream.substr(0, n))}).ok());
   }
 }
 

@@ -36,7 +36,6 @@ void ScoresLikeTheCpuAndMovesAcross(const std::string& policy) {
   EngineOptions on_gpu;
   on_gpu.device = Device::Cuda(0);
   auto gpu = Engine::Load(dir, on_gpu);
-  INFO((gpu.ok() ? "" : MessageOf(gpu.status())));
   FZ_REQUIRE_OK(cpu);
   FZ_REQUIRE_OK(gpu);
   const test::RmsTolerance tol{1e-1, 3e-2};
@@ -69,7 +68,6 @@ void ScoresLikeTheCpuAndMovesAcross(const std::string& policy) {
     CAPTURE(t);
     auto want = (*cpu)->ScoreTurn(*forced_cpu, std::span(&turns[t], 1), replies[t]);
     auto got = (*gpu)->ScoreTurn(*forced_gpu, std::span(&turns[t], 1), replies[t]);
-    INFO((got.ok() ? "" : MessageOf(got.status())));
     FZ_REQUIRE_OK(want);
     FZ_REQUIRE_OK(got);
     test::CheckWithinRms(*got, *want, tol);
@@ -77,8 +75,7 @@ void ScoresLikeTheCpuAndMovesAcross(const std::string& policy) {
     CHECK(forced_gpu->current().stats.cached_tokens == forced_cpu->current().stats.cached_tokens);
   }
   CHECK(forced_gpu->current().stats.cached_tokens > 0);  // turn 2 reused turn 1's KV on the GPU
-  CHECK(forced_gpu->current().stats.low_rank_tokens ==
-        forced_cpu->current().stats.low_rank_tokens);
+  CHECK(forced_gpu->current().stats.low_rank_tokens == forced_cpu->current().stats.low_rank_tokens);
   if (std::string_view(policy).find("attentionpack") != std::string_view::npos) {
     // The low-rank path ran on the GPU, not a dense fallback.
     CHECK(forced_gpu->current().stats.low_rank_tokens > 0);
@@ -89,12 +86,10 @@ void ScoresLikeTheCpuAndMovesAcross(const std::string& policy) {
   // Export from each device, restore on the other: turn 3 scores as on the CPU's own conversation.
   auto from_gpu = (*gpu)->ExportConversation(*forced_gpu, {}, 64 << 10);
   auto from_cpu = (*cpu)->ExportConversation(*forced_cpu, {}, 64 << 10);
-  INFO((from_gpu.ok() ? "" : MessageOf(from_gpu.status())));
   FZ_REQUIRE_OK(from_gpu);
   FZ_REQUIRE_OK(from_cpu);
   auto gpu_on_cpu = (*cpu)->RestoreConversation(Decode(*from_gpu));
   auto cpu_on_gpu = (*gpu)->RestoreConversation(Decode(*from_cpu));
-  INFO((cpu_on_gpu.ok() ? "" : MessageOf(cpu_on_gpu.status())));
   FZ_REQUIRE_OK(gpu_on_cpu);
   FZ_REQUIRE_OK(cpu_on_gpu);
   auto want = (*cpu)->ScoreTurn(*forced_cpu, std::span(&turns[2], 1), replies[2]);
