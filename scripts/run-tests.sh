@@ -5,6 +5,27 @@ set -euo pipefail
 build_dir=${1:-build}
 cd "$build_dir"
 
+# Every Catch2 test case of every test binary must be registered with CTest, or it never runs.
+# CMake finds them by parsing the sources (ParseAndAddCatchTests), which misses a name split
+# into adjacent string literals; each binary's own list is the truth.
+registered=$(ctest -N)
+unregistered=0
+for bin in tests/*_test; do
+  [ -x "$bin" ] || continue
+  name=$(basename "$bin")
+  while IFS= read -r test; do
+    [ -n "$test" ] || continue
+    if ! grep -qF "$name:$test" <<<"$registered" && ! grep -qF "$name:${test//,/\\,}" <<<"$registered"; then
+      echo "run-tests: '$test' of $name is not registered with CTest (write its name as one string literal: clang-format splits names over 100 columns)" >&2
+      unregistered=$((unregistered + 1))
+    fi
+  done < <("$bin" --list-test-names-only 2>/dev/null)
+done
+if [ "$unregistered" -gt 0 ]; then
+  echo "run-tests: $unregistered test cases would never run" >&2
+  exit 1
+fi
+
 exclude=()
 gpu_json=$(./bin/framezip devices --json 2>/dev/null || echo '{"cuda_devices": 0}')
 if ! grep -q '"cuda_devices": [1-9]' <<<"$gpu_json"; then

@@ -80,8 +80,7 @@ runtime::TurnResult VideoTurn(const char* policy, int tokens) {
 const std::vector<int32_t> kForced = {313, 11, 42, 100, 7, 250, 313, 402};
 
 TEST_CASE(
-    "attentionpack gives full-rank values to exactly the top fraction by importance, ties by "
-    "position",
+    "attentionpack gives full rank to exactly the top fraction by importance, ties by position",
     "[unit][engine][compress]") {
   std::mt19937_64 rng(testing::TestSeed());
   compress::AttentionPackPolicy policy({.top_fraction = 0.25, .ema = 0.5});

@@ -600,10 +600,8 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "a checksum-valid segment that keeps blocks by reference, with fields set huge, negative "
-    "or cut, is refused or restores whole",
-    "[unit][engine][kv]") {
+TEST_CASE("kept-block segments with huge, negative or cut fields are refused or restore whole",
+          "[unit][engine][kv]") {
   std::mt19937_64 rng(testing::TestSeed());
   TestSequence t = MakeSequence(KvFormat::kF16);
   std::vector<int32_t> pos(24);
