@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/kernels/cuda/attention_mma.cuh"
+#include "engine/kernels/cuda/cp_async.cuh"
 #include "engine/kernels/cuda/mma_fragments.cuh"
 
 namespace framezip::engine::cuda {
@@ -13,18 +14,6 @@ constexpr int kWarps = 4;
 constexpr int kRowsPerBlock = 16 * kWarps;  // queries per block
 constexpr int kKeys = 64;                   // keys per tile
 constexpr float kLog2e = 1.4426950408889634f;
-
-// 16-byte global-to-shared copy that bypasses the registers; src_bytes 0 writes zeros.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // Four transposed 8×8 b16 matrices; lane L gives the address of row L % 8 of matrix L / 8 and
 // receives, of each matrix M, M[2·(L%4)][L/4] and M[2·(L%4)+1][L/4]: a B fragment of an

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "engine/kernels/cuda/cp_async.cuh"
 #include "engine/kernels/cuda/paged_attention.cuh"
 #include "engine/kernels/cuda/paged_attention_tile.cuh"
 
@@ -114,21 +115,37 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < kCpl; ++i) acc[r][i] = 0.f;
   }
 
-  int span = item.span, tok = item.token, remaining = item.num_tokens;
+  // A tile's K and V are copied asynchronously and used one after the other, so V's copy overlaps
+  // the scores on K, and the next tile's K copy overlaps the softmax and P·V on this tile's V.
+  PagedSpanDesc desc;
+  paged::PagedTile cur = paged::FindTile<D>(p.spans, item.span, item.token, item.num_tokens, desc);
+  int remaining = item.num_tokens;
+  if (cur.n > 0)
+    paged::IssueRowsAsync<D>(desc.k, desc.format, p.kv_heads, g, cur.tok, cur.n, lane, kt);
+  CpAsyncCommit();
   int prepared_span = -1;
-  while (remaining > 0) {
-    const PagedSpanDesc desc = p.spans[span];
-    const int avail = desc.num_tokens - tok;
-    if (avail <= 0) {
-      ++span;
-      tok = 0;
-      continue;
-    }
+  while (cur.n > 0) {
+    const int span = cur.span, tok = cur.tok, n = cur.n;
     const int fmt = desc.format;
     const bool quant = IsQuantized(fmt);
-    const int rb = RowBytes<D>(fmt);
-    const int pitch = rb + 16;
-    const int n = min(min(avail, remaining), TileTokens<D>(fmt));
+    const int pitch = RowBytes<D>(fmt) + 16;
+    paged::IssueRowsAsync<D>(desc.v, fmt, p.kv_heads, g, tok, n, lane, vt);
+    CpAsyncCommit();
+    // The values' scale/zero of the tile's slots, lane t token t's, kept as loaded (halves) until
+    // after the scores so that the loads are in flight meanwhile. Group-major: adjacent slots.
+    __half vs_slot[kCpl], vz_slot[kCpl];
+#pragma unroll
+    for (int i = 0; i < kCpl; ++i) vs_slot[i] = vz_slot[i] = __float2half(0.f);
+    if (quant && lane < n) {
+      const __half* vs = static_cast<const __half*>(desc.v_scale);
+      const __half* vz = static_cast<const __half*>(desc.v_zero);
+#pragma unroll
+      for (int i = 0; i < kCpl; ++i) {
+        const int64_t at = static_cast<int64_t>(g * kCpl + i) * desc.v_param_stride + tok + lane;
+        vs_slot[i] = vs[at];
+        vz_slot[i] = vz[at];
+      }
+    }
 
     // Per span: the query with the page's key scale folded in, and q·key zero (quantised keys
     // score as (q ⊙ s)·code + q·z, so codes are never dequantised for the scores).
@@ -155,9 +172,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
 
-    // Stage rows [tok, tok + n) of head g (K then V) with 16-byte loads, a batch in flight.
-    paged::StageTile<D>(desc, p.kv_heads, g, tok, n, lane, kt, vt, vsc, vze);
-    __syncwarp();
+    CpAsyncWait<1>();  // this lane's copies of the tile's K have landed (V may be in flight)
+    __syncwarp();      // and every other lane's
 
     // Scores, lane t = token t of the tile; q reads are warp-wide broadcasts.
     float s[kPagedMaxRep];
@@ -233,6 +249,26 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
 
+    if (quant && lane < n) {
+#pragma unroll
+      for (int i = 0; i < kCpl; ++i) {
+        vsc[i * kTileTokens + lane] = __half2float(vs_slot[i]);
+        vze[i * kTileTokens + lane] = __half2float(vz_slot[i]);
+      }
+    }
+    __syncwarp();  // every lane is done with the K tile, which the next tile's copy overwrites
+
+    remaining -= n;
+    PagedSpanDesc next_desc;
+    const paged::PagedTile next = paged::FindTile<D>(p.spans, span, tok + n, remaining, next_desc);
+    if (next.n > 0) {
+      paged::IssueRowsAsync<D>(next_desc.k, next_desc.format, p.kv_heads, g, next.tok, next.n, lane,
+                               kt);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<1>();  // this tile's V has landed (the next tile's K may be in flight)
+    __syncwarp();
+
     // Online softmax per query head; p goes to shared memory for the P·V pass.
 #pragma unroll
     for (int r = 0; r < kPagedMaxRep; ++r) {
@@ -295,10 +331,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    __syncwarp();  // the next tile overwrites the staged rows and p
+    __syncwarp();  // the next tile overwrites the V rows and p
 
-    tok += n;
-    remaining -= n;
+    cur = next;
+    desc = next_desc;
   }
 
   // Partial results of this item for its query heads: output (unnormalised), max, sum.
@@ -482,8 +518,9 @@ void BuildPagedWorkItems(const int32_t* span_tokens, const int32_t* span_offsets
 int32_t ChoosePagedTokensPerItem(int64_t total_tokens, int kv_heads, int heads, int sm_count) {
   const int rep = kv_heads > 0 ? heads / kv_heads : 1;
   const int subgroups = (rep + kPagedMaxRep - 1) / kPagedMaxRep;
-  // About two waves of 8 resident warps per multiprocessor.
-  const int64_t target_warps = static_cast<int64_t>(std::max(sm_count, 1)) * 16;
+  // About four waves of 16 resident warps per multiprocessor (the CUDA-core kernel's occupancy at
+  // head_dim 64), so that the last, partly filled wave costs a quarter of the time at most.
+  const int64_t target_warps = static_cast<int64_t>(std::max(sm_count, 1)) * 64;
   const int64_t items = std::max<int64_t>(1, target_warps / std::max(1, kv_heads * subgroups));
   int64_t tpi = (total_tokens + items - 1) / items;
   tpi = (tpi + 31) / 32 * 32;

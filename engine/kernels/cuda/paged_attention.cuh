@@ -7,16 +7,19 @@
 //   * a work item is a run of at most `tokens_per_item` consecutive tokens of one sequence
 //     (crossing span boundaries; BuildPagedWorkItems cuts them on the host from the span sizes);
 //   * each (work item, KV head, query-head subgroup of at most kPagedMaxRep heads) is one warp;
-//     the warp stages up to 32 tokens of one span at a time in shared memory with 16-byte loads,
-//     scores them lane-per-token (quantised keys: the page's key scale is folded into the query
-//     once per span, q·zero added to each score, so codes are never dequantised for scores), then
-//     accumulates P·V lane-per-channel with the value codes dequantised on the fly;
+//     the warp copies up to 32 tokens of one span at a time into shared memory with cp.async,
+//     K and V apart so that each copy overlaps work on the other (V's copy the scores, the next
+//     tile's K copy this tile's P·V); it scores the tokens lane-per-token (quantised keys: the
+//     page's key scale is folded into the query once per span, q·zero added to each score, so
+//     codes are never dequantised for scores), then accumulates P·V lane-per-channel with the
+//     value codes dequantised on the fly;
 //   * a second kernel merges each sequence's items (partial max, sum and output) per query head.
 // Scores are kept in log2 units (scale·log2 e folded in), so the exps are exp2f.
 //
 // Requirements (LaunchPagedDecodeAttention answers cudaErrorInvalidValue otherwise): head_dim 32
-// (CUDA cores only: tensor_cores refused), 64 or 128; every span's k and v 16-byte aligned (rows of one head are then 16-byte aligned too).
-// Never allocates: the caller passes the descriptors, the items and a workspace on the device.
+// (CUDA cores only: tensor_cores refused), 64 or 128; every span's k and v 16-byte aligned (rows of
+// one head are then 16-byte aligned too). Never allocates: the caller passes the descriptors, the
+// items and a workspace on the device.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "engine/kernels/cuda/cp_async.cuh"
 #include "engine/kernels/cuda/paged_attention.cuh"
 
 namespace framezip::engine::cuda::paged {
@@ -114,6 +115,50 @@ __device__ __forceinline__ void StageTile(const PagedSpanDesc& desc, int kv_head
       vze[i * kTileTokens + lane] = __half2float(vz[at]);
     }
   }
+}
+
+// Issues, without waiting, the copies of rows [tok, tok + n) of KV head g of one matrix (base: the
+// span's k or v) into dst (row pitch RowBytes + 16): cp.async in 16-byte pieces, 8-byte ones for
+// int2 at head_dim 32. The caller commits the group, waits for it and syncs the warp before
+// reading.
+template <int D>
+__device__ __forceinline__ void IssueRowsAsync(const void* base, int format, int kv_heads, int g,
+                                               int tok, int n, int lane, unsigned char* dst) {
+  const int rb = RowBytes<D>(format);
+  const int pitch = rb + 16;
+  const size_t row_stride = static_cast<size_t>(kv_heads) * rb;
+  const unsigned char* src = static_cast<const unsigned char*>(base) +
+                             static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
+  if (rb % 16 == 0) {
+    const int cpr = rb / 16;  // a power of two for every format
+    for (int idx = lane; idx < n * cpr; idx += 32) {
+      const int row = idx / cpr, col = idx - row * cpr;
+      CpAsync16(dst + row * pitch + col * 16, src + row * row_stride + col * 16);
+    }
+  } else {
+    for (int row = lane; row < n; row += 32) CpAsync8(dst + row * pitch, src + row * row_stride);
+  }
+}
+
+// The first tile of at most `remaining` tokens at or after token `tok` of span `span` (spans
+// without tokens left are skipped); n == 0 when nothing remains. desc receives the tile's span.
+struct PagedTile {
+  int span = 0;
+  int tok = 0;
+  int n = 0;
+};
+
+template <int D>
+__device__ __forceinline__ PagedTile FindTile(const PagedSpanDesc* spans, int span, int tok,
+                                              int remaining, PagedSpanDesc& desc) {
+  while (remaining > 0) {
+    desc = spans[span];
+    const int avail = desc.num_tokens - tok;
+    if (avail > 0) return {span, tok, min(min(avail, remaining), TileTokens<D>(desc.format))};
+    ++span;
+    tok = 0;
+  }
+  return {span, tok, 0};
 }
 
 // Launches the tensor-core kernel's partials (paged_attention_mma.cu); the caller launches the
