@@ -45,6 +45,12 @@ Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale,
     if (s.num_tokens > 0 && (!Aligned16(s.k) || !Aligned16(s.v))) {
       return InvalidArgumentError("{} on GPU: span {} pages are not 16-byte aligned", kOp, i);
     }
+    // The kernels copy a quantised span's key scale/zero with 16-byte cp.async.
+    if (s.num_tokens > 0 && kv::IsQuantized(s.format) &&
+        (!Aligned16(s.k_scale) || !Aligned16(s.k_zero))) {
+      return InvalidArgumentError("{} on GPU: span {} key scale/zero are not 16-byte aligned", kOp,
+                                  i);
+    }
   }
   ScopedCudaDevice scope(q.device());
   int sm_count = 0;

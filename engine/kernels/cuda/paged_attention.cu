@@ -12,6 +12,10 @@ namespace framezip::engine::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // independent warps per block (no block-wide barrier)
+// Blocks an SM should hold at once: shared memory fits 4 at head_dim <= 64 and 2 at 128, so the
+// registers are capped to match (128 a thread at 4 blocks of 128 threads).
+template <int D>
+inline constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 using paged::CodeToFloat;
 using paged::IsQuantized;
 using paged::kFull;
@@ -39,7 +43,8 @@ struct WarpSmem {
   static constexpr int kPs = kQz + 8;                           // [kPagedMaxRep, kTileTokens] p
   static constexpr int kVs = kPs + kPagedMaxRep * kTileTokens;  // [kCpl, kTileTokens] value scale
   static constexpr int kVz = kVs + kCpl * kTileTokens;          // [kCpl, kTileTokens] value zero
-  static constexpr int kFloats = kVz + kCpl * kTileTokens;
+  static constexpr int kKp = kVz + kCpl * kTileTokens;          // f16 [2, D]: key scale, zero
+  static constexpr int kFloats = kKp + D;
   static constexpr int kTileBytes = paged::TileBytes<D>();  // 32 f16 rows (16 f32 rows)
   static constexpr int kBytes = kFloats * 4 + 2 * kTileBytes;
   static_assert(kFloats % 4 == 0 && kTileBytes % 16 == 0, "16-byte alignment of the tiles");
@@ -65,7 +70,7 @@ __device__ __forceinline__ void AccumulateCodeBlock(const float (&x)[32], const 
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<D>)
     PagedDecodeKernel(PagedDecodeLaunch p, int subgroups, int per_subgroup) {
   using L = WarpSmem<D>;
   constexpr int kCpl = L::kCpl;
@@ -77,6 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* ps = reinterpret_cast<float*>(my) + L::kPs;
   float* vsc = reinterpret_cast<float*>(my) + L::kVs;
   float* vze = reinterpret_cast<float*>(my) + L::kVz;
+  __half* kp = reinterpret_cast<__half*>(reinterpret_cast<float*>(my) + L::kKp);
   unsigned char* kt = my + L::kFloats * 4;
   unsigned char* vt = kt + L::kTileBytes;
 
@@ -120,10 +126,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   PagedSpanDesc desc;
   paged::PagedTile cur = paged::FindTile<D>(p.spans, item.span, item.token, item.num_tokens, desc);
   int remaining = item.num_tokens;
-  if (cur.n > 0)
+  if (cur.n > 0) {
     paged::IssueRowsAsync<D>(desc.k, desc.format, p.kv_heads, g, cur.tok, cur.n, lane, kt);
+    paged::IssueKeyParamsAsync<D>(desc, g, lane, kp);
+  }
   CpAsyncCommit();
   int prepared_span = -1;
+  bool prepared_dense = false;  // qf holds the plain query, which every dense span scores with
   while (cur.n > 0) {
     const int span = cur.span, tok = cur.tok, n = cur.n;
     const int fmt = desc.format;
@@ -147,12 +156,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
 
-    // Per span: the query with the page's key scale folded in, and q·key zero (quantised keys
-    // score as (q ⊙ s)·code + q·z, so codes are never dequantised for the scores).
-    if (span != prepared_span) {
+    CpAsyncWait<1>();  // this lane's copies of the tile's K (and key scale/zero) have landed
+    __syncwarp();      // and every other lane's
+
+    // Per quantised span: the query with the page's key scale folded in, and q·key zero (keys
+    // score as (q ⊙ s)·code + q·z, so codes are never dequantised for the scores). Dense spans
+    // score with the plain query, prepared once for a run of them.
+    if (span != prepared_span && !(prepared_dense && !quant)) {
       prepared_span = span;
-      const __half* ks = static_cast<const __half*>(desc.k_scale);  // null for dense spans
-      const __half* kz = static_cast<const __half*>(desc.k_zero);
+      prepared_dense = !quant;
 #pragma unroll
       for (int r = 0; r < kPagedMaxRep; ++r) {
         if (r >= nh) break;  // warp-uniform
@@ -162,18 +174,16 @@ __global__ void __launch_bounds__(kWarps * 32)
           const int c = lane + 32 * i;
           float qv = qreg[r][i];
           if (quant) {
-            z = fmaf(qv, __half2float(kz[g * D + c]), z);
-            qv *= __half2float(ks[g * D + c]);
+            z = fmaf(qv, __half2float(kp[D + c]), z);
+            qv *= __half2float(kp[c]);
           }
           qf[r * D + c] = qv;
         }
-        z = WarpSum(z);
+        if (quant) z = WarpSum(z);  // warp-uniform
         if (lane == 0) qz[r] = z;
       }
+      __syncwarp();
     }
-
-    CpAsyncWait<1>();  // this lane's copies of the tile's K have landed (V may be in flight)
-    __syncwarp();      // and every other lane's
 
     // Scores, lane t = token t of the tile; q reads are warp-wide broadcasts.
     float s[kPagedMaxRep];
@@ -264,6 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (next.n > 0) {
       paged::IssueRowsAsync<D>(next_desc.k, next_desc.format, p.kv_heads, g, next.tok, next.n, lane,
                                kt);
+      paged::IssueKeyParamsAsync<D>(next_desc, g, lane, kp);
     }
     CpAsyncCommit();
     CpAsyncWait<1>();  // this tile's V has landed (the next tile's K may be in flight)

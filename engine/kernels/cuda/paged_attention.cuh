@@ -17,9 +17,9 @@
 // Scores are kept in log2 units (scale·log2 e folded in), so the exps are exp2f.
 //
 // Requirements (LaunchPagedDecodeAttention answers cudaErrorInvalidValue otherwise): head_dim 32
-// (CUDA cores only: tensor_cores refused), 64 or 128; every span's k and v 16-byte aligned (rows of
-// one head are then 16-byte aligned too). Never allocates: the caller passes the descriptors, the
-// items and a workspace on the device.
+// (CUDA cores only: tensor_cores refused), 64 or 128; every span's k and v, and a quantised span's
+// k_scale and k_zero, 16-byte aligned (rows of one head are then 16-byte aligned too). Never
+// allocates: the caller passes the descriptors, the items and a workspace on the device.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -22,14 +22,18 @@ namespace {
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaRows = 16;  // query heads per warp
+// Blocks an SM should hold at once: shared memory fits 4 at head_dim <= 64 and 2 at 128, so the
+// registers are capped to match (128 a thread at 4 blocks of 128 threads).
+template <int D>
+inline constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 
 template <int D>
 struct MmaSmem {
-  static constexpr int kQf = 0;                   // [16, D] q (⊙ key scale), log2 units
-  static constexpr int kQz = kQf + kMmaRows * D;  // [16] q·key zero
-  static constexpr int kVs = kQz + kMmaRows;      // [D/32, kTileTokens] value scale
+  static constexpr int kQs = 0;                   // [16, D] q in log2 units, rows past nh zero
+  static constexpr int kVs = kQs + kMmaRows * D;  // [D/32, kTileTokens] value scale
   static constexpr int kVz = kVs + (D / 32) * kTileTokens;
-  static constexpr int kFloats = kVz + (D / 32) * kTileTokens;
+  static constexpr int kKp = kVz + (D / 32) * kTileTokens;  // f16 [2, D]: key scale, zero
+  static constexpr int kFloats = kKp + D;
   static constexpr int kBytes = kFloats * 4 + 2 * TileBytes<D>();
   static_assert(kFloats % 4 == 0, "16-byte alignment of the tiles");
 };
@@ -87,7 +91,7 @@ __device__ __forceinline__ float Value(int fmt, const unsigned char* vt, int pit
 }
 
 template <int D>
-__global__ void __launch_bounds__(kMmaWarps * 32)
+__global__ void __launch_bounds__(kMmaWarps * 32, kMinBlocks<D>)
     PagedDecodeMmaKernel(PagedDecodeLaunch p, int subgroups, int per_subgroup) {
   using L = MmaSmem<D>;
   constexpr int kSteps = D / 16;  // k-steps of the score MMAs
@@ -96,8 +100,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gid = lane >> 2, tig = lane & 3;
   unsigned char* my = smem_raw + static_cast<size_t>(warp) * L::kBytes;
-  float* qf = reinterpret_cast<float*>(my) + L::kQf;
-  float* qz = reinterpret_cast<float*>(my) + L::kQz;
+  float* qs = reinterpret_cast<float*>(my) + L::kQs;
+  __half* kp = reinterpret_cast<__half*>(reinterpret_cast<float*>(my) + L::kKp);
   float* vsc = reinterpret_cast<float*>(my) + L::kVs;
   float* vze = reinterpret_cast<float*>(my) + L::kVz;
   unsigned char* kt = my + L::kFloats * 4;
@@ -121,58 +125,79 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   float o[kNb][4];
 #pragma unroll
   for (int nb = 0; nb < kNb; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.f;
+  for (int r = 0; r < kMmaRows; ++r) {
+    for (int c = lane; c < D; c += 32) qs[r * D + c] = r < nh ? qrows[r * D + c] * qscale : 0.f;
+  }
   uint32_t qa[kSteps][4];
   float qz_lo = 0.f, qz_hi = 0.f;
 
-  int span = item.span, tok = item.token, remaining = item.num_tokens;
+  // K and V copied with cp.async and used one after the other, as in the CUDA-core kernel.
+  PagedSpanDesc desc;
+  PagedTile cur = FindTile<D>(p.spans, item.span, item.token, item.num_tokens, desc);
+  int remaining = item.num_tokens;
+  if (cur.n > 0) {
+    IssueRowsAsync<D>(desc.k, desc.format, p.kv_heads, g, cur.tok, cur.n, lane, kt);
+    IssueKeyParamsAsync<D>(desc, g, lane, kp);
+  }
+  CpAsyncCommit();
   int prepared_span = -1;
-  while (remaining > 0) {
-    const PagedSpanDesc desc = p.spans[span];
-    const int avail = desc.num_tokens - tok;
-    if (avail <= 0) {
-      ++span;
-      tok = 0;
-      continue;
-    }
+  bool prepared_dense = false;  // qa holds the plain query, which every dense span scores with
+  while (cur.n > 0) {
+    const int span = cur.span, tok = cur.tok, n = cur.n;
     const int fmt = desc.format;
     const bool quant = IsQuantized(fmt);
     const int pitch = RowBytes<D>(fmt) + 16;
-    const int n = min(min(avail, remaining), TileTokens<D>(fmt));
-
-    if (span != prepared_span) {  // q ⊙ key scale and q·key zero for this span, then A fragments
-      prepared_span = span;
-      const __half* ks = static_cast<const __half*>(desc.k_scale);
-      const __half* kz = static_cast<const __half*>(desc.k_zero);
-      for (int r = 0; r < kMmaRows; ++r) {
-        float z = 0.f;
-        for (int c = lane; c < D; c += 32) {
-          float qv = r < nh ? qrows[r * D + c] * qscale : 0.f;
-          if (quant) {
-            z = fmaf(qv, __half2float(kz[g * D + c]), z);
-            qv *= __half2float(ks[g * D + c]);
-          }
-          qf[r * D + c] = qv;
-        }
-        for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(kFull, z, off);
-        if (lane == 0) qz[r] = z;
+    IssueRowsAsync<D>(desc.v, fmt, p.kv_heads, g, tok, n, lane, vt);
+    CpAsyncCommit();
+    __half vs_slot[D / 32], vz_slot[D / 32];  // lane t: token t's value scale/zero, as loaded
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) vs_slot[i] = vz_slot[i] = __float2half(0.f);
+    if (quant && lane < n) {
+      const __half* vs = static_cast<const __half*>(desc.v_scale);
+      const __half* vz = static_cast<const __half*>(desc.v_zero);
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        const int64_t at =
+            static_cast<int64_t>(g * (D / 32) + i) * desc.v_param_stride + tok + lane;
+        vs_slot[i] = vs[at];
+        vz_slot[i] = vz[at];
       }
-      __syncwarp();
+    }
+    CpAsyncWait<1>();  // the tile's K and key scale/zero have landed (V may be in flight)
+    __syncwarp();
+
+    // A fragments of q (⊙ the span's key scale) and q·key zero, per quantised span; once for a
+    // run of dense spans. This lane's channels kk·16 + 2tig (+1, +8, +9); a quad covers them all.
+    if (span != prepared_span && !(prepared_dense && !quant)) {
+      prepared_span = span;
+      prepared_dense = !quant;
+      float z_lo = 0.f, z_hi = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kSteps; ++kk) {
-        const int c = kk * 16 + 2 * tig;
-        const float* lo = qf + gid * D;
-        const float* hi = qf + (gid + 8) * D;
-        qa[kk][0] = PackHalf2(lo[c], lo[c + 1]);
-        qa[kk][1] = PackHalf2(hi[c], hi[c + 1]);
-        qa[kk][2] = PackHalf2(lo[c + 8], lo[c + 9]);
-        qa[kk][3] = PackHalf2(hi[c + 8], hi[c + 9]);
+#pragma unroll
+        for (int half8 = 0; half8 < 2; ++half8) {
+          const int c = kk * 16 + 2 * tig + 8 * half8;
+          float2 lo = *reinterpret_cast<const float2*>(qs + gid * D + c);
+          float2 hi = *reinterpret_cast<const float2*>(qs + (gid + 8) * D + c);
+          if (quant) {
+            const float2 sc = __half22float2(*reinterpret_cast<const __half2*>(kp + c));
+            const float2 ze = __half22float2(*reinterpret_cast<const __half2*>(kp + D + c));
+            z_lo = fmaf(lo.x, ze.x, fmaf(lo.y, ze.y, z_lo));
+            z_hi = fmaf(hi.x, ze.x, fmaf(hi.y, ze.y, z_hi));
+            lo = make_float2(lo.x * sc.x, lo.y * sc.y);
+            hi = make_float2(hi.x * sc.x, hi.y * sc.y);
+          }
+          qa[kk][2 * half8] = PackHalf2(lo.x, lo.y);
+          qa[kk][2 * half8 + 1] = PackHalf2(hi.x, hi.y);
+        }
       }
-      qz_lo = qz[gid];
-      qz_hi = qz[gid + 8];
+      z_lo += __shfl_xor_sync(kFull, z_lo, 1);
+      z_lo += __shfl_xor_sync(kFull, z_lo, 2);
+      z_hi += __shfl_xor_sync(kFull, z_hi, 1);
+      z_hi += __shfl_xor_sync(kFull, z_hi, 2);
+      qz_lo = z_lo;
+      qz_hi = z_hi;
     }
-
-    StageTile<D>(desc, p.kv_heads, g, tok, n, lane, kt, vt, vsc, vze);
-    __syncwarp();
 
     // Scores for 4 blocks of 8 tokens; columns past n are masked (their B came from stale rows).
     float s[4][4];
@@ -194,6 +219,26 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
       s[nb][2] = t0 < n ? s[nb][2] + qz_hi : -INFINITY;
       s[nb][3] = t0 + 1 < n ? s[nb][3] + qz_hi : -INFINITY;
     }
+
+    if (quant && lane < n) {
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        vsc[i * kTileTokens + lane] = __half2float(vs_slot[i]);
+        vze[i * kTileTokens + lane] = __half2float(vz_slot[i]);
+      }
+    }
+    __syncwarp();  // every lane is done with the K tile and key scale/zero
+
+    remaining -= n;
+    PagedSpanDesc next_desc;
+    const PagedTile next = FindTile<D>(p.spans, span, tok + n, remaining, next_desc);
+    if (next.n > 0) {
+      IssueRowsAsync<D>(next_desc.k, next_desc.format, p.kv_heads, g, next.tok, next.n, lane, kt);
+      IssueKeyParamsAsync<D>(next_desc, g, lane, kp);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<1>();  // this tile's V has landed (the next tile's K may be in flight)
+    __syncwarp();
 
     // Online softmax per row; a row's 32 scores sit in the 4 lanes of its quad.
     OnlineSoftmaxTile<4, kNb>(s, m, l, o);
@@ -217,10 +262,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         MmaF16(o[nb], pa, b0, b1);
       }
     }
-    __syncwarp();  // the next tile overwrites the staged rows (and, per span, q)
+    __syncwarp();  // the next tile overwrites the V rows and value scale/zero
 
-    tok += n;
-    remaining -= n;
+    cur = next;
+    desc = next_desc;
   }
 
   float* part_acc = p.workspace;

@@ -1,6 +1,7 @@
 // Device pieces shared by the two paged decode kernels (paged_attention.cu: CUDA-core FMAs,
-// paged_attention_mma.cu: tensor cores): row sizes per page format and the warp's staging of a
-// tile of K/V rows (and the quantised values' scale/zero) in shared memory. Include from .cu only.
+// paged_attention_mma.cu: tensor cores): row sizes per page format, the walk over a work item's
+// tiles, and the warp's asynchronous copies of a tile's K or V rows and of a quantised span's key
+// scale/zero into shared memory. Include from .cu only.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -13,7 +14,6 @@
 namespace framezip::engine::cuda::paged {
 
 inline constexpr int kTileTokens = 32;  // tokens staged per step
-inline constexpr int kLoadBatch = 8;    // 16-byte loads a lane issues before storing them
 inline constexpr unsigned kFull = 0xffffffffu;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
@@ -48,75 +48,6 @@ __device__ __forceinline__ float CodeToFloat(uint32_t code) {
   return __uint_as_float(0x4B000000u | code) - 8388608.0f;
 }
 
-// Copies `n` rows of `rb` bytes (row_stride apart in global memory) of K from kb and of V from vb
-// into kt/vt (row pitch `pitch`) in Chunk-sized pieces, kLoadBatch in flight per lane.
-template <typename Chunk>
-__device__ __forceinline__ void CopyRows(const unsigned char* kb, const unsigned char* vb,
-                                         size_t row_stride, int rb, int pitch, int n, int lane,
-                                         unsigned char* kt, unsigned char* vt) {
-  constexpr int kChunk = static_cast<int>(sizeof(Chunk));
-  const int cpr = rb / kChunk;
-  const int per_mat = n * cpr;
-  const int chunks = 2 * per_mat;
-  for (int base = 0; base < chunks; base += 32 * kLoadBatch) {
-    Chunk buf[kLoadBatch];
-#pragma unroll
-    for (int u = 0; u < kLoadBatch; ++u) {
-      const int idx = base + u * 32 + lane;
-      if (idx < chunks) {
-        const bool is_v = idx >= per_mat;
-        const int j = is_v ? idx - per_mat : idx;
-        const int row = j / cpr, col = j - row * cpr;
-        buf[u] = __ldg(
-            reinterpret_cast<const Chunk*>((is_v ? vb : kb) + row * row_stride + col * kChunk));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadBatch; ++u) {
-      const int idx = base + u * 32 + lane;
-      if (idx < chunks) {
-        const bool is_v = idx >= per_mat;
-        const int j = is_v ? idx - per_mat : idx;
-        const int row = j / cpr, col = j - row * cpr;
-        *reinterpret_cast<Chunk*>((is_v ? vt : kt) + row * pitch + col * kChunk) = buf[u];
-      }
-    }
-  }
-}
-
-// One warp copies rows [tok, tok + n) of KV head g of `desc` (K to kt, V to vt, row pitch
-// RowBytes + 16) with 16-byte loads (8-byte ones for the one row size that is not a multiple of
-// 16: int2 at head_dim 32, 8 bytes), kLoadBatch in flight per lane; for quantised spans also the
-// values' scale/zero of those slots as f32: vsc/vze [D/32, kTileTokens]. The caller syncs the warp.
-template <int D>
-__device__ __forceinline__ void StageTile(const PagedSpanDesc& desc, int kv_heads, int g, int tok,
-                                          int n, int lane, unsigned char* kt, unsigned char* vt,
-                                          float* vsc, float* vze) {
-  const int fmt = desc.format;
-  const int rb = RowBytes<D>(fmt);
-  const int pitch = rb + 16;
-  const size_t row_stride = static_cast<size_t>(kv_heads) * rb;
-  const unsigned char* kb = static_cast<const unsigned char*>(desc.k) +
-                            static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
-  const unsigned char* vb = static_cast<const unsigned char*>(desc.v) +
-                            static_cast<size_t>(tok) * row_stride + static_cast<size_t>(g) * rb;
-  if (rb % 16 == 0) {
-    CopyRows<uint4>(kb, vb, row_stride, rb, pitch, n, lane, kt, vt);
-  } else {
-    CopyRows<uint2>(kb, vb, row_stride, rb, pitch, n, lane, kt, vt);
-  }
-  if (IsQuantized(fmt) && lane < n) {  // group-major parameters: a group's slots are adjacent
-    const __half* vs = static_cast<const __half*>(desc.v_scale);
-    const __half* vz = static_cast<const __half*>(desc.v_zero);
-#pragma unroll
-    for (int i = 0; i < D / 32; ++i) {
-      const int64_t at = static_cast<int64_t>(g * (D / 32) + i) * desc.v_param_stride + tok + lane;
-      vsc[i * kTileTokens + lane] = __half2float(vs[at]);
-      vze[i * kTileTokens + lane] = __half2float(vz[at]);
-    }
-  }
-}
-
 // Issues, without waiting, the copies of rows [tok, tok + n) of KV head g of one matrix (base: the
 // span's k or v) into dst (row pitch RowBytes + 16): cp.async in 16-byte pieces, 8-byte ones for
 // int2 at head_dim 32. The caller commits the group, waits for it and syncs the warp before
@@ -138,6 +69,20 @@ __device__ __forceinline__ void IssueRowsAsync(const void* base, int format, int
   } else {
     for (int row = lane; row < n; row += 32) CpAsync8(dst + row * pitch, src + row * row_stride);
   }
+}
+
+// Issues, without waiting, the copies of KV head g's key scale and zero of a quantised span (f16
+// [D] each, 16-byte aligned: the adapter checks) into kp[0, D) and kp[D, 2D): one 16-byte piece
+// per lane, in the caller's group. Dense spans copy nothing.
+template <int D>
+__device__ __forceinline__ void IssueKeyParamsAsync(const PagedSpanDesc& desc, int g, int lane,
+                                                    __half* kp) {
+  constexpr int kPieces = D * 2 / 16;  // per array
+  if (!IsQuantized(desc.format) || lane >= 2 * kPieces) return;
+  const bool zero = lane >= kPieces;
+  const int j = zero ? lane - kPieces : lane;
+  const __half* src = static_cast<const __half*>(zero ? desc.k_zero : desc.k_scale) + g * D;
+  CpAsync16(kp + (zero ? D : 0) + j * 8, src + j * 8);
 }
 
 // The first tile of at most `remaining` tokens at or after token `tok` of span `span` (spans
