@@ -25,6 +25,16 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(s));
 }
 
+// Four 8×8 b16 matrices as stored; lane L gives the address of row L % 8 of matrix L / 8 and
+// receives, of each matrix M, M[L/4][2·(L%4)] and M[L/4][2·(L%4)+1]: a B fragment of an m16n8k16
+// MMA when the matrix rows are its n (keys) and the columns its k (channels), as K rows are.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 // The A fragments of this lane's two query rows (row_lo, row_hi) straight from global memory;
 // rows past tq are zero (and never written).
 template <int kSteps>
@@ -54,22 +64,40 @@ __device__ __forceinline__ int64_t VisibleKeyEnd(const AttentionMmaParams& p, in
   return kend;
 }
 
+// Whether every key of the tile at j0 is visible to every query of the warp whose first query
+// row is `warp_row0` (16 rows): then ScoreTile masks nothing. Warp-uniform.
+__device__ __forceinline__ bool TileFullyVisible(const AttentionMmaParams& p, int64_t j0,
+                                                 int64_t warp_row0) {
+  const int64_t last_key = j0 + kKeys - 1;
+  return last_key < p.tk && (!p.causal || last_key <= warp_row0 + p.q_offset);
+}
+
 // S = Q·Kᵀ for the kKeys keys of a shared-memory tile (rows kPitch bytes apart, key j0 first),
-// 8 blocks of 8 keys, scaled to log2 units; keys past tk or (causal) after the query are -inf.
+// 8 blocks of 8 keys, scaled to log2 units; unless `full`, keys past tk or (causal) after the
+// query are -inf. K's B fragments come two k-steps at a time through ldmatrix.
 template <int kSteps>
 __device__ __forceinline__ void ScoreTile(float (&s)[kKeys / 8][4], const uint32_t (&qa)[kSteps][4],
-                                          const unsigned char* tile, int kPitch, int gid, int tig,
-                                          int64_t j0, int64_t row_lo, int64_t row_hi,
+                                          const unsigned char* tile, int kPitch, int lane,
+                                          bool full, int64_t j0, int64_t row_lo, int64_t row_hi,
                                           const AttentionMmaParams& p, float scale) {
+  static_assert(kSteps % 2 == 0, "k-steps are loaded in pairs");
+  const int tig = lane & 3, mat = lane >> 3;
 #pragma unroll
   for (int nb = 0; nb < kKeys / 8; ++nb) {
     s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-    const unsigned char* krow = tile + (nb * 8 + gid) * kPitch;
+    // Matrix m of the x4 load: channels (kk + m/2)·16 + (m%2)·8 of the block's 8 keys.
+    const unsigned char* lane_row = tile + (nb * 8 + (lane & 7)) * kPitch + mat * 16;
 #pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      const int c = kk * 16 + 2 * tig;
-      MmaBf16(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(krow + c * 2),
-              *reinterpret_cast<const uint32_t*>(krow + (c + 8) * 2));
+    for (int kk = 0; kk < kSteps; kk += 2) {
+      uint32_t kb[4];
+      LdMatrixX4(kb, lane_row + kk * 32);
+      MmaBf16(s[nb], qa[kk], kb[0], kb[1]);
+      MmaBf16(s[nb], qa[kk + 1], kb[2], kb[3]);
+    }
+    if (full) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nb][e] *= scale;
+      continue;
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -136,7 +164,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
     __syncthreads();
 
     float s[kKeys / 8][4];
-    ScoreTile<kSteps>(s, qa, ks, kKPitch, gid, tig, j0, row_lo, row_hi, p, scale);
+    ScoreTile<kSteps>(s, qa, ks, kKPitch, lane, TileFullyVisible(p, j0, i0 + warp * 16), j0, row_lo,
+                      row_hi, p, scale);
     OnlineSoftmaxTile<kKeys / 8, kNb>(s, m, l, o);
 
     // O += P·V in bf16 (as FlashAttention-2 for bf16 inputs), 4 k-steps of 16 keys; P's A
@@ -174,8 +203,13 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
 // The pipelined variant (params.pipelined): K and V tiles copied row-major with cp.async into
 // two shared-memory stages (tile t+1 loads while tile t computes), V's B fragments through
 // ldmatrix.trans, P·V in bf16 as the default variant.
+// Blocks an SM should hold: the registers cap (128 a thread at head_dim 64) that keeps 4 resident.
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(AttentionMmaParams p) {
+inline constexpr int kPipelinedMinBlocks = D <= 64 ? 4 : 2;
+
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32, kPipelinedMinBlocks<D>)
+    AttentionMmaPipelinedKernel(AttentionMmaParams p) {
   constexpr int kSteps = D / 16;
   constexpr int kNb = D / 8;
   constexpr int kPitch = D * 2 + 16;  // bytes per K or V row in shared memory
@@ -186,7 +220,9 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(Atten
   const int h = blockIdx.y;
   const int64_t b = blockIdx.z;
   const int g = h / (p.heads / p.kv_heads);
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  // Causal blocks of later queries see more keys: they are started first, so the short ones
+  // fill the tail of the grid instead of one long block running alone at the end.
+  const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kRowsPerBlock;
   const int64_t row_lo = i0 + warp * 16 + gid, row_hi = row_lo + 8;
   const int64_t q_row = static_cast<int64_t>(p.heads) * D;
   const int64_t kv_row = static_cast<int64_t>(p.kv_heads) * D;
@@ -232,7 +268,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaPipelinedKernel(Atten
     const int64_t j0 = t * kKeys;
 
     float s[kKeys / 8][4];
-    ScoreTile<kSteps>(s, qa, kt, kPitch, gid, tig, j0, row_lo, row_hi, p, scale);
+    ScoreTile<kSteps>(s, qa, kt, kPitch, lane, TileFullyVisible(p, j0, i0 + warp * 16), j0, row_lo,
+                      row_hi, p, scale);
     OnlineSoftmaxTile<kKeys / 8, kNb>(s, m, l, o);
 
     // O += P·V: per 16 keys, ldmatrix.trans gives the B fragments of two 8-channel blocks.
