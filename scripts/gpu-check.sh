@@ -559,7 +559,7 @@ ours = {r["name"]: r["value"] for r in json.load(open(sys.argv[1]))["results"]}
 peer = {r["name"]: r["value"] for r in json.load(open(sys.argv[2]))["results"]}
 for name, value in ours.items():
     m = re.match(r"dense causal prefill attention "
-                 r"(f32|bf16 tensor cores|bf16 tensor cores pipelined) (.*T=\d+)$", name)
+                 r"(f32|bf16 tensor cores pipelined|bf16 tensor cores) (.*T=\d+)$", name)
     if not m:
         continue
     ref = peer.get(f"torch SDPA causal bf16 {m.group(2)}")
