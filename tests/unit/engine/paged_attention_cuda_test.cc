@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "engine/core/device_memory.h"
@@ -129,6 +130,36 @@ TEST_CASE("Paged decode kernel variants on the GPU match the CPU op", "[cuda][op
         if (c.d != 32) CheckClose(mma, want, kDecodeMma);  // at 32 it checked the refusal
       }
     }
+  }
+}
+
+// The kernels copy K/V rows and a quantised span's key scale/zero with 16-byte cp.async: the op
+// refuses pointers off that alignment (naming the span) before anything is launched.
+TEST_CASE("Paged decode on the GPU refuses spans the kernels cannot copy", "[cuda][ops]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  const PagedCase c{"int4 4/2 d64", 4, 2, 64, {{32, 16}}, {kv::KvFormat::kInt4}};
+  SpanArena arena;
+  const std::vector<int32_t> offsets = FillArena(c, arena, rng);
+  const auto q = OnGpu(MakeRandom({1, c.heads, c.d}, DType::kF32, rng).tensor);
+  Tensor out = OnGpu(MakeEmpty({1, c.heads, c.d}));
+  for (const char* field : {"k", "v", "k_scale", "k_zero"}) {
+    CAPTURE(field);
+    std::vector<ops::KvSpan> spans = arena.Spans(Device::Cuda(0));
+    ops::KvSpan& s = spans[1];  // int4, 16 tokens
+    const std::string_view f(field);
+    const auto off_by_2 = [](const Float16* p) {
+      return reinterpret_cast<const Float16*>(reinterpret_cast<const char*>(p) + 2);
+    };
+    if (f == "k") s.k = static_cast<const char*>(s.k) + 2;
+    if (f == "v") s.v = static_cast<const char*>(s.v) + 2;
+    if (f == "k_scale") s.k_scale = off_by_2(s.k_scale);
+    if (f == "k_zero") s.k_zero = off_by_2(s.k_zero);
+    const Status st = ops::PagedDecodeAttention(
+        q, ops::PagedKv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)}, out);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(st.message()),
+               Catch::Contains("span 1") && Catch::Contains("16-byte aligned"));
   }
 }
 
