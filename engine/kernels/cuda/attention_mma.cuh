@@ -5,7 +5,8 @@
 // FlashAttention-2 does for bf16 inputs (f16 would keep 3 more bits of P but overflow on V above
 // 65504). GQA as attention.cuh. No per-query key prefixes (key_limit).
 // The f32 CUDA-core kernel (attention.cuh) stays the reference path; this one is for speed and
-// agrees with it to bf16 level (P rounded to bf16). Not yet run on a GPU.
+// agrees with it to bf16 level (P rounded to bf16). Measured on an H200 in bench/RESULTS.md
+// (0.24–0.34× of torch SDPA).
 #pragma once
 
 #include <cuda_runtime.h>

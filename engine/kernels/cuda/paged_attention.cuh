@@ -74,8 +74,9 @@ struct PagedDecodeLaunch {
   float scale = 0;  // already resolved (not 0)
   // The tensor-core variant (paged_attention_mma.cu: mma.sync m16n8k16, f16 operands, f32
   // accumulation; up to 16 query heads per warp): rounds q ⊙ key scale, K, P and dequantised V to
-  // f16, so it agrees with the CPU op to ~1e-3 instead of ~1e-6. Not yet measured on a GPU. At
-  // head_dim 128 it needs 104 KiB of shared memory per block: more than sm_86/sm_89 allow, where
+  // f16, so it agrees with the CPU op to ~1e-3 instead of ~1e-6. On an H200 (bench/RESULTS.md)
+  // it is the faster kernel over f16 pages and the slower over int4/int2 ones. At head_dim 128
+  // it needs 106 KiB of shared memory per block: more than sm_86/sm_89 allow, where
   // the launch returns the opt-in's error (H100/H200 and A100 have room). f32 spans go through
   // f16 too, so values above 65504 there become inf: the op never sets this flag (tests, bench).
   bool tensor_cores = false;
