@@ -12,10 +12,6 @@ namespace framezip::engine::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // independent warps per block (no block-wide barrier)
-// Blocks an SM should hold at once: shared memory fits 4 at head_dim <= 64 and 2 at 128, so the
-// registers are capped to match (128 a thread at 4 blocks of 128 threads).
-template <int D>
-inline constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 using paged::CodeToFloat;
 using paged::IsQuantized;
 using paged::kFull;
@@ -70,7 +66,7 @@ __device__ __forceinline__ void AccumulateCodeBlock(const float (&x)[32], const 
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<D>)
+__global__ void __launch_bounds__(kWarps * 32, paged::kMinBlocks<D>)
     PagedDecodeKernel(PagedDecodeLaunch p, int subgroups, int per_subgroup) {
   using L = WarpSmem<D>;
   constexpr int kCpl = L::kCpl;

@@ -22,10 +22,6 @@ namespace {
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaRows = 16;  // query heads per warp
-// Blocks an SM should hold at once: shared memory fits 4 at head_dim <= 64 and 2 at 128, so the
-// registers are capped to match (128 a thread at 4 blocks of 128 threads).
-template <int D>
-inline constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 
 template <int D>
 struct MmaSmem {

@@ -15,6 +15,11 @@ namespace framezip::engine::cuda::paged {
 
 inline constexpr int kTileTokens = 32;  // tokens staged per step
 inline constexpr unsigned kFull = 0xffffffffu;
+
+// Blocks of 4 warps an SM should hold at once, for both kernels' launch bounds: shared memory fits
+// 4 at head_dim <= 64 and 2 at 128, so the registers are capped to match (128 a thread at 4).
+template <int D>
+inline constexpr int kMinBlocks = D <= 64 ? 4 : 2;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 // Bytes of one head's row (one token) of a span in `format`.
