@@ -200,13 +200,13 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionMmaKernel(AttentionMmaPa
   }
 }
 
-// The pipelined variant (params.pipelined): K and V tiles copied row-major with cp.async into
-// two shared-memory stages (tile t+1 loads while tile t computes), V's B fragments through
-// ldmatrix.trans, P·V in bf16 as the default variant.
 // Blocks an SM should hold: the registers cap (128 a thread at head_dim 64) that keeps 4 resident.
 template <int D>
 inline constexpr int kPipelinedMinBlocks = D <= 64 ? 4 : 2;
 
+// The pipelined variant (params.pipelined): K and V tiles copied row-major with cp.async into
+// two shared-memory stages (tile t+1 loads while tile t computes), V's B fragments through
+// ldmatrix.trans, P·V in bf16 as the default variant.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32, kPipelinedMinBlocks<D>)
     AttentionMmaPipelinedKernel(AttentionMmaParams p) {

@@ -122,10 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32, paged::kMinBlocks<D>)
   PagedSpanDesc desc;
   paged::PagedTile cur = paged::FindTile<D>(p.spans, item.span, item.token, item.num_tokens, desc);
   int remaining = item.num_tokens;
-  if (cur.n > 0) {
-    paged::IssueRowsAsync<D>(desc.k, desc.format, p.kv_heads, g, cur.tok, cur.n, lane, kt);
-    paged::IssueKeyParamsAsync<D>(desc, g, lane, kp);
-  }
+  if (cur.n > 0) paged::IssueKeyTileAsync<D>(desc, cur, p.kv_heads, g, lane, kt, kp);
   CpAsyncCommit();
   int prepared_span = -1;
   bool prepared_dense = false;  // qf holds the plain query, which every dense span scores with
@@ -136,22 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32, paged::kMinBlocks<D>)
     const int pitch = RowBytes<D>(fmt) + 16;
     paged::IssueRowsAsync<D>(desc.v, fmt, p.kv_heads, g, tok, n, lane, vt);
     CpAsyncCommit();
-    // The values' scale/zero of the tile's slots, lane t token t's, kept as loaded (halves) until
-    // after the scores so that the loads are in flight meanwhile. Group-major: adjacent slots.
-    __half vs_slot[kCpl], vz_slot[kCpl];
-#pragma unroll
-    for (int i = 0; i < kCpl; ++i) vs_slot[i] = vz_slot[i] = __float2half(0.f);
-    if (quant && lane < n) {
-      const __half* vs = static_cast<const __half*>(desc.v_scale);
-      const __half* vz = static_cast<const __half*>(desc.v_zero);
-#pragma unroll
-      for (int i = 0; i < kCpl; ++i) {
-        const int64_t at = static_cast<int64_t>(g * kCpl + i) * desc.v_param_stride + tok + lane;
-        vs_slot[i] = vs[at];
-        vz_slot[i] = vz[at];
-      }
-    }
-
+    paged::ValueParams<D> value_params;  // in flight until after the scores
+    value_params.Load(desc, cur, g, lane);
     CpAsyncWait<1>();  // this lane's copies of the tile's K (and key scale/zero) have landed
     __syncwarp();      // and every other lane's
 
@@ -255,23 +238,13 @@ __global__ void __launch_bounds__(kWarps * 32, paged::kMinBlocks<D>)
       }
     }
 
-    if (quant && lane < n) {
-#pragma unroll
-      for (int i = 0; i < kCpl; ++i) {
-        vsc[i * kTileTokens + lane] = __half2float(vs_slot[i]);
-        vze[i * kTileTokens + lane] = __half2float(vz_slot[i]);
-      }
-    }
+    value_params.Store(quant, n, lane, vsc, vze);
     __syncwarp();  // every lane is done with the K tile, which the next tile's copy overwrites
 
     remaining -= n;
     PagedSpanDesc next_desc;
     const paged::PagedTile next = paged::FindTile<D>(p.spans, span, tok + n, remaining, next_desc);
-    if (next.n > 0) {
-      paged::IssueRowsAsync<D>(next_desc.k, next_desc.format, p.kv_heads, g, next.tok, next.n, lane,
-                               kt);
-      paged::IssueKeyParamsAsync<D>(next_desc, g, lane, kp);
-    }
+    if (next.n > 0) paged::IssueKeyTileAsync<D>(next_desc, next, p.kv_heads, g, lane, kt, kp);
     CpAsyncCommit();
     CpAsyncWait<1>();  // this tile's V has landed (the next tile's K may be in flight)
     __syncwarp();

@@ -131,10 +131,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMinBlocks<D>)
   PagedSpanDesc desc;
   PagedTile cur = FindTile<D>(p.spans, item.span, item.token, item.num_tokens, desc);
   int remaining = item.num_tokens;
-  if (cur.n > 0) {
-    IssueRowsAsync<D>(desc.k, desc.format, p.kv_heads, g, cur.tok, cur.n, lane, kt);
-    IssueKeyParamsAsync<D>(desc, g, lane, kp);
-  }
+  if (cur.n > 0) IssueKeyTileAsync<D>(desc, cur, p.kv_heads, g, lane, kt, kp);
   CpAsyncCommit();
   int prepared_span = -1;
   bool prepared_dense = false;  // qa holds the plain query, which every dense span scores with
@@ -145,20 +142,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMinBlocks<D>)
     const int pitch = RowBytes<D>(fmt) + 16;
     IssueRowsAsync<D>(desc.v, fmt, p.kv_heads, g, tok, n, lane, vt);
     CpAsyncCommit();
-    __half vs_slot[D / 32], vz_slot[D / 32];  // lane t: token t's value scale/zero, as loaded
-#pragma unroll
-    for (int i = 0; i < D / 32; ++i) vs_slot[i] = vz_slot[i] = __float2half(0.f);
-    if (quant && lane < n) {
-      const __half* vs = static_cast<const __half*>(desc.v_scale);
-      const __half* vz = static_cast<const __half*>(desc.v_zero);
-#pragma unroll
-      for (int i = 0; i < D / 32; ++i) {
-        const int64_t at =
-            static_cast<int64_t>(g * (D / 32) + i) * desc.v_param_stride + tok + lane;
-        vs_slot[i] = vs[at];
-        vz_slot[i] = vz[at];
-      }
-    }
+    ValueParams<D> value_params;  // in flight until after the scores
+    value_params.Load(desc, cur, g, lane);
     CpAsyncWait<1>();  // the tile's K and key scale/zero have landed (V may be in flight)
     __syncwarp();
 
@@ -216,22 +201,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kMinBlocks<D>)
       s[nb][3] = t0 + 1 < n ? s[nb][3] + qz_hi : -INFINITY;
     }
 
-    if (quant && lane < n) {
-#pragma unroll
-      for (int i = 0; i < D / 32; ++i) {
-        vsc[i * kTileTokens + lane] = __half2float(vs_slot[i]);
-        vze[i * kTileTokens + lane] = __half2float(vz_slot[i]);
-      }
-    }
+    value_params.Store(quant, n, lane, vsc, vze);
     __syncwarp();  // every lane is done with the K tile and key scale/zero
 
     remaining -= n;
     PagedSpanDesc next_desc;
     const PagedTile next = FindTile<D>(p.spans, span, tok + n, remaining, next_desc);
-    if (next.n > 0) {
-      IssueRowsAsync<D>(next_desc.k, next_desc.format, p.kv_heads, g, next.tok, next.n, lane, kt);
-      IssueKeyParamsAsync<D>(next_desc, g, lane, kp);
-    }
+    if (next.n > 0) IssueKeyTileAsync<D>(next_desc, next, p.kv_heads, g, lane, kt, kp);
     CpAsyncCommit();
     CpAsyncWait<1>();  // this tile's V has landed (the next tile's K may be in flight)
     __syncwarp();

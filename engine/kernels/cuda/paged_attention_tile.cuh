@@ -15,12 +15,12 @@ namespace framezip::engine::cuda::paged {
 
 inline constexpr int kTileTokens = 32;  // tokens staged per step
 inline constexpr unsigned kFull = 0xffffffffu;
+inline constexpr float kLog2e = 1.4426950408889634f;
 
 // Blocks of 4 warps an SM should hold at once, for both kernels' launch bounds: shared memory fits
 // 4 at head_dim <= 64 and 2 at 128, so the registers are capped to match (128 a thread at 4).
 template <int D>
 inline constexpr int kMinBlocks = D <= 64 ? 4 : 2;
-inline constexpr float kLog2e = 1.4426950408889634f;
 
 // Bytes of one head's row (one token) of a span in `format`.
 template <int D>
@@ -90,14 +90,15 @@ __device__ __forceinline__ void IssueKeyParamsAsync(const PagedSpanDesc& desc, i
   CpAsync16(kp + (zero ? D : 0) + j * 8, src + j * 8);
 }
 
-// The first tile of at most `remaining` tokens at or after token `tok` of span `span` (spans
-// without tokens left are skipped); n == 0 when nothing remains. desc receives the tile's span.
+// A tile of a work item: n tokens from token `tok` of span `span` (n == 0: the item is done).
 struct PagedTile {
   int span = 0;
   int tok = 0;
   int n = 0;
 };
 
+// The first tile of at most `remaining` tokens at or after token `tok` of span `span` (spans
+// without tokens left are skipped); desc receives the tile's span.
 template <int D>
 __device__ __forceinline__ PagedTile FindTile(const PagedSpanDesc* spans, int span, int tok,
                                               int remaining, PagedSpanDesc& desc) {
@@ -110,6 +111,49 @@ __device__ __forceinline__ PagedTile FindTile(const PagedSpanDesc* spans, int sp
   }
   return {span, tok, 0};
 }
+
+// Issues, without waiting, the copies of a tile's K rows and (quantised spans) its span's key
+// scale/zero: what the scores need, as one group once the caller commits.
+template <int D>
+__device__ __forceinline__ void IssueKeyTileAsync(const PagedSpanDesc& desc, const PagedTile& tile,
+                                                  int kv_heads, int g, int lane, unsigned char* kt,
+                                                  __half* kp) {
+  IssueRowsAsync<D>(desc.k, desc.format, kv_heads, g, tile.tok, tile.n, lane, kt);
+  IssueKeyParamsAsync<D>(desc, g, lane, kp);
+}
+
+// A quantised tile's value scale/zero, lane t holding token t's of each 32-channel group: Load
+// issues the global loads (kept as halves, so nothing waits for them), Store, later, writes them
+// as f32 to vsc/vze [D/32, kTileTokens] for the P·V pass. Dense tiles load and store nothing.
+template <int D>
+struct ValueParams {
+  __half scale[D / 32], zero[D / 32];
+
+  __device__ __forceinline__ void Load(const PagedSpanDesc& desc, const PagedTile& tile, int g,
+                                       int lane) {
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) scale[i] = zero[i] = __float2half(0.f);
+    if (!IsQuantized(desc.format) || lane >= tile.n) return;
+    const __half* vs = static_cast<const __half*>(desc.v_scale);
+    const __half* vz = static_cast<const __half*>(desc.v_zero);
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) {  // group-major: a group's slots are adjacent
+      const int64_t at =
+          static_cast<int64_t>(g * (D / 32) + i) * desc.v_param_stride + tile.tok + lane;
+      scale[i] = vs[at];
+      zero[i] = vz[at];
+    }
+  }
+
+  __device__ __forceinline__ void Store(bool quant, int n, int lane, float* vsc, float* vze) const {
+    if (!quant || lane >= n) return;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) {
+      vsc[i * kTileTokens + lane] = __half2float(scale[i]);
+      vze[i * kTileTokens + lane] = __half2float(zero[i]);
+    }
+  }
+};
 
 // Launches the tensor-core kernel's partials (paged_attention_mma.cu); the caller launches the
 // merge. Same contract as the CUDA-core kernel: partial output, max (log2 units) and sum per item
