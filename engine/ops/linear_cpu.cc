@@ -25,6 +25,14 @@ namespace {
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
 
+// Rows per tile: m split into equal tiles of at most kTileM. 278 rows run as 139 + 139, not as
+// 256 + 22, which on two threads left one of them idle for most of every narrow GEMM (q/k/v/o
+// projections with a single column tile).
+int64_t RowsPerTile(int64_t m) {
+  const int64_t tiles = std::max<int64_t>(1, (m + kTileM - 1) / kTileM);
+  return std::max<int64_t>(1, (m + tiles - 1) / tiles);
+}
+
 // Columns of W per task of the AMX path: a packed [128, K] strip of W (224 KiB at K = 896) stays
 // in L2 while every 32-row strip of x passes it; 64 and 256 were slower on a Sapphire Rapids
 // core (docs/cpu-backend.md).
@@ -163,7 +171,7 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
 
   cpu::EnsureBlasSingleThreaded();
   ForEachOutputTile(
-      m, n, kTileM, kTileN,
+      m, n, RowsPerTile(m), kTileN,
       [&](int64_t j0, int64_t j1) {
         if (wdt == DType::kF32) return;
         std::vector<float>& w_tile = ThreadBuffer<float>();
@@ -205,7 +213,8 @@ Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) 
     bp = b32.data();
   }
   float* cp = c.data<float>();
-  const int64_t tiles_m = (m + kTileM - 1) / kTileM;
+  const int64_t rows_per_tile = RowsPerTile(m);
+  const int64_t tiles_m = (m + rows_per_tile - 1) / rows_per_tile;
   const int64_t tiles_n = (n + kTileN - 1) / kTileN;
   const int64_t per_entry = tiles_m * tiles_n;
   ComputePool().ParallelFor(batch * per_entry, 1, [&](int64_t t0, int64_t t1) {
@@ -213,7 +222,7 @@ Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) 
       const int64_t e = t / per_entry, tile = t % per_entry;
       const int64_t tn = tile / tiles_m, tm = tile % tiles_m;
       const int64_t j0 = tn * kTileN, j1 = std::min(n, j0 + kTileN);
-      const int64_t m0 = tm * kTileM, m1 = std::min(m, m0 + kTileM);
+      const int64_t m0 = tm * rows_per_tile, m1 = std::min(m, m0 + rows_per_tile);
       const float* ae = ap + e * m * k;
       const float* be = b_shared ? bp : bp + e * k * n;
       const float* bt = transpose_b ? be + j0 * k : be + j0;
