@@ -25,11 +25,20 @@ namespace {
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
 
-// Rows per tile: m split into equal tiles of at most kTileM. 278 rows run as 139 + 139, not as
-// 256 + 22, which on two threads left one of them idle for most of every narrow GEMM (q/k/v/o
-// projections with a single column tile).
-int64_t RowsPerTile(int64_t m) {
-  const int64_t tiles = std::max<int64_t>(1, (m + kTileM - 1) / kTileM);
+// Fewest rows a tile is cut to so that every thread has one: sgemm's packing stays a small part
+// of a tile's work.
+constexpr int64_t kMinTileM = 32;
+
+// Rows per tile of a product whose rows are split across `column_tasks` other tasks (column tiles
+// of W, batch entries): m in equal tiles of at most kTileM, and more of them while some thread of
+// the pool would get no task and the tiles keep kMinTileM rows. So 278 rows run as 139 + 139, not
+// 256 + 22, and the 75 rows a Dynamic-LLaVA layer keeps as 38 + 37 on two threads: with one
+// column tile (the q/k/v/o projections) both had left the second thread idle for most of the
+// product.
+int64_t RowsPerTile(int64_t m, int64_t column_tasks) {
+  const int64_t threads = ComputePool().num_threads();
+  const int64_t for_threads = std::min((threads + column_tasks - 1) / column_tasks, m / kMinTileM);
+  const int64_t tiles = std::max<int64_t>({1, (m + kTileM - 1) / kTileM, for_threads});
   return std::max<int64_t>(1, (m + tiles - 1) / tiles);
 }
 
@@ -171,7 +180,7 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
 
   cpu::EnsureBlasSingleThreaded();
   ForEachOutputTile(
-      m, n, RowsPerTile(m), kTileN,
+      m, n, RowsPerTile(m, (n + kTileN - 1) / kTileN), kTileN,
       [&](int64_t j0, int64_t j1) {
         if (wdt == DType::kF32) return;
         std::vector<float>& w_tile = ThreadBuffer<float>();
@@ -213,9 +222,9 @@ Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) 
     bp = b32.data();
   }
   float* cp = c.data<float>();
-  const int64_t rows_per_tile = RowsPerTile(m);
-  const int64_t tiles_m = (m + rows_per_tile - 1) / rows_per_tile;
   const int64_t tiles_n = (n + kTileN - 1) / kTileN;
+  const int64_t rows_per_tile = RowsPerTile(m, std::max<int64_t>(1, batch * tiles_n));
+  const int64_t tiles_m = (m + rows_per_tile - 1) / rows_per_tile;
   const int64_t per_entry = tiles_m * tiles_n;
   ComputePool().ParallelFor(batch * per_entry, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
