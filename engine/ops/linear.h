@@ -9,11 +9,13 @@
 // 16-bit weights stay 16-bit in memory. MatMul's a and b share one dtype, f32, bf16 or f16: a
 // product of two 16-bit values is exact in f32, so 16-bit operands differ from f32 ones only in
 // how they were rounded before the call. CPU strategy:
-//   - M >= kLinearGemvMaxRows (prefill, ViT): W is converted tile by tile (a few hundred rows at a
-//     time, inside each thread) to f32 and multiplied with OpenBLAS sgemm; tiles run in parallel
-//     on ComputePool() with OpenBLAS single-threaded.
-//   - small M (decode steps): a bandwidth-bound GEMV kernel reads each 16-bit weight row once and
-//     dots it with every row of x (AVX2/FMA or AVX-512 chosen at run time, portable fallback).
+//   - M > kLinearGemvMaxRows (prefill, ViT): bf16 W on a CPU with AMX goes to the AMX kernel;
+//     otherwise W is converted tile by tile (a few hundred rows at a time, inside each thread) to
+//     f32 and multiplied with OpenBLAS sgemm; tiles run in parallel on ComputePool() with
+//     OpenBLAS single-threaded.
+//   - small M (decode steps; without AMX also up to 64 rows of a 16-bit W with K >= 512, a
+//     follow-up question's prefill): a GEMV kernel reads each 16-bit weight row once and dots it
+//     with every row of x (AVX2/FMA or AVX-512 chosen at run time, portable fallback).
 // Accumulation is in f32 throughout.
 //
 // CUDA (linear_cuda.cc): cuBLAS GEMM with f32 accumulation; with 16-bit weights x is rounded to

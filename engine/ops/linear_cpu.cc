@@ -25,6 +25,16 @@ namespace {
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
 
+// Rows up to which a 16-bit weight with an inner dimension of at least kGemvMinInnerWithoutAmx
+// still goes through the GEMV kernel where AMX does not run it: the kernel reads the weight as
+// stored, while the sgemm path widens every tile to f32 on each call, a cost that does not shrink
+// with the rows. On Qwen2-0.5B's MLP shapes (K = 896 and 4864, bf16) on a Zen 3 core the GEMV
+// kernel was 1.1-2.3x faster at every m from 17 to 64, on one thread and two (a follow-up
+// question's prefill); at K = 128 (the tiny model) sgemm stayed faster, its per-output sums being
+// too short for the kernel's horizontal adds (docs/cpu-backend.md).
+constexpr int64_t kGemvMaxRowsWithoutAmx = 64;
+constexpr int64_t kGemvMinInnerWithoutAmx = 512;
+
 // Fewest rows a tile is cut to so that every thread has one: sgemm's packing stays a small part
 // of a tile's work.
 constexpr int64_t kMinTileM = 32;
@@ -163,9 +173,14 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
   const size_t welem = DTypeSize(wdt);
   ThreadPool& pool = ComputePool();
 
-  if (m <= kLinearGemvMaxRows) {
-    // Bandwidth-bound: split the weight rows over threads, each reads its rows once.
-    const int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max<int64_t>(k, 1));
+  const bool amx = wdt == DType::kBF16 && cpu::AmxGemmEnabled();
+  const bool short_prefill_gemv =
+      !amx && wdt != DType::kF32 && k >= kGemvMinInnerWithoutAmx && m <= kGemvMaxRowsWithoutAmx;
+  if (m <= kLinearGemvMaxRows || short_prefill_gemv) {
+    // Split the weight rows over threads; each reads its rows once for all m rows of x. Past 16
+    // rows a chunk is made smaller in proportion, so the threads still share a short prefill.
+    const int64_t grain = std::max<int64_t>(
+        16, (1 << 16) / (std::max<int64_t>(k, 1) * std::max<int64_t>(1, m / kLinearGemvMaxRows)));
     pool.ParallelFor(n, grain, [&](int64_t j0, int64_t j1) {
       cpu::GemvRows(xp, m, k, wp, wdt, k, j0, j1, yp, n);
       AddBias(bias, 0, m, j0, j1, yp, n);
@@ -173,7 +188,7 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
     return absl::OkStatus();
   }
 
-  if (wdt == DType::kBF16 && cpu::AmxGemmEnabled()) {
+  if (amx) {
     LinearAmx(xp, m, k, weight, n, bias, yp);
     return absl::OkStatus();
   }

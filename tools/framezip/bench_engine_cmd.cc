@@ -4,7 +4,8 @@
 //   - the physical compute ceiling: f32 FMA GFLOP/s of independent FMAs on the widest vector unit
 //     (engine/ops/cpu_isa.h), and sgemm and the prefill GEMMs as fractions of it;
 //   - prefill GEMM GFLOP/s at the decoder's Linear shapes (bf16 weights) as a fraction of sgemm
-//     (target >= 0.70), and prefill tokens/s at 512 and 2048 tokens; on a CPU with AMX also the
+//     (target >= 0.70), prefill tokens/s at 512 and 2048 tokens, and the ms of a 32-token
+//     follow-up prefilled onto the 512-token conversation; on a CPU with AMX also the
 //     TDPBF16PS peak, and the AMX GEMM next to the sgemm path it replaces, timed alternately;
 //   - decode GEMV GFLOP/s at 16 rows (the hand-written kernel on its ISA) as a fraction of peak;
 //   - decode tokens/s at batch 1, 8 and 16, and 16 over 1 (continuous batching's gain, target
@@ -279,6 +280,16 @@ int RunBenchEngine(const std::vector<std::string>& args) {
       report.Add("decode_batch1_weight_gb_per_s", gbs, "GB/s");
       report.Add("decode_batch1_fraction_of_bandwidth", gbs / *bw, "fraction", 0.60);
     }
+  }
+  {
+    // A follow-up question: 32 more tokens prefilled onto that conversation (turn 2's time to
+    // first token, its sampling aside). 32 rows is where Linear's path matters: GEMV kernel or
+    // widen-and-sgemm (engine/ops/linear_cpu.cc).
+    auto embeds = dec.Embed(ids_of(32));
+    if (!embeds.ok()) return fail(embeds.status());
+    const auto t0 = Clock::now();
+    if (auto l = dec.Prefill(*ctx512, *embeds); !l.ok()) return fail(l.status());
+    report.Add("followup_prefill_ms_32", Seconds(t0) * 1e3, "ms");
   }
   ctx512.reset();
 

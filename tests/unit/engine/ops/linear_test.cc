@@ -62,14 +62,16 @@ TEST_CASE("Linear matches f64 on every device: f32/bf16/f16 weights, GEMV, GEMM 
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const DType wdtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16);
-  const int64_t m = GENERATE(1, 3, 5, 16, 17, 75, 300);
+  const int64_t m = GENERATE(1, 3, 5, 16, 17, 64, 75, 300);
   const bool with_bias = GENERATE(false, true);
   const bool amx_allowed = GENERATE(true, false);
   // 300 x 133: N spans two sgemm tiles, K has a SIMD tail and is odd (cuBLAS leading dims);
   // 1 x 37: a single output. On two threads 75 rows with one column tile run as two row tiles
-  // (38 + 37), and 300 rows as 150 + 150.
+  // (38 + 37), and 300 rows as 150 + 150. 40 x 600: a 16-bit weight that long stays on the GEMV
+  // kernel up to 64 rows without AMX (17 and 64 here), sgemm past them.
   const auto [n, k] =
-      GENERATE(std::pair<int64_t, int64_t>{300, 133}, std::pair<int64_t, int64_t>{1, 37});
+      GENERATE(std::pair<int64_t, int64_t>{300, 133}, std::pair<int64_t, int64_t>{1, 37},
+               std::pair<int64_t, int64_t>{40, 600});
   std::optional<ops::cpu::ScopedF32Gemm> f32_gemm;
   if (!amx_allowed) f32_gemm.emplace();
   CAPTURE(DTypeName(wdtype), m, n, k, with_bias, amx_allowed);
