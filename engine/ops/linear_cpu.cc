@@ -1,7 +1,8 @@
 // Linear on the CPU: for many rows, the AMX bf16 GEMM (gemm_amx.h) where the weight is bf16 and
 // the CPU has AMX, else tiles of the weight converted to f32 + OpenBLAS sgemm; the GEMV kernel
-// of cpu_kernels.cc for few rows. Parallel over output tiles on ComputePool(); OpenBLAS itself
-// runs single-threaded inside each task.
+// of cpu_kernels.cc for few rows (up to 16, and up to 64 of a long 16-bit weight without AMX).
+// Parallel over output tiles on ComputePool(); OpenBLAS itself runs single-threaded inside each
+// task.
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,8 +21,8 @@ namespace framezip::engine::ops {
 namespace {
 
 // Tile sizes of the sgemm path: a [kTileN, K] f32 weight tile (<= 1 MB for K <= 1024) is
-// converted once per task and reused for kTileM rows of x; conversion and A-packing overheads
-// are then ~1/(2·256) of the multiply-adds.
+// converted once per run of tasks on it and reused for up to kTileM rows of x at a time;
+// conversion and A-packing overheads are then ~1/(2·256) of the multiply-adds on long inputs.
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
 
