@@ -41,13 +41,12 @@ constexpr int64_t kGemvMinInnerWithoutAmx = 512;
 constexpr int64_t kMinTileM = 32;
 
 // Rows per tile of a product whose rows are split across `column_tasks` other tasks (column tiles
-// of W, batch entries): m in equal tiles of at most kTileM, and more of them while some thread of
-// the pool would get no task and the tiles keep kMinTileM rows. So 278 rows run as 139 + 139, not
-// 256 + 22, and the 75 rows a Dynamic-LLaVA layer keeps as 38 + 37 on two threads: with one
-// column tile (the q/k/v/o projections) both had left the second thread idle for most of the
-// product.
-int64_t RowsPerTile(int64_t m, int64_t column_tasks) {
-  const int64_t threads = ComputePool().num_threads();
+// of W, batch entries) on a pool of `threads`: m in equal tiles of at most kTileM, and more of them
+// while some thread of the pool would get no task and the tiles keep kMinTileM rows. So 278 rows
+// run as 139 + 139, not 256 + 22, and the 75 rows a Dynamic-LLaVA layer keeps as 38 + 37 on two
+// threads: with one column tile (the q/k/v/o projections) both had left the second thread idle for
+// most of the product.
+int64_t RowsPerTile(int64_t m, int64_t column_tasks, int64_t threads) {
   const int64_t for_threads = std::min((threads + column_tasks - 1) / column_tasks, m / kMinTileM);
   const int64_t tiles = std::max<int64_t>({1, (m + kTileM - 1) / kTileM, for_threads});
   return std::max<int64_t>(1, (m + tiles - 1) / tiles);
@@ -196,7 +195,7 @@ Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tens
 
   cpu::EnsureBlasSingleThreaded();
   ForEachOutputTile(
-      m, n, RowsPerTile(m, (n + kTileN - 1) / kTileN), kTileN,
+      m, n, RowsPerTile(m, (n + kTileN - 1) / kTileN, pool.num_threads()), kTileN,
       [&](int64_t j0, int64_t j1) {
         if (wdt == DType::kF32) return;
         std::vector<float>& w_tile = ThreadBuffer<float>();
@@ -238,11 +237,13 @@ Status MatMulCpu(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) 
     bp = b32.data();
   }
   float* cp = c.data<float>();
+  ThreadPool& pool = ComputePool();
   const int64_t tiles_n = (n + kTileN - 1) / kTileN;
-  const int64_t rows_per_tile = RowsPerTile(m, std::max<int64_t>(1, batch * tiles_n));
+  const int64_t rows_per_tile =
+      RowsPerTile(m, std::max<int64_t>(1, batch * tiles_n), pool.num_threads());
   const int64_t tiles_m = (m + rows_per_tile - 1) / rows_per_tile;
   const int64_t per_entry = tiles_m * tiles_n;
-  ComputePool().ParallelFor(batch * per_entry, 1, [&](int64_t t0, int64_t t1) {
+  pool.ParallelFor(batch * per_entry, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t e = t / per_entry, tile = t % per_entry;
       const int64_t tn = tile / tiles_m, tm = tile % tiles_m;
