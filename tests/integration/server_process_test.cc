@@ -82,7 +82,10 @@ TEST_CASE("framezip-server --device cuda without a usable GPU fails at start, sa
   const std::string log = ReadLog(dir / "server.log");
   INFO(log);
   CHECK_THAT(log, Catch::Contains("--device cuda"));
-  if (engine::CudaDeviceCount() == 0) {
+  // The reason names what is missing: the build's CUDA backend, or a GPU the build could use.
+  if (!engine::BuiltWithCuda()) {
+    CHECK_THAT(log, Catch::Contains("built without CUDA"));
+  } else if (engine::CudaDeviceCount() == 0) {
     CHECK_THAT(log, Catch::Contains("no GPU"));
   }
   // A device name that is none at all is a usage error.
