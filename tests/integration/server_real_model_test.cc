@@ -267,7 +267,6 @@ TEST_CASE("real model: a long prompt is prefilled in chunks, each step also deco
           "[integration][server]") {
   server::ServerConfig config = RealModelConfig();
   config.kvstore = "none";
-  config.media_isolation = "none";
   auto media = server::CreateMediaBackend(config);
   REQUIRE(media.ok());
   auto backend = server::EngineBackend::Load(config, *media);
@@ -744,7 +743,6 @@ TEST_CASE("real model: a batch item the KV pool cannot serve fails alone, the ot
           "[integration][server]") {
   server::ServerConfig config = RealModelConfig();
   config.kvstore = "none";
-  config.media_isolation = "none";
   const uint32_t chunk = 16;
   // With room to spare: the KV after A's start, and what B's first chunk adds (a page a layer).
   uint64_t after_a = 0, b_first_chunk = 0;
