@@ -13,6 +13,7 @@
 #include "media/frame_sampling.h"
 #include "media/image_decoder.h"
 #include "media/preprocess.h"
+#include "media/raw_frames.h"
 #include "media/video_decoder.h"
 
 namespace framezip::media {
@@ -135,6 +136,104 @@ Status CheckOutputSize(int64_t frames, int height, int width, const MediaLimits&
   return absl::OkStatus();
 }
 
+// Raw frames (media/raw_frames.h): the header, checked against the limits a decoded video is held
+// to, and the file's size against it. No codec is involved: frames are read as stored.
+struct RawSource {
+  RawFrames frames;
+  int64_t pixels_offset = 0;
+};
+
+StatusOr<RawSource> OpenRawFrames(const OpenedSource& src, const MediaLimits& limits) {
+  RawSource raw;
+  FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> fixed,
+                      ReadRange(src, 0, static_cast<int64_t>(kRawFramesFixedHeaderBytes)));
+  FZ_ASSIGN_OR_RETURN(raw.frames, ParseRawFramesFixedHeader(fixed));
+  RawFrames& f = raw.frames;
+  const RawFrameLimits raw_limits{.max_width = limits.max_width,
+                                  .max_height = limits.max_height,
+                                  .max_duration_s = limits.max_duration_s};
+  // Bounded before the timestamps are read: the header's count is the file's word.
+  if (f.frame_count < 1 || f.frame_count > raw_limits.max_frames) {
+    return InvalidArgumentError("raw frames.frame_count: {} is not in [1, {}]", f.frame_count,
+                                raw_limits.max_frames);
+  }
+  const auto header = static_cast<int64_t>(kRawFramesFixedHeaderBytes);
+  FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> timestamps,
+                      ReadRange(src, header, 8 * f.frame_count));
+  FZ_RETURN_IF_ERROR(ParseRawFramesTimestamps(timestamps, f));
+  FZ_RETURN_IF_ERROR(CheckRawFrames(f, raw_limits, "raw frames"));
+  raw.pixels_offset = header + 8 * f.frame_count;
+  const uint64_t pixel_bytes = RawFramesPixelBytes(f);
+  if (static_cast<uint64_t>(src.size - raw.pixels_offset) != pixel_bytes) {
+    return InvalidArgumentError(
+        "raw frames: {} pixel bytes follow the header, which declares {} (stride_bytes * height "
+        "* frame_count)",
+        src.size - raw.pixels_offset, pixel_bytes);
+  }
+  return raw;
+}
+
+MediaInfo RawFramesInfo(const RawFrames& f) {
+  MediaInfo info;
+  info.kind = MediaKind::kVideo;
+  info.mime_type = kRawFramesMimeType;
+  info.container = kRawFramesContainer;
+  info.codec = kRawFramesCodec;
+  info.pixel_format = "rgb24";
+  info.width = info.coded_width = static_cast<int>(f.width);
+  info.height = info.coded_height = static_cast<int>(f.height);
+  info.duration_s = static_cast<double>(ResolvedDurationUs(f)) / 1e6;
+  info.fps = static_cast<double>(f.frame_count) / info.duration_s;
+  info.frame_count = f.frame_count;
+  return info;
+}
+
+// Calls `sink` for each target with the frame shown then (RawFrameAt), reading only those frames.
+Status SampleRawFrames(const OpenedSource& src, const RawSource& raw,
+                       const std::vector<double>& targets_s, const Deadline& deadline,
+                       const internal::VideoDecoder::FrameSink& sink, DecodedMedia::Stats* stats) {
+  const RawFrames& f = raw.frames;
+  const auto row_bytes = static_cast<size_t>(3 * f.width);
+  const auto stride = static_cast<size_t>(f.stride_bytes);
+  const auto height = static_cast<size_t>(f.height);
+  std::vector<uint8_t> packed;  // the frame's pixel rows, padding dropped (descriptor sources)
+  size_t loaded = SIZE_MAX;
+  ImageView view{nullptr, static_cast<int>(f.width), static_cast<int>(f.height), stride};
+  for (size_t i = 0; i < targets_s.size(); ++i) {
+    if (deadline.Expired()) return internal::DeadlineStatus(deadline);
+    const size_t index = RawFrameAt(f, targets_s[i] * 1e6);
+    if (index != loaded) {
+      const int64_t frame_offset =
+          raw.pixels_offset + static_cast<int64_t>(index * stride * height);
+      if (src.bytes.fd < 0) {
+        view.data = src.bytes.bytes.data() + frame_offset;
+      } else if (stride == row_bytes) {
+        FZ_ASSIGN_OR_RETURN(packed,
+                            ReadRange(src, frame_offset, static_cast<int64_t>(row_bytes * height)));
+        if (packed.size() != row_bytes * height) {
+          return UnavailableError("reading the media file failed");
+        }
+        view.data = packed.data();
+      } else {
+        packed.resize(row_bytes * height);
+        for (size_t y = 0; y < height; ++y) {
+          FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> row,
+                              ReadRange(src, frame_offset + static_cast<int64_t>(y * stride),
+                                        static_cast<int64_t>(row_bytes)));
+          if (row.size() != row_bytes) return UnavailableError("reading the media file failed");
+          std::copy(row.begin(), row.end(), packed.begin() + static_cast<ptrdiff_t>(y * row_bytes));
+        }
+        view.data = packed.data();
+        view.stride = row_bytes;
+      }
+      loaded = index;
+      ++stats->frames_decoded;
+    }
+    FZ_RETURN_IF_ERROR(sink(i, view, static_cast<double>(f.timestamps_us[index]) / 1e6));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 StatusOr<MediaInfo> ProbeMedia(const MediaSource& source, const MediaLimits& limits,
@@ -144,7 +243,10 @@ StatusOr<MediaInfo> ProbeMedia(const MediaSource& source, const MediaLimits& lim
   FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> head, ReadRange(src, 0, 64 * 1024));
   const SniffResult sniff = SniffMedia(head);
   MediaInfo info;
-  if (sniff.is_still_image) {
+  if (HasRawFramesMagic(head)) {
+    FZ_ASSIGN_OR_RETURN(const RawSource raw, OpenRawFrames(src, limits));
+    info = RawFramesInfo(raw.frames);
+  } else if (sniff.is_still_image) {
     if (sniff.animated) {
       return InvalidArgumentError(
           "animated WebP is not supported: send it as a video (mp4, webm, gif) or a still image");
@@ -179,7 +281,30 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
   const SniffResult sniff = SniffMedia(head);
 
   DecodedMedia out;
-  if (sniff.is_still_image) {
+  if (HasRawFramesMagic(head)) {
+    FZ_ASSIGN_OR_RETURN(const RawSource raw, OpenRawFrames(src, limits));
+    out.info = RawFramesInfo(raw.frames);
+    out.targets_s =
+        PlanSampleTimes(sampling, out.info.duration_s, out.info.fps, out.info.frame_count);
+    const size_t n = out.targets_s.size();
+    out.timestamps_s.assign(n, 0.0);
+    FrameBatch& frames = out.frames;
+    const auto [h, w] = PreprocessedSize(preprocess, out.info.width, out.info.height);
+    FZ_RETURN_IF_ERROR(CheckOutputSize(static_cast<int64_t>(n), h, w, limits));
+    frames.num_frames = static_cast<int>(n);
+    frames.height = h;
+    frames.width = w;
+    frames.data.resize(frames.FrameSize() * n);
+    FZ_RETURN_IF_ERROR(SampleRawFrames(
+        src, raw, out.targets_s, deadline,
+        [&](size_t i, const ImageView& rgb, double time_s) -> Status {
+          PreprocessImage(rgb, preprocess, frames.height, frames.width,
+                          frames.data.data() + frames.FrameSize() * i);
+          out.timestamps_s[i] = time_s;
+          return absl::OkStatus();
+        },
+        &out.stats));
+  } else if (sniff.is_still_image) {
     FZ_ASSIGN_OR_RETURN(const ImageBytes bytes, LoadImageBytes(src));
     FZ_ASSIGN_OR_RETURN(const RgbImage image,
                         internal::DecodeStillImage(bytes.view, sniff, limits));
@@ -234,7 +359,20 @@ StatusOr<DecodedMedia> VerifyMedia(const MediaSource& source, const FrameSamplin
   const SniffResult sniff = SniffMedia(head);
 
   DecodedMedia out;
-  if (sniff.is_still_image) {
+  if (HasRawFramesMagic(head)) {
+    FZ_ASSIGN_OR_RETURN(const RawSource raw, OpenRawFrames(src, limits));
+    out.info = RawFramesInfo(raw.frames);
+    out.targets_s =
+        PlanSampleTimes(sampling, out.info.duration_s, out.info.fps, out.info.frame_count);
+    out.timestamps_s.assign(out.targets_s.size(), 0.0);
+    FZ_RETURN_IF_ERROR(SampleRawFrames(
+        src, raw, out.targets_s, deadline,
+        [&](size_t i, const ImageView&, double time_s) -> Status {
+          out.timestamps_s[i] = time_s;
+          return absl::OkStatus();
+        },
+        &out.stats));
+  } else if (sniff.is_still_image) {
     FZ_ASSIGN_OR_RETURN(const ImageBytes bytes, LoadImageBytes(src));
     FZ_ASSIGN_OR_RETURN(const RgbImage image,
                         internal::DecodeStillImage(bytes.view, sniff, limits));

@@ -74,8 +74,8 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.Int("upload-idle-timeout-seconds", &c.upload_idle_timeout_seconds,
         "an upload that sends nothing for this long is ended");
   f.String("media-isolation", &c.media_isolation,
-           "where untrusted media is decoded: 'process' (sandboxed worker processes) or 'none' "
-           "(in the server, trusted inputs only)",
+           "where media is decoded: 'process' (sandboxed framezip-media-worker processes, the "
+           "only mode: the server links no decoder)",
            "MODE");
   f.String("media-worker", &c.media_worker,
            "the media worker binary; empty = framezip-media-worker beside framezip-server",
@@ -231,9 +231,13 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return InvalidArgumentError("--share-sessions: '{}' is not auto, on or off",
                                 c.share_sessions);
   }
-  if (c.media_isolation != "process" && c.media_isolation != "none") {
-    return InvalidArgumentError("--media-isolation: '{}' is not 'process' or 'none'",
-                                c.media_isolation);
+  if (c.media_isolation == "none") {
+    return InvalidArgumentError(
+        "--media-isolation: 'none' (decoding in the server) is gone: framezip-server links no "
+        "decoder, so media is always decoded in framezip-media-worker processes; use 'process'");
+  }
+  if (c.media_isolation != "process") {
+    return InvalidArgumentError("--media-isolation: '{}' is not 'process'", c.media_isolation);
   }
   FZ_RETURN_IF_ERROR(positive(c.max_message_bytes, "max-message-bytes"));
   FZ_RETURN_IF_ERROR(positive(c.keepalive_time_seconds, "keepalive-time-seconds"));

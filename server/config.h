@@ -57,8 +57,8 @@ struct ServerConfig {
   int media_threads = 2;
   int64_t max_upload_buffer_bytes = int64_t{2} << 30;
   int upload_idle_timeout_seconds = 30;
-  // Media decoding of untrusted bytes: "process" (sandboxed worker processes) or "none" (in this
-  // process; only for trusted inputs).
+  // Where media is decoded: "process" (sandboxed framezip-media-worker processes), the only mode
+  // (the server links no decoder; "none" is refused with a message saying so).
   std::string media_isolation = "process";
   std::string media_worker;  // the worker binary; empty = framezip-media-worker beside this one
   int media_workers = 2;

@@ -318,7 +318,7 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       }
       const std::filesystem::path path(it->path);
       // The sampling and limits the upload was validated with, so this decode does not fail
-      // where the upload passed; in the media workers (config media_isolation).
+      // where the upload passed; in the media workers.
       const media::FrameSamplingSpec sampling = ChatSampling(*it);
       media::MediaLimits limits = media_limits_;
       limits.max_frames = std::max(limits.max_frames, sampling.num_frames);

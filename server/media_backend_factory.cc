@@ -14,7 +14,6 @@ std::filesystem::path DefaultMediaWorkerPath() {
 }
 
 StatusOr<std::shared_ptr<media::MediaBackend>> CreateMediaBackend(const ServerConfig& config) {
-  if (config.media_isolation == "none") return std::shared_ptr(media::NewInProcessMediaBackend());
   media::worker::WorkerPoolOptions options;
   options.worker_binary =
       config.media_worker.empty() ? DefaultMediaWorkerPath() : std::filesystem::path(config.media_worker);

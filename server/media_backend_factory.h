@@ -1,7 +1,8 @@
-// Where framezip-server decodes untrusted media (config `media_isolation`): in sandboxed,
-// single-use worker processes (media/worker/worker_pool.h; the default), so a decoder crash or
-// hang fails one request and never the server; or, for trusted inputs only, in this process.
-// One backend serves both upload validation and the turns' decoding.
+// Where framezip-server decodes media: in sandboxed, single-use framezip-media-worker processes
+// (media/worker/worker_pool.h), so a decoder crash or hang fails one request and never the
+// server. It is the only place: the server links no FFmpeg or OpenCV (no in-process decoding), so
+// it runs on a machine without the codec stack as long as the worker has it. One backend serves
+// both upload validation and the turns' decoding.
 #pragma once
 
 #include <filesystem>

@@ -96,6 +96,22 @@ Status CheckText(const std::string& text, const std::string& field) {
   return absl::OkStatus();
 }
 
+// A container's MIME type is a hint (video/* or image/*); raw frames have their own type.
+Status CheckMimeType(const std::string& mime, bool raw_frames, const std::string& field) {
+  if (raw_frames) {
+    if (!mime.empty() && mime != media::kRawFramesMimeType) {
+      return InvalidArgumentError("{}: '{}' with raw_frames; leave it empty or send '{}'", field,
+                                  ClientText(mime), media::kRawFramesMimeType);
+    }
+    return absl::OkStatus();
+  }
+  if (!mime.empty() && mime.rfind("video/", 0) != 0 && mime.rfind("image/", 0) != 0) {
+    return InvalidArgumentError("{}: '{}' is not a video/* or image/* type", field,
+                                ClientText(mime));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Status ValidateSessionId(const std::string& id, const char* field) {
@@ -451,12 +467,14 @@ StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
     if (m.name().size() > 255) {
       return InvalidArgumentError("{}.name: {} bytes is over the limit of 255", f, m.name().size());
     }
-    if (!m.mime_type().empty() && m.mime_type().rfind("video/", 0) != 0 &&
-        m.mime_type().rfind("image/", 0) != 0) {
-      return InvalidArgumentError("{}.mime_type: '{}' is not a video/* or image/* type", f,
-                                  ClientText(m.mime_type()));
+    FZ_RETURN_IF_ERROR(CheckMimeType(m.mime_type(), m.has_raw_frames(), f + ".mime_type"));
+    GenerateInput::Inline item{m.media_id(), m.name(), m.mime_type(), &m.data(), std::nullopt};
+    if (m.has_raw_frames()) {
+      FZ_ASSIGN_OR_RETURN(item.raw_frames, ValidateRawFrames(m.raw_frames(), m.data().size(), d,
+                                                             f + ".raw_frames", f + ".data"));
+      item.mime_type = media::kRawFramesMimeType;
     }
-    input.media.push_back({m.media_id(), m.name(), m.mime_type(), &m.data()});
+    input.media.push_back(std::move(item));
   }
   if (r.messages_size() == 0) return InvalidArgumentError("messages: empty conversation");
   if (r.messages_size() > static_cast<int>(kMaxMessages)) {
@@ -500,14 +518,17 @@ StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first
   }
   FZ_RETURN_IF_ERROR(CheckText(m.name(), "metadata.name"));
   input.name = m.name();
-  if (!m.mime_type().empty() && m.mime_type().rfind("video/", 0) != 0 &&
-      m.mime_type().rfind("image/", 0) != 0) {
-    return InvalidArgumentError("metadata.mime_type: '{}' is not a video/* or image/* type",
-                                ClientText(m.mime_type()));
-  }
+  FZ_RETURN_IF_ERROR(CheckMimeType(m.mime_type(), m.has_raw_frames(), "metadata.mime_type"));
   input.mime_type = m.mime_type();
   if (m.declared_size_bytes() == 0) {
     return InvalidArgumentError("metadata.declared_size_bytes: must be the upload's size (> 0)");
+  }
+  if (m.has_raw_frames()) {
+    // Checked before any chunk is buffered: a wrong size is refused with the metadata.
+    FZ_ASSIGN_OR_RETURN(input.raw_frames,
+                        ValidateRawFrames(m.raw_frames(), m.declared_size_bytes(), d,
+                                          "metadata.raw_frames", "metadata.declared_size_bytes"));
+    input.mime_type = media::kRawFramesMimeType;
   }
   if (m.declared_size_bytes() > max_upload_bytes) {
     return ResourceExhaustedError(
@@ -520,6 +541,28 @@ StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first
     input.has_frames = true;
   }
   return input;
+}
+
+StatusOr<media::RawFrames> ValidateRawFrames(const v1::RawFrames& raw, uint64_t payload_bytes,
+                                             const ValidationDefaults& d, const std::string& field,
+                                             const std::string& payload_field) {
+  media::RawFrames frames;
+  frames.width = raw.width();
+  frames.height = raw.height();
+  frames.stride_bytes = raw.stride_bytes();
+  frames.frame_count = raw.frame_count();
+  frames.duration_us = raw.duration_us();
+  frames.timestamps_us.assign(raw.timestamps_us().begin(), raw.timestamps_us().end());
+  FZ_RETURN_IF_ERROR(media::CheckRawFrames(frames, d.raw_frames, field));
+  const uint64_t expected = media::RawFramesPixelBytes(frames);
+  if (payload_bytes != expected) {
+    return InvalidArgumentError(
+        "{}: {} bytes, but {} frames of {} rows of {} bytes (stride_bytes * height * "
+        "frame_count) are {} bytes",
+        payload_field, payload_bytes, frames.frame_count, frames.height, frames.stride_bytes,
+        expected);
+  }
+  return frames;
 }
 
 }  // namespace framezip::server

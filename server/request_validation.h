@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "framezip/v1/video_chat.pb.h"
+#include "media/raw_frames.h"
 #include "server/session_store.h"
 #include "server/turn_types.h"
 
@@ -29,6 +30,8 @@ struct ValidationDefaults {
   uint32_t max_prompt_bytes = 256 * 1024;
   // The model's vocabulary (token ids must be below it); 0 = unknown.
   uint32_t vocab_size = 0;
+  // What raw frames are held to: the server's limits for decoded video.
+  media::RawFrameLimits raw_frames;
 };
 
 // Upper bounds of integer fields that have no natural limit of their own. max_tokens is further
@@ -81,6 +84,8 @@ struct GenerateInput {
     std::string name;
     std::string mime_type;
     const std::string* data = nullptr;  // points into the request
+    // Set for decoded frames (data holds their pixels, of the size checked).
+    std::optional<media::RawFrames> raw_frames;
   };
   std::vector<Inline> media;
 };
@@ -95,10 +100,22 @@ struct UploadInput {
   uint64_t declared_size_bytes = 0;
   FrameSpec frames;
   bool has_frames = false;
+  // Set when the chunks carry decoded frames (declared_size_bytes is their pixel bytes).
+  std::optional<media::RawFrames> raw_frames;
 };
+// INVALID_ARGUMENT naming the field for bad metadata, raw frames included (their declared size
+// must be stride_bytes * height * frame_count); RESOURCE_EXHAUSTED for a declared size over
+// `max_upload_bytes`.
 StatusOr<UploadInput> ValidateUploadMetadata(const v1::UploadMediaRequest& first,
                                              uint64_t max_upload_bytes,
                                              const ValidationDefaults& defaults);
+
+// RawFrames checked (INVALID_ARGUMENT naming `{field}.width` etc.; media/raw_frames.h), and its
+// pixel payload `payload_bytes` long (INVALID_ARGUMENT naming `payload_field` otherwise).
+StatusOr<media::RawFrames> ValidateRawFrames(const v1::RawFrames& raw, uint64_t payload_bytes,
+                                             const ValidationDefaults& defaults,
+                                             const std::string& field,
+                                             const std::string& payload_field);
 
 // Conversation messages (Generate and the conversion back in GetSession). Adds the bytes of the
 // message's text to `*text_bytes`.

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "common/logging.h"
+#include "media/raw_frames.h"
 #include "server/grpc_status.h"
 #include "server/proto_convert.h"
 
@@ -122,6 +123,10 @@ void TurnStream::PrepareGenerate(const v1::GenerateRequest* request) {
         const std::filesystem::path path = dir / (m.media_id + ".media");
         temp_files_.push_back(path);
         std::ofstream out(path, std::ios::binary);
+        if (m.raw_frames) {  // decoded frames: a raw-frames file (media/raw_frames.h)
+          const std::string header = media::EncodeRawFramesHeader(*m.raw_frames);
+          out.write(header.data(), static_cast<std::streamsize>(header.size()));
+        }
         out.write(m.data->data(), static_cast<std::streamsize>(m.data->size()));
         out.close();
         if (!out) {

@@ -5,6 +5,7 @@
 
 #include "common/client_text.h"
 #include "common/logging.h"
+#include "media/raw_frames.h"
 #include "server/proto_convert.h"
 
 namespace framezip::server {
@@ -131,6 +132,12 @@ Status UploadStream::StoreAndValidate() {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     std::ofstream out(path, std::ios::binary);
+    if (input_.raw_frames) {
+      // Decoded frames are stored as a raw-frames file, which the media stage reads as it reads
+      // a container (media/raw_frames.h).
+      const std::string header = media::EncodeRawFramesHeader(*input_.raw_frames);
+      out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    }
     out.write(data_.data(), static_cast<std::streamsize>(data_.size()));
     out.close();
     if (ec || !out) {

@@ -93,6 +93,9 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   options.validation.max_prompt_bytes = static_cast<uint32_t>(config.max_prompt_bytes);
   options.validation.vocab_size = model.vocab_size;
   options.upload = UploadLimitsFrom(config);
+  options.validation.raw_frames.max_width = options.upload.max_width;
+  options.validation.raw_frames.max_height = options.upload.max_height;
+  options.validation.raw_frames.max_duration_s = options.upload.max_duration_seconds;
   options.media_dir = s->media_dir_;
   options.media_threads = config.media_threads;
   options.max_upload_buffer_bytes = static_cast<uint64_t>(config.max_upload_buffer_bytes);

@@ -6,6 +6,13 @@ stream the answers, print each turn's stats.
     python examples/python/chat_client.py --server 127.0.0.1:50051 --video clip.mp4 \
         --question "What happens?" --question "And then?"
 
+Frames that are already decoded (RGB24, e.g. from a hardware decoder or a camera) are uploaded
+as they are, no container or codec involved:
+
+    ffmpeg -i clip.mp4 -f rawvideo -pix_fmt rgb24 frames.rgb
+    python examples/python/chat_client.py --raw-frames frames.rgb --width 64 --height 48 \
+        --fps 10 --question "What happens?"
+
 The gRPC stubs are generated at start from proto/ with grpcio-tools, or with the system's protoc
 and grpc_python_plugin where grpcio comes from Debian (python3-grpcio); nothing is checked in, so
 the example always matches the server's API. Prints one JSON object per turn on stdout, the
@@ -77,6 +84,34 @@ def upload(stub, pb2, session_id, path, metadata):
     return stub.UploadMedia(messages(), metadata=metadata, timeout=120)
 
 
+def upload_raw_frames(stub, pb2, session_id, path, width, height, fps, stride, metadata):
+    """Uploads a file of RGB24 frames (rows of `stride` bytes, frame after frame, as ffmpeg's
+    `-f rawvideo -pix_fmt rgb24` writes them with stride = 3 * width) shown at `fps` frames a
+    second from time 0. The pixels travel in chunks as a container's bytes would; the server
+    checks the layout against the size before it takes a chunk."""
+    size = os.path.getsize(path)
+    frame_bytes = stride * height
+    if size == 0 or size % frame_bytes != 0:
+        sys.exit(f"chat_client: {path} is {size} bytes, not a whole number of "
+                 f"{width}x{height} frames of {frame_bytes} bytes")
+    count = size // frame_bytes
+    raw = pb2.RawFrames(width=width, height=height, stride_bytes=stride, frame_count=count,
+                        timestamps_us=[round(i * 1e6 / fps) for i in range(count)])
+
+    def messages():
+        yield pb2.UploadMediaRequest(metadata=pb2.MediaMetadata(
+            session_id=session_id, name=os.path.basename(path), declared_size_bytes=size,
+            raw_frames=raw))
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(CHUNK_BYTES)
+                if not chunk:
+                    break
+                yield pb2.UploadMediaRequest(chunk=chunk)
+
+    return stub.UploadMedia(messages(), metadata=metadata, timeout=120)
+
+
 def ask(stub, pb2, session_id, question, metadata, echo):
     answer = []
     stats = None
@@ -98,6 +133,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", default="127.0.0.1:50051", help="server address")
     parser.add_argument("--video", help="a video file to upload first")
+    parser.add_argument("--raw-frames", help="a file of decoded RGB24 frames to upload first "
+                        "(with --width, --height, --fps; --stride when rows are padded)")
+    parser.add_argument("--width", type=int, default=0, help="raw frames: width in pixels")
+    parser.add_argument("--height", type=int, default=0, help="raw frames: height in pixels")
+    parser.add_argument("--fps", type=float, default=0, help="raw frames: frames per second")
+    parser.add_argument("--stride", type=int, default=0,
+                        help="raw frames: bytes per row (default 3 * width)")
     parser.add_argument("--question", action="append", default=[],
                         help="a question (repeat for several turns in one session)")
     parser.add_argument("--token", default=os.environ.get("FRAMEZIP_TOKEN", ""),
@@ -106,6 +148,8 @@ def main():
     args = parser.parse_args()
     if not args.question:
         args.question = ["What happens in the video?"]
+    if args.raw_frames and (args.width <= 0 or args.height <= 0 or args.fps <= 0):
+        parser.error("--raw-frames needs --width, --height and --fps")
 
     metadata = [("authorization", f"Bearer {args.token}")] if args.token else []
     with tempfile.TemporaryDirectory() as gen_dir:
@@ -117,9 +161,16 @@ def main():
         try:
             session = stub.CreateSession(pb2.CreateSessionRequest(), metadata=metadata,
                                          timeout=30)
+            uploads = []
             if args.video:
-                media = upload(stub, pb2, session.session_id, args.video, metadata)
-                print(json.dumps({"media_id": media.media_id, "duration_s": media.duration_seconds,
+                uploads.append(upload(stub, pb2, session.session_id, args.video, metadata))
+            if args.raw_frames:
+                uploads.append(upload_raw_frames(
+                    stub, pb2, session.session_id, args.raw_frames, args.width, args.height,
+                    args.fps, args.stride or 3 * args.width, metadata))
+            for media in uploads:
+                print(json.dumps({"media_id": media.media_id, "mime_type": media.mime_type,
+                                  "duration_s": media.duration_seconds,
                                   "frames": len(media.frame_timestamps),
                                   "visual_tokens": media.visual_tokens}), flush=True)
             turns = []

@@ -1,5 +1,5 @@
 // Starts the real framezip-server on 127.0.0.1:0 and checks the process contract: it serves
-// grpc.health.v1, and SIGTERM drains it to exit code 0.
+// grpc.health.v1, and SIGTERM drains it to exit code 0; and its binary loads no decoder library.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -97,6 +97,30 @@ TEST_CASE("framezip-server --device cuda without a usable GPU fails at start, sa
   REQUIRE(bad_code.has_value());
   CHECK(*bad_code == 2);
   CHECK_THAT(ReadLog(dir / "bad.log"), Catch::Contains("--device: 'gpu0'"));
+}
+
+// The shared libraries the dynamic loader maps for `binary` (ldd: the whole closure, not only its
+// own NEEDED entries), as ldd prints them.
+std::string SharedLibraries(const std::filesystem::path& binary, const std::filesystem::path& log) {
+  REQUIRE(testing::RunCommand({"ldd", binary.string()}, log) == 0);
+  return ReadLog(log);
+}
+
+TEST_CASE("framezip-server links no FFmpeg or OpenCV: decoding is the media worker's",
+          "[integration][server]") {
+  testing::TempDir dir;
+  const std::string server =
+      SharedLibraries(testing::BinaryDir() / "bin" / "framezip-server", dir / "server.ldd");
+  INFO("ldd framezip-server:\n" << server);
+  for (const char* library :
+       {"libavformat", "libavcodec", "libavutil", "libswscale", "libswresample", "libopencv_"}) {
+    CHECK_THAT(server, !Catch::Contains(library));
+  }
+  // The check sees these libraries where they are: the worker decodes, so it links them.
+  const std::string worker =
+      SharedLibraries(testing::BinaryDir() / "bin" / "framezip-media-worker", dir / "worker.ldd");
+  CHECK_THAT(worker, Catch::Contains("libavformat") && Catch::Contains("libavcodec") &&
+                         Catch::Contains("libswscale") && Catch::Contains("libopencv_imgcodecs"));
 }
 
 }  // namespace

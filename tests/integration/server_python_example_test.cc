@@ -1,5 +1,6 @@
 // The Python client example (examples/python/chat_client.py) against a real server process
-// (framezip-test-server: framezip-server's process over the test-double model). Runs on the
+// (framezip-test-server: framezip-server's process over the test-double model): a video, then
+// decoded RGB24 frames (ffmpeg's rawvideo output) uploaded without a container. Runs on the
 // project's .venv when it has grpcio and grpcio-tools, else on Debian's python3 with python3-grpcio
 // (scripts/install-deps.sh installs it; the stubs then come from protoc + grpc_python_plugin);
 // with neither it prints "SKIPPED: ..." and CTest reports the test as skipped, not passed.
@@ -68,6 +69,37 @@ TEST_CASE("the Python client example chats with the real server", "[integration]
   CHECK(summary["turns"][0]["answer"].get<std::string>().rfind("You said 'What moves?'", 0) == 0);
   CHECK(summary["turns"][0]["cached_tokens"].get<int>() == 0);
   CHECK(summary["turns"][1]["cached_tokens"].get<int>() > 0);
+
+  // Decoded RGB24 frames, as ffmpeg writes them, uploaded without a container.
+  REQUIRE(RunCommand({"ffmpeg", "-loglevel", "error", "-y", "-i", (dir / "clip.mp4").string(), "-f",
+                      "rawvideo", "-pix_fmt", "rgb24", (dir / "frames.rgb").string()},
+                     dir / "ffmpeg.log") == 0);
+  const int raw_code =
+      RunCommand({python, (SourceDir() / "examples" / "python" / "chat_client.py").string(),
+                  "--server", address, "--raw-frames", (dir / "frames.rgb").string(), "--width",
+                  "64", "--height", "48", "--fps", "10", "--question", "What moves?", "--quiet"},
+                 dir / "raw_client.log");
+  std::ifstream raw_in(dir / "raw_client.log");
+  std::string media_line;
+  std::string raw_last;
+  std::string raw_all;
+  while (std::getline(raw_in, line)) {
+    raw_all += line + "\n";
+    if (line.rfind("{\"media_id\"", 0) == 0) media_line = line;
+    if (line.rfind("{\"session_id\"", 0) == 0) raw_last = line;
+  }
+  INFO("raw-frames client output:\n" << raw_all);
+  REQUIRE(raw_code == 0);
+  REQUIRE_FALSE(media_line.empty());
+  const auto raw_media = nlohmann::json::parse(media_line);
+  CHECK(raw_media["mime_type"] == "video/x-raw-rgb24");
+  CHECK(raw_media["frames"].get<int>() > 0);
+  CHECK(raw_media["duration_s"].get<double>() == Approx(2.0).margin(1e-6));
+  REQUIRE_FALSE(raw_last.empty());
+  const auto raw_summary = nlohmann::json::parse(raw_last);
+  REQUIRE(raw_summary["turns"].size() == 1);
+  CHECK(raw_summary["turns"][0]["answer"].get<std::string>().rfind("You said 'What moves?'", 0) ==
+        0);
 
   REQUIRE(server->Signal(SIGTERM));
   const auto exit_code = server->Wait(20s);

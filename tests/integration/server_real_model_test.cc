@@ -23,6 +23,8 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kvstore/tiered_store.h"
+#include "media/media.h"
+#include "media/raw_frames.h"
 #include "server/engine_backend.h"
 #include "server/engine_factory.h"
 #include "server/media_backend_factory.h"
@@ -265,7 +267,6 @@ TEST_CASE("real model: a long prompt is prefilled in chunks, each step also deco
           "[integration][server]") {
   server::ServerConfig config = RealModelConfig();
   config.kvstore = "none";
-  config.media_isolation = "none";
   auto media = server::CreateMediaBackend(config);
   REQUIRE(media.ok());
   auto backend = server::EngineBackend::Load(config, *media);
@@ -371,6 +372,165 @@ TEST_CASE("real model: a 426x240 clip and a 2x2 clip decode in the workers and g
     // video's newline), not a server-side guess.
     CHECK(media.visual_tokens() == r.stats->visual_tokens_before_pruning());
   }
+}
+
+// Every frame of `clip` decoded to RGB24 by the media stage (identity preprocessing: the float
+// values are the bytes), as a client that decodes on its own would send them: rows padded to
+// `stride_bytes`, timestamps in microseconds.
+struct RgbFrames {
+  v1::RawFrames raw;
+  std::string pixels;
+};
+RgbFrames DecodeToRgb(const std::filesystem::path& clip, uint32_t row_padding) {
+  const media::MediaSource source =
+      media::MediaSource::FromFile(clip.parent_path(), clip.filename().string());
+  auto probed = media::ProbeMedia(source, {});
+  REQUIRE(probed.ok());
+  media::PreprocessSpec identity;
+  identity.resize = media::ResizeMode::kNone;
+  identity.rescale_factor = 1.0;
+  identity.mean = {0, 0, 0};
+  identity.std = {1, 1, 1};
+  const int n = static_cast<int>(probed->frame_count);
+  auto all = media::DecodeMedia(source, {.num_frames = n}, identity, {});
+  REQUIRE(all.ok());
+  const media::FrameBatch& fb = all->frames;
+  REQUIRE(fb.num_frames == n);
+  RgbFrames out;
+  out.raw.set_width(static_cast<uint32_t>(fb.width));
+  out.raw.set_height(static_cast<uint32_t>(fb.height));
+  out.raw.set_stride_bytes(static_cast<uint32_t>(3 * fb.width) + row_padding);
+  out.raw.set_frame_count(static_cast<uint32_t>(n));
+  for (int i = 0; i < n; ++i) {
+    out.raw.add_timestamps_us(std::llround(all->timestamps_s[i] * 1e6));
+    const size_t plane = static_cast<size_t>(fb.height) * fb.width;
+    for (int y = 0; y < fb.height; ++y) {
+      for (int x = 0; x < fb.width; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          const float v = fb.Frame(i)[c * plane + static_cast<size_t>(y) * fb.width + x];
+          out.pixels.push_back(static_cast<char>(static_cast<uint8_t>(v)));
+        }
+      }
+      out.pixels.append(row_padding, '\x33');
+    }
+  }
+  return out;
+}
+
+std::string NewSessionLike(ChatClient& client) {
+  v1::CreateSessionRequest request;
+  request.set_system_prompt("You are terse.");
+  request.mutable_frames()->set_num_frames(4);
+  request.mutable_sampling()->set_temperature(0);
+  request.mutable_sampling()->set_max_tokens(12);
+  v1::Session session;
+  REQUIRE(client.CreateSession(request, &session).error_message() == "");
+  return session.session_id();
+}
+
+TEST_CASE("real model: raw RGB24 frames answer as the video they were decoded from",
+          "[integration][server][e2e]") {
+  TempDir dir;
+  const server::ServerConfig config = RealModelConfig();
+  const std::string clip = MakeTestClip(dir.path(), 1.0);
+  const auto clip_path = dir.path() / "same.mp4";
+  { std::ofstream(clip_path, std::ios::binary) << clip; }
+  const RgbFrames rgb = DecodeToRgb(clip_path, /*row_padding=*/5);
+  auto server = StartRealServer(config);
+  ChatClient client(StubFor(*server));
+
+  v1::Media video_media;
+  const std::string video_session = NewVideoSession(client, clip, &video_media);
+  const TurnResult video_turn = client.Ask(video_session, "What moves?");
+  REQUIRE(video_turn.status.error_message() == "");
+  REQUIRE(video_turn.stats);
+  REQUIRE(video_turn.stats->generated_tokens() > 0);
+  REQUIRE(!video_turn.text.empty());
+
+  const std::string raw_session = NewSessionLike(client);
+  v1::Media raw_media;
+  const grpc::Status uploaded =
+      client.UploadRaw(raw_session, rgb.raw, rgb.pixels, &raw_media, std::nullopt, 1000);
+  REQUIRE(uploaded.error_message() == "");
+  CHECK(raw_media.kind() == v1::MEDIA_KIND_VIDEO);
+  CHECK(raw_media.mime_type() == "video/x-raw-rgb24");
+  CHECK(raw_media.codec() == "rawvideo");
+  CHECK(raw_media.width() == video_media.width());
+  CHECK(raw_media.height() == video_media.height());
+  CHECK(raw_media.duration_seconds() == Approx(video_media.duration_seconds()).margin(1e-6));
+  CHECK(raw_media.visual_tokens() == video_media.visual_tokens());
+  REQUIRE(raw_media.frame_timestamps_size() == video_media.frame_timestamps_size());
+  for (int i = 0; i < raw_media.frame_timestamps_size(); ++i) {
+    CHECK(raw_media.frame_timestamps(i) == Approx(video_media.frame_timestamps(i)).margin(1e-9));
+  }
+
+  // The same pixels give the same (greedy) answer from the same prompt.
+  const TurnResult raw_turn = client.Ask(raw_session, "What moves?");
+  REQUIRE(raw_turn.status.error_message() == "");
+  REQUIRE(raw_turn.stats);
+  CHECK(raw_turn.stats->prompt_tokens() == video_turn.stats->prompt_tokens());
+  CHECK(raw_turn.text == video_turn.text);
+  // Turn 2 reuses turn 1's KV as for a video.
+  const TurnResult raw_turn2 = client.Ask(raw_session, "And then?");
+  REQUIRE(raw_turn2.status.error_message() == "");
+  CHECK(raw_turn2.stats->cached_tokens() >= raw_turn.stats->prompt_tokens());
+  CHECK(raw_turn2.stats->prefilled_tokens() < 20);
+  // The same frames sent again are the same media (content hash: the KV store's identity).
+  v1::Media again;
+  REQUIRE(client.UploadRaw(NewSessionLike(client), rgb.raw, rgb.pixels, &again).ok());
+  CHECK(again.content_hash() == raw_media.content_hash());
+
+  // Generate with inline raw frames answers as with the inline video.
+  v1::GenerateRequest with_video = FreshHistory(clip, video_turn.text);
+  v1::GenerateRequest with_raw = with_video;
+  v1::InlineMedia* inline_raw = with_raw.mutable_media(0);
+  inline_raw->clear_mime_type();
+  *inline_raw->mutable_raw_frames() = rgb.raw;
+  inline_raw->set_data(rgb.pixels);
+  const TurnResult g_video = client.Generate(with_video);
+  const TurnResult g_raw = client.Generate(with_raw);
+  REQUIRE(g_video.status.error_message() == "");
+  REQUIRE(g_raw.status.error_message() == "");
+  CHECK(!g_video.text.empty());
+  CHECK(g_raw.text == g_video.text);
+
+  // Through the sandboxed media workers, with the model's frame size and normalisation, the
+  // preprocessed frames are bit for bit the video's.
+  v1::ModelInfo info;
+  {
+    grpc::ClientContext context;
+    REQUIRE(StubFor(*server)->GetModelInfo(&context, {}, &info).ok());
+  }
+  media::PreprocessSpec spec;
+  spec.height = spec.width = static_cast<int>(info.vision().image_size());
+  for (int c = 0; c < 3; ++c) {
+    spec.mean[c] = info.vision().image_mean(c);
+    spec.std[c] = info.vision().image_std(c);
+  }
+  media::RawFrames description;
+  description.width = rgb.raw.width();
+  description.height = rgb.raw.height();
+  description.stride_bytes = rgb.raw.stride_bytes();
+  description.frame_count = rgb.raw.frame_count();
+  description.timestamps_us.assign(rgb.raw.timestamps_us().begin(), rgb.raw.timestamps_us().end());
+  const auto raw_path = dir.path() / "same.rgb24";
+  {
+    std::ofstream(raw_path, std::ios::binary)
+        << media::EncodeRawFramesHeader(description) << rgb.pixels;
+  }
+  auto workers = server::CreateMediaBackend(config);
+  REQUIRE(workers.ok());
+  const media::FrameSamplingSpec sampling{.num_frames = 4};
+  auto from_video =
+      (*workers)->Decode(media::MediaSource::FromFile(dir.path(), "same.mp4"), sampling, spec, {});
+  auto from_raw = (*workers)->Decode(media::MediaSource::FromFile(dir.path(), "same.rgb24"),
+                                     sampling, spec, {});
+  REQUIRE(from_video.ok());
+  INFO(MessageOf(from_raw.status()));
+  REQUIRE(from_raw.ok());
+  CHECK(from_raw->frames.num_frames == 4);
+  CHECK(from_raw->frames.height == from_video->frames.height);
+  CHECK(from_raw->frames.data == from_video->frames.data);
 }
 
 TEST_CASE("real model: a prompt past the context is refused before any prefill",
@@ -583,7 +743,6 @@ TEST_CASE("real model: a batch item the KV pool cannot serve fails alone, the ot
           "[integration][server]") {
   server::ServerConfig config = RealModelConfig();
   config.kvstore = "none";
-  config.media_isolation = "none";
   const uint32_t chunk = 16;
   // With room to spare: the KV after A's start, and what B's first chunk adds (a page a layer).
   uint64_t after_a = 0, b_first_chunk = 0;

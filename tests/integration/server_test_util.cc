@@ -105,6 +105,27 @@ grpc::Status ChatClient::Upload(const std::string& session_id, const std::string
   return writer->Finish();
 }
 
+grpc::Status ChatClient::UploadRaw(const std::string& session_id, const v1::RawFrames& raw,
+                                   const std::string& pixels, v1::Media* media,
+                                   std::optional<uint64_t> declared, size_t chunk_bytes) {
+  grpc::ClientContext context;
+  Prepare(context);
+  auto writer = stub_->UploadMedia(&context, media);
+  v1::UploadMediaRequest first;
+  first.mutable_metadata()->set_session_id(session_id);
+  first.mutable_metadata()->set_name("frames");
+  *first.mutable_metadata()->mutable_raw_frames() = raw;
+  first.mutable_metadata()->set_declared_size_bytes(declared ? *declared : pixels.size());
+  bool ok = writer->Write(first);
+  for (size_t off = 0; ok && off < pixels.size(); off += chunk_bytes) {
+    v1::UploadMediaRequest chunk;
+    chunk.set_chunk(pixels.substr(off, chunk_bytes));
+    ok = writer->Write(chunk);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 TurnResult ChatClient::Chat(const v1::ChatRequest& request,
                             std::function<void(grpc::ClientContext&, int)> on_delta,
                             std::optional<std::chrono::milliseconds> timeout) {

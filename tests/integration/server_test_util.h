@@ -63,6 +63,12 @@ class ChatClient {
   grpc::Status Upload(const std::string& session_id, const std::string& bytes, v1::Media* media,
                       std::optional<uint64_t> declared = std::nullopt,
                       size_t chunk_bytes = 64 * 1024, const std::string& mime = "video/mp4");
+  // Uploads decoded frames: metadata.raw_frames = `raw`, declared size = pixels' size (or
+  // `declared`), the pixels in chunks of `chunk_bytes`.
+  grpc::Status UploadRaw(const std::string& session_id, const v1::RawFrames& raw,
+                         const std::string& pixels, v1::Media* media,
+                         std::optional<uint64_t> declared = std::nullopt,
+                         size_t chunk_bytes = 64 * 1024);
   // Runs a Chat to the end. `on_delta` (optional) sees each delta and may cancel `context`.
   TurnResult Chat(const v1::ChatRequest& request,
                   std::function<void(grpc::ClientContext&, int delta_index)> on_delta = {},

@@ -386,6 +386,135 @@ TEST_CASE("upload limits: the server-wide buffer and the idle timeout", "[integr
   CHECK(client.Upload(session, MakeTestClip(dir.path()), &media).ok());
 }
 
+// `frames` frames of width x height with rows padded by `padding` bytes: a colour per frame.
+v1::RawFrames RawLayout(uint32_t width, uint32_t height, uint32_t padding, uint32_t frames) {
+  v1::RawFrames raw;
+  raw.set_width(width);
+  raw.set_height(height);
+  raw.set_stride_bytes(3 * width + padding);
+  raw.set_frame_count(frames);
+  for (uint32_t i = 0; i < frames; ++i) raw.add_timestamps_us(int64_t{i} * 40'000);
+  return raw;
+}
+std::string RawPixels(const v1::RawFrames& raw) {
+  std::string pixels;
+  for (uint32_t i = 0; i < raw.frame_count(); ++i) {
+    for (uint32_t y = 0; y < raw.height(); ++y) {
+      for (uint32_t b = 0; b < raw.stride_bytes(); ++b)
+        pixels.push_back(static_cast<char>(i * 40 + b));
+    }
+  }
+  return pixels;
+}
+
+TEST_CASE("raw-frame uploads: accepted, wrong fields refused naming them, the buffer cap holds",
+          "[integration][server]") {
+  server::ServerConfig config = TestConfig();
+  config.max_upload_buffer_bytes = 1 << 20;
+  config.upload_idle_timeout_seconds = 1;
+  InProcessServer server(config);
+  ChatClient client(server.Stub());
+  const std::string session = client.NewSession();
+
+  const v1::RawFrames raw = RawLayout(32, 24, 4, 6);
+  v1::Media media;
+  const grpc::Status ok = client.UploadRaw(session, raw, RawPixels(raw), &media);
+  REQUIRE(ok.error_message() == "");
+  CHECK(media.kind() == v1::MEDIA_KIND_VIDEO);
+  CHECK(media.mime_type() == "video/x-raw-rgb24");
+  CHECK(media.container() == "rgb24-frames");
+  CHECK(media.width() == 32);
+  CHECK(media.height() == 24);
+  CHECK(media.duration_seconds() == Approx(0.24));
+  CHECK(media.frame_timestamps_size() > 0);
+  CHECK(client.Ask(session, "What is shown?").status.ok());
+
+  struct Refusal {
+    const char* what;
+    v1::RawFrames raw;
+    std::optional<uint64_t> declared;
+    const char* field;
+  };
+  v1::RawFrames narrow = raw;
+  narrow.set_stride_bytes(95);
+  v1::RawFrames backwards = raw;
+  backwards.set_timestamps_us(3, 40'000);
+  v1::RawFrames negative = raw;
+  negative.set_timestamps_us(0, -1);
+  v1::RawFrames counted = raw;
+  counted.set_frame_count(7);
+  v1::RawFrames empty = raw;
+  empty.set_width(0);
+  const Refusal refusals[] = {
+      {"stride below a row", narrow, std::nullopt, "metadata.raw_frames.stride_bytes"},
+      {"timestamps that go back", backwards, std::nullopt, "metadata.raw_frames.timestamps_us[3]"},
+      {"a negative timestamp", negative, std::nullopt, "metadata.raw_frames.timestamps_us[0]"},
+      {"more frames than timestamps", counted, std::nullopt, "metadata.raw_frames.timestamps_us"},
+      {"zero width", empty, std::nullopt, "metadata.raw_frames.width"},
+      {"a size off by one", raw, RawPixels(raw).size() - 1, "metadata.declared_size_bytes"},
+  };
+  for (const Refusal& r : refusals) {
+    INFO(r.what);
+    const grpc::Status s = client.UploadRaw(session, r.raw, RawPixels(raw), &media, r.declared);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::StartsWith(r.field));
+  }
+  // Fewer pixel bytes sent than the layout needs.
+  const std::string pixels = RawPixels(raw);
+  const grpc::Status short_upload =
+      client.UploadRaw(session, raw, pixels.substr(0, pixels.size() - 3), &media, pixels.size());
+  CHECK(short_upload.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(short_upload.error_message(), Catch::Contains("declared_size_bytes"));
+
+  // Generate's inline frames: the data's length is checked against the layout.
+  v1::GenerateRequest generate;
+  v1::InlineMedia* inline_media = generate.add_media();
+  inline_media->set_media_id("frames");
+  *inline_media->mutable_raw_frames() = raw;
+  inline_media->set_data(pixels + "x");
+  v1::Message* user = generate.add_messages();
+  user->set_role(v1::ROLE_USER);
+  user->add_content()->set_media_id("frames");
+  user->add_content()->set_text("What is shown?");
+  const TurnResult bad_inline = client.Generate(generate);
+  CHECK(bad_inline.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(bad_inline.status.error_message(), Catch::StartsWith("media[0].data"));
+  inline_media->set_data(pixels);
+  CHECK(client.Generate(generate).status.error_message() == "");
+
+  // Hostile: 8192 x 8192 x 65536 frames (13 PB) is refused from the metadata, before a chunk.
+  const double before = RssMiB();
+  v1::RawFrames huge = RawLayout(8192, 8192, 0, 65536);
+  const grpc::Status over = client.UploadRaw(session, huge, std::string(4096, 'z'), &media,
+                                             uint64_t{8192} * 3 * 8192 * 65536);
+  CHECK(over.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(over.error_message(), Catch::Contains("metadata.declared_size_bytes"));
+  CHECK(RssMiB() - before < 64);
+
+  // Raw uploads share the server-wide upload buffer with containers: one that declares 900 KiB
+  // and stalls holds it until its idle timeout, and a second does not fit meanwhile.
+  const v1::RawFrames big = RawLayout(320, 240, 0, 4);  // 921600 bytes
+  grpc::ClientContext stalled_context;
+  stalled_context.set_deadline(std::chrono::system_clock::now() + 30s);
+  v1::Media stalled_media;
+  auto stalled = server.Stub()->UploadMedia(&stalled_context, &stalled_media);
+  v1::UploadMediaRequest first;
+  first.mutable_metadata()->set_session_id(session);
+  *first.mutable_metadata()->mutable_raw_frames() = big;
+  first.mutable_metadata()->set_declared_size_bytes(921600);
+  REQUIRE(stalled->Write(first));
+  v1::UploadMediaRequest chunk;
+  chunk.set_chunk(std::string(1024, 'x'));
+  REQUIRE(stalled->Write(chunk));
+  std::this_thread::sleep_for(200ms);
+  const v1::RawFrames second = RawLayout(160, 120, 0, 4);  // 230400 bytes
+  const grpc::Status refused = client.UploadRaw(session, second, RawPixels(second), &media);
+  CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(refused.error_message(), Catch::Contains("max_upload_buffer_bytes"));
+  CHECK(stalled->Finish().error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(client.UploadRaw(session, second, RawPixels(second), &media).error_message() == "");
+}
+
 TEST_CASE("an upload racing DeleteSession ends NOT_FOUND, never INTERNAL",
           "[integration][server]") {
   TempDir dir;

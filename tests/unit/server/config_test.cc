@@ -49,6 +49,13 @@ TEST_CASE("config errors name the key or flag", "[unit][server]") {
 
   auto missing = LoadServerConfig({"--config", (dir / "missing.yaml").string()});
   CHECK_FALSE(missing.ok());
+
+  // The server links no decoder: in-process decoding is refused with the reason.
+  auto in_process = LoadServerConfig({"--media-isolation", "none"});
+  REQUIRE_FALSE(in_process.ok());
+  CHECK_THAT(std::string(in_process.status().message()),
+             Catch::Contains("--media-isolation") && Catch::Contains("framezip-media-worker"));
+  CHECK(LoadServerConfig({"--media-isolation", "process"}).ok());
 }
 
 TEST_CASE("--help documents every setting", "[unit][server]") {
