@@ -1,6 +1,6 @@
 // Pins of active sessions on blocks: a pinned block is never evicted (host or disk tier) until
 // every session's pin on it is removed or has expired. Pins expire so a crashed or forgetful
-// client cannot hold memory forever (SGLang-style TTL pins, PEERS.md §5C).
+// client cannot hold memory forever (as SGLang's TTL pins of its hierarchical cache).
 //
 // Thread-safe (one internal mutex). Tiers call IsPinned with their own lock held; PinTable never
 // calls out, so the lock order is always tier -> pin table.

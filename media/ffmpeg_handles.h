@@ -1,5 +1,5 @@
-// RAII for every FFmpeg handle the media stage uses (STYLE.md §4.4): unique_ptr with deleter
-// structs, as ggml-cpp.h does for ggml's handles. Internal to media/.
+// RAII for every FFmpeg handle the media stage uses (docs/DEVELOPING.md §4): unique_ptr with
+// deleter structs, as ggml-cpp.h does for ggml's handles. Internal to media/.
 #pragma once
 
 #include <memory>

@@ -71,7 +71,7 @@ enum class ResizeMode {
 };
 enum class Interpolation { kBicubic, kBilinear, kNearest };
 
-// Whose resampling arithmetic to reproduce (MODELS.md §2.1.6). All use the antialiased
+// Whose resampling arithmetic to reproduce (docs/models.md §2.1.6). All use the antialiased
 // separable kernels (a = -0.5 cubic, support scaled when downscaling), horizontal pass first:
 //  - kTorchvision: torch's native uint8 CPU kernel, which torchvision >= 0.17 runs for uint8
 //    images with bicubic/bilinear on CPU (transformers' default "torchvision" image processors
@@ -94,7 +94,7 @@ struct PreprocessSpec {
   Interpolation interpolation = Interpolation::kBicubic;
   Resampler resampler = Resampler::kTorchvision;
   // Pad to a square canvas of this colour before resizing, image centred at (max - min) / 2
-  // (LLaVA's single-tile path, MODELS.md §2.1.4).
+  // (LLaVA's single-tile path, docs/models.md §2.1.4).
   bool pad_to_square = false;
   std::array<uint8_t, 3> pad_rgb = {127, 127, 127};
   // Center crop after resizing; 0 = none. Offsets are floor((size - crop) / 2) (transformers).

@@ -1,5 +1,5 @@
 // Antialiased separable resampling of RGB images that reproduces, value for value, what the
-// Hugging Face processors compute (MODELS.md §2.1.6); see Resampler in media_types.h for the
+// Hugging Face processors compute (docs/models.md §2.1.6); see Resampler in media_types.h for the
 // three arithmetics. Bicubic uses a = -0.5 (support 2), bilinear the triangle filter (support 1);
 // when downscaling the support grows by the scale factor (antialiasing). Nearest follows each
 // library's rule.

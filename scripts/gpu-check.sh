@@ -518,7 +518,8 @@ run_sanitizer() {
 }
 
 # `framezip bench gpu --json` and torch_peer.py: the JSON objects (their last lines) go to their
-# files, the readable lines to this log. Then dense prefill vs torch SDPA (issue 9: >= 0.5x).
+# files, the readable lines to this log. Then dense prefill vs torch SDPA (target >= 0.5x,
+# docs/architecture.md §8).
 run_benchmarks() {
   local ok=0 t0 rc extra=()
   [ "$quick" = 1 ] && extra=(--quick)

@@ -1,4 +1,4 @@
-// The one place where a framezip::Status becomes a grpc::Status (STYLE.md §4.3.6). Every code is
+// The one place where a framezip::Status becomes a grpc::Status (docs/DEVELOPING.md §3). Codes are
 // mapped by an exhaustive switch, and the message is passed through unchanged: it was written for
 // the client (it names the field or input at fault, never a server path).
 #pragma once

@@ -2,8 +2,8 @@
 // the conversation, decode and encode its media, restore the session's cached prefix), then run
 // engine steps that mix prefill chunks and decode tokens of many sequences in one batch.
 //
-// The real implementation adapts engine/runtime (server/engine_backend.*, once the engine lands);
-// tests use a deterministic double (tests/testing/fake_model_backend.h).
+// The real implementation is EngineBackend (server/engine_backend.h) over engine/runtime; the
+// server's tests use a deterministic double (tests/integration/server_fake_model_backend.h).
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,10 @@
 // The server's view of the engine: submit a turn, receive its text deltas and final stats through
-// callbacks, cancel it, free a session's KV. The gRPC layer (server/video_chat_service.h) uses
-// only this interface, so it is tested with a deterministic test double behind the real
-// scheduler, and runs the real engine unchanged once engine/runtime lands.
+// callbacks, cancel it, free a session's KV. The gRPC layer (server/video_chat_service.h,
+// service_core.h) uses only this interface, so its tests run the real scheduler over a
+// deterministic ModelBackend double (tests/integration/server_fake_model_backend.h).
 //
-// The implementation the server ships is BatchScheduler (server/batch_scheduler.h): continuous
-// batching over a ModelBackend (server/model_backend.h).
+// framezip-server runs BatchScheduler (server/batch_scheduler.h, continuous batching) over the
+// real engine's EngineBackend, or UnavailableEngine without a model (server/engine_factory.h).
 #pragma once
 
 #include <array>

@@ -10,7 +10,7 @@
 namespace framezip::server {
 namespace {
 
-// Runs a unary handler body, turning escaped exceptions into INTERNAL (STYLE.md §4.3.3).
+// Runs a unary handler body, turning escaped exceptions into INTERNAL (docs/DEVELOPING.md §3).
 template <typename Body>
 Status Guard(const char* rpc, const std::string& request_id, Body&& body) {
   try {

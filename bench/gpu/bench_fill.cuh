@@ -1,5 +1,5 @@
 // Device-side input generators for `framezip bench gpu` (deterministic in the seed, never zeros:
-// METHOD.md — zeros time faster than real data and hide unwritten outputs).
+// zeros time faster than real data and hide unwritten outputs; docs/DEVELOPING.md §5).
 #pragma once
 
 #include <cuda_runtime.h>

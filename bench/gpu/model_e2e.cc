@@ -55,7 +55,7 @@ bool Ok(const Status& s, const char* what) {
   return false;
 }
 
-// LLaVA-OneVision's tower: SigLIP-so400m-patch14-384 as OV runs it (26 layers, MODELS.md §1).
+// LLaVA-OneVision's tower: SigLIP-so400m-patch14-384 with OV's 26 layers (docs/models.md §1.1).
 engine::model::VisionConfig SiglipSo400m() {
   engine::model::VisionConfig c;
   c.arch = engine::model::VisionArch::kSiglip;

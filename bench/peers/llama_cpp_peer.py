@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""framezip's CPU engine beside llama.cpp on the same model shape, in one run (issue 26).
+"""framezip's CPU engine beside llama.cpp on the same model shape, in one run.
 
 llama.cpp comes from PyPI: llama-cpp-python builds the llama.cpp it vendors, with its own CPU
 feature detection; `gguf` (llama.cpp's own writer) writes a GGUF of Qwen2-0.5B's shape (hidden 896,

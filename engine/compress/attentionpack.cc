@@ -101,7 +101,8 @@ void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_pr
     std::fill(value_ranks.begin(), value_ranks.end(), static_cast<uint16_t>(full_rank));
     return;
   }
-  // The top fraction by importance at full rank, the rest at a quarter of it (§2.3's F = 2).
+  // The top fraction by importance at full rank, the rest at a quarter of it (F = 2 in
+  // docs/methods.md §2.3).
   const size_t top =
       std::min(n, static_cast<size_t>(std::ceil(options_.top_fraction * static_cast<double>(n))));
   const auto full = static_cast<uint16_t>(full_rank);

@@ -1,5 +1,5 @@
 // CompressionPolicy: the hook through which KV-compression methods (ZipVL, AttentionPack,
-// Dynamic-LLaVA, FastV, KIVI — later issues) steer what the decoder keeps in the KV cache.
+// Dynamic-LLaVA, FastV, KIVI; docs/methods.md) steer what the decoder keeps in the KV cache.
 //
 // One policy object per sequence (it may keep per-sequence state: accumulated attention scores,
 // kept index sets). The decoder calls it:
@@ -195,9 +195,9 @@ class CompressionPolicy {
     return absl::OkStatus();
   }
 
-  // Decode residual window (ZipVL §1.2, KIVI's R): decode tokens are stored as kv::kFull; once a
-  // layer holds ResidualWindow() of them, the decoder asks ClassifyResidual for their classes and
-  // recompresses them into the class formats. 0 = never recompress.
+  // Decode residual window (docs/methods.md §1.2, KIVI's R): decode tokens are stored as
+  // kv::kFull; once a layer holds ResidualWindow() of them, the decoder asks ClassifyResidual for
+  // their classes and recompresses them into the class formats. 0 = never recompress.
   virtual int ResidualWindow() const { return 0; }
 
   // AttentionPack's recompression (docs/methods.md §2.2 item 7, T_p): a spec instead moves the

@@ -2,7 +2,7 @@
 // ECC, ...) leaves the CUDA context unusable until the process restarts (the runtime's own
 // documentation: "any further CUDA work will return the same error"), so the first one flips
 // this flag; the server's health check reads it, reports NOT_SERVING, stops admitting requests and
-// lets the orchestrator restart the pod (STYLE.md §4.3 item 5).
+// lets the orchestrator restart the pod (docs/DEVELOPING.md §3 item 5).
 //
 // The flag only ever goes from healthy to unhealthy: nothing in a process can make a poisoned CUDA
 // context usable again. Thread-safe: any thread may mark, any thread may read.

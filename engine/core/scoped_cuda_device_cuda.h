@@ -1,5 +1,5 @@
 // Makes a CUDA device current for a scope and restores the previous one (for *_cuda.cc files in
-// engine/core only; it includes the CUDA runtime). STYLE.md §4.4: device selection happens in
+// engine/core only; it includes the CUDA runtime). docs/DEVELOPING.md §4: the device is chosen in
 // scoped guards, never as a lasting global change.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Sampler: picks the next token from a row of logits the way HF `generate` does (MODELS.md §8).
+// Sampler: picks the next token from a row of logits as HF `generate` does (docs/models.md §8).
 //
 // Order of operations (transformers' logits processors, then warpers):
 //   1. repetition_penalty (≠ 1): for every distinct token already in the sequence (prompt and

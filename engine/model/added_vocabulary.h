@@ -1,5 +1,5 @@
 // Added tokens of a tokenizer.json ("added_tokens": special and user-added tokens), found in text
-// before normalization and pre-tokenization (MODELS.md §6.2 step 1), as huggingface tokenizers'
+// before normalization and pre-tokenization (docs/models.md §6.2 step 1), as HF tokenizers'
 // AddedVocabulary does: leftmost-longest matching (Aho-Corasick LeftmostLongest semantics) with
 // the single_word / lstrip / rstrip flags; tokens with normalized=true are matched on the
 // normalized text instead. Immutable after construction; thread-safe.

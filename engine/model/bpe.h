@@ -1,4 +1,4 @@
-// The BPE model of a tokenizer.json (MODELS.md §6.1, §6.4), as huggingface tokenizers runs it:
+// The BPE model of a tokenizer.json (docs/models.md §6.1, §6.4), as huggingface tokenizers runs it:
 // split a pre-tokenized piece into characters, then repeatedly merge the adjacent pair with the
 // lowest merge rank (leftmost on ties) until no pair has a merge. Merges may be given as
 // "a b" strings or ["a", "b"] pairs; rank = position in the list. ignore_merges emits a piece

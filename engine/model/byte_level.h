@@ -1,4 +1,4 @@
-// GPT-2 byte-level alphabet and UTF-8 helpers used by the tokenizer (MODELS.md §6.3).
+// GPT-2 byte-level alphabet and UTF-8 helpers used by the tokenizer (docs/models.md §6.3).
 //
 // Byte-level BPE works on a string where every byte of the UTF-8 input is replaced by one
 // printable code point: bytes 0x21–0x7E, 0xA1–0xAC and 0xAE–0xFF map to themselves, the other 68

@@ -154,7 +154,7 @@ StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages
     if (msg.role.empty()) return InvalidArgumentError("chat message {} has no role", m);
     if (kind_ == ChatTemplateKind::kLlavaOnevision) {
       out += "<|im_start|>" + msg.role + "\n";
-      // Images first, then videos, then all text, whatever the item order (MODELS.md §2.4).
+      // Images first, then videos, then all text, whatever the item order (docs/models.md §2.4).
       for (const ChatContent& c : msg.content) {
         if (c.type == ChatContent::Type::kImage) out += "<image>\n";
       }

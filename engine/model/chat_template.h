@@ -1,4 +1,4 @@
-// Chat templates and visual-placeholder expansion (MODELS.md §2.3, §2.4).
+// Chat templates and visual-placeholder expansion (docs/models.md §2.3, §2.4).
 //
 // There is no Jinja engine here: a model's template source (chat_template.jinja,
 // chat_template.json or tokenizer_config.json "chat_template") is RECOGNISED by comparing it,

@@ -460,7 +460,7 @@ StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text, std::string_v
     FZ_RETURN_IF_ERROR(RequirePositive(c.spatial_pool_stride, "spatial_pool_stride", at));
   }
 
-  // Tying (MODELS.md §1.1): text_config decides; v5 also honours a top-level true.
+  // Tying (docs/models.md §1.1): text_config decides; v5 also honours a top-level true.
   FZ_ASSIGN_OR_RETURN(bool top_tie, BoolOr(root, "tie_word_embeddings", false, at));
   c.tie_word_embeddings = c.text.tie_word_embeddings || top_tie;
 

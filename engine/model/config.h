@@ -2,7 +2,7 @@
 // text_config and a vision_config), generation_config.json / tokenizer_config.json (special token
 // ids) and preprocessor_config.json (image normalisation).
 //
-// Contract (MODELS.md §1.1, §3, §4):
+// Contract (docs/models.md §1.1, §3, §4):
 // - Every field the forward pass needs is resolved here, with the published transformers class
 //   default when config.json leaves it out, so engine code never looks at JSON.
 // - Supported wrappers: model_type "llava_onevision" (full), "llava" and "llava_next_video"
@@ -165,7 +165,7 @@ struct LlavaConfig {
   std::string spatial_pool_mode;
   int64_t spatial_pool_stride = 0;
 
-  // MODELS.md §1.1: the head is tied iff text_config.tie_word_embeddings is true (v4 reads the
+  // docs/models.md §1.1: the head is tied iff text_config.tie_word_embeddings is true (v4 reads the
   // text config; v5 forwards it to the top level). A top-level true also ties (v5 semantics).
   bool tie_word_embeddings = false;
   std::string torch_dtype;  // "float16", "bfloat16", ... (informational; weights carry dtype)
@@ -177,7 +177,7 @@ struct LlavaConfig {
   }
 };
 
-// Image preprocessing constants (preprocessor_config.json), MODELS.md §2.1.
+// Image preprocessing constants (preprocessor_config.json), docs/models.md §2.1.
 struct PreprocessorConfig {
   std::string image_processor_type;  // "LlavaOnevisionImageProcessor", "CLIPImageProcessor", ...
   bool do_resize = true;

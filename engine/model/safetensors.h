@@ -1,4 +1,4 @@
-// safetensors reader (mmap, zero-copy) and a small writer, MODELS.md §7.
+// safetensors reader (mmap, zero-copy) and a small writer, docs/models.md §7.
 //
 // File layout: u64 little-endian header length N (≤ 100,000,000), N bytes of JSON
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then the

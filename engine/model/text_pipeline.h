@@ -1,4 +1,4 @@
-// The normalizer, pre-tokenizer and post-processor stages of a tokenizer.json (MODELS.md §6.2),
+// The normalizer, pre-tokenizer and post-processor stages of tokenizer.json (docs/models.md §6.2),
 // parsed from their JSON objects and applied exactly as huggingface tokenizers does.
 //
 // Supported (everything Qwen2 / Llama-3 / GPT-2 style byte-level files use):

@@ -1,5 +1,5 @@
 // Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json, producing the same ids as
-// huggingface tokenizers (MODELS.md §6):
+// huggingface tokenizers (docs/models.md §6):
 //   1. added tokens (normalized=false) are cut out of the raw text, leftmost-longest;
 //   2. each remaining piece is normalized (NFC for Qwen2), then normalized=true added tokens are
 //      cut out of it;

@@ -1,7 +1,7 @@
 // Weight binding: maps the tensors of a model directory onto the canonical names of the module
-// tree of LlavaOnevisionForConditionalGeneration (MODELS.md §5) and checks them against the config.
+// tree of LlavaOnevisionForConditionalGeneration (docs/models.md §5), checking them against config.
 //
-// Canonical names (MODELS.md §5.2, the module tree of transformers ≥ 4.52):
+// Canonical names (docs/models.md §5.2, the module tree of transformers ≥ 4.52):
 //   model.language_model.{embed_tokens.weight, layers.N.*, norm.weight}, lm_head.weight,
 //   model.vision_tower.vision_model.{embeddings.*, pre_layrnorm.*, encoder.layers.N.*,
 //   post_layernorm.*}, model.multi_modal_projector.linear_{1,2}.{weight,bias}, model.image_newline.
@@ -18,7 +18,7 @@
 // the config implies. The first problem is returned as INVALID_ARGUMENT naming the canonical
 // tensor: "missing tensor model.language_model.layers.3.self_attn.q_proj.weight",
 // "tensor X has shape [a, b], expected [c, d]".
-// Tying (MODELS.md §1.1, §5.3): when config.tie_word_embeddings, lm_head.weight IS
+// Tying (docs/models.md §1.1, §5.3): when config.tie_word_embeddings, lm_head.weight IS
 // embed_tokens.weight (a stored lm_head tensor is ignored).
 //
 // Tensors stay in their stored dtype and are zero-copy views over the mmapped files (see

@@ -1,6 +1,6 @@
 // BilinearResize: PyTorch's F.interpolate(mode="bilinear", align_corners=False, antialias=False)
 // with an explicit output size, as LLaVA-OneVision uses it for 2x2 video pooling (27x27 -> 14x14)
-// and for the anyres shrink (MODELS.md §1.4 step 5, §1.5 step 3, §1.8).
+// and for the anyres shrink (docs/models.md §1.4 step 4, §1.5 step 2, §1.8).
 //
 // Per axis with input size `in` and output size `out`: scale = float(in) / out;
 // src = max(scale * (d + 0.5) - 0.5, 0); i0 = min(floor(src), in - 1); i1 = i0 + 1 if i0 < in - 1

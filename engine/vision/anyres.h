@@ -1,6 +1,6 @@
 // Geometry of LLaVA-OneVision's "anyres" image path (single-image samples), as transformers'
 // select_best_resolution / get_anyres_image_grid_shape / unpad_image / pack_image_features
-// compute it, MODELS.md §1.4 and §2.1.2. Pure arithmetic: no tensors.
+// compute it, docs/models.md §1.4 and §2.1.2. Pure arithmetic: no tensors.
 //
 // For an original image of (height, width):
 //   1. canvas = select_best_resolution((height, width), image_grid_pinpoints)  (pinpoints (h, w))

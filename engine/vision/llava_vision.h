@@ -1,7 +1,7 @@
 // The visual token embeddings LLaVA merges into the prompt: what
 // LlavaOnevisionModel.get_video_features / get_image_features (+ the newline handling of forward
-// and pack_image_features) produce, MODELS.md §1.3-§1.5. The result rows replace, in order, the
-// <video> / <image> placeholder tokens of the prompt (the LLM casts them to its dtype).
+// and pack_image_features) produce, docs/models.md §1.3-§1.5. The result rows replace, in order,
+// the <video> / <image> placeholder tokens of the prompt (the LLM casts them to its dtype).
 //
 // Supported:
 //   - Video (llava_onevision): per frame tower -> projector -> bilinear 2x2 pooling
@@ -9,14 +9,17 @@
 //     frame-major -> ONE image_newline at the end of the video: F·ceil(G/2)² + 1 tokens
 //     (196·F + 1 for SigLIP-384/14). llava_next_video's average/max pooling is UNIMPLEMENTED.
 //   - Image at base resolution (one 384x384 tile): tower -> projector -> image_newline appended
-//     once when the model has one: 729 + 1 = 730 tokens for OV (MODELS.md §1.4 case B, what OV
+//     once when the model has one: 729 + 1 = 730 tokens for OV (docs/models.md §1.4 case B, what OV
 //     does for images of multi-image samples), 576 for LLaVA-1.5 (CLIP, "default", no newline).
-//   - Image with anyres (OV single-image samples, MODELS.md §1.4 case A): base tile features
+//   - Image with anyres (OV single-image samples, docs/models.md §1.4 case A): base tile features
 //     (729, no newline) then the tiles' grid, unpadded to the original aspect ratio, shrunk
 //     bilinearly when larger than anyres_max tiles' worth, with a newline ending every row
 //     (EncodeImageAnyres; geometry in anyres.h). The tiles themselves come from the processor
 //     (media/), which must use the same pinpoints.
-// All functions are CPU-only, thread-compatible (no shared state), and return f32.
+// Pixels in and features out are f32 host tensors. The tower and the projector run on the device
+// their weights are on (a GPU when the runtime copied them there: VisionTowerWeightsOn,
+// ProjectorWeightsOn); pooling, unpadding and newlines run on the CPU. Thread-compatible (no
+// shared state).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +55,7 @@ StatusOr<Tensor> EncodeImagesBaseResolution(const model::LlavaConfig& config,
                                             const VisionRunOptions& options = {});
 
 // Placeholder tokens of one anyres image of original (height, width): 729 + out_h·(out_w + 1)
-// (the processor's expansion, MODELS.md §2.3; e.g. 899x1024 -> 6551).
+// (the processor's expansion, docs/models.md §2.3; e.g. 899x1024 -> 6551).
 StatusOr<int64_t> AnyresImageTokenCount(const model::LlavaConfig& config, int64_t height,
                                         int64_t width);
 

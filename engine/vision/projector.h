@@ -1,6 +1,6 @@
 // LLaVA's multi_modal_projector (mlp2x_gelu): y = linear_2(act(linear_1(x))), with biases when
 // multimodal_projector_bias (default true) and act = projector_hidden_act ("gelu" = exact erf
-// GELU, not the tanh approximation the SigLIP MLP uses; MODELS.md §1.2, §9.4).
+// GELU, not the tanh approximation the SigLIP MLP uses; docs/models.md §1.2, §9 item 4).
 #pragma once
 
 #include "common/status.h"

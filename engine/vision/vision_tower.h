@@ -1,5 +1,5 @@
 // The ViT vision tower of LLaVA models: SigLIP (LLaVA-OneVision) or CLIP (LLaVA-1.5 / NeXT),
-// as transformers' SiglipVisionModel / CLIPVisionModel run by LlavaOnevisionModel, MODELS.md §3.
+// as transformers' SiglipVisionModel / CLIPVisionModel run it inside LLaVA (docs/models.md §3).
 //
 //   SigLIP: x = conv_patch(pixels) + pos                       (no class token, conv has a bias)
 //   CLIP:   x = pre_layrnorm([cls; conv_patch(pixels)] + pos)  (class token first, no conv bias)
@@ -9,7 +9,7 @@
 //
 // hidden_states[0] is the embeddings output (after CLIP's pre_layrnorm), hidden_states[k] the
 // output of block k-1. The features LLaVA reads are hidden_states[vision_feature_layer] WITHOUT
-// post_layernorm (MODELS.md §9.1: transformers keeps hidden_states[-1] pre-post-LN); a list of
+// post_layernorm (docs/models.md §3.1: transformers keeps hidden_states[-1] pre-post-LN); a list of
 // layers is concatenated on the feature axis in list order; select strategy "default" then drops
 // token 0 (CLS), "full" keeps every token.
 //

@@ -2,7 +2,7 @@
 // projector and image_newline. Tensors stay in their stored dtype (f32 / f16 / bf16) and usually
 // borrow the mmapped checkpoint; nothing here copies weight data.
 //
-// Names are the canonical (transformers >= 4.52) layout, MODELS.md §5.2-§5.3:
+// Names are the canonical (transformers >= 4.52) layout, docs/models.md §5.2-§5.3:
 //   model.vision_tower.vision_model.embeddings.patch_embedding.{weight [D, C, P, P], bias [D]}
 //   model.vision_tower.vision_model.embeddings.position_embedding.weight    [positions, D]
 //   model.vision_tower.vision_model.embeddings.class_embedding              [D]  (CLIP only)
@@ -15,7 +15,7 @@
 //   model.multi_modal_projector.linear_2.{weight [H, H], bias [H]}
 //   model.image_newline [H]
 // (D vision hidden, I vision intermediate, H text hidden, nL number of feature layers.)
-// post_layernorm and the SigLIP head are never bound: LLaVA does not use them (MODELS.md §9.1).
+// post_layernorm and the SigLIP head are never bound: LLaVA does not use them (docs/models.md §3).
 #pragma once
 
 #include <functional>

@@ -1,6 +1,7 @@
-// Issue 7's round trip: engine KV pages → page codec blocks → each store tier (host RAM, disk,
-// a real redis-server, and a real framezip-kvstore over gRPC) → engine pages, bit-identical for
-// every page format the engine stores (f32, f16, int4, int2: kv::StorableFormats()).
+// The round trip of a session's KV: engine pages → page codec blocks → each store tier (host
+// RAM, disk, a real redis-server, and a real framezip-kvstore over gRPC) → engine pages,
+// bit-identical for every page format the engine stores (f32, f16, int4, int2:
+// kv::StorableFormats()).
 #include <catch2/catch.hpp>
 #include <random>
 

@@ -1,4 +1,4 @@
-// Untrusted input never crashes, leaks or starves the server (issue 20): hostile and broken
+// Untrusted input never crashes, leaks or starves the server: hostile and broken
 // uploads, sessions re-created under a reused id, other principals' sessions, admission limits,
 // oversized and out-of-range fields, stalled uploads and slow metrics clients — each against the
 // real server (VideoChatServer on 127.0.0.1:0, real media workers) over the deterministic fake

@@ -258,7 +258,7 @@ TEST_CASE("uploads: size limits, corrupt media, protocol errors", "[integration]
   CHECK(state.media_size() == 0);
 }
 
-TEST_CASE("status codes at the edge follow STYLE.md 4.3", "[integration][server]") {
+TEST_CASE("status codes at the edge follow docs/api.md's table", "[integration][server]") {
   FakeModelOptions model;
   model.step_delay = 2ms;
   InProcessServer server(TestConfig(), model);

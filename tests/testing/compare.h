@@ -9,7 +9,7 @@
 
 namespace framezip::testing {
 
-// Per-dtype tolerances (STYLE.md §4.6).
+// Per-dtype tolerances (docs/DEVELOPING.md §5).
 struct Tolerance {
   double abs = 1e-5;
   double rel = 0.0;

@@ -2,7 +2,7 @@
 // while running, then — with --json — one JSON object as the last line of stdout:
 //   {"suite", "machine": {"cpu", "isa", "kernels", "blas_core", "bf16_gemm", "threads", "gpu"},
 //    "results": [{"name", "value", "unit", "target"?, "ok"?}]}
-// A result that has a target in an issue carries it, and "ok" says whether it was met
+// A result that has a target (docs/architecture.md §8) carries it, and "ok" says whether it was met
 // (value >= target for higher-is-better figures, value <= target for lower-is-better ones).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Teacher-forced agreement between a compression policy and full attention (issue 6): both
+// Teacher-forced agreement between a compression policy and full attention: both
 // models are fed the same answer tokens (the full model's greedy reply) and their next-token
 // distributions are compared at every answer position.
 //

@@ -1,6 +1,6 @@
 // framezip bench attention: a compressing policy (ZipVL by default; Dynamic-LLaVA, FastV, KIVI)
-// against dense attention on the tiny video model, in one run (issue 6; docs/methods.md §1.4-1.5;
-// issue 23 for dynamic_llava):
+// against dense attention on the tiny video model, in one run (docs/methods.md §1.4-1.5, §3 for
+// dynamic_llava; the targets: docs/architecture.md §8):
 //   - prefill ms at ~2k / 8k / 16k tokens of real video context, policy none vs zipvl (one-shot
 //     prefill, the paper's setting; the median of --prefill-rounds interleaved rounds, A B, B A,
 //     ..., so neither side always runs first on a cold cache), the speedup, the measured kept
@@ -214,7 +214,7 @@ std::optional<double> LowRankBlockRatio(const engine::kv::SequenceKv& kv) {
 
 // Bytes the embedded KV store (host tier) holds after a session's commit of `seq`: its pages
 // encoded by the engine's page codec (1 MiB blocks, headers and checksums included) and Put one
-// key per block, as the server commits a turn (issue 7: f16 vs compressed for one context).
+// key per block, as the server commits a turn (f16 vs compressed for one context).
 StatusOr<uint64_t> StoredBytes(const engine::llm::Sequence& seq, std::string_view policy,
                                std::span<const int32_t> ids) {
   kv::SegmentState state;
@@ -276,8 +276,8 @@ StatusOr<BudgetFit> FillBudget(const LoadedModel& m, std::string_view policy, co
 // The policy's name in metric names: "zipvl" of "zipvl:tau=0.9".
 std::string PolicyTag(std::string_view spec) { return std::string(spec.substr(0, spec.find(':'))); }
 
-// The targets the issues set: ZipVL's 2.6x prefill at 16k and 4x KV (issue 6), Dynamic-LLaVA's
-// 1.5x prefill on the 4-layer model whose layers 0-1 stay dense (issue 23).
+// Prefill targets (docs/architecture.md §8): ZipVL's 2.6x at 16k tokens, Dynamic-LLaVA's 1.5x on
+// the 4-layer model whose layers 0-1 stay dense.
 std::optional<double> PrefillSpeedupTarget(std::string_view tag, int64_t target_tokens) {
   if (tag == "zipvl" && target_tokens >= 16384) return 2.6;
   if (tag == "dynamic_llava") return 1.5;
@@ -386,7 +386,8 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     report.Add(fmt::format("selection_overhead_fraction_{}", tag),
                sparse->selection_ms / sparse->ms, "fraction");
     // What the rows and keys the policy leaves out save by themselves, its planning counted as
-    // free: the ceiling a faster selection could reach on this model (bench/RESULTS.md, issue 23).
+    // free: the ceiling a faster selection could reach on this model (bench/RESULTS.md,
+    // "Dynamic-LLaVA at 64 frames").
     report.Add(fmt::format("prefill_speedup_without_selection_{}", tag),
                dense->ms / (sparse->ms - sparse->selection_ms), "x");
     report.Add(fmt::format("kept_ratio_mean_{}", tag), mean_kept, "fraction");
@@ -436,7 +437,7 @@ int RunBenchAttention(const std::vector<std::string>& args) {
     report.Add(fmt::format("decode_tokens_per_s_f16_{}", tag), (*tps)[0], "tokens/s");
     report.Add(fmt::format("decode_tokens_per_s_{}_{}", ptag, tag), (*tps)[1], "tokens/s");
     // "Decode not slower": the compressed cache's rate over the f16 one, target 1; AttentionPack
-    // rebuilds every key from its factors each step, and its issue (22) asks 0.8 of f16.
+    // rebuilds every key from its factors each step, so its target is 0.8 of f16.
     report.Add(fmt::format("decode_speed_{}_over_f16_{}", ptag, tag), (*tps)[1] / (*tps)[0], "x",
                ptag.find("attentionpack") != std::string::npos ? 0.8 : 1.0);
     report.Add(fmt::format("kv_bytes_{}_after_decode_{}", ptag, tag),

@@ -1,4 +1,4 @@
-// framezip bench pruning: Dynamic-LLaVA's prefill saving at a real model's shape (issue 23).
+// framezip bench pruning: Dynamic-LLaVA's prefill saving at a real model's shape.
 //
 // The shipped 4-layer model cannot show it: its predictors are as wide as the model (hidden 128),
 // so scoring the visual rows costs about what the 4 layers do (bench attention measures that).

@@ -90,7 +90,7 @@ CHAT_CASES = [
         {"type": "text", "text": "Ça va? 😀 我能\n  indented"}]}], True),
 ]
 
-# (height, width) cases from MODELS.md §2.3 (real OV layout) and small ones for the tiny layout.
+# (height, width) cases of docs/models.md §2.3 (the real OV layout) and small ones for the tiny one.
 REAL_SIZES = [(384, 384), (480, 640), (640, 480), (768, 768), (1024, 1024), (899, 1024),
               (720, 1280), (1080, 1920), (2000, 3000), (4000, 500), (1, 1), (333, 1999)]
 TINY_SIZES = [(32, 32), (40, 72), (72, 40), (64, 64), (20, 90), (95, 31), (17, 17), (96, 96)]

@@ -3,7 +3,7 @@
 
 transformers >= 5 flattens SiglipVisionModel and saves `vision_tower.encoder...`; the hub's
 llava-hf OV checkpoints (and transformers <= 4.x) use `vision_tower.vision_model.encoder...`.
-We rewrite the names to the hub's legacy layout (MODELS.md 5.1), which every transformers
+We rewrite the names to the hub's legacy layout (docs/models.md §5.1), which every transformers
 version loads (v5 through its conversion mapping). The lm_head is tied and not stored.
 
 Standalone use: re-export a training checkpoint:

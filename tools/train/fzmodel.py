@@ -26,7 +26,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-# Qwen2's pre-tokenizer split regex (MODELS.md 6.5), verbatim.
+# Qwen2's pre-tokenizer split regex, verbatim from its tokenizer.json (docs/models.md §6.5).
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 

@@ -182,8 +182,8 @@ TEST_CASE("RandomizedSvd refuses bad arguments", "[unit][engine][ops]") {
   refused(7, 64, {.rank = 4}, "a[3, 5] is not finite");
 }
 
-// Random factors with the method's two groups (§2.3): a random 25% of the tokens at rank R, the
-// rest at R/4, and one token at rank 0 (it must contribute nothing).
+// Random factors with AttentionPack's two groups (docs/methods.md §2.3): a random 25% of the
+// tokens at rank R, the rest at R/4, and one token at rank 0 (it must contribute nothing).
 struct Factors {
   std::vector<float> us, vt;
   std::vector<uint16_t> ranks;

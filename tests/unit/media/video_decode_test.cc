@@ -1,6 +1,6 @@
 // Decoding videos that the Debian ffmpeg tool generates at test time: every container/codec the
-// issue lists, odd sizes, rotation, 4K, and every kind of broken input, each to the right frames
-// or the right error.
+// server accepts (media/README.md), odd sizes, rotation, 4K, and every kind of broken input, each
+// to the right frames or the right error.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>

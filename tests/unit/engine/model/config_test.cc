@@ -91,7 +91,7 @@ TEST_CASE("config: absent fields take the published class defaults", "[unit][eng
   CHECK(c->image_grid_pinpoints.back() == std::pair<int64_t, int64_t>{2304, 2304});
   CHECK(c->vision_feature_layers == std::vector<int64_t>{-1});
   CHECK(c->projector_bias);
-  // MODELS.md §1.1: top-level false + text_config true => tied.
+  // docs/models.md §1.1: top-level false + text_config true => tied.
   CHECK(c->tie_word_embeddings);
 
   // No sub-configs at all: the wrapper's default towers.

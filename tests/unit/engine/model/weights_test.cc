@@ -210,7 +210,7 @@ TEST_CASE("weights: expected tensors follow the 0.5B-OV shapes", "[unit][engine]
     required += e.required ? 1 : 0;
     shapes[e.name] = e.shape;
   }
-  // MODELS.md §5.1: the 0.5B checkpoint has 716 tensors = 714 required (LLM 24·12+2 = 290,
+  // docs/models.md §5.1: the 0.5B checkpoint has 716 tensors = 714 required (LLM 24·12+2 = 290,
   // vision 26·16+3 = 419, projector 4, newline 1) + post_layernorm (2, optional); lm_head is
   // tied and optional.
   CHECK(required == 290 + 419 + 4 + 1);

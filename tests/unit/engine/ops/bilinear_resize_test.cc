@@ -117,8 +117,9 @@ TEST_CASE("BilinearResize matches the f64 align_corners=False rule on every devi
   }
 }
 
-TEST_CASE("BilinearResize 27->14 uses the taps of MODELS.md 1.8", "[unit][engine][ops]") {
-  // A ramp along W makes each output column equal to its source coordinate w0*i0 + w1*i1.
+TEST_CASE("BilinearResize 27->14 uses PyTorch's taps", "[unit][engine][ops]") {
+  // A ramp along W makes each output column equal to its source coordinate w0*i0 + w1*i1; the
+  // expected values are the table of docs/models.md §1.8.
   std::vector<float> ramp(27 * 27);
   for (int r = 0; r < 27; ++r)
     for (int c = 0; c < 27; ++c) ramp[r * 27 + c] = static_cast<float>(c);

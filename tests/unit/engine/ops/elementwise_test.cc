@@ -2,9 +2,9 @@
 // (tests/unit/engine/ops/device_cases.h): Gelu (erf and tanh), SiluMul, Add, QuickGelu, Softmax
 // and Cast. All are f32 arithmetic. The CPU's exp/erf/tanh are within a few ulp of f64
 // (1e-6 abs + 1e-6 rel); CUDA's device functions differ from glibc's by a few more ulp, and its
-// outputs here are compared at 2e-5 abs + 2e-5 rel (f32 rounding, STYLE.md §4.6, with room for
-// those ulps on products of order 10). Add is one f32 rounding and Cast one rounding to nearest
-// even: bit for bit everywhere.
+// outputs here are compared at 2e-5 abs + 2e-5 rel (f32 rounding, docs/DEVELOPING.md §5, with
+// room for those ulps on products of order 10). Add is one f32 rounding and Cast one rounding to
+// nearest even: bit for bit everywhere.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>

@@ -1,6 +1,6 @@
 // RmsNorm, AddRmsNorm and LayerNorm on every device present against f64
 // (tests/unit/engine/ops/device_cases.h). Every device computes them in f32 from f32 activations
-// and f32-converted parameters: f32 rounding only, 1e-5 abs + 1e-5 rel (STYLE.md §4.6), for
+// and f32-converted parameters: f32 rounding only, 1e-5 abs + 1e-5 rel (docs/DEVELOPING.md §5), for
 // inputs of RMS 3. The residual sum of AddRmsNorm is one f32 add: bit for bit on every device.
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -4,8 +4,8 @@
 // RoPE's angles are f32 as in HF (an f32 inverse frequency times an f32 position), so the
 // reference takes RopeInverseFrequencies' f32 values, checked here against the f64 formula
 // (default and llama3), and rotates in f64 by the f32 angle. What is left is the f32 rounding of
-// cos, sin and the rotation, for inputs of RMS 2: 1e-5 abs + 1e-5 rel (STYLE.md §4.6). An angle
-// off by one f32 ulp at position 32767 errs by ~2e-3 and fails it.
+// cos, sin and the rotation, for inputs of RMS 2: 1e-5 abs + 1e-5 rel (docs/DEVELOPING.md §5). An
+// angle off by one f32 ulp at position 32767 errs by ~2e-3 and fails it.
 #include <catch2/catch.hpp>
 #include <cmath>
 

@@ -227,7 +227,7 @@ TEST_CASE("Base-resolution images: projected tile, then one newline", "[unit][en
 }
 
 TEST_CASE("Visual token counts match the processor's expansion", "[unit][engine][vision]") {
-  // LLaVA-OneVision with SigLIP-384/14: 27x27 patches, pooled to 14x14 (MODELS.md §2.3).
+  // LLaVA-OneVision with SigLIP-384/14: 27x27 patches, pooled to 14x14 (docs/models.md §2.3).
   LlavaConfig ov = TinySiglip();
   ov.vision.image_size = 384;
   ov.vision.patch_size = 14;
@@ -245,8 +245,9 @@ TEST_CASE("Visual token counts match the processor's expansion", "[unit][engine]
   CHECK(VideoTokenCount(llava, 4).status().code() == absl::StatusCode::kUnimplemented);
 }
 
-TEST_CASE("Anyres token counts match MODELS.md's processor examples", "[unit][engine][vision]") {
-  // The llava-hf OV layout: 384-pixel tiles, 36 pinpoints h-major, anyres_max_9.
+TEST_CASE("Anyres token counts match the processor's examples", "[unit][engine][vision]") {
+  // The llava-hf OV layout: 384-pixel tiles, 36 pinpoints h-major, anyres_max_9. The cases are
+  // the table of docs/models.md §2.3.
   LlavaConfig ov = TinySiglip();
   ov.vision.image_size = 384;
   ov.vision.patch_size = 14;
@@ -270,7 +271,7 @@ TEST_CASE("Anyres token counts match MODELS.md's processor examples", "[unit][en
     CHECK(layout->num_tokens() == c.tokens);
     CHECK(*AnyresImageTokenCount(ov, c.h, c.w) == c.tokens);
   }
-  // 899x1024: 3x3 tiles, 81x81 grid unpadded to 71x81, no shrink (MODELS.md §1.7).
+  // 899x1024: 3x3 tiles, 81x81 grid unpadded to 71x81, no shrink (docs/models.md §1.7).
   auto a = ComputeAnyresLayout(ov, 899, 1024);
   REQUIRE(a.ok());
   CHECK(a->num_tiles() == 10);
