@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "engine/ops/cpu_isa.h"
 #include "engine/ops/gemm_amx.h"
@@ -366,9 +367,17 @@ bool Int8KernelAvailable(Int8Kernel kernel) {
 }
 
 Int8Kernel Int8GemvKernel() {
-  if (Int8KernelAvailable(Int8Kernel::kAvx512Vnni)) return Int8Kernel::kAvx512Vnni;
-  if (Int8KernelAvailable(Int8Kernel::kAvx2)) return Int8Kernel::kAvx2;
-  return Int8Kernel::kScalar;
+  // The hand-written kernels' ISA (cpu_kernels.h), so that FRAMEZIP_CPU_KERNELS=avx2 or scalar
+  // narrows these as well: an AVX2-only machine's path can be timed on a wider one.
+  static const Int8Kernel kernel = [] {
+    const std::string isa = KernelIsa();
+    if (isa == "avx512" && Int8KernelAvailable(Int8Kernel::kAvx512Vnni)) {
+      return Int8Kernel::kAvx512Vnni;
+    }
+    if (isa != "scalar" && Int8KernelAvailable(Int8Kernel::kAvx2)) return Int8Kernel::kAvx2;
+    return Int8Kernel::kScalar;
+  }();
+  return kernel;
 }
 
 Int8Kernel Int8GemmKernel() {

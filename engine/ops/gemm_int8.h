@@ -33,7 +33,8 @@ std::string_view Int8KernelName(Int8Kernel kernel);  // "scalar", "avx2", "avx51
 // Whether this machine (and OS, and FRAMEZIP_NO_SIMD / FRAMEZIP_NO_AMX) lets `kernel` run.
 bool Int8KernelAvailable(Int8Kernel kernel);
 
-// The kernel for few rows: AVX512-VNNI, else AVX2, else scalar.
+// The kernel for few rows: AVX512-VNNI, else AVX2, else scalar, no wider than KernelIsa()
+// (cpu_isa.h: FRAMEZIP_CPU_KERNELS narrows it).
 Int8Kernel Int8GemvKernel();
 
 // What Linear runs for int8 weights past kLinearGemvMaxRows rows: kAmx where available (and

@@ -141,9 +141,13 @@ Status LinearInt8Cpu(const Tensor& x, const Tensor& weight, const Tensor& weight
   float* xs = x_scale_buffer.data();
   const float* xp = static_cast<const float*>(x.raw_data());
   const bool offset = cpu::Int8KernelWantsOffset(kernel);
-  pool.ParallelFor(m, std::max<int64_t>(1, 8192 / k), [&](int64_t i0, int64_t i1) {
-    cpu::QuantizeRowsInt8(xp, k, k, i0, i1, offset, xq, kp, xs);
-  });
+  if (m * k <= (int64_t{1} << 16)) {  // a decode step's rows: not worth waking the pool
+    cpu::QuantizeRowsInt8(xp, k, k, 0, m, offset, xq, kp, xs);
+  } else {
+    pool.ParallelFor(m, std::max<int64_t>(1, 8192 / k), [&](int64_t i0, int64_t i1) {
+      cpu::QuantizeRowsInt8(xp, k, k, i0, i1, offset, xq, kp, xs);
+    });
+  }
 
   if (kernel != Int8Kernel::kAmx) {
     const int64_t groups = (n + kGemvCols - 1) / kGemvCols;
