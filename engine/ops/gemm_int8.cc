@@ -142,6 +142,13 @@ __attribute__((target("avx512f"))) void Finish16(__m512i sum, float x_scale, con
 
 // ---- GEMV kernels -----------------------------------------------------------------------------
 
+// The four bytes of x at p as one 32-bit lane (memcpy: x is an int8 array).
+inline int32_t Quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 void GemvScalar(const int8_t* xq, const float* x_scale, int64_t m, const PackedInt8Weight& w,
                 int64_t j0, int64_t j1, const float* bias, float* y, int64_t ldy) {
   const int64_t kp = w.k_padded();
@@ -169,8 +176,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniTile(
   const int64_t quads = w.k_blocks * 16;
   const int8_t* wb[B];
   for (int b = 0; b < B; ++b) wb[b] = w.data.data() + (c0 / 16 + b) * w.k_blocks * kTileBytes;
-  const int32_t* xr[R];
-  for (int r = 0; r < R; ++r) xr[r] = reinterpret_cast<const int32_t*>(xu + r * kp);
   __m512i acc[R][B];
   for (int r = 0; r < R; ++r) {
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_si512();
@@ -179,7 +184,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniTile(
     __m512i wv[B];
     for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(wb[b] + t * 64);
     for (int r = 0; r < R; ++r) {
-      const __m512i xv = _mm512_set1_epi32(xr[r][t]);
+      const __m512i xv = _mm512_set1_epi32(Quad(xu + r * kp + 4 * t));
       for (int b = 0; b < B; ++b) acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], xv, wv[b]);
     }
   }
@@ -203,8 +208,6 @@ __attribute__((target("avx2,fma"))) void Avx2Tile(const int8_t* xq, int64_t kp,
                                                   float* y, int64_t ldy) {
   const int64_t quads = w.k_blocks * 16;
   const int8_t* wb = w.data.data() + (c0 / 16) * w.k_blocks * kTileBytes;
-  const int32_t* xr[R];
-  for (int r = 0; r < R; ++r) xr[r] = reinterpret_cast<const int32_t*>(xq + r * kp);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
@@ -212,7 +215,7 @@ __attribute__((target("avx2,fma"))) void Avx2Tile(const int8_t* xq, int64_t kp,
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
     for (int r = 0; r < R; ++r) {
-      const __m256i xv = _mm256_set1_epi32(xr[r][t]);
+      const __m256i xv = _mm256_set1_epi32(Quad(xq + r * kp + 4 * t));
       const __m256i ax = _mm256_abs_epi8(xv);
       const __m256i p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv));
       const __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv));
