@@ -24,6 +24,10 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.String("log-format", &c.log_format, "text|json (JSON lines)", "FORMAT");
   f.String("model", &c.model_dir, "Hugging Face model directory to serve", "DIR");
   f.String("device", &c.device, "cpu or cuda:N", "DEVICE");
+  f.String("weight-format", &c.weight_format,
+           "decoder projection weights: bf16 (as the checkpoint stores them) or int8 (quantised "
+           "at load per output channel; CPU only)",
+           "FORMAT");
   f.String("default-policy", &c.default_policy,
            "compression policy of sessions that ask for none: "
            "none|zipvl|attentionpack|dynamic_llava|fastv|kivi",
@@ -226,6 +230,13 @@ Status ValidateServerConfig(const ServerConfig& c) {
   }
   if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0) {
     return InvalidArgumentError("--device: '{}' is not cpu, cuda or cuda:N", c.device);
+  }
+  if (c.weight_format != "bf16" && c.weight_format != "int8" && c.weight_format != "fp8") {
+    return InvalidArgumentError("--weight-format: '{}' is not bf16, int8 or fp8", c.weight_format);
+  }
+  if (c.weight_format == "int8" && c.device != "cpu") {
+    return InvalidArgumentError("--weight-format: int8 runs on the CPU only; use bf16 on {}",
+                                c.device);
   }
   if (c.share_sessions != "auto" && c.share_sessions != "on" && c.share_sessions != "off") {
     return InvalidArgumentError("--share-sessions: '{}' is not auto, on or off",

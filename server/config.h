@@ -26,6 +26,9 @@ struct ServerConfig {
   // Model and engine
   std::string model_dir;
   std::string device = "cpu";
+  // The decoder's projection weights: bf16 (as stored) or int8 (quantised at load, CPU only);
+  // fp8 is refused at load until its GPU path exists (engine/runtime/weight_format.h).
+  std::string weight_format = "bf16";
   std::string default_policy = "none";
   int64_t kv_budget_bytes = 0;  // 0 = the engine's default
   std::string kvstore = "embedded";

@@ -139,6 +139,7 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   if (media == nullptr) return InvalidArgumentError("the engine needs a media backend");
   rt::EngineOptions options;
   FZ_ASSIGN_OR_RETURN(options.device, engine::ParseDevice(config.device));
+  FZ_ASSIGN_OR_RETURN(options.weight_format, rt::ParseWeightFormat(config.weight_format));
   options.kv_max_bytes = config.kv_budget_bytes > 0 ? config.kv_budget_bytes : int64_t{1} << 30;
   options.prefill_chunk_tokens = config.prefill_chunk_tokens;
   options.default_policy = config.default_policy;
@@ -161,6 +162,7 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.context_tokens = static_cast<uint32_t>(c.text.max_position_embeddings);
   m.vocab_size = static_cast<uint32_t>(c.text.vocab_size);
   m.weight_dtype = c.torch_dtype;
+  m.weight_format = std::string(rt::WeightFormatName(options.weight_format));
   m.device = config.device;
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,

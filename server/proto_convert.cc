@@ -218,6 +218,7 @@ void ToProto(const ModelDescription& m, const PolicySpec& default_policy,
   out->set_context_tokens(m.context_tokens);
   out->set_vocab_size(m.vocab_size);
   out->set_weight_dtype(m.weight_dtype);
+  out->set_weight_format(m.weight_format);
   out->set_device(m.device);
   for (PolicyKind p : m.policies) out->add_policies(ToProto(p));
   ToProto(default_policy, out->mutable_default_policy());

@@ -223,6 +223,7 @@ struct ModelDescription {
   uint32_t context_tokens = 0;
   uint32_t vocab_size = 0;
   std::string weight_dtype;
+  std::string weight_format;  // "bf16" or "int8" (engine/runtime/weight_format.h)
   std::string device;
   std::vector<PolicyKind> policies;
   VisionDescription vision;

@@ -5,6 +5,7 @@
 
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "engine/core/device_memory.h"
@@ -23,6 +24,29 @@ Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, b
   return ops::CheckWeightShape("decoder weights", t, want, name, optional);
 }
 
+// An int8 projection needs its scales [N] f32; a 16-bit or f32 one has none.
+Status CheckScale(const Tensor& proj, const Tensor& scale, const std::string& name) {
+  if (proj.dtype() != DType::kI8) {
+    if (scale.defined()) {
+      return InvalidArgumentError("decoder weights: {} is {} but has int8 scales", name,
+                                  DTypeName(proj.dtype()));
+    }
+    return absl::OkStatus();
+  }
+  FZ_RETURN_IF_ERROR(CheckShape(scale, {proj.dim(0)}, name + " scales", false));
+  if (scale.dtype() != DType::kF32) {
+    return InvalidArgumentError("decoder weights: {} scales are {}, want f32", name,
+                                DTypeName(scale.dtype()));
+  }
+  return absl::OkStatus();
+}
+
+// The Linear of a projection: the int8 overload where it has scales.
+Status Project(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor& bias,
+               Tensor& y) {
+  return scale.defined() ? ops::Linear(x, w, scale, bias, y) : ops::Linear(x, w, bias, y);
+}
+
 Status CheckWeights(const DecoderShape& s, const DecoderWeights& w) {
   if (static_cast<int64_t>(w.layers.size()) != s.layers) {
     return InvalidArgumentError("decoder: {} layers of weights for {} layers", w.layers.size(),
@@ -32,6 +56,7 @@ Status CheckWeights(const DecoderShape& s, const DecoderWeights& w) {
   FZ_RETURN_IF_ERROR(CheckShape(w.embed_tokens, {s.vocab, h}, "embed_tokens", false));
   FZ_RETURN_IF_ERROR(CheckShape(w.norm, {h}, "norm", false));
   FZ_RETURN_IF_ERROR(CheckShape(w.lm_head, {s.vocab, h}, "lm_head", false));
+  FZ_RETURN_IF_ERROR(CheckScale(w.lm_head, w.lm_head_scale, "lm_head"));
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& L = w.layers[l];
     const std::string p = fmt::format("layers.{}.", l);
@@ -52,6 +77,15 @@ Status CheckWeights(const DecoderShape& s, const DecoderWeights& w) {
     FZ_RETURN_IF_ERROR(CheckShape(L.gate_bias, {im}, p + "gate_proj.bias", true));
     FZ_RETURN_IF_ERROR(CheckShape(L.up_bias, {im}, p + "up_proj.bias", true));
     FZ_RETURN_IF_ERROR(CheckShape(L.down_bias, {h}, p + "down_proj.bias", true));
+    for (const auto& [proj, scale, name] : {std::tuple{&L.q_proj, &L.q_scale, "q_proj"},
+                                            {&L.k_proj, &L.k_scale, "k_proj"},
+                                            {&L.v_proj, &L.v_scale, "v_proj"},
+                                            {&L.o_proj, &L.o_scale, "o_proj"},
+                                            {&L.gate_proj, &L.gate_scale, "gate_proj"},
+                                            {&L.up_proj, &L.up_scale, "up_proj"},
+                                            {&L.down_proj, &L.down_scale, "down_proj"}}) {
+      FZ_RETURN_IF_ERROR(CheckScale(*proj, *scale, p + name));
+    }
   }
   return absl::OkStatus();
 }
@@ -82,7 +116,14 @@ StatusOr<LayerWeights> LayerOnDevice(const LayerWeights& L, Device device, size_
                           {&L.up_proj, &D.up_proj},
                           {&L.up_bias, &D.up_bias},
                           {&L.down_proj, &D.down_proj},
-                          {&L.down_bias, &D.down_bias}}) {
+                          {&L.down_bias, &D.down_bias},
+                          {&L.q_scale, &D.q_scale},
+                          {&L.k_scale, &D.k_scale},
+                          {&L.v_scale, &D.v_scale},
+                          {&L.o_scale, &D.o_scale},
+                          {&L.gate_scale, &D.gate_scale},
+                          {&L.up_scale, &D.up_scale},
+                          {&L.down_scale, &D.down_scale}}) {
     FZ_ASSIGN_OR_RETURN(*to, OnDevice(*from, device, copied));
   }
   return D;
@@ -102,6 +143,12 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
         s.rope.head_dim);
   }
   FZ_RETURN_IF_ERROR(CheckWeights(s, w));
+  if (!device.is_cpu() && ((!w.layers.empty() && w.layers[0].q_proj.dtype() == DType::kI8) ||
+                           w.lm_head.dtype() == DType::kI8)) {
+    return UnimplementedError(
+        "decoder: int8 weights run on the CPU only for now (weight format bf16 on {})",
+        DeviceName(device));
+  }
   std::unique_ptr<Decoder> d(new Decoder(s, device));
   // What the device's kernels take, before any weight is copied there.
   const bool bf16_attention = !w.layers.empty() && w.layers[0].q_proj.dtype() != DType::kF32;
@@ -119,11 +166,25 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
   } else {
     FZ_ASSIGN_OR_RETURN(d->weights_.lm_head, OnDevice(w.lm_head, device, copied));
   }
+  FZ_ASSIGN_OR_RETURN(d->weights_.lm_head_scale, OnDevice(w.lm_head_scale, device, copied));
+  if (d->weights_.lm_head_scale.defined()) {
+    ops::PrepareLinearWeight(d->weights_.lm_head, d->weights_.lm_head_scale);
+  }
   for (const LayerWeights& L : w.layers) {
     FZ_ASSIGN_OR_RETURN(LayerWeights D, LayerOnDevice(L, device, copied));
-    for (const Tensor* t :
-         {&D.q_proj, &D.k_proj, &D.v_proj, &D.o_proj, &D.gate_proj, &D.up_proj, &D.down_proj}) {
-      ops::PrepareLinearWeight(*t);  // the prefill GEMMs' layout, now rather than at a request
+    for (const auto& [t, scale] : {std::pair{&D.q_proj, &D.q_scale},
+                                   {&D.k_proj, &D.k_scale},
+                                   {&D.v_proj, &D.v_scale},
+                                   {&D.o_proj, &D.o_scale},
+                                   {&D.gate_proj, &D.gate_scale},
+                                   {&D.up_proj, &D.up_scale},
+                                   {&D.down_proj, &D.down_scale}}) {
+      // The GEMMs' layout, now rather than at a request.
+      if (scale->defined()) {
+        ops::PrepareLinearWeight(*t, *scale);
+      } else {
+        ops::PrepareLinearWeight(*t);
+      }
     }
     d->weights_.layers.push_back(std::move(D));
   }
@@ -251,9 +312,9 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
     FZ_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({t, nh * d}));
     FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({t, g * d}));
     FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({t, g * d}));
-    FZ_RETURN_IF_ERROR(ops::Linear(h, w.q_proj, w.q_bias, q2));
-    FZ_RETURN_IF_ERROR(ops::Linear(h, w.k_proj, w.k_bias, k2));
-    FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_bias, v2));
+    FZ_RETURN_IF_ERROR(Project(h, w.q_proj, w.q_scale, w.q_bias, q2));
+    FZ_RETURN_IF_ERROR(Project(h, w.k_proj, w.k_scale, w.k_bias, k2));
+    FZ_RETURN_IF_ERROR(Project(h, w.v_proj, w.v_scale, w.v_bias, v2));
   }
   FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, shape_.rope, rows.host_positions));
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, shape_.rope, rows.host_positions));
@@ -279,17 +340,17 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
                                                part.visual, part_q, part_k, part_v, part_attn));
   }
   FZ_ASSIGN_OR_RETURN(const Tensor attn2, attn.Reshape({t, nh * d}));
-  FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_bias, h));
+  FZ_RETURN_IF_ERROR(Project(attn2, w.o_proj, w.o_scale, w.o_bias, h));
   // x += h and h = RMSNorm(x) in one pass over the rows (on the CPU exactly Add then RmsNorm).
   FZ_RETURN_IF_ERROR(ops::AddRmsNorm(x, h, w.post_attention_layernorm, shape_.rms_eps, h));
 
   // MLP block: x += down(silu(gate(h)) ⊙ up(h)).
   FZ_ASSIGN_OR_RETURN(Tensor gate, Empty({t, shape_.intermediate}));
   FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));
-  FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_proj, w.gate_bias, gate));
-  FZ_RETURN_IF_ERROR(ops::Linear(h, w.up_proj, w.up_bias, up));
+  FZ_RETURN_IF_ERROR(Project(h, w.gate_proj, w.gate_scale, w.gate_bias, gate));
+  FZ_RETURN_IF_ERROR(Project(h, w.up_proj, w.up_scale, w.up_bias, up));
   FZ_RETURN_IF_ERROR(ops::SiluMul(gate, up, gate));
-  FZ_RETURN_IF_ERROR(ops::Linear(gate, w.down_proj, w.down_bias, h));
+  FZ_RETURN_IF_ERROR(Project(gate, w.down_proj, w.down_scale, w.down_bias, h));
   return ops::Add(x, h, x);
 }
 
@@ -297,7 +358,7 @@ StatusOr<Tensor> Decoder::Logits(const Tensor& x) const {
   FZ_ASSIGN_OR_RETURN(Tensor normed, Empty(x.shape()));
   FZ_RETURN_IF_ERROR(ops::RmsNorm(x, weights_.norm, shape_.rms_eps, normed));
   FZ_ASSIGN_OR_RETURN(Tensor logits, Empty({x.dim(0), shape_.vocab}));
-  FZ_RETURN_IF_ERROR(ops::Linear(normed, weights_.lm_head, Tensor(), logits));
+  FZ_RETURN_IF_ERROR(Project(normed, weights_.lm_head, weights_.lm_head_scale, Tensor(), logits));
   return logits;
 }
 

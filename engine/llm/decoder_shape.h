@@ -31,6 +31,8 @@ struct DecoderShape {
 };
 
 // One layer's tensors (f32, bf16 or f16, see ops::Linear). Optional biases are undefined tensors.
+// A projection may instead be int8 [N, K] with its per-output-channel f32 scales [N] in the
+// matching *_scale (ops/quantize_int8.h, the CPU only); the scales are undefined otherwise.
 struct LayerWeights {
   Tensor input_layernorm;           // [H]
   Tensor q_proj, q_bias;            // [heads·d, H], [heads·d]
@@ -41,6 +43,7 @@ struct LayerWeights {
   Tensor gate_proj, gate_bias;      // [I, H], [I]
   Tensor up_proj, up_bias;          // [I, H], [I]
   Tensor down_proj, down_bias;      // [H, I], [H]
+  Tensor q_scale, k_scale, v_scale, o_scale, gate_scale, up_scale, down_scale;
 };
 
 // Views: whoever made them keeps the storage alive (ModelWeights' mmaps, or the caller's
@@ -50,6 +53,7 @@ struct DecoderWeights {
   std::vector<LayerWeights> layers;  // L entries
   Tensor norm;                       // [H]
   Tensor lm_head;                    // [V, H]; the embedding itself when tied
+  Tensor lm_head_scale;  // [V] f32 when lm_head is int8 (its own copy, not tied), else undefined
 };
 
 }  // namespace framezip::engine::llm

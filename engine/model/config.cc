@@ -314,6 +314,24 @@ StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text, std::string_v
     return InvalidArgumentError("{}: expected a JSON object, got {}", file_name,
                                 JsonTypeName(root));
   }
+  // A checkpoint stored quantised (bitsandbytes, GPTQ, AWQ, compressed-tensors, FP8, ...) has
+  // weights the loader would misread: refused, naming its method. framezip quantises an
+  // unquantised checkpoint at load instead (--weight-format int8, engine/runtime/weight_format.h).
+  for (const Json* holder :
+       {&root, root.contains("text_config") ? &root["text_config"] : nullptr}) {
+    if (holder == nullptr || !holder->is_object() || !holder->contains("quantization_config")) {
+      continue;
+    }
+    const Json& q = (*holder)["quantization_config"];
+    const auto field = [&](const char* name) -> std::string {
+      return q.is_object() && q.contains(name) && q[name].is_string() ? q[name].get<std::string>()
+                                                                      : "?";
+    };
+    return UnimplementedError(
+        "{}: quantization_config (quant_method '{}', format '{}'): checkpoints stored quantised "
+        "are not loaded; use the unquantised checkpoint with --weight-format int8",
+        file_name, field("quant_method"), field("format"));
+  }
   LlavaConfig c;
   FZ_ASSIGN_OR_RETURN(std::optional<std::string> model_type,
                       OptionalString(root, "model_type", at));

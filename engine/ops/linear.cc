@@ -2,18 +2,23 @@
 
 #include "engine/ops/cpu_backends.h"
 #include "engine/ops/cuda_backends.h"
+#include "engine/ops/linear_int8_cpu.h"
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
 
-Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
+namespace {
+
+// The checks both overloads share: x, y and bias against weight [N, K] (any dtype), all on x's
+// device.
+Status CheckLinearArguments(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const Tensor& y) {
   constexpr std::string_view kOp = "Linear";
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "x", x));
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight", weight));
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "y", y));
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "x", x, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "y", y, DType::kF32));
-  FZ_RETURN_IF_ERROR(CheckFloat(kOp, "weight", weight));
   FZ_RETURN_IF_ERROR(CheckRank(kOp, "weight", weight, 2));
   if (x.rank() < 1) return InvalidArgumentError("Linear: x must have rank >= 1");
   const int64_t n = weight.dim(0), k = weight.dim(1);
@@ -35,7 +40,18 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
     }
   }
   if (x.raw_data() == y.raw_data()) return InvalidArgumentError("Linear: y must not alias x");
-  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&weight, &bias, &y}));
+  return CheckOnDevice(kOp, x.device(), {&weight, &bias, &y});
+}
+
+}  // namespace
+
+Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
+  if (weight.defined() && weight.dtype() == DType::kI8) {
+    return InvalidArgumentError(
+        "Linear: weight is int8; pass its per-channel scales (the Linear with weight_scale)");
+  }
+  FZ_RETURN_IF_ERROR(CheckLinearArguments(x, weight, bias, y));
+  FZ_RETURN_IF_ERROR(CheckFloat("Linear", "weight", weight));
   switch (x.device().kind) {
     case DeviceKind::kCpu:
       return LinearCpu(x, weight, bias, y);
@@ -44,6 +60,26 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
       return LinearCuda(x, weight, bias, y);
   }
   return InternalError("Linear: unknown device kind");
+}
+
+Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias,
+              Tensor& y) {
+  constexpr std::string_view kOp = "Linear";
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight", weight));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight", weight, DType::kI8));
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight_scale", weight_scale));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight_scale", weight_scale, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckLinearArguments(x, weight, bias, y));
+  if (weight_scale.shape() != Shape{weight.dim(0)}) {
+    return InvalidArgumentError("Linear: weight_scale has shape {}, want [{}]",
+                                ShapeString(weight_scale.shape()), weight.dim(0));
+  }
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&weight_scale}));
+  if (!x.device().is_cpu()) {
+    return UnimplementedError(
+        "Linear: int8 weights run on the CPU only (on a GPU use weight format bf16)");
+  }
+  return LinearInt8Cpu(x, weight, weight_scale, bias, y);
 }
 
 Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {

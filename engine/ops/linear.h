@@ -18,6 +18,12 @@
 //     with every row of x (AVX2/FMA or AVX-512 chosen at run time, portable fallback).
 // Accumulation is in f32 throughout.
 //
+// int8 weights (the overload with weight_scale; quantize_int8.h): W ≈ q · scale per output
+// channel, and x is quantised per row to int8 as well, so the products are int8 × int8 summed
+// exactly in int32 and scaled once per output (kernels and their choice in gemm_int8.h: AMX-INT8
+// past kLinearGemvMaxRows rows, else AVX512-VNNI, AVX2 or portable). CPU only for now: a CUDA
+// device answers UNIMPLEMENTED.
+//
 // CUDA (linear_cuda.cc): cuBLAS GEMM with f32 accumulation; with 16-bit weights x is rounded to
 // the weight dtype on the GPU first (see there for the accuracy this costs).
 // Errors: INVALID_ARGUMENT naming the mismatch (shapes, dtypes, devices: all tensors must be on
@@ -37,11 +43,20 @@ inline constexpr int64_t kLinearGemvMaxRows = 16;
 // y [..., N] f32 (same leading dims as x).
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
+// weight [N, K] i8 with weight_scale [N] f32 (W ≈ weight[j][k] · weight_scale[j]); the rest as
+// above. INVALID_ARGUMENT when the four-argument Linear is given an int8 weight (its scales are
+// needed).
+Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias,
+              Tensor& y);
+
 // Readies `weight` for Linear's many-row path ahead of use: on a CPU with AMX a bf16 weight in an
 // owning buffer is packed into the tile layout now (ops/amx_weight_cache.h) instead of at its
 // first call with more than kLinearGemvMaxRows rows; elsewhere nothing. Engines call it at load,
 // so that no request pays the packing (Qwen2-0.5B: ~0.7 s, at the first prefill).
 void PrepareLinearWeight(const Tensor& weight);
+// The same for an int8 weight: packs it (with its scales) into the layout every int8 kernel reads
+// (gemm_int8.h), on any CPU.
+void PrepareLinearWeight(const Tensor& weight, const Tensor& weight_scale);
 
 // a [B.., M, K]; b [B.., K, N] (or [B.., N, K] when transpose_b) with a's leading dims, or rank 2
 // for every batch entry; a and b f32, bf16 or f16 (the same); c [B.., M, N] f32, not aliasing.

@@ -16,6 +16,7 @@
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/gemm_amx.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/linear_int8_cpu.h"
 
 namespace framezip::engine::ops {
 namespace {
@@ -155,6 +156,10 @@ void PrepareLinearWeight(const Tensor& weight) {
   if (weight.device().is_cpu() && weight.dtype() == DType::kBF16 && cpu::AmxGemmEnabled()) {
     cpu::PackedAmxWeight(weight, kAmxTileN);
   }
+}
+
+void PrepareLinearWeight(const Tensor& weight, const Tensor& weight_scale) {
+  PrepareLinearInt8Weight(weight, weight_scale);
 }
 
 Status LinearCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {

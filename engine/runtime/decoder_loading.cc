@@ -58,7 +58,11 @@ StatusOr<llm::DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights&
         .post_attention_layernorm = t.post_attention_layernorm,
         .gate_proj = t.gate_proj, .gate_bias = t.gate_bias,
         .up_proj = t.up_proj, .up_bias = t.up_bias,
-        .down_proj = t.down_proj, .down_bias = t.down_bias});
+        .down_proj = t.down_proj, .down_bias = t.down_bias,
+        // Scales only for a checkpoint stored in int8 (none is read yet) or after
+        // QuantizeDecoderProjections (runtime/weight_format.h).
+        .q_scale = {}, .k_scale = {}, .v_scale = {}, .o_scale = {},
+        .gate_scale = {}, .up_scale = {}, .down_scale = {}});
   }
   return d;
 }

@@ -129,6 +129,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
                                                const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
+  FZ_RETURN_IF_ERROR(CheckWeightFormat(options.weight_format, options.device));
   if (options.threads > 0) SetComputeThreads(options.threads);
   FZ_ASSIGN_OR_RETURN(e->config_, model::LoadLlavaConfig(dir));
   FZ_ASSIGN_OR_RETURN(e->preprocessor_, model::LoadPreprocessorConfig(dir));
@@ -147,6 +148,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   FZ_ASSIGN_OR_RETURN(e->vision_weights_, vision::BindLlavaVisionWeights(e->config_, e->weights_));
   FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw,
                       DecoderWeightsFromModel(e->weights_, e->config_.text));
+  if (options.weight_format == WeightFormat::kInt8) {
+    FZ_RETURN_IF_ERROR(QuantizeDecoderProjections(dw));
+  }
   FZ_ASSIGN_OR_RETURN(e->decoder_, CreateDecoder(e->config_.text, std::move(dw), options.device));
   e->decoder_->set_policy_resources(
       LoadPolicyResources(dir, e->config_.text.hidden_size, options.device));

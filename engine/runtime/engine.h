@@ -61,6 +61,7 @@
 #include "engine/model/config.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/weight_format.h"
 #include "engine/vision/vision_weights.h"
 
 namespace framezip::engine::runtime {
@@ -75,6 +76,9 @@ struct EngineOptions {
   int64_t kv_max_bytes = int64_t{4} << 30;  // the KV pool never grows past this
   int64_t prefill_chunk_tokens = 1024;      // 0 = whole prompt in one chunk
   std::string default_policy = "none";      // compression policy for new conversations
+  // How the decoder's projections are held (runtime/weight_format.h): bf16 keeps the
+  // checkpoint's weights as stored; int8 quantises them at load (CPU only).
+  WeightFormat weight_format = WeightFormat::kBf16;
 };
 
 // One visual input of a message, already decoded and preprocessed (media/) to the vision
@@ -256,6 +260,8 @@ class Engine {
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
   const llm::Decoder& decoder() const { return *decoder_; }
   const vision::LlavaVisionWeights& vision_weights() const { return vision_weights_; }
+  // The options the engine was loaded with (weight_format: GetModelInfo, bench output).
+  const EngineOptions& options() const { return options_; }
   // The KV page pools (one per format, one shared byte budget).
   const kv::KvPools& kv_pool() const { return *pools_; }
   // Side S of the frames VisualInput expects ([N, 3, S, S]).

@@ -67,6 +67,7 @@ FakeModelBackend::FakeModelBackend(FakeModelOptions options) : options_(options)
   model_.context_tokens = options_.context_tokens;
   model_.vocab_size = 1024;
   model_.weight_dtype = "f32";
+  model_.weight_format = "bf16";
   model_.device = "cpu";
   model_.policies = {server::PolicyKind::kNone, server::PolicyKind::kZipVl};
   model_.vision = {384, 14, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}, 8, 8, 4};

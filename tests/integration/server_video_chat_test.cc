@@ -321,6 +321,7 @@ TEST_CASE("status codes at the edge follow docs/api.md's table", "[integration][
     REQUIRE(server.Stub()->GetModelInfo(&context, request, &info).ok());
     CHECK(info.model() == "fake-test-model");
     CHECK(info.context_tokens() > 0);
+    CHECK(info.weight_format() == "bf16");
   }
   SECTION("list sessions pages through them oldest first") {
     for (int i = 0; i < 5; ++i) client.NewSession();

@@ -114,6 +114,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
                       {"model", info_.model},   {"policy", info_.policy},
                       {"data", info_.data_dir}, {"threads", info_.threads},
                       {"items", all.items},     {"accuracy", all.accuracy()}};
+  j["weight_format"] = info_.weight_format;
   j["tasks"] = nlohmann::json::object();
   j["per_task"] = nlohmann::json::object();
   for (const auto& [task, g] : by_task) {

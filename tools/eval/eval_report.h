@@ -92,6 +92,9 @@ struct EvalRunInfo {
   // synthvid2 --sessions: every turn after the first ran on a conversation restored from the
   // committed KV segments; reported as "sessions": true.
   bool sessions = false;
+  // How the decoder's projections were held (engine/runtime/weight_format.h): "bf16" or "int8";
+  // reported as "weight_format".
+  std::string weight_format = "bf16";
   // What the items' agreement was measured against: "none" (full attention, framezip eval
   // --agreement) or a device ("cpu": framezip-eval-frames --reference-device). Reported as the
   // agreement's "reference".

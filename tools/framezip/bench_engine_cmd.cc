@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
@@ -26,8 +27,10 @@
 #include "engine/ops/cpu_isa.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/gemm_amx.h"
+#include "engine/ops/gemm_int8.h"
 #include "engine/ops/linear.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/runtime/weight_format.h"
 #include "engine/vision/vision_bench.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"
@@ -127,10 +130,12 @@ StatusOr<double> DecodeGemvGflops(const engine::model::TextConfig& c, int64_t m)
 // Bytes of weights one decode step reads (all layers + final norm + lm_head).
 double DecodeWeightBytes(const engine::llm::DecoderWeights& w) {
   double bytes = static_cast<double>(w.norm.nbytes() + w.lm_head.nbytes());
+  if (w.lm_head_scale.defined()) bytes += static_cast<double>(w.lm_head_scale.nbytes());
   for (const auto& l : w.layers) {
-    for (const Tensor* t :
-         {&l.input_layernorm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias,
-          &l.o_proj, &l.post_attention_layernorm, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+    for (const Tensor* t : {&l.input_layernorm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias,
+                            &l.v_proj, &l.v_bias, &l.o_proj, &l.post_attention_layernorm,
+                            &l.gate_proj, &l.up_proj, &l.down_proj, &l.q_scale, &l.k_scale,
+                            &l.v_scale, &l.o_scale, &l.gate_scale, &l.up_scale, &l.down_scale}) {
       if (t->defined()) bytes += static_cast<double>(t->nbytes());
     }
   }
@@ -142,18 +147,28 @@ double DecodeWeightBytes(const engine::llm::DecoderWeights& w) {
 int RunBenchEngine(const std::vector<std::string>& args) {
   int threads = 2, decode_steps = 24;
   bool json = false, skip_vision = false;
+  std::string weight_format = "bf16";
   FlagSet flags("framezip bench engine",
                 "CPU engine throughput on the Qwen2-0.5B shape (random bf16 weights in memory) "
                 "next to this machine's measured sgemm rate and memory bandwidth.");
   flags.Int("threads", &threads, "compute threads");
   flags.Int("decode-steps", &decode_steps, "decode steps timed per batch size");
   flags.Bool("skip-vision", &skip_vision, "leave out the vision tower timing");
+  flags.String("weight-format", &weight_format,
+               "the decoder's projections: bf16, or int8 (quantised from the bf16 weights at "
+               "load: engine/runtime/weight_format.h)",
+               "F");
   flags.Bool("json", &json, "print one JSON object as the last line");
   if (auto code = ParseOrExit(flags, args)) return *code;
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "framezip bench engine: %s\n", MessageOf(s).c_str());
     return 1;
   };
+  auto format = engine::runtime::ParseWeightFormat(weight_format);
+  if (!format.ok()) return fail(Annotate(format.status(), "--weight-format"));
+  if (Status s = engine::runtime::CheckWeightFormat(*format, engine::Device::Cpu()); !s.ok()) {
+    return fail(s);
+  }
   engine::SetComputeThreads(threads);
   bench::Machine machine = bench::DetectMachine();
   machine.threads = threads;
@@ -213,9 +228,31 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   const auto t_setup = Clock::now();
   auto random = engine::runtime::MakeRandomDecoderWeights(config, DType::kBF16, 7);
   if (!random.ok()) return fail(random.status());
+  if (*format == engine::runtime::WeightFormat::kInt8) {
+    if (Status s = engine::runtime::QuantizeDecoderProjections(random->weights); !s.ok()) {
+      return fail(s);
+    }
+    // The bf16 projections are dropped, as a loaded model's are, so that peak_rss counts the
+    // int8 ones only.
+    std::set<const void*> kept = {random->weights.embed_tokens.raw_data(),
+                                  random->weights.norm.raw_data()};
+    for (const auto& l : random->weights.layers) {
+      for (const Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm, &l.q_bias, &l.k_bias,
+                              &l.v_bias, &l.o_bias, &l.gate_bias, &l.up_bias, &l.down_bias}) {
+        if (t->defined()) kept.insert(t->raw_data());
+      }
+    }
+    std::erase_if(random->storage, [&](const Tensor& t) { return !kept.contains(t.raw_data()); });
+    std::printf(
+        "(int8 projections: %s kernel for few rows, %s for many)\n",
+        std::string(engine::ops::cpu::Int8KernelName(engine::ops::cpu::Int8GemvKernel())).c_str(),
+        std::string(engine::ops::cpu::Int8KernelName(engine::ops::cpu::Int8GemmKernel())).c_str());
+  }
+  report.Add("weight_bits", *format == engine::runtime::WeightFormat::kInt8 ? 8 : 16, "bits");
   auto decoder = engine::runtime::CreateDecoder(config, random->weights);
   if (!decoder.ok()) return fail(decoder.status());
-  std::printf("(random Qwen2-0.5B bf16 weights built in %.1f s)\n", Seconds(t_setup));
+  std::printf("(random Qwen2-0.5B %s weights built in %.1f s)\n", weight_format.c_str(),
+              Seconds(t_setup));
   const engine::llm::Decoder& dec = **decoder;
   auto pool = engine::kv::PagePool::Create(dec.KvLayout(engine::kv::KvFormat::kF16), 100000);
   if (!pool.ok()) return fail(pool.status());

@@ -53,6 +53,9 @@ struct EvalOptions {
   bool agreement = false;
   bool teacher_forced = false;  // synthvid2 (eval_synthvid2.h)
   bool sessions = false;        // synthvid2 (eval_synthvid2.h)
+  // With --agreement and a --weight-format other than bf16: the same model loaded with bf16
+  // weights, the reference the agreement is measured against (else the evaluated engine itself).
+  Engine* reference = nullptr;
 };
 
 // The item's video as model input: `frames` frames sampled uniformly (for a synthvid file with
@@ -180,16 +183,17 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
   if (opt.agreement) {
     const double t0 = NowMs();
     std::vector<int32_t> reference = reply.token_ids;
-    if (opt.policy != "none") {
+    Engine& ref = opt.reference != nullptr ? *opt.reference : eng;
+    if (opt.policy != "none" || &ref != &eng) {
       FZ_ASSIGN_OR_RETURN(const engine::runtime::TurnResult full,
-                          AnswerInFreshConversation(eng, "none", message, turn));
+                          AnswerInFreshConversation(ref, "none", message, turn));
       reference = full.token_ids;
       r.reference_correct = eval::AnswerMatches(full.text, item.main.answer);
     } else {
       r.reference_correct = r.correct;
     }
     // Teacher-forced agreement of the policy with full attention on the full model's reply.
-    FZ_ASSIGN_OR_RETURN(r.agreement, TeacherForcedAgreement({&eng, "none"}, {&eng, opt.policy},
+    FZ_ASSIGN_OR_RETURN(r.agreement, TeacherForcedAgreement({&ref, "none"}, {&eng, opt.policy},
                                                             message, reference));
     r.agreement_ms = NowMs() - t0;
   }
@@ -201,7 +205,7 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
 
 int RunEval(const std::vector<std::string>& args) {
   std::string model_dir, suite = "synthvid", split = "test", data_dir, kv_format = "f16";
-  std::string device = "cpu", save_frames;
+  std::string device = "cpu", save_frames, weight_format = "bf16";
   EvalOptions opt;
   int limit = 0, threads = 0;
   bool json = false, items = false;
@@ -233,6 +237,10 @@ int RunEval(const std::vector<std::string>& args) {
   flags.Int("threads", &threads, "compute threads (0 = all CPUs)");
   flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
   flags.String("device", &device, "where the engine runs: cpu, cuda or cuda:N", "DEVICE");
+  flags.String("weight-format", &weight_format,
+               "decoder projection weights: bf16 (as stored) or int8 (quantised at load, CPU); "
+               "with --agreement an int8 run is compared with the bf16 model",
+               "F");
   flags.Bool("turn2", &opt.turn2, "also ask a follow-up question as a second turn");
   flags.Bool("agreement", &opt.agreement,
              "teacher-forced top-1 agreement and KL of the policy against full attention");
@@ -319,8 +327,21 @@ int RunEval(const std::vector<std::string>& args) {
   auto parsed_device = engine::ParseDevice(device);
   if (!parsed_device.ok()) return fail(Annotate(parsed_device.status(), "--device"));
   options.device = *parsed_device;
+  auto parsed_weights = engine::runtime::ParseWeightFormat(weight_format);
+  if (!parsed_weights.ok()) return fail(Annotate(parsed_weights.status(), "--weight-format"));
+  options.weight_format = *parsed_weights;
   auto eng = Engine::Load(model_dir, options);
   if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
+  StatusOr<std::unique_ptr<Engine>> reference_engine = std::unique_ptr<Engine>();
+  if (opt.agreement && options.weight_format != engine::runtime::WeightFormat::kBf16) {
+    engine::runtime::EngineOptions reference_options = options;
+    reference_options.weight_format = engine::runtime::WeightFormat::kBf16;
+    reference_engine = Engine::Load(model_dir, reference_options);
+    if (!reference_engine.ok()) {
+      return fail(Annotate(reference_engine.status(), "loading the bf16 reference model"));
+    }
+    opt.reference = reference_engine->get();
+  }
   if (auto probe = (*eng)->NewConversation(opt.policy); !probe.ok()) return fail(probe.status());
   const auto spec = server::PreprocessSpecFor((*eng)->preprocessor(), (*eng)->image_size());
 
@@ -334,7 +355,8 @@ int RunEval(const std::vector<std::string>& args) {
                                             .scoring = !v2                  ? ""
                                                        : opt.teacher_forced ? "teacher_forced"
                                                                             : "free_running",
-                                            .sessions = v2 && opt.sessions});
+                                            .sessions = v2 && opt.sessions,
+                                            .weight_format = weight_format});
   if (v2) {
     if (Status s = RunSynthvid2(**eng, *v2_items, opt, spec, report); !s.ok()) return fail(s);
     PrintReport(report, json, items);

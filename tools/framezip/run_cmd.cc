@@ -25,7 +25,7 @@ void OnSigint(int) { g_cancel.store(true); }
 
 int RunRun(const std::vector<std::string>& args) {
   std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16",
-              device = "cpu";
+              device = "cpu", weight_format = "bf16";
   int max_tokens = 128, frames = 32, threads = 0;  // 32 frames: LLaVA-OneVision's default
   bool json = false, sample = false;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
@@ -43,6 +43,9 @@ int RunRun(const std::vector<std::string>& args) {
   flags.String("policy", &policy, "KV compression policy", "P");
   flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
   flags.String("device", &device, "where the engine runs: cpu, cuda or cuda:N", "DEVICE");
+  flags.String("weight-format", &weight_format,
+               "decoder projection weights: bf16 (as stored) or int8 (quantised at load, CPU)",
+               "F");
   flags.Bool("sample", &sample, "sample instead of greedy decoding");
   flags.Double("temperature", &temperature, "sampling temperature");
   flags.Int("top-k", &top_k, "sampling top-k (0 = off)");
@@ -70,6 +73,9 @@ int RunRun(const std::vector<std::string>& args) {
   auto parsed_device = engine::ParseDevice(device);
   if (!parsed_device.ok()) return fail(Annotate(parsed_device.status(), "--device"));
   options.device = *parsed_device;
+  auto parsed_weights = engine::runtime::ParseWeightFormat(weight_format);
+  if (!parsed_weights.ok()) return fail(Annotate(parsed_weights.status(), "--weight-format"));
+  options.weight_format = *parsed_weights;
   auto eng = engine::runtime::Engine::Load(model_dir, options);
   if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
 

@@ -43,6 +43,16 @@ TEST_CASE("config errors name the key or flag", "[unit][server]") {
   REQUIRE_FALSE(bad_policy.ok());
   CHECK_THAT(std::string(bad_policy.status().message()), Catch::Contains("--default-policy"));
 
+  auto bad_format = LoadServerConfig({"--weight-format", "q4_0"});
+  REQUIRE_FALSE(bad_format.ok());
+  CHECK_THAT(std::string(bad_format.status().message()), Catch::Contains("--weight-format"));
+  auto int8_gpu = LoadServerConfig({"--weight-format", "int8", "--device", "cuda:0"});
+  REQUIRE_FALSE(int8_gpu.ok());
+  CHECK_THAT(std::string(int8_gpu.status().message()), Catch::Contains("CPU only"));
+  auto int8 = LoadServerConfig({"--weight-format", "int8"});
+  REQUIRE(int8.ok());
+  CHECK(int8->config.weight_format == "int8");
+
   auto tls = LoadServerConfig({"--tls-cert-file", "cert.pem"});
   REQUIRE_FALSE(tls.ok());
   CHECK_THAT(std::string(tls.status().message()), Catch::Contains("--tls-key-file"));

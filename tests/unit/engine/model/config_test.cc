@@ -178,6 +178,17 @@ TEST_CASE("config: errors name the file and the field", "[unit][engine]") {
   CHECK(rope.status().code() == absl::StatusCode::kUnimplemented);
   CHECK_THAT(MessageOf(rope.status()), Catch::Contains("yarn"));
 
+  auto quantised = ParseLlavaConfig(R"({"model_type": "llava_onevision",
+      "quantization_config": {"quant_method": "compressed-tensors", "format": "int-quantized"}})");
+  CHECK(quantised.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(MessageOf(quantised.status()), Catch::Contains("compressed-tensors") &&
+                                                Catch::Contains("int-quantized") &&
+                                                Catch::Contains("--weight-format int8"));
+  auto gptq = ParseLlavaConfig(R"({"model_type": "llava_onevision",
+      "text_config": {"quantization_config": {"quant_method": "gptq", "bits": 4}}})");
+  CHECK(gptq.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(MessageOf(gptq.status()), Catch::Contains("gptq"));
+
   auto bad_json = ParseLlavaConfig("{\"model_type\": ");
   CHECK(bad_json.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(MessageOf(bad_json.status()), Catch::StartsWith("config.json: invalid JSON"));

@@ -1,0 +1,69 @@
+#include "engine/runtime/weight_format.h"
+
+#include <tuple>
+
+#include "engine/ops/quantize_int8.h"
+
+namespace framezip::engine::runtime {
+
+std::string_view WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kBf16:
+      return "bf16";
+    case WeightFormat::kInt8:
+      return "int8";
+    case WeightFormat::kFp8:
+      return "fp8";
+  }
+  return "?";
+}
+
+StatusOr<WeightFormat> ParseWeightFormat(std::string_view name) {
+  for (const WeightFormat f : {WeightFormat::kBf16, WeightFormat::kInt8, WeightFormat::kFp8}) {
+    if (name == WeightFormatName(f)) return f;
+  }
+  return InvalidArgumentError("weight format '{}': want bf16, int8 or fp8", name);
+}
+
+Status CheckWeightFormat(WeightFormat format, Device device) {
+  switch (format) {
+    case WeightFormat::kBf16:
+      return absl::OkStatus();
+    case WeightFormat::kInt8:
+      if (device.is_cpu()) return absl::OkStatus();
+      return UnimplementedError(
+          "weight format int8 runs on the CPU only for now; use bf16 on {} (fp8 weights for "
+          "Hopper GPUs are not built yet)",
+          DeviceName(device));
+    case WeightFormat::kFp8:
+      return UnimplementedError(
+          "weight format fp8 (E4M3 weights through cuBLASLt on an sm_90 GPU) is not built yet; "
+          "use bf16, or int8 on the CPU");
+  }
+  return InternalError("unknown weight format");
+}
+
+Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head) {
+  if (lm_head && weights.lm_head.dtype() != DType::kI8) {
+    FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(weights.lm_head));
+    weights.lm_head = std::move(q.q);
+    weights.lm_head_scale = std::move(q.scale);
+  }
+  for (llm::LayerWeights& L : weights.layers) {
+    for (const auto& [proj, scale] : {std::pair{&L.q_proj, &L.q_scale},
+                                      {&L.k_proj, &L.k_scale},
+                                      {&L.v_proj, &L.v_scale},
+                                      {&L.o_proj, &L.o_scale},
+                                      {&L.gate_proj, &L.gate_scale},
+                                      {&L.up_proj, &L.up_scale},
+                                      {&L.down_proj, &L.down_scale}}) {
+      if (proj->dtype() == DType::kI8) continue;
+      FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(*proj));
+      *proj = std::move(q.q);
+      *scale = std::move(q.scale);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace framezip::engine::runtime

@@ -1,0 +1,41 @@
+// How the decoder's projection weights are held in memory (EngineOptions::weight_format, the
+// CLI's and the server's --weight-format):
+//   bf16: as the checkpoint stores them (bf16 for the shipped and the published models; an f32
+//         checkpoint stays f32): today's behaviour, and the default.
+//   int8: the seven projections of every decoder layer (q/k/v/o, gate/up/down) and the LM head
+//         quantised at load to symmetric int8 per output channel with f32 scales
+//         (ops/quantize_int8.h): half the bytes a decode step reads; the CPU only
+//         (ops/gemm_int8.h). The token embedding stays 16-bit: it is a row gather per token,
+//         not a GEMM. The head is quantised although Qwen2-0.5B ties it to the embedding, so the
+//         int8 head is a second copy (136 M parameters, 130 MiB): it is 27 % of the model's
+//         weights and decode reads all of it every step, so keeping it 16-bit would leave decode
+//         reading 0.63 GB a token instead of 0.50 (llama.cpp's Q8_0 quantises it as well).
+//   fp8:  E4M3 weights for Hopper GPUs (sm_90); not built yet: refused with UNIMPLEMENTED.
+#pragma once
+
+#include <string_view>
+
+#include "common/status.h"
+#include "engine/core/device.h"
+#include "engine/llm/decoder_shape.h"
+
+namespace framezip::engine::runtime {
+
+enum class WeightFormat { kBf16, kInt8, kFp8 };
+
+std::string_view WeightFormatName(WeightFormat format);  // "bf16", "int8", "fp8"
+
+// INVALID_ARGUMENT naming the accepted values for anything else.
+StatusOr<WeightFormat> ParseWeightFormat(std::string_view name);
+
+// OK where `format` runs on `device`; UNIMPLEMENTED naming what is missing otherwise (int8 off the
+// CPU, fp8 anywhere in this build).
+Status CheckWeightFormat(WeightFormat format, Device device);
+
+// Replaces the seven projections of every layer of `weights` (CPU tensors, f32/bf16/f16) and,
+// with `lm_head`, the LM head by owning int8 copies with their scales (LayerWeights::*_scale,
+// DecoderWeights::lm_head_scale), in place; the views they replace are dropped (the checkpoint's
+// mmap stays with its owner). The embedding is kept as it is. Tensors already int8 stay.
+Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head = true);
+
+}  // namespace framezip::engine::runtime
