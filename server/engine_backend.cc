@@ -260,6 +260,8 @@ StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request, K
     state.stored_messages = 0;
     state.mark = {};
     state.pending_media.clear();
+    state.committed_media.clear();
+    state.chain_lost = false;
     state.store_current = false;
   }
   seq.conversation_ = state.conversation.get();
@@ -478,6 +480,26 @@ std::string EngineBackend::CompressionConfig(const rt::Conversation& conversatio
 Status EngineBackend::CommitToStore(const std::string& session_key,
                                     const rt::Conversation& conversation) {
   if (kv_cache_ == nullptr) return absl::OkStatus();
+  bool lost = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_key);
+    if (it == sessions_.end()) return absl::OkStatus();
+    lost = it->second.chain_lost;
+  }
+  // The next segment hangs off the session's last block in the store. If the store no longer
+  // holds the chain, a segment stored now could never be restored: start the chain over.
+  if (!lost) {
+    FZ_ASSIGN_OR_RETURN(const bool present, kv_cache_->ChainPresent(session_key));
+    if (!present) {
+      FZ_LOG_WARN(
+          "session '{}': its KV is no longer in the store (restarted empty, flushed, failed over "
+          "or evicted); committing its whole conversation as a full segment",
+          SessionIdOfKey(session_key));
+    }
+    lost = !present;
+  }
+  if (lost) StartChainOver(session_key);
   engine::kv::SegmentMark since;
   std::vector<std::array<uint8_t, 32>> media;
   size_t messages = 0;
@@ -491,18 +513,104 @@ Status EngineBackend::CommitToStore(const std::string& session_key,
   }
   FZ_ASSIGN_OR_RETURN(rt::ConversationSegment segment,
                       engine_->ExportConversation(conversation, since, kv_max_block_bytes_));
+  const size_t blocks = segment.encoded.blocks.size();
   FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_key, std::move(segment.encoded.blocks),
                                               segment.tokens, media,
                                               CompressionConfig(conversation), Precision()));
+  if (lost) {
+    FZ_LOG_INFO(
+        "session '{}': durable again: its KV committed to the store as one full segment "
+        "({} blocks)",
+        SessionIdOfKey(session_key), blocks);
+  }
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_key);
   if (it != sessions_.end()) {
-    it->second.mark = std::move(segment.encoded.next_mark);
-    it->second.pending_media.clear();
-    it->second.stored_messages = messages;
-    it->second.store_current = true;
+    SessionState& state = it->second;
+    state.mark = std::move(segment.encoded.next_mark);
+    state.committed_media.insert(state.committed_media.end(), media.begin(), media.end());
+    state.pending_media.clear();
+    state.stored_messages = messages;
+    state.store_current = true;
+    state.chain_lost = false;
+    ++state.chain_serial;
   }
   return absl::OkStatus();
+}
+
+void EngineBackend::StartChainOver(const std::string& session_key) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_key);
+    if (it == sessions_.end()) return;
+    SessionState& state = it->second;
+    state.chain_lost = true;
+    state.mark = {};
+    // A full segment shows every medium of the conversation (they key its first block).
+    state.committed_media.insert(state.committed_media.end(), state.pending_media.begin(),
+                                 state.pending_media.end());
+    state.pending_media = std::move(state.committed_media);
+    state.committed_media.clear();
+    ++state.chain_serial;
+  }
+  // What is left of the old chain: unpinned and deleted (nothing can restore from it).
+  kv_cache_->Release(session_key);
+}
+
+namespace {
+// Chains checked per StoreHealth call (one store round trip each): with the default 1 s
+// housekeeping, a thousand idle sessions are all checked within 16 s of a store's loss.
+constexpr size_t kChainChecksPerCall = 64;
+}  // namespace
+
+void EngineBackend::CheckChains() {
+  struct Due {
+    Clock::time_point checked;
+    std::string key;
+    uint64_t serial;
+  };
+  std::vector<Due> due;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, state] : sessions_) {
+      // A busy session is committing or about to: its commit checks the chain itself.
+      if (state.busy || state.chain_lost || kv_cache_->segments(key) == 0) continue;
+      due.push_back({state.chain_checked, key, state.chain_serial});
+    }
+  }
+  const size_t n = std::min(due.size(), kChainChecksPerCall);
+  std::partial_sort(due.begin(), due.begin() + n, due.end(),
+                    [](const Due& a, const Due& b) { return a.checked < b.checked; });
+  for (size_t i = 0; i < n; ++i) {
+    StatusOr<bool> present = kv_cache_->ChainPresent(due[i].key);
+    if (!present.ok()) return;  // the store cannot be reached: StoreHealth says so
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(due[i].key);
+    if (it == sessions_.end()) continue;
+    SessionState& state = it->second;
+    state.chain_checked = Clock::now();
+    // A commit that ended meanwhile may have started the chain over: this answer is stale.
+    if (*present || state.busy || state.chain_serial != due[i].serial) continue;
+    state.chain_lost = true;
+    FZ_LOG_WARN(
+        "session '{}': its KV is no longer in the store (restarted empty, flushed, failed over or "
+        "evicted): not durable until its next commit writes it again",
+        SessionIdOfKey(due[i].key));
+  }
+}
+
+KvDurability EngineBackend::DurabilityOf(const SessionState& state) {
+  if (state.chain_lost) return KvDurability::kNotDurable;
+  // A finished turn whose KV the store does not hold yet (its commit failed).
+  if (!state.store_current && state.messages_fed > 0) return KvDurability::kNotDurable;
+  return KvDurability::kDurable;
+}
+
+KvDurability EngineBackend::SessionDurability(const std::string& session_key) const {
+  if (kv_cache_ == nullptr) return KvDurability::kNoStore;
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_key);
+  return it == sessions_.end() ? KvDurability::kDurable : DurabilityOf(it->second);
 }
 
 Status EngineBackend::ReserveForRestore(const TurnRequest& request, KvReservations& kv,
@@ -723,6 +831,9 @@ Status EngineBackend::AdoptSharedKv(const std::string& session_key, const Shared
     state.store_current = true;
     state.mark = {};
     state.pending_media.clear();
+    state.committed_media.clear();
+    state.chain_lost = false;
+    ++state.chain_serial;
   }
   kv_cache_->Adopt(session_key, kv.segments, kv.precision);
   return absl::OkStatus();
@@ -730,7 +841,15 @@ Status EngineBackend::AdoptSharedKv(const std::string& session_key, const Shared
 
 KvStoreHealth EngineBackend::StoreHealth() {
   if (kv_cache_ == nullptr) return {};
-  return kv_cache_->Health();
+  KvStoreHealth health = kv_cache_->Health();
+  CheckChains();  // also after a failed commit: the store may be back, lacking the chains
+  std::lock_guard lock(mu_);
+  for (const auto& [key, state] : sessions_) {
+    if (!state.released && DurabilityOf(state) == KvDurability::kNotDurable) {
+      ++health.sessions_not_durable;
+    }
+  }
+  return health;
 }
 
 uint32_t EngineBackend::SessionCachedTokens(const std::string& session_key) const {
@@ -749,13 +868,14 @@ Status EngineBackend::FlushSessions() {
     }
     return absl::OkStatus();
   }
-  // Sessions whose last commit to the store failed get another try (no turn runs any more).
+  // Sessions whose last commit to the store failed, or whose chain the store lost, get another try
+  // (no turn runs any more).
   std::vector<std::pair<std::string, rt::Conversation*>> behind;
   {
     std::lock_guard lock(mu_);
     for (auto& [id, state] : sessions_) {
-      if (state.conversation != nullptr && !state.store_current && !state.busy &&
-          state.messages_fed > 0) {
+      if (state.conversation != nullptr && (!state.store_current || state.chain_lost) &&
+          !state.busy && state.messages_fed > 0) {
         behind.emplace_back(id, state.conversation.get());
       }
     }

@@ -21,6 +21,14 @@
 // store are evicted from engine memory (EvictIdleSessions, least recently used first); their next
 // turn restores the cached prefix from the store and prefills only the new text. Drain
 // (FlushSessions) commits whatever is not in the store yet and makes the store durable.
+//
+// Durability after store loss: before a session's next segment is committed, the store is asked
+// whether it still holds the session's chain (SessionKvCache::ChainPresent); when it does not
+// (framezip-kvstore restarted empty, its Redis flushed or failed over, blocks evicted) the
+// session starts its chain over with one full segment of its whole conversation, so one commit
+// makes it durable again. StoreHealth (housekeeping) checks idle sessions' chains the same way, a
+// bounded number per call, so sessions the store lost are counted (KvStoreHealth::
+// sessions_not_durable, SessionDurability) and logged before their next turn.
 #pragma once
 
 #include <array>
@@ -59,6 +67,7 @@ class EngineBackend final : public ModelBackend {
   std::vector<KvBytes> ReleaseSession(const std::string& session_key) override;
   std::vector<KvBytes> SessionKv(const std::string& session_key) const override;
   uint32_t SessionCachedTokens(const std::string& session_key) const override;
+  KvDurability SessionDurability(const std::string& session_key) const override;
   uint64_t KvUsedBytes() const override;
   uint64_t KvCapacityBytes() const override { return kv_capacity_bytes_; }
   Status FlushSessions() override;
@@ -79,20 +88,25 @@ class EngineBackend final : public ModelBackend {
     size_t messages_fed = 0;  // conversation messages already in the KV (reply included)
     uint64_t kv_bytes = 0;    // as of the last commit
     uint32_t cached_tokens = 0;
-    bool busy = false;            // a turn is being prepared or run on it
-    bool released = false;        // released while busy: freed when the turn ends
-    bool store_current = false;   // the store holds everything the conversation does
-    size_t stored_messages = 0;   // messages_fed as of the store's last segment
+    bool busy = false;             // a turn is being prepared or run on it
+    bool released = false;         // released while busy: freed when the turn ends
+    bool store_current = false;    // the store holds everything the conversation does
+    size_t stored_messages = 0;    // messages_fed as of the store's last segment
     engine::kv::SegmentMark mark;  // where the next segment for the store starts
-    std::vector<std::array<uint8_t, 32>> pending_media;  // media of turns not yet in the store
+    std::vector<std::array<uint8_t, 32>> pending_media;    // media of turns not yet in the store
+    std::vector<std::array<uint8_t, 32>> committed_media;  // media of the segments in the store
+    bool chain_lost = false;    // the store lost the session's segments: the next commit is full
+    uint64_t chain_serial = 0;  // changes of its chain in the store (a check spanning one is stale)
+    Clock::time_point chain_checked;  // the last check of its chain in the store
     Clock::time_point last_used;
   };
+  static KvDurability DurabilityOf(const SessionState& state);
   EngineBackend() = default;
   // Prepare's steps. AttachConversation marks the session busy and gives the turn its
   // conversation (the session's, restored from the store when evicted, or a new one); returns
   // the index of the first message the KV does not hold yet.
-  StatusOr<size_t> AttachConversation(const TurnRequest& request, KvReservations& kv,
-                                      Sequence& seq, PreparedTurn& turn);
+  StatusOr<size_t> AttachConversation(const TurnRequest& request, KvReservations& kv, Sequence& seq,
+                                      PreparedTurn& turn);
   struct RestoredSession {
     std::unique_ptr<engine::runtime::Conversation> conversation;  // null: start over
     engine::kv::SegmentMark mark;
@@ -116,13 +130,18 @@ class EngineBackend final : public ModelBackend {
   // `kv` first (waiting for room up to the turn's deadline).
   StatusOr<engine::runtime::RestoredConversation> RestoreFromStore(const TurnRequest& request,
                                                                    KvReservations& kv,
-                                                                   double* seconds,
-                                                                   KvTier* tier);
+                                                                   double* seconds, KvTier* tier);
   Status ReserveForRestore(const TurnRequest& request, KvReservations& kv, uint64_t bytes);
   // Exports what `conversation` added since the session's mark and commits it to the store
   // (no-op without a store). Called with the session not running a turn.
   Status CommitToStore(const std::string& session_key,
                        const engine::runtime::Conversation& conversation);
+  // The session's chain in the store is gone: forget its segments there, so that the next commit
+  // writes the whole conversation as segment 0 of a new chain.
+  void StartChainOver(const std::string& session_key);
+  // StoreHealth's check of idle sessions' chains (at most kChainChecksPerCall sessions, those
+  // checked longest ago first); marks the ones the store lost.
+  void CheckChains();
   KvPrecision Precision() const;
   std::string CompressionConfig(const engine::runtime::Conversation& conversation) const;
 

@@ -71,12 +71,10 @@ SessionKvCache::SessionKvCache(std::unique_ptr<kvstore::KvStore> store,
                                kvstore::TieredStore* embedded, SessionKvCacheOptions options)
     : store_(std::move(store)), embedded_(embedded), options_(std::move(options)) {}
 
-Status SessionKvCache::CommitSegment(const std::string& session_id,
-                                     std::vector<std::string> blocks,
+Status SessionKvCache::CommitSegment(const std::string& session_id, std::vector<std::string> blocks,
                                      std::span<const int32_t> tokens,
                                      const std::vector<std::array<uint8_t, 32>>& media_hashes,
-                                     const std::string& compression_config,
-                                     KvPrecision precision) {
+                                     const std::string& compression_config, KvPrecision precision) {
   // The chain starts from the session's key (its id and 128-bit secret), so no other session,
   // nor a session re-created under the same id, can compute or hit these blocks.
   kvstore::BlockKeyInput root;
@@ -207,8 +205,8 @@ KvStoreHealth SessionKvCache::Health() {
   for (const kvstore::TierStats& tier : stats->tiers) {
     if (!tier.available) {
       health.serving = false;
-      health.reason = fmt::format("the KV store's {} tier is unavailable",
-                                  kvstore::TierName(tier.tier));
+      health.reason =
+          fmt::format("the KV store's {} tier is unavailable", kvstore::TierName(tier.tier));
       return health;
     }
   }
@@ -223,6 +221,21 @@ size_t SessionKvCache::segments(const std::string& session_id) const {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_id);
   return it == sessions_.end() ? 0 : it->second.segments.size();
+}
+
+StatusOr<bool> SessionKvCache::ChainPresent(const std::string& session_id) {
+  std::vector<kvstore::BlockKey> keys;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return true;
+    for (const auto& seg : it->second.segments) {
+      for (const StoredBlock& b : seg) keys.push_back(b.key);
+    }
+  }
+  if (keys.empty()) return true;
+  FZ_ASSIGN_OR_RETURN(const kvstore::LookupResult found, store_->Lookup(keys));
+  return found.present_prefix == keys.size();
 }
 
 StatusOr<LoadedSessionKv> SessionKvCache::Load(const std::string& session_id) {
@@ -293,9 +306,8 @@ std::vector<KvBytes> SessionKvCache::Bytes(const std::string& session_id) const 
   std::vector<KvBytes> out;
   for (const auto& seg : it->second.segments) {
     for (const StoredBlock& b : seg) {
-      auto at = std::find_if(out.begin(), out.end(), [&](const KvBytes& k) {
-        return k.tier == b.tier;
-      });
+      auto at =
+          std::find_if(out.begin(), out.end(), [&](const KvBytes& k) { return k.tier == b.tier; });
       if (at == out.end()) {
         out.push_back({b.tier, it->second.precision, 0});
         at = out.end() - 1;
