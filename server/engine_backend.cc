@@ -185,12 +185,18 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   const std::string model_id = fmt::format("{}/{}x{}x{}", m.name, c.text.num_hidden_layers,
                                            c.text.num_key_value_heads, c.text.hidden_size);
   FZ_ASSIGN_OR_RETURN(b->kv_cache_, OpenKvCache(config, model_id));
+  if (b->kv_cache_ != nullptr) {
+    b->commit_queue_ = std::make_unique<CommitQueue>(
+        static_cast<size_t>(std::max(config.kv_commit_queue, 1)),
+        [raw = b.get()](const std::string& key) { raw->RunQueuedCommit(key); });
+  }
   FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {}), session KV store: {}", m.name,
               m.architecture, c.text.num_hidden_layers, m.context_tokens, config.kvstore);
   return b;
 }
 
 EngineBackend::~EngineBackend() {
+  commit_queue_.reset();  // its worker reads sessions
   std::lock_guard lock(mu_);
   sessions_.clear();  // conversations before the engine
 }
@@ -230,7 +236,12 @@ StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request, K
   }
   bool evicted = false;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    // The commit worker may be reading the conversation's pages (never for longer than that).
+    export_cv_.wait(lock, [&] {
+      auto it = sessions_.find(request.session_key);
+      return it == sessions_.end() || !it->second.exporting;
+    });
     SessionState& state = sessions_[request.session_key];
     if (state.busy) {
       return FailedPreconditionError("session '{}' already has a turn in progress",
@@ -446,30 +457,24 @@ Status EngineBackend::Commit(const std::string& session_key, BackendSequence& se
   auto& seq = static_cast<Sequence&>(sequence);
   // The scheduler may end a turn (its own stop rules) while the engine still decodes it.
   if (seq.conversation_->decoding()) engine_->Cancel(*seq.conversation_);
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end() || it->second.released ||
-        it->second.conversation.get() != seq.conversation_) {
-      return FailedPreconditionError("session '{}' was released during its turn",
-                                     SessionIdOfKey(session_key));
-    }
-    SessionState& state = it->second;
-    state.messages_fed = seq.messages_total_ + 1;  // + the reply
-    state.kv_bytes = seq.conversation_->kv_bytes();
-    state.cached_tokens = static_cast<uint32_t>(seq.conversation_->cached_tokens());
-    state.store_current = false;
-    state.pending_media.insert(state.pending_media.end(), seq.media_hashes_.begin(),
-                               seq.media_hashes_.end());
-    seq.committed_ = true;
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session_key);
+  if (it == sessions_.end() || it->second.released ||
+      it->second.conversation.get() != seq.conversation_) {
+    return FailedPreconditionError("session '{}' was released during its turn",
+                                   SessionIdOfKey(session_key));
   }
-  // The session is still busy (this turn holds it), so its conversation is ours to read.
-  if (Status s = CommitToStore(session_key, *seq.conversation_); !s.ok()) {
-    FZ_LOG_WARN(
-        "session '{}': committing its KV to the store failed: {} (kept in engine memory; "
-        "retried at the next turn and at drain)",
-        SessionIdOfKey(session_key), MessageOf(s));
-  }
+  SessionState& state = it->second;
+  state.messages_fed = seq.messages_total_ + 1;  // + the reply
+  state.kv_bytes = seq.conversation_->kv_bytes();
+  state.cached_tokens = static_cast<uint32_t>(seq.conversation_->cached_tokens());
+  state.store_current = false;
+  ++state.finished_turns;
+  state.pending_media.insert(state.pending_media.end(), seq.media_hashes_.begin(),
+                             seq.media_hashes_.end());
+  // The store is written off the step thread, once the turn lets go of the session (EndTurn).
+  state.commit_wanted = kv_cache_ != nullptr;
+  seq.committed_ = true;
   return absl::OkStatus();
 }
 
@@ -477,18 +482,29 @@ std::string EngineBackend::CompressionConfig(const rt::Conversation& conversatio
   return fmt::format("policy={};kv={}", conversation.policy(), KvPrecisionName(Precision()));
 }
 
-Status EngineBackend::CommitToStore(const std::string& session_key,
-                                    const rt::Conversation& conversation) {
+void EngineBackend::RunQueuedCommit(const std::string& session_key) {
+  if (Status s = CommitToStore(session_key); !s.ok()) {
+    FZ_LOG_WARN(
+        "session '{}': committing its KV to the store failed: {} (kept in engine memory; "
+        "retried at its next turn and at drain)",
+        SessionIdOfKey(session_key), MessageOf(s));
+  }
+}
+
+Status EngineBackend::CommitToStore(const std::string& session_key) {
   if (kv_cache_ == nullptr) return absl::OkStatus();
   bool lost = false;
   {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(session_key);
     if (it == sessions_.end()) return absl::OkStatus();
-    lost = it->second.chain_lost;
+    const SessionState& state = it->second;
+    if ((state.store_current && !state.chain_lost) || state.released) return absl::OkStatus();
+    lost = state.chain_lost;
   }
   // The next segment hangs off the session's last block in the store. If the store no longer
-  // holds the chain, a segment stored now could never be restored: start the chain over.
+  // holds the chain, a segment stored now could never be restored: start the chain over. (Only
+  // this worker changes the chain, so the answer holds until the export below.)
   if (!lost) {
     FZ_ASSIGN_OR_RETURN(const bool present, kv_cache_->ChainPresent(session_key));
     if (!present) {
@@ -499,62 +515,97 @@ Status EngineBackend::CommitToStore(const std::string& session_key,
     }
     lost = !present;
   }
-  if (lost) StartChainOver(session_key);
+  // Hold the conversation while its pages are read (a turn starting on it waits in Prepare); the
+  // store is written after letting go.
+  rt::Conversation* conversation = nullptr;
   engine::kv::SegmentMark since;
   std::vector<std::array<uint8_t, 32>> media;
   size_t messages = 0;
+  uint64_t finished = 0;
+  std::string config;
   {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(session_key);
     if (it == sessions_.end()) return absl::OkStatus();
-    since = it->second.mark;
-    media = it->second.pending_media;
-    messages = it->second.messages_fed;
+    SessionState& state = it->second;
+    // A turn runs on it again: that turn's commit, queued when it ends, covers this one.
+    if ((state.store_current && !state.chain_lost) || state.released || state.busy ||
+        state.conversation == nullptr) {
+      return absl::OkStatus();
+    }
+    if (lost) StartChainOver(state);
+    state.exporting = true;
+    conversation = state.conversation.get();
+    since = state.mark;
+    media = state.pending_media;
+    messages = state.messages_fed;
+    finished = state.finished_turns;
+    config = CompressionConfig(*conversation);
   }
-  FZ_ASSIGN_OR_RETURN(rt::ConversationSegment segment,
-                      engine_->ExportConversation(conversation, since, kv_max_block_bytes_));
-  const size_t blocks = segment.encoded.blocks.size();
-  FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_key, std::move(segment.encoded.blocks),
-                                              segment.tokens, media,
-                                              CompressionConfig(conversation), Precision()));
+  StatusOr<rt::ConversationSegment> segment =
+      engine_->ExportConversation(*conversation, since, kv_max_block_bytes_);
+  bool release_now = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_key);  // kept while exporting (Release defers)
+    if (it != sessions_.end()) {
+      it->second.exporting = false;
+      release_now = it->second.released && !it->second.busy;
+    }
+  }
+  export_cv_.notify_all();
+  if (release_now) {  // deleted while its pages were read
+    ReleaseSession(session_key);
+    return absl::OkStatus();
+  }
+  if (!segment.ok()) return segment.status();
+  // What is left of a lost chain: unpinned and deleted (nothing can restore from it).
+  if (lost) kv_cache_->Release(session_key);
+  const size_t blocks = segment->encoded.blocks.size();
+  FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_key, std::move(segment->encoded.blocks),
+                                              segment->tokens, media, config, Precision(),
+                                              messages));
   if (lost) {
     FZ_LOG_INFO(
         "session '{}': durable again: its KV committed to the store as one full segment "
         "({} blocks)",
         SessionIdOfKey(session_key), blocks);
   }
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_key);
-  if (it != sessions_.end()) {
-    SessionState& state = it->second;
-    state.mark = std::move(segment.encoded.next_mark);
-    state.committed_media.insert(state.committed_media.end(), media.begin(), media.end());
-    state.pending_media.clear();
-    state.stored_messages = messages;
-    state.store_current = true;
-    state.chain_lost = false;
-    ++state.chain_serial;
-  }
-  return absl::OkStatus();
-}
-
-void EngineBackend::StartChainOver(const std::string& session_key) {
+  bool orphaned = false;
   {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return;
-    SessionState& state = it->second;
-    state.chain_lost = true;
-    state.mark = {};
-    // A full segment shows every medium of the conversation (they key its first block).
-    state.committed_media.insert(state.committed_media.end(), state.pending_media.begin(),
-                                 state.pending_media.end());
-    state.pending_media = std::move(state.committed_media);
-    state.committed_media.clear();
-    ++state.chain_serial;
+    if (it == sessions_.end()) {
+      orphaned = true;
+    } else {
+      SessionState& state = it->second;
+      state.mark = std::move(segment->encoded.next_mark);
+      state.committed_media.insert(state.committed_media.end(), media.begin(), media.end());
+      // Media of turns kept since the export stay pending.
+      state.pending_media.erase(
+          state.pending_media.begin(),
+          state.pending_media.begin() +
+              static_cast<std::ptrdiff_t>(std::min(media.size(), state.pending_media.size())));
+      state.stored_messages = messages;
+      state.chain_lost = false;
+      ++state.chain_serial;
+      state.store_current = state.finished_turns == finished;
+    }
   }
-  // What is left of the old chain: unpinned and deleted (nothing can restore from it).
-  kv_cache_->Release(session_key);
+  // Released while its blocks were written: they belong to no one.
+  if (orphaned) kv_cache_->Release(session_key);
+  return absl::OkStatus();
+}
+
+void EngineBackend::StartChainOver(SessionState& state) {
+  state.chain_lost = true;
+  state.mark = {};
+  // A full segment shows every medium of the conversation (they key its first block).
+  state.committed_media.insert(state.committed_media.end(), state.pending_media.begin(),
+                               state.pending_media.end());
+  state.pending_media = std::move(state.committed_media);
+  state.committed_media.clear();
+  ++state.chain_serial;
 }
 
 namespace {
@@ -599,18 +650,22 @@ void EngineBackend::CheckChains() {
   }
 }
 
-KvDurability EngineBackend::DurabilityOf(const SessionState& state) {
+KvDurability EngineBackend::DurabilityOf(const std::string& session_key,
+                                         const SessionState& state) const {
   if (state.chain_lost) return KvDurability::kNotDurable;
-  // A finished turn whose KV the store does not hold yet (its commit failed).
-  if (!state.store_current && state.messages_fed > 0) return KvDurability::kNotDurable;
-  return KvDurability::kDurable;
+  if (state.store_current || state.messages_fed == 0) return KvDurability::kDurable;
+  // A finished turn whose KV the store does not hold yet: on its way, or its commit was deferred
+  // (queue full) or failed.
+  return commit_queue_ != nullptr && commit_queue_->Pending(session_key)
+             ? KvDurability::kPending
+             : KvDurability::kNotDurable;
 }
 
 KvDurability EngineBackend::SessionDurability(const std::string& session_key) const {
   if (kv_cache_ == nullptr) return KvDurability::kNoStore;
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_key);
-  return it == sessions_.end() ? KvDurability::kDurable : DurabilityOf(it->second);
+  return it == sessions_.end() ? KvDurability::kDurable : DurabilityOf(session_key, it->second);
 }
 
 Status EngineBackend::ReserveForRestore(const TurnRequest& request, KvReservations& kv,
@@ -680,6 +735,7 @@ StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const TurnReq
 
 void EngineBackend::EndTurn(const std::string& session_key) {
   bool released = false;
+  bool commit = false;
   {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(session_key);
@@ -687,9 +743,17 @@ void EngineBackend::EndTurn(const std::string& session_key) {
     it->second.busy = false;
     it->second.last_used = Clock::now();
     released = it->second.released;
+    commit = it->second.commit_wanted && !released;
+    it->second.commit_wanted = false;
   }
   // Released while this turn ran (DeleteSession): nothing of it is kept.
-  if (released) ReleaseSession(session_key);
+  if (released) {
+    ReleaseSession(session_key);
+    return;
+  }
+  // Never blocks: a full queue leaves the session behind the store (counted, logged by the
+  // queue), for its next commit or the drain to write.
+  if (commit && commit_queue_ != nullptr) (void)commit_queue_->Enqueue(session_key);
 }
 
 uint64_t EngineBackend::EvictIdleSessions(uint64_t bytes) {
@@ -700,7 +764,9 @@ uint64_t EngineBackend::EvictIdleSessions(uint64_t bytes) {
     std::lock_guard lock(mu_);
     std::vector<std::pair<Clock::time_point, SessionState*>> idle;
     for (auto& [id, state] : sessions_) {
-      if (state.conversation != nullptr && !state.busy && state.store_current) {
+      // Only a session whose KV the store holds whole can be restored from it.
+      if (state.conversation != nullptr && !state.busy && !state.exporting && state.store_current &&
+          !state.chain_lost) {
         idle.emplace_back(state.last_used, &state);
       }
     }
@@ -750,7 +816,7 @@ std::vector<KvBytes> EngineBackend::Release(const std::string& session_key, bool
     if (it == sessions_.end()) return {};
     // A running turn holds a pointer to the conversation: its end (EndTurn) frees everything,
     // and Commit refuses to keep anything meanwhile.
-    if (it->second.busy) {
+    if (it->second.busy || it->second.exporting) {
       it->second.released = true;
       return {};
     }
@@ -797,17 +863,18 @@ std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_key) co
 }
 
 SharedKvState EngineBackend::ExportSharedKv(const std::string& session_key) {
-  SharedKvState out;
-  if (kv_cache_ == nullptr) return out;
+  if (kv_cache_ == nullptr) return {};
+  // A turn's revision is published (off the step thread) once its commit landed, so another
+  // replica restores the whole turn; a commit deferred or stuck on the store is not waited for
+  // longer than this (the other replica then re-prefills what the store lacks).
+  constexpr auto kCommitWait = std::chrono::seconds(30);
+  if (commit_queue_ != nullptr) commit_queue_->WaitFor(session_key, Clock::now() + kCommitWait);
   {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return out;
-    out.stored_messages = it->second.stored_messages;
+    if (sessions_.find(session_key) == sessions_.end()) return {};
   }
+  SharedKvState out = kv_cache_->SharedState(session_key);  // segments and messages, together
   out.precision = Precision();
-  out.segments = kv_cache_->SharedSegments(session_key);
-  if (out.segments.empty()) out.stored_messages = 0;
   return out;
 }
 
@@ -815,7 +882,11 @@ Status EngineBackend::AdoptSharedKv(const std::string& session_key, const Shared
   if (kv_cache_ == nullptr) return absl::OkStatus();
   std::unique_ptr<rt::Conversation> stale;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    export_cv_.wait(lock, [&] {
+      auto it = sessions_.find(session_key);
+      return it == sessions_.end() || !it->second.exporting;
+    });
     SessionState& state = sessions_[session_key];
     if (state.busy) {
       return FailedPreconditionError("session '{}' has a turn running on this replica",
@@ -835,17 +906,23 @@ Status EngineBackend::AdoptSharedKv(const std::string& session_key, const Shared
     state.chain_lost = false;
     ++state.chain_serial;
   }
-  kv_cache_->Adopt(session_key, kv.segments, kv.precision);
+  kv_cache_->Adopt(session_key, kv);
   return absl::OkStatus();
 }
 
 KvStoreHealth EngineBackend::StoreHealth() {
   if (kv_cache_ == nullptr) return {};
   KvStoreHealth health = kv_cache_->Health();
+  if (commit_queue_ != nullptr) {
+    const CommitQueue::Counters c = commit_queue_->counters();
+    health.commit_queue_depth = c.depth;
+    health.commits_deferred = c.refused;
+    health.commits_coalesced = c.coalesced;
+  }
   CheckChains();  // also after a failed commit: the store may be back, lacking the chains
   std::lock_guard lock(mu_);
   for (const auto& [key, state] : sessions_) {
-    if (!state.released && DurabilityOf(state) == KvDurability::kNotDurable) {
+    if (!state.released && DurabilityOf(key, state) == KvDurability::kNotDurable) {
       ++health.sessions_not_durable;
     }
   }
@@ -868,21 +945,22 @@ Status EngineBackend::FlushSessions() {
     }
     return absl::OkStatus();
   }
-  // Sessions whose last commit to the store failed, or whose chain the store lost, get another try
-  // (no turn runs any more).
-  std::vector<std::pair<std::string, rt::Conversation*>> behind;
+  // The commits queued first; then the sessions still behind the store (their commit was
+  // deferred, failed, or their chain was lost) get another try, here (no turn runs any more).
+  if (commit_queue_ != nullptr) commit_queue_->Flush();
+  std::vector<std::string> behind;
   {
     std::lock_guard lock(mu_);
     for (auto& [id, state] : sessions_) {
       if (state.conversation != nullptr && (!state.store_current || state.chain_lost) &&
           !state.busy && state.messages_fed > 0) {
-        behind.emplace_back(id, state.conversation.get());
+        behind.push_back(id);
       }
     }
   }
   Status first_error;
-  for (const auto& [id, conversation] : behind) {
-    if (Status s = CommitToStore(id, *conversation); !s.ok()) {
+  for (const std::string& id : behind) {
+    if (Status s = CommitToStore(id); !s.ok()) {
       FZ_LOG_ERROR("drain: session '{}' KV not flushed: {}", SessionIdOfKey(id), MessageOf(s));
       first_error.Update(s);
     }

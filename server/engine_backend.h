@@ -22,6 +22,13 @@
 // turn restores the cached prefix from the store and prefills only the new text. Drain
 // (FlushSessions) commits whatever is not in the store yet and makes the store durable.
 //
+// Commits never run on the step thread: Commit only marks the session, and when the turn lets go
+// of it (EndTurn) the session joins the CommitQueue (server/commit_queue.h), whose one worker
+// exports the new pages (holding the session only while it reads the conversation: a turn that
+// starts meanwhile waits in Prepare for that export, never for the store) and writes them to the
+// store. A full queue defers the commit to the session's next one or the drain; a session whose
+// next turn starts before its commit ran is committed with that turn (coalesced).
+//
 // Durability after store loss: before a session's next segment is committed, the store is asked
 // whether it still holds the session's chain (SessionKvCache::ChainPresent); when it does not
 // (framezip-kvstore restarted empty, its Redis flushed or failed over, blocks evicted) the
@@ -32,6 +39,7 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +47,7 @@
 
 #include "engine/kv/page_codec.h"
 #include "media/media_backend.h"
+#include "server/commit_queue.h"
 #include "server/config.h"
 #include "server/model_backend.h"
 #include "server/session_kv_cache.h"
@@ -91,6 +100,9 @@ class EngineBackend final : public ModelBackend {
     bool busy = false;             // a turn is being prepared or run on it
     bool released = false;         // released while busy: freed when the turn ends
     bool store_current = false;    // the store holds everything the conversation does
+    bool commit_wanted = false;    // a turn finished: queue its commit when it lets go (EndTurn)
+    bool exporting = false;        // the commit worker reads the conversation (Prepare waits)
+    uint64_t finished_turns = 0;   // turns kept (Commit): a commit begun before one is stale
     size_t stored_messages = 0;    // messages_fed as of the store's last segment
     engine::kv::SegmentMark mark;  // where the next segment for the store starts
     std::vector<std::array<uint8_t, 32>> pending_media;    // media of turns not yet in the store
@@ -100,7 +112,8 @@ class EngineBackend final : public ModelBackend {
     Clock::time_point chain_checked;  // the last check of its chain in the store
     Clock::time_point last_used;
   };
-  static KvDurability DurabilityOf(const SessionState& state);
+  // With mu_ held.
+  KvDurability DurabilityOf(const std::string& session_key, const SessionState& state) const;
   EngineBackend() = default;
   // Prepare's steps. AttachConversation marks the session busy and gives the turn its
   // conversation (the session's, restored from the store when evicted, or a new one); returns
@@ -132,13 +145,15 @@ class EngineBackend final : public ModelBackend {
                                                                    KvReservations& kv,
                                                                    double* seconds, KvTier* tier);
   Status ReserveForRestore(const TurnRequest& request, KvReservations& kv, uint64_t bytes);
-  // Exports what `conversation` added since the session's mark and commits it to the store
-  // (no-op without a store). Called with the session not running a turn.
-  Status CommitToStore(const std::string& session_key,
-                       const engine::runtime::Conversation& conversation);
-  // The session's chain in the store is gone: forget its segments there, so that the next commit
-  // writes the whole conversation as segment 0 of a new chain.
-  void StartChainOver(const std::string& session_key);
+  // Exports what the session's conversation added since its mark and commits it to the store (the
+  // commit worker; the drain once the queue is empty). Nothing to do when the store is current,
+  // the session is gone, or a turn runs on it (that turn's commit will cover this one).
+  Status CommitToStore(const std::string& session_key);
+  // The commit worker's job: CommitToStore, a failure logged.
+  void RunQueuedCommit(const std::string& session_key);
+  // The session's chain in the store is gone: its next segment is the whole conversation, segment
+  // 0 of a new chain (mu_ held; the caller releases the old chain's blocks).
+  static void StartChainOver(SessionState& state);
   // StoreHealth's check of idle sessions' chains (at most kChainChecksPerCall sessions, those
   // checked longest ago first); marks the ones the store lost.
   void CheckChains();
@@ -153,8 +168,10 @@ class EngineBackend final : public ModelBackend {
   int64_t prefill_chunk_tokens_ = 0;
   mutable std::mutex mu_;
   std::map<std::string, SessionState> sessions_;  // guarded by mu_
+  std::condition_variable export_cv_;             // some session's `exporting` ended
   std::unique_ptr<SessionKvCache> kv_cache_;
   size_t kv_max_block_bytes_ = size_t{4} << 20;
+  std::unique_ptr<CommitQueue> commit_queue_;  // with kv_cache_; stopped first
 };
 
 }  // namespace framezip::server

@@ -129,6 +129,24 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
                             "Session KV segments committed to the store, by result (ok, "
                             "failed).")
                         .Register(r);
+  commit_queue_depth_ = &BuildGauge()
+                             .Name("framezip_kv_commit_queue_depth")
+                             .Help(
+                                 "Sessions whose KV commit waits for the store (the commit "
+                                 "queue, off the step thread).")
+                             .Register(r);
+  commits_deferred_ = &BuildCounter()
+                           .Name("framezip_kv_commits_deferred_total")
+                           .Help(
+                               "KV commits deferred to the session's next commit or the drain "
+                               "because the commit queue was full (a slow store).")
+                           .Register(r);
+  commits_coalesced_ = &BuildCounter()
+                            .Name("framezip_kv_commits_coalesced_total")
+                            .Help(
+                                "KV commits folded into one of the same session already waiting "
+                                "in the commit queue.")
+                            .Register(r);
   not_durable_ = &BuildGauge()
                       .Name("framezip_sessions_not_durable")
                       .Help(
@@ -246,6 +264,17 @@ void ServerMetrics::SetStoreHealth(const KvStoreHealth& health) {
     failed.Increment(health.failed_commits - reported_failed_commits_);
   }
   reported_commits_ = std::max(reported_commits_, health.commits);
+  commit_queue_depth_->Add(Labels()).Set(static_cast<double>(health.commit_queue_depth));
+  auto& deferred = commits_deferred_->Add(Labels());
+  auto& coalesced = commits_coalesced_->Add(Labels());
+  if (health.commits_deferred > reported_deferred_) {
+    deferred.Increment(static_cast<double>(health.commits_deferred - reported_deferred_));
+  }
+  if (health.commits_coalesced > reported_coalesced_) {
+    coalesced.Increment(static_cast<double>(health.commits_coalesced - reported_coalesced_));
+  }
+  reported_deferred_ = std::max(reported_deferred_, health.commits_deferred);
+  reported_coalesced_ = std::max(reported_coalesced_, health.commits_coalesced);
   reported_failed_commits_ = std::max(reported_failed_commits_, health.failed_commits);
 }
 

@@ -74,7 +74,8 @@ SessionKvCache::SessionKvCache(std::unique_ptr<kvstore::KvStore> store,
 Status SessionKvCache::CommitSegment(const std::string& session_id, std::vector<std::string> blocks,
                                      std::span<const int32_t> tokens,
                                      const std::vector<std::array<uint8_t, 32>>& media_hashes,
-                                     const std::string& compression_config, KvPrecision precision) {
+                                     const std::string& compression_config, KvPrecision precision,
+                                     uint64_t covered_messages) {
   // The chain starts from the session's key (its id and 128-bit secret), so no other session,
   // nor a session re-created under the same id, can compute or hit these blocks.
   kvstore::BlockKeyInput root;
@@ -137,16 +138,18 @@ Status SessionKvCache::CommitSegment(const std::string& session_id, std::vector<
   std::lock_guard lock(mu_);
   SessionBlocks& s = sessions_[session_id];
   s.precision = precision;
+  s.covered_messages = covered_messages;
   for (const StoredBlock& b : stored) ++refs_[b.key];
   s.segments.push_back(std::move(stored));
   return absl::OkStatus();
 }
 
-void SessionKvCache::Adopt(const std::string& session_id,
-                           const std::vector<std::vector<SharedKvState::Block>>& segments,
-                           KvPrecision precision) {
+void SessionKvCache::Adopt(const std::string& session_id, const SharedKvState& kv) {
+  const auto& segments = kv.segments;
+  const KvPrecision precision = kv.precision;
   SessionBlocks adopted;
   adopted.precision = precision;
+  adopted.covered_messages = kv.stored_messages;
   std::vector<kvstore::BlockKey> keys;
   for (const auto& segment : segments) {
     std::vector<StoredBlock> blocks;
@@ -177,17 +180,18 @@ void SessionKvCache::Adopt(const std::string& session_id,
   sessions_[session_id] = std::move(adopted);
 }
 
-std::vector<std::vector<SharedKvState::Block>> SessionKvCache::SharedSegments(
-    const std::string& session_id) const {
-  std::vector<std::vector<SharedKvState::Block>> out;
+SharedKvState SessionKvCache::SharedState(const std::string& session_id) const {
+  SharedKvState out;
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return out;
+  out.precision = it->second.precision;
   for (const auto& segment : it->second.segments) {
     std::vector<SharedKvState::Block> blocks;
     for (const StoredBlock& b : segment) blocks.push_back({b.key, b.bytes});
-    out.push_back(std::move(blocks));
+    out.segments.push_back(std::move(blocks));
   }
+  out.stored_messages = out.segments.empty() ? 0 : it->second.covered_messages;
   return out;
 }
 

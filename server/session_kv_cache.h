@@ -64,11 +64,14 @@ class SessionKvCache {
 
   // Stores one segment of `session_id` (the next after those it committed). `tokens` are the ids
   // the segment covers and `media_hashes` the hashes of the media they show (both key the
-  // segment); `compression_config` is the policy and page formats in force.
+  // segment); `compression_config` is the policy and page formats in force. `covered_messages`:
+  // the conversation messages the session's segments cover once this one is in (SharedState
+  // reports both together).
   Status CommitSegment(const std::string& session_id, std::vector<std::string> blocks,
                        std::span<const int32_t> tokens,
                        const std::vector<std::array<uint8_t, 32>>& media_hashes,
-                       const std::string& compression_config, KvPrecision precision);
+                       const std::string& compression_config, KvPrecision precision,
+                       uint64_t covered_messages = 0);
 
   // Segments `session_id` committed (0 = none).
   size_t segments(const std::string& session_id) const;
@@ -100,11 +103,14 @@ class SessionKvCache {
 
   // A session committed by another replica (server/shared_sessions.h): its segments' blocks, in
   // order, replace this cache's bookkeeping of the session and are pinned for it here.
-  void Adopt(const std::string& session_id,
-             const std::vector<std::vector<SharedKvState::Block>>& segments, KvPrecision precision);
-  // The session's segments' blocks, for another replica to adopt.
+  void Adopt(const std::string& session_id, const SharedKvState& kv);
+  // The session's segments' blocks and the messages they cover, for another replica to adopt: one
+  // snapshot (a commit landing meanwhile is wholly in it or not at all).
+  SharedKvState SharedState(const std::string& session_id) const;
   std::vector<std::vector<SharedKvState::Block>> SharedSegments(
-      const std::string& session_id) const;
+      const std::string& session_id) const {
+    return SharedState(session_id).segments;
+  }
 
   // Asks the store for its stats (a remote store's round trip): serving unless it cannot be
   // reached, a tier is down, or the last commit failed (and none succeeded since).
@@ -119,6 +125,7 @@ class SessionKvCache {
   struct SessionBlocks {
     std::vector<std::vector<StoredBlock>> segments;
     KvPrecision precision = KvPrecision::kF16;
+    uint64_t covered_messages = 0;  // conversation messages the segments cover
   };
 
   std::unique_ptr<kvstore::KvStore> store_;

@@ -50,6 +50,11 @@ struct KvStoreHealth {
   // Sessions whose KV the store does not fully hold (KvDurability::kNotDurable): a pod that dies
   // now loses their cached KV (the sessions themselves survive; their next turn re-prefills).
   uint64_t sessions_not_durable = 0;
+  // The commit queue (server/commit_queue.h): sessions waiting now, and since start the commits
+  // deferred because it was full and those folded into one already waiting.
+  uint64_t commit_queue_depth = 0;
+  uint64_t commits_deferred = 0;
+  uint64_t commits_coalesced = 0;
 };
 
 // Whether a session's KV would survive the loss of this replica (GetSession's kv_durability;

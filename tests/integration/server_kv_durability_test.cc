@@ -4,12 +4,14 @@
 // killed and restarted empty. After the restart the server's gauge of non-durable sessions rises
 // and GetSession says so; one turn (one commit) on each session writes its whole KV again, the
 // gauge falls back to 0, and a new replica restores every session from the store with the answer
-// one server without a store gives.
+// one server without a store gives. And a store that answers every Put late: commits wait in the
+// bounded queue off the step thread, overflow is deferred (counted), and the drain writes all.
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "kvstore/service/remote_store.h"
 #include "tests/integration/kvstore_harness.h"
@@ -224,6 +226,50 @@ TEST_CASE("sessions are durable again one commit after the store's Redis restart
         20s));
   };
   RunLoss(dir.path(), clip, reference, daemon.address(), restart_empty, blocks);
+}
+
+TEST_CASE("a slow store: commits queue off the step thread, overflow is deferred, drain flushes",
+          "[integration][server][durability]") {
+  TempDir dir;
+  const std::string clip = MakeTestClip(dir.path(), 1.0);
+  std::filesystem::create_directories(dir.path() / "kvstore");
+  // Every Put answers 1.5 s late: a commit takes longer than the three turns together.
+  kvstore::test::KvstoreDaemon daemon(dir.path() / "kvstore", {"--test-put-delay-ms", "1500"});
+  REQUIRE(daemon.running());
+  // Room for one waiting commit; not shared, so turns end without waiting for their commit.
+  ServerProcess a(dir.path(), "slow",
+                  {"--kvstore", daemon.address(), "--share-sessions", "off", "--kv-commit-queue",
+                   "1", "--housekeeping-ms", "100"});
+  ChatClient client(a.Stub());
+  for (const std::string& id : kSessions) CreateWithClip(client, id, clip);
+  // The three turns run together and end within a step or two of each other: one commit in
+  // flight, one waiting, one deferred.
+  std::vector<std::thread> turns;
+  std::vector<TurnResult> results(kSessions.size());
+  for (size_t i = 0; i < kSessions.size(); ++i) {
+    turns.emplace_back([&, i] {
+      ChatClient own(a.Stub());
+      results[i] = own.Ask(kSessions[i], kBefore);
+    });
+  }
+  for (auto& t : turns) t.join();
+  for (const TurnResult& r : results) REQUIRE(r.status.error_message() == "");
+  INFO("server log: " << a.Log());
+  const auto deferred = [&] {
+    return kvstore::test::MetricValue(HttpGet(a.metrics_port(), "/metrics"),
+                                      "framezip_kv_commits_deferred_total{");
+  };
+  CHECK(WaitUntil([&] { return deferred().value_or(0) >= 1; }, 5s));
+  CHECK(a.Log().find("KV commit queue full") != std::string::npos);
+  // The deferred session stays behind the store (not durable) until its next commit or drain.
+  int behind = 0;
+  for (const std::string& id : kSessions) {
+    if (Durability(client, id) != v1::KV_DURABILITY_DURABLE) ++behind;
+  }
+  CHECK(behind >= 1);
+  // Drain: the queue is flushed and the deferred session committed: all three in the store.
+  CHECK(a.Stop(60s) == 0);
+  CHECK(a.Log().find("drain: session KV flushed to the store: 3 sessions") != std::string::npos);
 }
 
 }  // namespace

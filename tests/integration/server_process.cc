@@ -1,5 +1,7 @@
 #include "tests/integration/server_process.h"
 
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
@@ -41,6 +43,11 @@ ServerProcess::ServerProcess(const std::filesystem::path& dir, const std::string
 
 std::unique_ptr<v1::VideoChat::Stub> ServerProcess::Stub() const {
   return v1::VideoChat::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+}
+
+std::optional<int> ServerProcess::Stop(std::chrono::milliseconds timeout) {
+  child_->Signal(SIGTERM);
+  return child_->Wait(timeout);
 }
 
 std::string ServerProcess::Log(const std::filesystem::path& path) {

@@ -5,8 +5,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,8 @@ class ServerProcess {
   ServerProcess(const std::filesystem::path& dir, const std::string& name,
                 std::vector<std::string> args);
   std::unique_ptr<v1::VideoChat::Stub> Stub() const;
+  // SIGTERM (a drain) and wait up to `timeout`; the exit code, nullopt on timeout.
+  std::optional<int> Stop(std::chrono::milliseconds timeout);
   int metrics_port() const { return metrics_port_; }
   std::string Log() const { return Log(log_); }
   static std::string Log(const std::filesystem::path& path);
