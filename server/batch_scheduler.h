@@ -66,6 +66,9 @@ class BatchScheduler final : public TurnEngine {
   uint32_t SessionCachedTokens(const std::string& session_id) const override;
   EngineLoad Load() const override;
   KvStoreHealth StoreHealth() override { return backend_->StoreHealth(); }
+  KvDurability SessionDurability(const std::string& session_key) const override {
+    return backend_->SessionDurability(session_key);
+  }
   std::vector<KvBytes> ForgetSession(const std::string& session_key) override {
     return backend_->ForgetSession(session_key);
   }
@@ -101,11 +104,11 @@ class BatchScheduler final : public TurnEngine {
   std::unique_ptr<Reservations> reservations_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // wakes the step loop: new waiting turn, cancel, drain, stop
+  std::condition_variable cv_;       // wakes the step loop: new waiting turn, cancel, drain, stop
   std::condition_variable idle_cv_;  // signals Drain when the last turn finished
   std::map<std::string, std::shared_ptr<Turn>> turns_;  // every turn not yet finished
-  std::deque<std::shared_ptr<Turn>> waiting_;            // prepared, not admitted
-  std::vector<std::shared_ptr<Turn>> running_;           // admitted, oldest first
+  std::deque<std::shared_ptr<Turn>> waiting_;           // prepared, not admitted
+  std::vector<std::shared_ptr<Turn>> running_;          // admitted, oldest first
   uint32_t preparing_ = 0;
   uint64_t prepare_reserved_ = 0;  // KV promised to backends' restores (KvReservations)
   bool draining_ = false;

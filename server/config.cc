@@ -48,6 +48,9 @@ void Register(FlagSet& f, ServerConfig& c) {
            "share sessions with other replicas through the KV store: auto (when the store is a "
            "framezip-kvstore or has a Redis tier), on, off",
            "MODE");
+  f.Int("kv-commit-queue", &c.kv_commit_queue,
+        "sessions whose KV commit may wait for the store at once (off the step thread); past "
+        "it a commit is deferred to the session's next one or the drain");
   f.Int("max-running", &c.max_running, "turns decoded together in one batch at most");
   f.Int("max-waiting", &c.max_waiting,
         "turns queued for admission at most; more get RESOURCE_EXHAUSTED");
@@ -82,8 +85,7 @@ void Register(FlagSet& f, ServerConfig& c) {
            "only mode: the server links no decoder)",
            "MODE");
   f.String("media-worker", &c.media_worker,
-           "the media worker binary; empty = framezip-media-worker beside framezip-server",
-           "FILE");
+           "the media worker binary; empty = framezip-media-worker beside framezip-server", "FILE");
   f.Int("media-workers", &c.media_workers, "media worker processes decoding at once");
   f.Int("media-worker-memory-bytes", &c.media_worker_memory_bytes,
         "address-space limit of one media worker");
@@ -105,8 +107,7 @@ void Register(FlagSet& f, ServerConfig& c) {
            "metadata key a trusted proxy sets to the tenant a call acts for; empty = off", "KEY");
   f.String("tenant-proxy-principals", &c.tenant_proxy_principals,
            "comma-separated token names allowed to set --tenant-header", "NAMES");
-  f.String("tls-cert-file", &c.tls_cert_file, "serve TLS with this PEM certificate chain",
-           "FILE");
+  f.String("tls-cert-file", &c.tls_cert_file, "serve TLS with this PEM certificate chain", "FILE");
   f.String("tls-key-file", &c.tls_key_file, "PEM private key of --tls-cert-file", "FILE");
   f.Int("housekeeping-ms", &c.housekeeping_ms, "how often sessions expire and gauges refresh");
 }
@@ -239,8 +240,7 @@ Status ValidateServerConfig(const ServerConfig& c) {
                                 c.device);
   }
   if (c.share_sessions != "auto" && c.share_sessions != "on" && c.share_sessions != "off") {
-    return InvalidArgumentError("--share-sessions: '{}' is not auto, on or off",
-                                c.share_sessions);
+    return InvalidArgumentError("--share-sessions: '{}' is not auto, on or off", c.share_sessions);
   }
   if (c.media_isolation == "none") {
     return InvalidArgumentError(
@@ -254,6 +254,7 @@ Status ValidateServerConfig(const ServerConfig& c) {
   FZ_RETURN_IF_ERROR(positive(c.keepalive_time_seconds, "keepalive-time-seconds"));
   FZ_RETURN_IF_ERROR(positive(c.keepalive_timeout_seconds, "keepalive-timeout-seconds"));
   FZ_RETURN_IF_ERROR(positive(c.housekeeping_ms, "housekeeping-ms"));
+  FZ_RETURN_IF_ERROR(positive(c.kv_commit_queue, "kv-commit-queue"));
   if (c.grace_seconds < 0) return InvalidArgumentError("--grace-seconds: must be >= 0");
   if (c.kv_budget_bytes < 0) return InvalidArgumentError("--kv-budget-bytes: must be >= 0");
   if (c.kvstore_host_bytes <= 0) {

@@ -38,6 +38,9 @@ struct ServerConfig {
   // Sessions shared by replicas through the KV store: "auto" (when the store is shared: a
   // framezip-kvstore address or a Redis tier), "on", "off".
   std::string share_sessions = "auto";
+  // Sessions whose KV commit may wait for the store at once (commits run off the step thread;
+  // past this, a session's commit is deferred to its next one or the drain).
+  int kv_commit_queue = 256;
   // Scheduler
   int max_running = 16;
   int max_waiting = 64;
@@ -45,7 +48,7 @@ struct ServerConfig {
   int prefill_chunk_tokens = 256;
   int prepare_threads = 2;
   int default_max_tokens = 256;
-  int max_running_per_principal = 8;               // 0 = no cap
+  int max_running_per_principal = 8;                  // 0 = no cap
   int64_t max_queued_tokens_per_principal = 1 << 20;  // prompt + max_tokens; 0 = no cap
   int64_t max_prompt_bytes = 256 * 1024;
   // Sessions and media

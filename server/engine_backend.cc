@@ -9,8 +9,6 @@
 #include "engine/core/device.h"
 #include "engine/runtime/engine.h"
 #include "engine/vision/llava_vision.h"
-#include "kvstore/service/remote_store.h"
-#include "kvstore/tiered_store.h"
 #include "media/media.h"
 #include "server/media_probe.h"
 #include "server/preprocess_spec.h"
@@ -22,60 +20,6 @@ namespace rt = engine::runtime;
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-KvPrecision PrecisionOf(engine::kv::KvFormat format) {
-  switch (format) {
-    case engine::kv::KvFormat::kF32:
-      return KvPrecision::kF32;
-    case engine::kv::KvFormat::kF16:
-      return KvPrecision::kF16;
-    case engine::kv::KvFormat::kInt4:
-      return KvPrecision::kInt4;
-    case engine::kv::KvFormat::kInt2:
-      return KvPrecision::kInt2;
-    case engine::kv::KvFormat::kLowRank:
-      return KvPrecision::kLowRank;
-  }
-  return KvPrecision::kF16;
-}
-
-// The KV store config `kvstore` names: "embedded" (a TieredStore in this process: host RAM, plus
-// disk when kvstore_disk_path is set), "none", or the address of a framezip-kvstore.
-StatusOr<std::unique_ptr<SessionKvCache>> OpenKvCache(const ServerConfig& config,
-                                                      const std::string& model_id) {
-  SessionKvCacheOptions options;
-  options.model_id = model_id;
-  options.pin_ttl = std::chrono::seconds(std::max(config.max_session_ttl_seconds, 60));
-  if (config.kvstore == "none" || config.kvstore.empty()) return nullptr;
-  if (config.kvstore == "embedded") {
-    kvstore::TieredStoreOptions o;
-    o.host = kvstore::HostTierOptions{static_cast<uint64_t>(config.kvstore_host_bytes)};
-    if (!config.kvstore_disk_path.empty()) {
-      kvstore::DiskTierOptions disk;
-      disk.dir = config.kvstore_disk_path;
-      o.disk = disk;
-      // Host first; a block reaches disk when the host tier evicts it or at drain (Flush).
-      o.write_mode = kvstore::WriteMode::kWriteBack;
-    }
-    if (!config.kvstore_redis.empty()) {
-      kvstore::RedisTierOptions redis;
-      FZ_RETURN_IF_ERROR(
-          Annotate(kvstore::ParseRedisAddress(config.kvstore_redis, &redis), "--kvstore-redis"));
-      o.redis = redis;
-      // Replicas share the Redis tier: every block reaches it before the turn ends.
-      o.write_mode = kvstore::WriteMode::kWriteThrough;
-      o.redis_write_through = true;
-    }
-    o.default_pin_ttl = options.pin_ttl;
-    FZ_ASSIGN_OR_RETURN(std::unique_ptr<kvstore::TieredStore> store,
-                        kvstore::TieredStore::Open(std::move(o)));
-    kvstore::TieredStore* embedded = store.get();
-    return std::make_unique<SessionKvCache>(std::move(store), embedded, options);
-  }
-  FZ_ASSIGN_OR_RETURN(std::unique_ptr<kvstore::service::RemoteStore> remote,
-                      kvstore::service::RemoteStore::Connect({.address = config.kvstore}));
-  return std::make_unique<SessionKvCache>(std::move(remote), nullptr, options);
-}
 
 }  // namespace
 
@@ -90,9 +34,11 @@ class EngineBackend::Sequence final : public BackendSequence {
       if (conversation_->decoding() || conversation_->starting()) {
         owner_->engine_->Cancel(*conversation_);
       }
-      if (started_ && !session_key_.empty()) owner_->DropConversation(session_key_, conversation_);
+      if (started_ && !session_key_.empty()) {
+        owner_->sessions_->DropConversation(session_key_, conversation_);
+      }
     }
-    if (holds_session_) owner_->EndTurn(session_key_);
+    if (holds_session_) owner_->sessions_->EndTurn(session_key_);
   }
   uint64_t allocated_bytes() const override {
     const uint64_t now = conversation_ != nullptr ? conversation_->kv_bytes() : 0;
@@ -186,18 +132,15 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.vision.default_num_frames = 32;
   const std::string model_id = fmt::format("{}/{}x{}x{}", m.name, c.text.num_hidden_layers,
                                            c.text.num_key_value_heads, c.text.hidden_size);
-  FZ_ASSIGN_OR_RETURN(b->kv_cache_, OpenKvCache(config, model_id));
+  FZ_ASSIGN_OR_RETURN(b->sessions_, server::SessionKv::Open(config, model_id, b->engine_.get()));
   FZ_LOG_INFO("engine: loaded {} ({}, {} layers, context {}), session KV store: {}", m.name,
               m.architecture, c.text.num_hidden_layers, m.context_tokens, config.kvstore);
   return b;
 }
 
 EngineBackend::~EngineBackend() {
-  std::lock_guard lock(mu_);
-  sessions_.clear();  // conversations before the engine
+  sessions_.reset();  // the commit worker and the conversations, before the engine
 }
-
-KvPrecision EngineBackend::Precision() const { return KvPrecision::kF16; }
 
 // Prepare, step by step: the session's conversation (restored from the store when it was
 // evicted), the new messages' media, the sampling options, then rendering/tokenizing/vision in
@@ -207,7 +150,18 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
   seq->owner_ = this;
   seq->session_key_ = request.session_key;
   PreparedTurn turn;
-  FZ_ASSIGN_OR_RETURN(const size_t first_new, AttachConversation(request, kv, *seq, turn));
+  size_t first_new = 0;
+  if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
+    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(EngineSpec(request.policy)));
+    seq->conversation_ = seq->owned_.get();
+  } else {
+    FZ_ASSIGN_OR_RETURN(const server::SessionKv::Attached attached,
+                        sessions_->Attach(request, kv, turn));
+    seq->holds_session_ = true;  // from here the sequence's end lets go of the session
+    seq->conversation_ = attached.conversation;
+    seq->kv_at_start_ = attached.kv_bytes;
+    first_new = attached.first_new;
+  }
   seq->messages_total_ = request.messages.size();
   FZ_RETURN_IF_ERROR(DecodeNewMedia(request, first_new, *seq, turn));
   seq->options_ = TurnOptionsFor(request.sampling);
@@ -221,82 +175,6 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
   FillAdmission(*seq->conversation_, request.sampling, turn);
   turn.sequence = std::move(seq);
   return turn;
-}
-
-StatusOr<size_t> EngineBackend::AttachConversation(const TurnRequest& request, KvReservations& kv,
-                                                   Sequence& seq, PreparedTurn& turn) {
-  if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
-    FZ_ASSIGN_OR_RETURN(seq.owned_, engine_->NewConversation(EngineSpec(request.policy)));
-    seq.conversation_ = seq.owned_.get();
-    return 0;
-  }
-  bool evicted = false;
-  {
-    std::lock_guard lock(mu_);
-    SessionState& state = sessions_[request.session_key];
-    if (state.busy) {
-      return FailedPreconditionError("session '{}' already has a turn in progress",
-                                     request.session_id);
-    }
-    state.busy = true;
-    seq.holds_session_ = true;
-    state.last_used = Clock::now();
-    evicted = state.conversation == nullptr && state.messages_fed > 0;
-  }
-  RestoredSession restored;
-  if (evicted) {
-    FZ_ASSIGN_OR_RETURN(restored, RestoreEvicted(request, kv, turn));
-  }
-  std::lock_guard lock(mu_);
-  SessionState& state = sessions_[request.session_key];
-  if (restored.conversation != nullptr) {
-    state.conversation = std::move(restored.conversation);
-    state.mark = std::move(restored.mark);
-    state.messages_fed = state.stored_messages;
-    state.kv_bytes = state.conversation->kv_bytes();
-    state.cached_tokens = static_cast<uint32_t>(state.conversation->cached_tokens());
-    state.store_current = true;
-  } else if (state.conversation == nullptr) {
-    FZ_ASSIGN_OR_RETURN(state.conversation, engine_->NewConversation(EngineSpec(request.policy)));
-    state.messages_fed = 0;
-    state.stored_messages = 0;
-    state.mark = {};
-    state.pending_media.clear();
-    state.store_current = false;
-  }
-  seq.conversation_ = state.conversation.get();
-  seq.kv_at_start_ = state.kv_bytes;
-  return std::min(state.messages_fed, request.messages.size() - 1);
-}
-
-StatusOr<EngineBackend::RestoredSession> EngineBackend::RestoreEvicted(const TurnRequest& request,
-                                                                       KvReservations& kv,
-                                                                       PreparedTurn& turn) {
-  RestoredSession out;
-  if (kv_cache_ != nullptr && kv_cache_->segments(request.session_key) > 0) {
-    KvTier tier = KvTier::kHost;
-    StatusOr<rt::RestoredConversation> r =
-        RestoreFromStore(request, kv, &turn.kv_restore_seconds, &tier);
-    // No KV room for the restore within the turn's patience: refuse the turn (nothing of the
-    // session is lost; its next turn restores).
-    if (absl::IsResourceExhausted(r.status()) || absl::IsCancelled(r.status()) ||
-        absl::IsDeadlineExceeded(r.status())) {
-      return r.status();
-    }
-    if (r.ok()) {
-      turn.kv_restore_tier = tier;
-      out.conversation = std::move(r->conversation);
-      out.mark = std::move(r->mark);
-      return out;
-    }
-    FZ_LOG_WARN(
-        "session '{}': restoring its KV from the store failed ({}); re-prefilling its "
-        "history",
-        request.session_id, MessageOf(r.status()));
-  }
-  // Starting over from the first message: the store's segments no longer continue this KV.
-  if (kv_cache_ != nullptr) kv_cache_->Release(request.session_key);
-  return out;
 }
 
 Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_new, Sequence& seq,
@@ -446,334 +324,12 @@ Status EngineBackend::Commit(const std::string& session_key, BackendSequence& se
   auto& seq = static_cast<Sequence&>(sequence);
   // The scheduler may end a turn (its own stop rules) while the engine still decodes it.
   if (seq.conversation_->decoding()) engine_->Cancel(*seq.conversation_);
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end() || it->second.released ||
-        it->second.conversation.get() != seq.conversation_) {
-      return FailedPreconditionError("session '{}' was released during its turn",
-                                     SessionIdOfKey(session_key));
-    }
-    SessionState& state = it->second;
-    state.messages_fed = seq.messages_total_ + 1;  // + the reply
-    state.kv_bytes = seq.conversation_->kv_bytes();
-    state.cached_tokens = static_cast<uint32_t>(seq.conversation_->cached_tokens());
-    state.store_current = false;
-    state.pending_media.insert(state.pending_media.end(), seq.media_hashes_.begin(),
-                               seq.media_hashes_.end());
-    seq.committed_ = true;
-  }
-  // The session is still busy (this turn holds it), so its conversation is ours to read.
-  if (Status s = CommitToStore(session_key, *seq.conversation_); !s.ok()) {
-    FZ_LOG_WARN(
-        "session '{}': committing its KV to the store failed: {} (kept in engine memory; "
-        "retried at the next turn and at drain)",
-        SessionIdOfKey(session_key), MessageOf(s));
-  }
+  FZ_RETURN_IF_ERROR(
+      sessions_->KeepTurn(session_key, *seq.conversation_, seq.messages_total_, seq.media_hashes_));
+  seq.committed_ = true;
   return absl::OkStatus();
-}
-
-std::string EngineBackend::CompressionConfig(const rt::Conversation& conversation) const {
-  return fmt::format("policy={};kv={}", conversation.policy(), KvPrecisionName(Precision()));
-}
-
-Status EngineBackend::CommitToStore(const std::string& session_key,
-                                    const rt::Conversation& conversation) {
-  if (kv_cache_ == nullptr) return absl::OkStatus();
-  engine::kv::SegmentMark since;
-  std::vector<std::array<uint8_t, 32>> media;
-  size_t messages = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return absl::OkStatus();
-    since = it->second.mark;
-    media = it->second.pending_media;
-    messages = it->second.messages_fed;
-  }
-  FZ_ASSIGN_OR_RETURN(rt::ConversationSegment segment,
-                      engine_->ExportConversation(conversation, since, kv_max_block_bytes_));
-  FZ_RETURN_IF_ERROR(kv_cache_->CommitSegment(session_key, std::move(segment.encoded.blocks),
-                                              segment.tokens, media,
-                                              CompressionConfig(conversation), Precision()));
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_key);
-  if (it != sessions_.end()) {
-    it->second.mark = std::move(segment.encoded.next_mark);
-    it->second.pending_media.clear();
-    it->second.stored_messages = messages;
-    it->second.store_current = true;
-  }
-  return absl::OkStatus();
-}
-
-Status EngineBackend::ReserveForRestore(const TurnRequest& request, KvReservations& kv,
-                                        uint64_t bytes) {
-  // Running turns were promised their KV: wait for room (they finish, idle sessions are
-  // evicted) rather than take it, up to the turn's deadline or a minute.
-  const Clock::time_point give_up =
-      std::min(request.deadline, Clock::now() + std::chrono::seconds(60));
-  for (;;) {
-    if (kv.TryReserve(bytes)) return absl::OkStatus();
-    EvictIdleSessions(bytes);
-    if (kv.TryReserve(bytes)) return absl::OkStatus();
-    if (request.cancel_flag && request.cancel_flag->load()) {
-      return CancelledError("the client cancelled the call");
-    }
-    if (Clock::now() >= give_up) {
-      return ResourceExhaustedError(
-          "KV budget exceeded: restoring the session's {} bytes of KV found no room while other "
-          "turns run; retry later",
-          bytes);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-StatusOr<rt::RestoredConversation> EngineBackend::RestoreFromStore(const TurnRequest& request,
-                                                                   KvReservations& kv,
-                                                                   double* seconds, KvTier* tier) {
-  const std::string& session_key = request.session_key;
-  const auto t0 = Clock::now();
-  FZ_ASSIGN_OR_RETURN(LoadedSessionKv loaded, kv_cache_->Load(session_key));
-  std::vector<engine::kv::DecodedSegment> segments;
-  segments.reserve(loaded.segments.size());
-  for (const std::vector<std::string>& blocks : loaded.segments) {
-    FZ_ASSIGN_OR_RETURN(engine::kv::DecodedSegment d, engine::kv::DecodeSegment(blocks));
-    segments.push_back(std::move(d));
-  }
-  // The codec's bytes hold every page image whole (plus positions and headers): an upper bound
-  // of the pages the restore allocates.
-  FZ_RETURN_IF_ERROR(ReserveForRestore(request, kv, loaded.bytes));
-  StatusOr<rt::RestoredConversation> attempt = engine_->RestoreConversation(segments);
-  kv.Release(loaded.bytes);  // the pages, if any, now count as used
-  if (!attempt.ok()) return attempt.status();
-  rt::RestoredConversation restored = *std::move(attempt);
-  *seconds = Seconds(Clock::now() - t0);
-  switch (loaded.slowest_tier) {
-    case kvstore::Tier::kHost:
-      *tier = KvTier::kHost;
-      break;
-    case kvstore::Tier::kDisk:
-      *tier = KvTier::kDisk;
-      break;
-    case kvstore::Tier::kRedis:
-      *tier = KvTier::kRedis;
-      break;
-    case kvstore::Tier::kRemote:
-      *tier = KvTier::kRemote;
-      break;
-  }
-  FZ_LOG_INFO(
-      "session '{}': restored {} tokens of KV from the store ({} segments, {} bytes, {} "
-      "tier) in {:.3f} s",
-      SessionIdOfKey(session_key), restored.conversation->cached_tokens(), segments.size(),
-      loaded.bytes, KvTierName(*tier), *seconds);
-  return restored;
-}
-
-void EngineBackend::EndTurn(const std::string& session_key) {
-  bool released = false;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return;
-    it->second.busy = false;
-    it->second.last_used = Clock::now();
-    released = it->second.released;
-  }
-  // Released while this turn ran (DeleteSession): nothing of it is kept.
-  if (released) ReleaseSession(session_key);
-}
-
-uint64_t EngineBackend::EvictIdleSessions(uint64_t bytes) {
-  if (kv_cache_ == nullptr) return 0;
-  std::vector<std::unique_ptr<rt::Conversation>> evicted;
-  uint64_t freed = 0;
-  {
-    std::lock_guard lock(mu_);
-    std::vector<std::pair<Clock::time_point, SessionState*>> idle;
-    for (auto& [id, state] : sessions_) {
-      if (state.conversation != nullptr && !state.busy && state.store_current) {
-        idle.emplace_back(state.last_used, &state);
-      }
-    }
-    std::sort(idle.begin(), idle.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [when, state] : idle) {
-      if (freed >= bytes) break;
-      freed += state->conversation->kv_bytes();
-      evicted.push_back(std::move(state->conversation));
-    }
-  }
-  if (!evicted.empty()) {
-    FZ_LOG_INFO("KV budget: evicted {} idle sessions ({} bytes) to the KV store", evicted.size(),
-                freed);
-  }
-  return freed;  // the conversations (and their pages) are freed here
-}
-
-void EngineBackend::DropConversation(const std::string& session_key, rt::Conversation* expected) {
-  std::unique_ptr<rt::Conversation> dropped;
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_key);
-  if (it == sessions_.end() || it->second.conversation.get() != expected) return;
-  // The session's last committed state may be in the store: the next turn restores it. Without a
-  // store (or before any commit) it starts over from the first message.
-  dropped = std::move(it->second.conversation);
-  if (kv_cache_ == nullptr || kv_cache_->segments(session_key) == 0) {
-    it->second.messages_fed = 0;
-  }
-  it->second.kv_bytes = 0;
-}
-
-std::vector<KvBytes> EngineBackend::ReleaseSession(const std::string& session_key) {
-  return Release(session_key, /*keep_in_store=*/false);
-}
-
-std::vector<KvBytes> EngineBackend::ForgetSession(const std::string& session_key) {
-  return Release(session_key, /*keep_in_store=*/true);
-}
-
-std::vector<KvBytes> EngineBackend::Release(const std::string& session_key, bool keep_in_store) {
-  std::unique_ptr<rt::Conversation> conversation;
-  uint64_t bytes = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return {};
-    // A running turn holds a pointer to the conversation: its end (EndTurn) frees everything,
-    // and Commit refuses to keep anything meanwhile.
-    if (it->second.busy) {
-      it->second.released = true;
-      return {};
-    }
-    bytes = it->second.conversation != nullptr ? it->second.kv_bytes : 0;
-    conversation = std::move(it->second.conversation);
-    sessions_.erase(it);
-  }
-  std::vector<KvBytes> freed;
-  if (bytes > 0) freed.push_back({KvTier::kDevice, Precision(), bytes});
-  if (kv_cache_ != nullptr) {
-    for (const KvBytes& b : kv_cache_->Release(session_key, keep_in_store)) freed.push_back(b);
-  }
-  return freed;
-}
-
-std::vector<KvBytes> EngineBackend::SessionKv(const std::string& session_key) const {
-  std::vector<KvBytes> out;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return {};
-    if (it->second.conversation != nullptr && it->second.kv_bytes > 0) {
-      // By page format as of the conversation's last turn (a compressing policy mixes f16, int4
-      // and int2 pages); the total alone when no breakdown is known (a restored conversation).
-      const engine::kv::KvBytesByFormat& by_format =
-          it->second.conversation->current().stats.kv_bytes_by_format;
-      uint64_t known = 0;
-      for (size_t f = 0; f < by_format.size(); ++f) {
-        if (by_format[f] == 0) continue;
-        known += by_format[f];
-        out.push_back(
-            {KvTier::kDevice, PrecisionOf(static_cast<engine::kv::KvFormat>(f)), by_format[f]});
-      }
-      if (known != it->second.kv_bytes) {
-        out.clear();
-        out.push_back({KvTier::kDevice, Precision(), it->second.kv_bytes});
-      }
-    }
-  }
-  if (kv_cache_ != nullptr) {
-    for (const KvBytes& b : kv_cache_->Bytes(session_key)) out.push_back(b);
-  }
-  return out;
-}
-
-SharedKvState EngineBackend::ExportSharedKv(const std::string& session_key) {
-  SharedKvState out;
-  if (kv_cache_ == nullptr) return out;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_key);
-    if (it == sessions_.end()) return out;
-    out.stored_messages = it->second.stored_messages;
-  }
-  out.precision = Precision();
-  out.segments = kv_cache_->SharedSegments(session_key);
-  if (out.segments.empty()) out.stored_messages = 0;
-  return out;
-}
-
-Status EngineBackend::AdoptSharedKv(const std::string& session_key, const SharedKvState& kv) {
-  if (kv_cache_ == nullptr) return absl::OkStatus();
-  std::unique_ptr<rt::Conversation> stale;
-  {
-    std::lock_guard lock(mu_);
-    SessionState& state = sessions_[session_key];
-    if (state.busy) {
-      return FailedPreconditionError("session '{}' has a turn running on this replica",
-                                     SessionIdOfKey(session_key));
-    }
-    // Whatever this replica held of the session is behind the store's revision: the next turn
-    // restores the store's KV (or re-prefills when it has none).
-    stale = std::move(state.conversation);
-    state.messages_fed = kv.segments.empty() ? 0 : kv.stored_messages;
-    state.stored_messages = state.messages_fed;
-    state.kv_bytes = 0;
-    state.cached_tokens = 0;
-    state.store_current = true;
-    state.mark = {};
-    state.pending_media.clear();
-  }
-  kv_cache_->Adopt(session_key, kv.segments, kv.precision);
-  return absl::OkStatus();
-}
-
-KvStoreHealth EngineBackend::StoreHealth() {
-  if (kv_cache_ == nullptr) return {};
-  return kv_cache_->Health();
-}
-
-uint32_t EngineBackend::SessionCachedTokens(const std::string& session_key) const {
-  std::lock_guard lock(mu_);
-  auto it = sessions_.find(session_key);
-  return it == sessions_.end() ? 0 : it->second.cached_tokens;
 }
 
 uint64_t EngineBackend::KvUsedBytes() const { return engine_->kv_pool().bytes_in_use(); }
-
-Status EngineBackend::FlushSessions() {
-  if (kv_cache_ == nullptr) {
-    std::lock_guard lock(mu_);
-    if (!sessions_.empty()) {
-      FZ_LOG_WARN("drain: {} sessions' KV not flushed (kvstore: none)", sessions_.size());
-    }
-    return absl::OkStatus();
-  }
-  // Sessions whose last commit to the store failed get another try (no turn runs any more).
-  std::vector<std::pair<std::string, rt::Conversation*>> behind;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [id, state] : sessions_) {
-      if (state.conversation != nullptr && !state.store_current && !state.busy &&
-          state.messages_fed > 0) {
-        behind.emplace_back(id, state.conversation.get());
-      }
-    }
-  }
-  Status first_error;
-  for (const auto& [id, conversation] : behind) {
-    if (Status s = CommitToStore(id, *conversation); !s.ok()) {
-      FZ_LOG_ERROR("drain: session '{}' KV not flushed: {}", SessionIdOfKey(id), MessageOf(s));
-      first_error.Update(s);
-    }
-  }
-  StatusOr<FlushReport> report = kv_cache_->Flush();
-  if (!report.ok()) return report.status();
-  FZ_LOG_INFO("drain: session KV flushed to the store: {} sessions, {} blocks, {} bytes",
-              report->sessions, report->blocks, report->bytes);
-  return first_error;
-}
 
 }  // namespace framezip::server

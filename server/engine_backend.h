@@ -1,44 +1,35 @@
 // EngineBackend: the ModelBackend over engine/runtime's Engine facade (the real model), driven by
-// BatchScheduler. Each session owns an engine Conversation that keeps its KV between turns, so
-// turn N+1 feeds the engine only its new user message.
+// BatchScheduler: a Prepare/Step adapter. The sessions, their conversations and their KV's life
+// (commit to the store off the step thread, restore, eviction, adoption, durability after store
+// loss) are SessionKv's (server/session_kv.h); this class turns a scheduler turn into engine work.
 //
-// Mapping onto the scheduler's step model: Prepare (worker pool) decodes and preprocesses the
-// new messages' media with media/, then Engine::PrepareTurn renders, tokenizes and runs the
-// vision tower, so the scheduler knows the exact prompt tokens to prefill. Each step (step
-// thread) is ONE Engine::MixedStep: the prefill chunks the scheduler chose (at most
+// Mapping onto the scheduler's step model: Prepare (worker pool) attaches the session's
+// conversation (SessionKv::Attach: restored from the store when evicted), decodes and
+// preprocesses the new messages' media with media/, then Engine::PrepareTurn renders, tokenizes
+// and runs the vision tower, so the scheduler knows the exact prompt tokens to prefill. Each step
+// (step thread) is ONE Engine::MixedStep: the prefill chunks the scheduler chose (at most
 // prefill_chunk_tokens per turn, step_token_budget in all) fused with the decode tokens of all
 // running turns, the weights read once; a turn's first token is sampled with its last chunk. The
-// engine's exact stats replace the scheduler's figures (BackendSequence::ReportStats).
+// engine's exact stats replace the scheduler's figures (BackendSequence::ReportStats). Commit
+// hands the finished turn to SessionKv (KeepTurn): nothing on the step thread waits for the store.
 //
 // A cancelled or failed turn leaves its conversation with a partial reply the session never
 // recorded, so the conversation is dropped and the session's next turn restores the last
 // committed state from the KV store (or re-prefills its history when the store has none).
-//
-// Session KV in the store (server/session_kv_cache.h): after every turn the conversation's new
-// pages are exported with the engine's page codec and committed to the KV store (the embedded
-// TieredStore by default, or a framezip-kvstore by address: config `kvstore`), pinned while the
-// session lives. When a turn does not fit the engine's KV budget, idle sessions whose KV is in the
-// store are evicted from engine memory (EvictIdleSessions, least recently used first); their next
-// turn restores the cached prefix from the store and prefills only the new text. Drain
-// (FlushSessions) commits whatever is not in the store yet and makes the store durable.
 #pragma once
 
 #include <array>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
-#include "engine/kv/page_codec.h"
 #include "media/media_backend.h"
 #include "server/config.h"
 #include "server/model_backend.h"
-#include "server/session_kv_cache.h"
+#include "server/session_kv.h"
 
 namespace framezip::engine::runtime {
 class Engine;
 class Conversation;
-struct RestoredConversation;
 struct TurnOptions;
 }  // namespace framezip::engine::runtime
 
@@ -56,49 +47,42 @@ class EngineBackend final : public ModelBackend {
   StatusOr<PreparedTurn> Prepare(const TurnRequest& request, KvReservations& kv) override;
   Status Step(std::span<StepItem> batch) override;
   Status Commit(const std::string& session_key, BackendSequence& sequence) override;
-  std::vector<KvBytes> ReleaseSession(const std::string& session_key) override;
-  std::vector<KvBytes> SessionKv(const std::string& session_key) const override;
-  uint32_t SessionCachedTokens(const std::string& session_key) const override;
   uint64_t KvUsedBytes() const override;
   uint64_t KvCapacityBytes() const override { return kv_capacity_bytes_; }
-  Status FlushSessions() override;
-  KvStoreHealth StoreHealth() override;
-  SharedKvState ExportSharedKv(const std::string& session_key) override;
-  std::vector<KvBytes> ForgetSession(const std::string& session_key) override;
-  kvstore::KvStore* kv_store() override { return kv_cache_ ? &kv_cache_->store() : nullptr; }
-  Status AdoptSharedKv(const std::string& session_key, const SharedKvState& kv) override;
-  uint64_t EvictIdleSessions(uint64_t bytes) override;
+
+  // The sessions' calls go to SessionKv.
+  std::vector<KvBytes> ReleaseSession(const std::string& key) override {
+    return sessions_->ReleaseSession(key);
+  }
+  std::vector<KvBytes> SessionKv(const std::string& key) const override {
+    return sessions_->Bytes(key);
+  }
+  uint32_t SessionCachedTokens(const std::string& key) const override {
+    return sessions_->CachedTokens(key);
+  }
+  KvDurability SessionDurability(const std::string& key) const override {
+    return sessions_->Durability(key);
+  }
+  Status FlushSessions() override { return sessions_->Flush(); }
+  KvStoreHealth StoreHealth() override { return sessions_->Health(); }
+  SharedKvState ExportSharedKv(const std::string& key) override {
+    return sessions_->ExportShared(key);
+  }
+  std::vector<KvBytes> ForgetSession(const std::string& key) override {
+    return sessions_->ForgetSession(key);
+  }
+  kvstore::KvStore* kv_store() override { return sessions_->store(); }
+  Status AdoptSharedKv(const std::string& key, const SharedKvState& kv) override {
+    return sessions_->AdoptShared(key, kv);
+  }
+  uint64_t EvictIdleSessions(uint64_t bytes) override { return sessions_->EvictIdle(bytes); }
 
   // The session KV store; nullptr when config `kvstore` is "none".
-  SessionKvCache* kv_cache() { return kv_cache_.get(); }
+  SessionKvCache* kv_cache() { return sessions_->cache(); }
 
  private:
   class Sequence;
-  struct SessionState {
-    std::unique_ptr<engine::runtime::Conversation> conversation;  // null when evicted
-    size_t messages_fed = 0;  // conversation messages already in the KV (reply included)
-    uint64_t kv_bytes = 0;    // as of the last commit
-    uint32_t cached_tokens = 0;
-    bool busy = false;            // a turn is being prepared or run on it
-    bool released = false;        // released while busy: freed when the turn ends
-    bool store_current = false;   // the store holds everything the conversation does
-    size_t stored_messages = 0;   // messages_fed as of the store's last segment
-    engine::kv::SegmentMark mark;  // where the next segment for the store starts
-    std::vector<std::array<uint8_t, 32>> pending_media;  // media of turns not yet in the store
-    Clock::time_point last_used;
-  };
   EngineBackend() = default;
-  // Prepare's steps. AttachConversation marks the session busy and gives the turn its
-  // conversation (the session's, restored from the store when evicted, or a new one); returns
-  // the index of the first message the KV does not hold yet.
-  StatusOr<size_t> AttachConversation(const TurnRequest& request, KvReservations& kv,
-                                      Sequence& seq, PreparedTurn& turn);
-  struct RestoredSession {
-    std::unique_ptr<engine::runtime::Conversation> conversation;  // null: start over
-    engine::kv::SegmentMark mark;
-  };
-  StatusOr<RestoredSession> RestoreEvicted(const TurnRequest& request, KvReservations& kv,
-                                           PreparedTurn& turn);
   // Decodes (in the media workers) and preprocesses the media of messages [first_new, end).
   Status DecodeNewMedia(const TurnRequest& request, size_t first_new, Sequence& seq,
                         PreparedTurn& turn);
@@ -106,25 +90,6 @@ class EngineBackend final : public ModelBackend {
   // Prompt/cached tokens, max_new_tokens within the context, and the KV the turn may add.
   void FillAdmission(const engine::runtime::Conversation& conversation,
                      const SamplingSpec& sampling, PreparedTurn& turn) const;
-  // Drops a session's conversation after a failed turn (step thread or prepare pool).
-  void DropConversation(const std::string& session_key, engine::runtime::Conversation* expected);
-  // The end of a turn's hold on its session (every turn, whatever its outcome).
-  void EndTurn(const std::string& session_key);
-  // ReleaseSession, leaving the store's blocks when `keep_in_store`.
-  std::vector<KvBytes> Release(const std::string& session_key, bool keep_in_store);
-  // A conversation rebuilt from the session's segments in the store, its pages reserved through
-  // `kv` first (waiting for room up to the turn's deadline).
-  StatusOr<engine::runtime::RestoredConversation> RestoreFromStore(const TurnRequest& request,
-                                                                   KvReservations& kv,
-                                                                   double* seconds,
-                                                                   KvTier* tier);
-  Status ReserveForRestore(const TurnRequest& request, KvReservations& kv, uint64_t bytes);
-  // Exports what `conversation` added since the session's mark and commits it to the store
-  // (no-op without a store). Called with the session not running a turn.
-  Status CommitToStore(const std::string& session_key,
-                       const engine::runtime::Conversation& conversation);
-  KvPrecision Precision() const;
-  std::string CompressionConfig(const engine::runtime::Conversation& conversation) const;
 
   std::shared_ptr<media::MediaBackend> media_;
   media::MediaLimits media_limits_;
@@ -132,10 +97,8 @@ class EngineBackend final : public ModelBackend {
   ModelDescription model_;
   uint64_t kv_capacity_bytes_ = 0;
   int64_t prefill_chunk_tokens_ = 0;
-  mutable std::mutex mu_;
-  std::map<std::string, SessionState> sessions_;  // guarded by mu_
-  std::unique_ptr<SessionKvCache> kv_cache_;
-  size_t kv_max_block_bytes_ = size_t{4} << 20;
+  // (Qualified: SessionKv is also ModelBackend's method.) Reset before engine_ (~EngineBackend).
+  std::unique_ptr<server::SessionKv> sessions_;
 };
 
 }  // namespace framezip::server

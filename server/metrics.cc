@@ -1,7 +1,5 @@
 #include "server/metrics.h"
 
-#include "server/metrics_http.h"
-
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -12,21 +10,22 @@
 #include <numeric>
 #include <sstream>
 
+#include "server/metrics_http.h"
+
 namespace framezip::server {
 namespace {
 
 // Buckets in seconds, from vLLM's (vllm/v1/metrics/loggers.py), so dashboards carry over.
-const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
-                                          0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0, 40.0,
-                                          80.0,  160.0, 640.0, 2560.0};
-const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-                                         0.5,  0.75,  1.0,  2.5,   5.0, 7.5,  10.0, 20.0, 40.0,
-                                         80.0};
-const std::vector<double> kRequestBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,  5.0,
-                                             10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                                             240.0, 480.0, 960.0, 1920.0, 7680.0};
-const std::vector<double> kStageBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                                           2.5,   5.0,   10.0, 30.0,  60.0, 120.0};
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                          0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                          20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                         0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kRequestBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                             5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                             60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kStageBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25, 0.5,
+                                           1.0,   2.5,   5.0,  10.0,  30.0, 60.0, 120.0};
 const std::vector<double> kRatioBuckets = {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0, 16.0};
 const std::vector<double> kUnitBuckets = {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
 
@@ -120,14 +119,41 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
                    .Register(r);
   store_up_ = &BuildGauge()
                    .Name("framezip_kv_store_up")
-                   .Help("1 while the session KV store is reachable, every tier is up and the "
-                         "last commit succeeded; 0 otherwise (absent without a store).")
+                   .Help(
+                       "1 while the session KV store is reachable, every tier is up and the "
+                       "last commit succeeded; 0 otherwise (absent without a store).")
                    .Register(r);
   store_commits_ = &BuildCounter()
                         .Name("framezip_kv_store_commits_total")
-                        .Help("Session KV segments committed to the store, by result (ok, "
-                              "failed).")
+                        .Help(
+                            "Session KV segments committed to the store, by result (ok, "
+                            "failed).")
                         .Register(r);
+  commit_queue_depth_ = &BuildGauge()
+                             .Name("framezip_kv_commit_queue_depth")
+                             .Help(
+                                 "Sessions whose KV commit waits for the store (the commit "
+                                 "queue, off the step thread).")
+                             .Register(r);
+  commits_deferred_ = &BuildCounter()
+                           .Name("framezip_kv_commits_deferred_total")
+                           .Help(
+                               "KV commits deferred to the session's next commit or the drain "
+                               "because the commit queue was full (a slow store).")
+                           .Register(r);
+  commits_coalesced_ = &BuildCounter()
+                            .Name("framezip_kv_commits_coalesced_total")
+                            .Help(
+                                "KV commits folded into one of the same session already waiting "
+                                "in the commit queue.")
+                            .Register(r);
+  not_durable_ = &BuildGauge()
+                      .Name("framezip_sessions_not_durable")
+                      .Help(
+                          "Sessions whose KV the store does not fully hold (a commit failed, "
+                          "or the store lost their blocks): their cached KV dies with this "
+                          "pod until their next commit (absent without a store).")
+                      .Register(r);
   upload_bytes_ = &BuildGauge()
                        .Name("framezip_upload_buffer_bytes")
                        .Help("Bytes reserved by uploads in progress (max_upload_buffer_bytes).")
@@ -136,8 +162,8 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   running_->Add(Labels());
   waiting_->Add(Labels());
   kv_usage_->Add(Labels());
-  for (auto* c : {prefix_queries_, prefix_hits_, prompt_tokens_, generation_tokens_,
-                  frames_sampled_}) {
+  for (auto* c :
+       {prefix_queries_, prefix_hits_, prompt_tokens_, generation_tokens_, frames_sampled_}) {
     c->Add(Labels());
   }
   visual_tokens_->Add(Labels({{"stage", "before_pruning"}}));
@@ -176,8 +202,10 @@ void ServerMetrics::RecordTurn(const TurnStats& s) {
   generation_tokens_->Add(Labels()).Increment(s.generated_tokens);
   visual_tokens_->Add(Labels({{"stage", "before_pruning"}}))
       .Increment(s.visual_tokens_before_pruning);
-  visual_tokens_->Add(Labels({{"stage", "after_pruning"}})).Increment(s.visual_tokens_after_pruning);
-  if (s.media_decode_seconds > 0) Hist(*media_decode_, kStageBuckets).Observe(s.media_decode_seconds);
+  visual_tokens_->Add(Labels({{"stage", "after_pruning"}}))
+      .Increment(s.visual_tokens_after_pruning);
+  if (s.media_decode_seconds > 0)
+    Hist(*media_decode_, kStageBuckets).Observe(s.media_decode_seconds);
   if (s.vision_encode_seconds > 0) {
     Hist(*vision_encode_, kStageBuckets).Observe(s.vision_encode_seconds);
   }
@@ -217,8 +245,8 @@ void ServerMetrics::SetLoad(const EngineLoad& load, const std::vector<KvBytes>& 
   // A series that dropped to nothing reads 0 rather than its last value.
   for (const auto& key : kv_series_) {
     auto it = sums.find(key);
-    kv_bytes_->Add(Labels({{"tier", KvTierName(key.first)},
-                           {"precision", KvPrecisionName(key.second)}}))
+    kv_bytes_
+        ->Add(Labels({{"tier", KvTierName(key.first)}, {"precision", KvPrecisionName(key.second)}}))
         .Set(it == sums.end() ? 0.0 : static_cast<double>(it->second));
   }
 }
@@ -226,6 +254,7 @@ void ServerMetrics::SetLoad(const EngineLoad& load, const std::vector<KvBytes>& 
 void ServerMetrics::SetStoreHealth(const KvStoreHealth& health) {
   if (!health.configured) return;
   store_up_->Add(Labels()).Set(health.serving ? 1 : 0);
+  not_durable_->Add(Labels()).Set(static_cast<double>(health.sessions_not_durable));
   // Counters only go up: add what the store's figures grew by since the last refresh.
   std::lock_guard lock(kv_mu_);
   auto& ok = store_commits_->Add(Labels({{"result", "ok"}}));
@@ -235,6 +264,17 @@ void ServerMetrics::SetStoreHealth(const KvStoreHealth& health) {
     failed.Increment(health.failed_commits - reported_failed_commits_);
   }
   reported_commits_ = std::max(reported_commits_, health.commits);
+  commit_queue_depth_->Add(Labels()).Set(static_cast<double>(health.commit_queue_depth));
+  auto& deferred = commits_deferred_->Add(Labels());
+  auto& coalesced = commits_coalesced_->Add(Labels());
+  if (health.commits_deferred > reported_deferred_) {
+    deferred.Increment(static_cast<double>(health.commits_deferred - reported_deferred_));
+  }
+  if (health.commits_coalesced > reported_coalesced_) {
+    coalesced.Increment(static_cast<double>(health.commits_coalesced - reported_coalesced_));
+  }
+  reported_deferred_ = std::max(reported_deferred_, health.commits_deferred);
+  reported_coalesced_ = std::max(reported_coalesced_, health.commits_coalesced);
   reported_failed_commits_ = std::max(reported_failed_commits_, health.failed_commits);
 }
 

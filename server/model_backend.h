@@ -109,6 +109,10 @@ class ModelBackend {
   virtual std::vector<KvBytes> ReleaseSession(const std::string& session_id) = 0;
   virtual std::vector<KvBytes> SessionKv(const std::string& session_id) const = 0;
   virtual uint32_t SessionCachedTokens(const std::string& session_id) const = 0;
+  // TurnEngine::SessionDurability. Thread-safe. Default: no store.
+  virtual KvDurability SessionDurability(const std::string& /*session_key*/) const {
+    return KvDurability::kNoStore;
+  }
 
   // Engine KV memory: what is allocated now (sessions' caches and running sequences) and the
   // budget. Thread-safe.
@@ -118,7 +122,9 @@ class ModelBackend {
   // Writes every session's KV to the KV store (drain). Thread-safe.
   virtual Status FlushSessions() = 0;
 
-  // The session KV store's state (TurnEngine::StoreHealth). Default: no store.
+  // The session KV store's state (TurnEngine::StoreHealth), called periodically off the step
+  // thread (housekeeping): it may also check that the store still holds the sessions' KV.
+  // Default: no store.
   virtual KvStoreHealth StoreHealth() { return {}; }
 
   // TurnEngine::ForgetSession / kv_store. Thread-safe.

@@ -54,8 +54,7 @@ const char* CodeName(grpc::StatusCode code) {
 
 std::string ServiceCore::NewId(const char* prefix) {
   thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}-{}-{:08x}", prefix, next_id.fetch_add(1),
-                     static_cast<uint32_t>(rng()));
+  return fmt::format("{}-{}-{:08x}", prefix, next_id.fetch_add(1), static_cast<uint32_t>(rng()));
 }
 
 std::filesystem::path ServiceCore::MediaDir(const std::string& session_key) const {
@@ -95,7 +94,8 @@ Status ServiceCore::SyncSession(const std::string& principal, const std::string&
   if (shared == nullptr) return absl::OkStatus();
   StatusOr<SessionRecord> local = sessions->Get(session_id, principal);
   const int64_t known = local.ok() ? static_cast<int64_t>(local->revision) : -1;
-  StatusOr<SharedSessions::Lookup> found = shared->Find(principal, session_id, known);
+  StatusOr<SharedSessions::Lookup> found =
+      shared->Find(principal, session_id, known, local.ok() ? local->key : "");
   if (!found.ok()) {
     // The store is down: serve from what this replica has (the store's health says the rest).
     FZ_LOG_WARN("session '{}': checking the shared store failed: {}", session_id,
@@ -112,6 +112,13 @@ Status ServiceCore::SyncSession(const std::string& principal, const std::string&
         engine->ForgetSession(local->key);
         FZ_LOG_INFO("session {}: deleted on another replica; local copy dropped", session_id);
       }
+      return absl::OkStatus();
+    case SharedSessions::Found::kLost:
+      // The store lost the session's records (restarted empty, flushed): this replica's copy is
+      // the session; publish it again so the other replicas find it.
+      FZ_LOG_WARN("session {}: the shared store lost its records; republishing revision {}",
+                  session_id, local->revision);
+      PublishSession(local->key);
       return absl::OkStatus();
     case SharedSessions::Found::kNewer:
       break;
@@ -159,8 +166,7 @@ grpc::Status ServiceCore::Outcome(const char* rpc, const std::string& request_id
                                   const Status& status) {
   const grpc::Status g = ToGrpcStatus(status);
   if (metrics != nullptr) metrics->RecordRpc(rpc, CodeName(g.error_code()));
-  if (status.code() == absl::StatusCode::kInternal ||
-      status.code() == absl::StatusCode::kUnknown) {
+  if (status.code() == absl::StatusCode::kInternal || status.code() == absl::StatusCode::kUnknown) {
     FZ_LOG_ERROR("{} request {}: {}", rpc, request_id, MessageOf(status));
   } else if (!status.ok()) {
     FZ_LOG_DEBUG("{} request {}: {} {}", rpc, request_id, CodeName(g.error_code()),

@@ -71,12 +71,11 @@ SessionKvCache::SessionKvCache(std::unique_ptr<kvstore::KvStore> store,
                                kvstore::TieredStore* embedded, SessionKvCacheOptions options)
     : store_(std::move(store)), embedded_(embedded), options_(std::move(options)) {}
 
-Status SessionKvCache::CommitSegment(const std::string& session_id,
-                                     std::vector<std::string> blocks,
+Status SessionKvCache::CommitSegment(const std::string& session_id, std::vector<std::string> blocks,
                                      std::span<const int32_t> tokens,
                                      const std::vector<std::array<uint8_t, 32>>& media_hashes,
-                                     const std::string& compression_config,
-                                     KvPrecision precision) {
+                                     const std::string& compression_config, KvPrecision precision,
+                                     uint64_t covered_messages) {
   // The chain starts from the session's key (its id and 128-bit secret), so no other session,
   // nor a session re-created under the same id, can compute or hit these blocks.
   kvstore::BlockKeyInput root;
@@ -139,16 +138,18 @@ Status SessionKvCache::CommitSegment(const std::string& session_id,
   std::lock_guard lock(mu_);
   SessionBlocks& s = sessions_[session_id];
   s.precision = precision;
+  s.covered_messages = covered_messages;
   for (const StoredBlock& b : stored) ++refs_[b.key];
   s.segments.push_back(std::move(stored));
   return absl::OkStatus();
 }
 
-void SessionKvCache::Adopt(const std::string& session_id,
-                           const std::vector<std::vector<SharedKvState::Block>>& segments,
-                           KvPrecision precision) {
+void SessionKvCache::Adopt(const std::string& session_id, const SharedKvState& kv) {
+  const auto& segments = kv.segments;
+  const KvPrecision precision = kv.precision;
   SessionBlocks adopted;
   adopted.precision = precision;
+  adopted.covered_messages = kv.stored_messages;
   std::vector<kvstore::BlockKey> keys;
   for (const auto& segment : segments) {
     std::vector<StoredBlock> blocks;
@@ -179,17 +180,18 @@ void SessionKvCache::Adopt(const std::string& session_id,
   sessions_[session_id] = std::move(adopted);
 }
 
-std::vector<std::vector<SharedKvState::Block>> SessionKvCache::SharedSegments(
-    const std::string& session_id) const {
-  std::vector<std::vector<SharedKvState::Block>> out;
+SharedKvState SessionKvCache::SharedState(const std::string& session_id) const {
+  SharedKvState out;
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return out;
+  out.precision = it->second.precision;
   for (const auto& segment : it->second.segments) {
     std::vector<SharedKvState::Block> blocks;
     for (const StoredBlock& b : segment) blocks.push_back({b.key, b.bytes});
-    out.push_back(std::move(blocks));
+    out.segments.push_back(std::move(blocks));
   }
+  out.stored_messages = out.segments.empty() ? 0 : it->second.covered_messages;
   return out;
 }
 
@@ -207,8 +209,8 @@ KvStoreHealth SessionKvCache::Health() {
   for (const kvstore::TierStats& tier : stats->tiers) {
     if (!tier.available) {
       health.serving = false;
-      health.reason = fmt::format("the KV store's {} tier is unavailable",
-                                  kvstore::TierName(tier.tier));
+      health.reason =
+          fmt::format("the KV store's {} tier is unavailable", kvstore::TierName(tier.tier));
       return health;
     }
   }
@@ -223,6 +225,21 @@ size_t SessionKvCache::segments(const std::string& session_id) const {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session_id);
   return it == sessions_.end() ? 0 : it->second.segments.size();
+}
+
+StatusOr<bool> SessionKvCache::ChainPresent(const std::string& session_id) {
+  std::vector<kvstore::BlockKey> keys;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return true;
+    for (const auto& seg : it->second.segments) {
+      for (const StoredBlock& b : seg) keys.push_back(b.key);
+    }
+  }
+  if (keys.empty()) return true;
+  FZ_ASSIGN_OR_RETURN(const kvstore::LookupResult found, store_->Lookup(keys));
+  return found.present_prefix == keys.size();
 }
 
 StatusOr<LoadedSessionKv> SessionKvCache::Load(const std::string& session_id) {
@@ -293,9 +310,8 @@ std::vector<KvBytes> SessionKvCache::Bytes(const std::string& session_id) const 
   std::vector<KvBytes> out;
   for (const auto& seg : it->second.segments) {
     for (const StoredBlock& b : seg) {
-      auto at = std::find_if(out.begin(), out.end(), [&](const KvBytes& k) {
-        return k.tier == b.tier;
-      });
+      auto at =
+          std::find_if(out.begin(), out.end(), [&](const KvBytes& k) { return k.tier == b.tier; });
       if (at == out.end()) {
         out.push_back({b.tier, it->second.precision, 0});
         at = out.end() - 1;

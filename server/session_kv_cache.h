@@ -36,15 +36,15 @@
 namespace framezip::server {
 
 struct SessionKvCacheOptions {
-  std::string model_id;                        // part of every key
-  std::chrono::seconds pin_ttl{86400};         // pins outlive any session TTL
+  std::string model_id;                 // part of every key
+  std::chrono::seconds pin_ttl{86400};  // pins outlive any session TTL
   kvstore::Tier highest_tier = kvstore::Tier::kHost;
 };
 
 // What one session's segments came back as (Load).
 struct LoadedSessionKv {
-  std::vector<std::vector<std::string>> segments;  // blocks of segments 0..N
-  double seconds = 0;                              // store reads
+  std::vector<std::vector<std::string>> segments;     // blocks of segments 0..N
+  double seconds = 0;                                 // store reads
   kvstore::Tier slowest_tier = kvstore::Tier::kHost;  // the lowest tier a block came from
   uint64_t bytes = 0;
 };
@@ -64,14 +64,24 @@ class SessionKvCache {
 
   // Stores one segment of `session_id` (the next after those it committed). `tokens` are the ids
   // the segment covers and `media_hashes` the hashes of the media they show (both key the
-  // segment); `compression_config` is the policy and page formats in force.
+  // segment); `compression_config` is the policy and page formats in force. `covered_messages`:
+  // the conversation messages the session's segments cover once this one is in (SharedState
+  // reports both together).
   Status CommitSegment(const std::string& session_id, std::vector<std::string> blocks,
                        std::span<const int32_t> tokens,
                        const std::vector<std::array<uint8_t, 32>>& media_hashes,
-                       const std::string& compression_config, KvPrecision precision);
+                       const std::string& compression_config, KvPrecision precision,
+                       uint64_t covered_messages = 0);
 
   // Segments `session_id` committed (0 = none).
   size_t segments(const std::string& session_id) const;
+
+  // Whether the store still holds every block of the session's committed segments: one Lookup
+  // of the whole chain (a remote store's round trip). True when the session committed nothing.
+  // False when the chain is broken, so a restore would fail and the next incremental segment would
+  // hang off blocks that are gone: the store restarted empty, its Redis tier was flushed or failed
+  // over, or blocks were evicted. UNAVAILABLE when the store cannot be reached.
+  StatusOr<bool> ChainPresent(const std::string& session_id);
 
   // Every segment's blocks, in order. NOT_FOUND when the session has none or a block is gone
   // (evicted, corrupt); UNAVAILABLE when a remote store cannot be reached.
@@ -93,11 +103,14 @@ class SessionKvCache {
 
   // A session committed by another replica (server/shared_sessions.h): its segments' blocks, in
   // order, replace this cache's bookkeeping of the session and are pinned for it here.
-  void Adopt(const std::string& session_id,
-             const std::vector<std::vector<SharedKvState::Block>>& segments,
-             KvPrecision precision);
-  // The session's segments' blocks, for another replica to adopt.
-  std::vector<std::vector<SharedKvState::Block>> SharedSegments(const std::string& session_id) const;
+  void Adopt(const std::string& session_id, const SharedKvState& kv);
+  // The session's segments' blocks and the messages they cover, for another replica to adopt: one
+  // snapshot (a commit landing meanwhile is wholly in it or not at all).
+  SharedKvState SharedState(const std::string& session_id) const;
+  std::vector<std::vector<SharedKvState::Block>> SharedSegments(
+      const std::string& session_id) const {
+    return SharedState(session_id).segments;
+  }
 
   // Asks the store for its stats (a remote store's round trip): serving unless it cannot be
   // reached, a tier is down, or the last commit failed (and none succeeded since).
@@ -112,6 +125,7 @@ class SessionKvCache {
   struct SessionBlocks {
     std::vector<std::vector<StoredBlock>> segments;
     KvPrecision precision = KvPrecision::kF16;
+    uint64_t covered_messages = 0;  // conversation messages the segments cover
   };
 
   std::unique_ptr<kvstore::KvStore> store_;
@@ -121,8 +135,8 @@ class SessionKvCache {
   std::atomic<uint64_t> failed_commits_{0};
   std::atomic<bool> last_commit_failed_{false};
   mutable std::mutex mu_;
-  std::map<std::string, SessionBlocks> sessions_;                       // guarded by mu_
-  std::map<kvstore::BlockKey, int> refs_;                               // guarded by mu_
+  std::map<std::string, SessionBlocks> sessions_;  // guarded by mu_
+  std::map<kvstore::BlockKey, int> refs_;          // guarded by mu_
 };
 
 // Parses a 64-hex-digit SHA-256 (MediaInfo::content_hash); all zeros for anything else.

@@ -1,9 +1,9 @@
 #include "server/shared_sessions.h"
 
 #include <nlohmann/json.hpp>
-
 #include <vector>
 
+#include "common/logging.h"
 #include "kvstore/block_key.h"
 
 namespace framezip::server {
@@ -14,6 +14,8 @@ using nlohmann::json;
 constexpr int kRecordVersion = 1;
 // Revisions looked up per store round trip.
 constexpr uint64_t kWindow = 64;
+// What stands in for a revision the store lost (Publish); never read (only the latest is).
+const std::string kRevisionPlaceholder = "framezip-session-record-placeholder";
 
 std::string Hex(const std::array<uint8_t, 32>& key) {
   static const char* digits = "0123456789abcdef";
@@ -41,8 +43,10 @@ bool FromHex(const std::string& hex, std::array<uint8_t, 32>* out) {
 }
 
 json FramesJson(const FrameSpec& f) {
-  return {{"num_frames", f.num_frames}, {"fps", f.fps},
-          {"max_frames", f.max_frames}, {"start_seconds", f.start_seconds},
+  return {{"num_frames", f.num_frames},
+          {"fps", f.fps},
+          {"max_frames", f.max_frames},
+          {"start_seconds", f.start_seconds},
           {"end_seconds", f.end_seconds}};
 }
 
@@ -57,17 +61,17 @@ FrameSpec FramesFrom(const json& j) {
 }
 
 json PolicyJson(const PolicySpec& p) {
-  return {{"kind", PolicyName(p.kind)},
-          {"zipvl", {p.zipvl_tau, p.zipvl_recent_probes, p.zipvl_random_probes,
-                     p.zipvl_important_bits, p.zipvl_other_bits, p.zipvl_evict_other,
-                     p.zipvl_per_head_selection, p.zipvl_other_rows_attend_important,
-                     p.zipvl_residual_window, p.zipvl_recompress_interval}},
-          {"attentionpack",
-           {p.ap_key_rank, p.ap_value_rank, p.ap_energy, p.ap_decompress_fraction,
-            p.ap_factor_bits}},
-          {"dynamic_llava", {p.dl_vision_keep_ratio, p.dl_gate_generated_tokens}},
-          {"fastv", {p.fastv_layer, p.fastv_keep_ratio}},
-          {"kivi", {p.kivi_bits, p.kivi_group_size, p.kivi_residual_window}}};
+  return {
+      {"kind", PolicyName(p.kind)},
+      {"zipvl",
+       {p.zipvl_tau, p.zipvl_recent_probes, p.zipvl_random_probes, p.zipvl_important_bits,
+        p.zipvl_other_bits, p.zipvl_evict_other, p.zipvl_per_head_selection,
+        p.zipvl_other_rows_attend_important, p.zipvl_residual_window, p.zipvl_recompress_interval}},
+      {"attentionpack",
+       {p.ap_key_rank, p.ap_value_rank, p.ap_energy, p.ap_decompress_fraction, p.ap_factor_bits}},
+      {"dynamic_llava", {p.dl_vision_keep_ratio, p.dl_gate_generated_tokens}},
+      {"fastv", {p.fastv_layer, p.fastv_keep_ratio}},
+      {"kivi", {p.kivi_bits, p.kivi_group_size, p.kivi_residual_window}}};
 }
 
 PolicySpec PolicyFrom(const json& j) {
@@ -107,10 +111,14 @@ PolicySpec PolicyFrom(const json& j) {
 }
 
 json SamplingJson(const SamplingSpec& s) {
-  return {{"temperature", s.temperature},   {"top_k", s.top_k},
-          {"top_p", s.top_p},               {"repetition_penalty", s.repetition_penalty},
-          {"max_tokens", s.max_tokens},     {"stop", s.stop},
-          {"stop_token_ids", s.stop_token_ids}, {"seed", s.seed},
+  return {{"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"repetition_penalty", s.repetition_penalty},
+          {"max_tokens", s.max_tokens},
+          {"stop", s.stop},
+          {"stop_token_ids", s.stop_token_ids},
+          {"seed", s.seed},
           {"ignore_eos", s.ignore_eos}};
 }
 
@@ -204,30 +212,29 @@ std::string EncodeSharedSession(const SessionRecord& r, const SharedKvState& kv)
     segments.push_back(blocks);
   }
   const SessionSpec& s = r.spec;
-  json doc = {
-      {"version", kRecordVersion},
-      {"revision", r.revision},
-      {"owner", r.owner},
-      {"key", r.key},
-      {"spec",
-       {{"session_id", s.session_id},
-        {"model", s.model},
-        {"policy", PolicyJson(s.policy)},
-        {"sampling", SamplingJson(s.sampling)},
-        {"frames", FramesJson(s.frames)},
-        {"ttl_seconds", s.ttl_seconds},
-        {"system_prompt", s.system_prompt},
-        {"labels", s.labels}}},
-      {"created_unix_ms", r.created_unix_ms},
-      {"last_used_unix_ms", r.last_used_unix_ms},
-      {"expires_unix_ms", r.expires_unix_ms},
-      {"turns", r.turns},
-      {"media", media},
-      {"messages", messages},
-      {"kv",
-       {{"stored_messages", kv.stored_messages},
-        {"precision", static_cast<int>(kv.precision)},
-        {"segments", segments}}}};
+  json doc = {{"version", kRecordVersion},
+              {"revision", r.revision},
+              {"owner", r.owner},
+              {"key", r.key},
+              {"spec",
+               {{"session_id", s.session_id},
+                {"model", s.model},
+                {"policy", PolicyJson(s.policy)},
+                {"sampling", SamplingJson(s.sampling)},
+                {"frames", FramesJson(s.frames)},
+                {"ttl_seconds", s.ttl_seconds},
+                {"system_prompt", s.system_prompt},
+                {"labels", s.labels}}},
+              {"created_unix_ms", r.created_unix_ms},
+              {"last_used_unix_ms", r.last_used_unix_ms},
+              {"expires_unix_ms", r.expires_unix_ms},
+              {"turns", r.turns},
+              {"media", media},
+              {"messages", messages},
+              {"kv",
+               {{"stored_messages", kv.stored_messages},
+                {"precision", static_cast<int>(kv.precision)},
+                {"segments", segments}}}};
   return doc.dump();
 }
 
@@ -302,6 +309,16 @@ kvstore::BlockKey SharedSessions::RevisionKey(const std::string& owner,
   return kvstore::ChainBlockKey(kvstore::kRootBlockKey, input);
 }
 
+kvstore::BlockKey SharedSessions::TombstoneKey(const std::string& key) const {
+  std::string name = "framezip-session-tombstone";
+  name.push_back('\0');
+  name += key;
+  kvstore::BlockKeyInput input;
+  input.model_id = model_id_;
+  input.compression_config = name;
+  return kvstore::ChainBlockKey(kvstore::kRootBlockKey, input);
+}
+
 StatusOr<uint64_t> SharedSessions::PresentFrom(const std::string& owner,
                                                const std::string& session_id, uint64_t from) {
   uint64_t present = 0;
@@ -329,23 +346,51 @@ Status SharedSessions::Publish(const SessionRecord& record, const SharedKvState&
         "ran on two replicas at once)",
         record.revision, record.spec.session_id);
   }
+  if (record.revision == 0) return absl::OkStatus();
+  // Revisions are found by a contiguous run from 0: when the store lost the earlier ones
+  // (restarted empty, flushed), fill them in. Only the latest is ever read, so a placeholder
+  // that says nothing will do. One look-up of the previous revision in the usual case.
+  const kvstore::BlockKey previous =
+      RevisionKey(record.owner, record.spec.session_id, record.revision - 1);
+  FZ_ASSIGN_OR_RETURN(const kvstore::LookupResult found,
+                      store_->Lookup(std::span<const kvstore::BlockKey>(&previous, 1)));
+  if (found.present_prefix == 1) return absl::OkStatus();
+  uint64_t filled = 0;
+  for (uint64_t r = 0; r < record.revision; ++r) {
+    const kvstore::BlockKey key = RevisionKey(record.owner, record.spec.session_id, r);
+    FZ_ASSIGN_OR_RETURN(const kvstore::LookupResult one,
+                        store_->Lookup(std::span<const kvstore::BlockKey>(&key, 1)));
+    if (one.present_prefix == 1) continue;
+    FZ_RETURN_IF_ERROR(store_->Put(key, kRevisionPlaceholder, put).status());
+    ++filled;
+  }
+  FZ_LOG_WARN("session '{}': the shared store had lost {} of its revisions before {}; filled in",
+              record.spec.session_id, filled, record.revision);
   return absl::OkStatus();
 }
 
 StatusOr<SharedSessions::Lookup> SharedSessions::Find(const std::string& owner,
-                                                      const std::string& session_id,
-                                                      int64_t known) {
+                                                      const std::string& session_id, int64_t known,
+                                                      const std::string& key) {
   Lookup out;
   const uint64_t from = known < 0 ? 0 : static_cast<uint64_t>(known);
   FZ_ASSIGN_OR_RETURN(const uint64_t present, PresentFrom(owner, session_id, from));
   if (present == 0) {
-    out.found = Found::kDeleted;  // not even the revision this replica knows (or any)
+    // Not even the revision this replica knows (or any): deleted, or lost with the store.
+    out.found = Found::kDeleted;
+    if (known >= 0 && !key.empty()) {
+      const kvstore::BlockKey tombstone = TombstoneKey(key);
+      FZ_ASSIGN_OR_RETURN(const kvstore::LookupResult found,
+                          store_->Lookup(std::span<const kvstore::BlockKey>(&tombstone, 1)));
+      if (found.present_prefix == 0) out.found = Found::kLost;
+    }
     return out;
   }
   const uint64_t latest = from + present - 1;
   if (known >= 0 && latest == static_cast<uint64_t>(known)) return out;  // nothing newer
   FZ_ASSIGN_OR_RETURN(kvstore::Block block, store_->Get(RevisionKey(owner, session_id, latest)));
-  if (block.bytes == nullptr) return DataLossError("shared session record of '{}' is empty", session_id);
+  if (block.bytes == nullptr)
+    return DataLossError("shared session record of '{}' is empty", session_id);
   FZ_ASSIGN_OR_RETURN(SharedSession session, DecodeSharedSession(*block.bytes));
   if (session.record.owner != owner || session.record.spec.session_id != session_id ||
       session.record.revision != latest) {
@@ -356,7 +401,13 @@ StatusOr<SharedSessions::Lookup> SharedSessions::Find(const std::string& owner,
   return out;
 }
 
-Status SharedSessions::Remove(const std::string& owner, const std::string& session_id) {
+Status SharedSessions::Remove(const std::string& owner, const std::string& session_id,
+                              const std::string& key) {
+  // The tombstone first: a replica that then misses the revisions knows they were deleted, not
+  // lost with the store.
+  kvstore::PutOptions put;
+  put.precision = kvstore::Precision::kUnspecified;
+  FZ_RETURN_IF_ERROR(store_->Put(TombstoneKey(key), "deleted", put).status());
   FZ_ASSIGN_OR_RETURN(const uint64_t present, PresentFrom(owner, session_id, 0));
   std::vector<kvstore::BlockKey> keys;
   for (uint64_t r = 0; r < present; ++r) keys.push_back(RevisionKey(owner, session_id, r));

@@ -16,6 +16,15 @@
 // turns must not run on two replicas at once (clients wait for a turn's end anyway); if they do,
 // the later revision written wins and the other replica's turn is not kept.
 //
+// A store that loses every record (framezip-kvstore restarted empty, its Redis flushed or failed
+// over) must not read as "deleted everywhere": a deletion also writes a tombstone under the
+// session's incarnation key, so Find tells kDeleted (tombstone present) from kLost (records gone,
+// no tombstone), and the replica that holds the session republishes it. Publish fills in the
+// revisions before its own that the store lost, with small placeholder blocks, so the revisions
+// stay contiguous from 0 and other replicas find the session again. (Should the store also lose
+// a tombstone before a replica holding a stale copy looks, that replica republishes the deleted
+// session: a deletion is only as durable as the store.)
+//
 // Thread-safe (the store is). Calls the store: never from a gRPC reaction or the step thread.
 #pragma once
 
@@ -41,11 +50,14 @@ class SharedSessions {
   // `store` must outlive this; `model_id` keys the records (another model's never match).
   SharedSessions(kvstore::KvStore* store, std::string model_id);
 
-  // Writes `session`'s revision. ALREADY_EXISTS when another replica wrote that revision first.
+  // Writes `session`'s revision, and placeholders for the earlier revisions the store lost.
+  // ALREADY_EXISTS when another replica wrote that revision first.
   Status Publish(const SessionRecord& record, const SharedKvState& kv);
 
   // What the store says of a session this replica knows at revision `known` (-1: not at all).
-  enum class Found { kNothingNewer, kNewer, kDeleted };
+  // kLost: the store has no revision of it from `known` on and no tombstone of the incarnation
+  // `key` (the store lost its records; the caller republishes its copy).
+  enum class Found { kNothingNewer, kNewer, kDeleted, kLost };
   struct Lookup {
     Found found = Found::kNothingNewer;
     std::optional<SharedSession> session;  // kNewer
@@ -53,14 +65,17 @@ class SharedSessions {
   // kDeleted: the replica knows a revision the store no longer has (deleted elsewhere), or knows
   // none and the store has none. UNAVAILABLE when the store cannot be reached; DATA_LOSS for a
   // record that does not parse.
-  StatusOr<Lookup> Find(const std::string& owner, const std::string& session_id, int64_t known);
+  // `key`: the incarnation this replica knows (empty when `known` is -1).
+  StatusOr<Lookup> Find(const std::string& owner, const std::string& session_id, int64_t known,
+                        const std::string& key = "");
 
-  // Deletes every revision of the session.
-  Status Remove(const std::string& owner, const std::string& session_id);
+  // Writes the tombstone of the incarnation `key`, then deletes every revision of the session.
+  Status Remove(const std::string& owner, const std::string& session_id, const std::string& key);
 
  private:
   kvstore::BlockKey RevisionKey(const std::string& owner, const std::string& session_id,
                                 uint64_t revision) const;
+  kvstore::BlockKey TombstoneKey(const std::string& key) const;
   // Revisions [from, from + n) present, counted from `from`.
   StatusOr<uint64_t> PresentFrom(const std::string& owner, const std::string& session_id,
                                  uint64_t from);

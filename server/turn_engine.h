@@ -42,11 +42,29 @@ struct EngineLoad {
 // The session KV store as the engine sees it (the server reports it through its health service
 // under its own name and in metrics, so a store that is down is visible while turns still run).
 struct KvStoreHealth {
-  bool configured = false;  // false: no store (kvstore none), nothing to report
-  bool serving = true;      // reachable, every tier up, and the last commit succeeded
-  std::string reason;       // why not, when not serving
+  bool configured = false;      // false: no store (kvstore none), nothing to report
+  bool serving = true;          // reachable, every tier up, and the last commit succeeded
+  std::string reason;           // why not, when not serving
   uint64_t commits = 0;         // segments committed since start
   uint64_t failed_commits = 0;  // commits the store refused or could not take
+  // Sessions whose KV the store does not fully hold (KvDurability::kNotDurable): a pod that dies
+  // now loses their cached KV (the sessions themselves survive; their next turn re-prefills).
+  uint64_t sessions_not_durable = 0;
+  // The commit queue (server/commit_queue.h): sessions waiting now, and since start the commits
+  // deferred because it was full and those folded into one already waiting.
+  uint64_t commit_queue_depth = 0;
+  uint64_t commits_deferred = 0;
+  uint64_t commits_coalesced = 0;
+};
+
+// Whether a session's KV would survive the loss of this replica (GetSession's kv_durability;
+// values equal framezip.v1.KvDurability).
+enum class KvDurability : uint8_t {
+  kNoStore = 1,     // no KV store (kvstore none): the KV lives in this replica only
+  kDurable = 2,     // the store holds the KV of every finished turn (or there is none yet)
+  kPending = 3,     // the last turn's commit is queued or being written
+  kNotDurable = 4,  // the store lacks some of it: a commit failed, or the store lost the
+                    // session's blocks; the next commit writes them (a full segment when lost)
 };
 
 // A session's KV as committed to the shared KV store, enough for another replica to restore it:
@@ -86,6 +104,10 @@ class TurnEngine {
   // KV a session keeps now, by tier and precision, and the number of tokens it covers.
   virtual std::vector<KvBytes> SessionKv(const std::string& session_id) const = 0;
   virtual uint32_t SessionCachedTokens(const std::string& session_id) const = 0;
+  // Whether the session's KV is in the store (by session key). Default: no store.
+  virtual KvDurability SessionDurability(const std::string& /*session_key*/) const {
+    return KvDurability::kNoStore;
+  }
 
   virtual EngineLoad Load() const = 0;
 

@@ -10,6 +10,12 @@
 namespace framezip::server {
 namespace {
 
+// KvDurability converts to the proto enum by cast.
+static_assert(static_cast<int>(KvDurability::kNoStore) == v1::KV_DURABILITY_NO_STORE);
+static_assert(static_cast<int>(KvDurability::kDurable) == v1::KV_DURABILITY_DURABLE);
+static_assert(static_cast<int>(KvDurability::kPending) == v1::KV_DURABILITY_PENDING);
+static_assert(static_cast<int>(KvDurability::kNotDurable) == v1::KV_DURABILITY_NOT_DURABLE);
+
 // Runs a unary handler body, turning escaped exceptions into INTERNAL (docs/DEVELOPING.md §3).
 template <typename Body>
 Status Guard(const char* rpc, const std::string& request_id, Body&& body) {
@@ -100,6 +106,8 @@ grpc::ServerUnaryReactor* VideoChatService::GetSession(grpc::CallbackServerConte
                         core_.sessions->Get(request->session_id(), principal));
     ToProto(record, core_.engine->SessionKv(record.key),
             core_.engine->SessionCachedTokens(record.key), response);
+    response->set_kv_durability(
+        static_cast<v1::KvDurability>(core_.engine->SessionDurability(record.key)));
     return absl::OkStatus();
   });
 }
@@ -113,8 +121,11 @@ grpc::ServerUnaryReactor* VideoChatService::ListSessions(grpc::CallbackServerCon
     FZ_ASSIGN_OR_RETURN(SessionPage page, core_.sessions->List(principal, request->page_size(),
                                                                request->page_token()));
     for (const SessionRecord& record : page.sessions) {
+      v1::Session* session = response->add_sessions();
       ToProto(record, core_.engine->SessionKv(record.key),
-              core_.engine->SessionCachedTokens(record.key), response->add_sessions());
+              core_.engine->SessionCachedTokens(record.key), session);
+      session->set_kv_durability(
+          static_cast<v1::KvDurability>(core_.engine->SessionDurability(record.key)));
     }
     response->set_next_page_token(page.next_page_token);
     return absl::OkStatus();
@@ -140,7 +151,7 @@ grpc::ServerUnaryReactor* VideoChatService::DeleteSession(grpc::CallbackServerCo
     FZ_ASSIGN_OR_RETURN(SessionRecord record,
                         core_.sessions->Remove(request->session_id(), principal));
     if (core_.shared != nullptr) {
-      if (Status s = core_.shared->Remove(principal, record.spec.session_id); !s.ok()) {
+      if (Status s = core_.shared->Remove(principal, record.spec.session_id, record.key); !s.ok()) {
         FZ_LOG_WARN("session {}: removing it from the shared store failed: {}",
                     record.spec.session_id, MessageOf(s));
       }
@@ -164,9 +175,9 @@ grpc::ServerUnaryReactor* VideoChatService::DeleteMedia(grpc::CallbackServerCont
     FZ_RETURN_IF_ERROR(ValidateSessionId(request->session_id(), "session_id"));
     FZ_RETURN_IF_ERROR(ValidateMediaId(request->media_id(), "media_id"));
     FZ_RETURN_IF_ERROR(core_.SyncSession(principal, request->session_id()));
-    FZ_ASSIGN_OR_RETURN(MediaInfo media, core_.sessions->RemoveMedia(request->session_id(),
-                                                                     principal,
-                                                                     request->media_id()));
+    FZ_ASSIGN_OR_RETURN(
+        MediaInfo media,
+        core_.sessions->RemoveMedia(request->session_id(), principal, request->media_id()));
     if (StatusOr<SessionRecord> now = core_.sessions->Get(request->session_id(), principal);
         now.ok()) {
       core_.PublishSession(now->key);
@@ -203,8 +214,7 @@ grpc::ServerUnaryReactor* VideoChatService::GetModelInfo(grpc::CallbackServerCon
     FZ_RETURN_IF_ERROR(ValidateModel(request->model(), core_.options.validation));
     PolicySpec default_policy;
     default_policy.kind = core_.options.validation.default_policy;
-    ToProto(core_.engine->model(), default_policy, core_.options.upload.max_upload_bytes,
-            response);
+    ToProto(core_.engine->model(), default_policy, core_.options.upload.max_upload_bytes, response);
     return absl::OkStatus();
   });
 }

@@ -1,5 +1,6 @@
 #include "kvstore/service/kvstore_service.h"
 
+#include <thread>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -62,14 +63,14 @@ grpc::Status KvStoreService::Put(grpc::ServerContext*, grpc::ServerReader<v1::Pu
       return ToGrpc(InvalidArgumentError("Put: a second header after {} bytes", bytes.size()));
     }
     if (bytes.size() + request.chunk().size() > header.size_bytes()) {
-      return ToGrpc(InvalidArgumentError("Put: more bytes than header.size_bytes = {}",
-                                         header.size_bytes()));
+      return ToGrpc(
+          InvalidArgumentError("Put: more bytes than header.size_bytes = {}", header.size_bytes()));
     }
     bytes.append(request.chunk());
   }
   if (bytes.size() != header.size_bytes()) {
-    return ToGrpc(InvalidArgumentError("Put: got {} bytes, header.size_bytes says {}",
-                                       bytes.size(), header.size_bytes()));
+    return ToGrpc(InvalidArgumentError("Put: got {} bytes, header.size_bytes says {}", bytes.size(),
+                                       header.size_bytes()));
   }
   if (const uint32_t crc = Crc32c(bytes); crc != header.crc32c()) {
     return ToGrpc(InvalidArgumentError(
@@ -81,6 +82,7 @@ grpc::Status KvStoreService::Put(grpc::ServerContext*, grpc::ServerReader<v1::Pu
   options.precision = PrecisionFromProto(header.placement().precision());
   options.redis_ttl_seconds = header.placement().redis_ttl_seconds();
   options.pin_session_id = header.pin_session_id();
+  if (options_.test_put_delay.count() > 0) std::this_thread::sleep_for(options_.test_put_delay);
   auto result = store_->Put(*key, std::move(bytes), options);
   if (!result.ok()) return ToGrpc(result.status());
   response->set_already_present(result->already_present);
@@ -109,8 +111,8 @@ grpc::Status KvStoreService::Get(grpc::ServerContext* context, const v1::GetRequ
   v1::GetResponse chunk;
   for (size_t offset = 0; offset < bytes.size(); offset += options_.chunk_bytes) {
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    chunk.set_chunk(bytes.data() + offset, std::min<size_t>(options_.chunk_bytes,
-                                                             bytes.size() - offset));
+    chunk.set_chunk(bytes.data() + offset,
+                    std::min<size_t>(options_.chunk_bytes, bytes.size() - offset));
     if (!writer->Write(chunk)) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
     }
@@ -123,8 +125,8 @@ grpc::Status KvStoreService::Lookup(grpc::ServerContext*, const v1::LookupReques
   CallGuard guard(in_flight_);
   auto keys = KeysFromProto(request->keys());
   if (!keys.ok()) return ToGrpc(keys.status());
-  auto result = store_->Lookup(*keys, {.pin_session_id = request->pin_session_id(),
-                                       .prefetch = request->prefetch()});
+  auto result = store_->Lookup(
+      *keys, {.pin_session_id = request->pin_session_id(), .prefetch = request->prefetch()});
   if (!result.ok()) return ToGrpc(result.status());
   response->set_present_prefix(result->present_prefix);
   for (Tier t : result->tiers) response->add_tiers(TierToProto(t));
@@ -151,8 +153,8 @@ grpc::Status KvStoreService::Pin(grpc::ServerContext*, const v1::PinRequest* req
   }
   auto keys = KeysFromProto(request->keys());
   if (!keys.ok()) return ToGrpc(keys.status());
-  auto pinned = store_->Pin(request->session_id(), *keys,
-                            std::chrono::seconds(request->ttl_seconds()));
+  auto pinned =
+      store_->Pin(request->session_id(), *keys, std::chrono::seconds(request->ttl_seconds()));
   if (!pinned.ok()) return ToGrpc(pinned.status());
   response->set_affected(*pinned);
   return grpc::Status::OK;

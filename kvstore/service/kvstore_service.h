@@ -8,10 +8,11 @@
 // Thread-safe: gRPC calls the handlers on its own threads; the store is thread-safe.
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-
 #include <grpcpp/server_builder.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 
 #include "framezip/v1/kvstore.grpc.pb.h"
 #include "kvstore/store.h"
@@ -22,6 +23,10 @@ struct KvStoreServiceOptions {
   uint64_t max_block_bytes = 256ull << 20;
   // Size of the chunks Get streams out (the proto allows up to 4 MiB).
   uint64_t chunk_bytes = 1ull << 20;
+  // Testing only (framezip-kvstore --test-put-delay-ms): every Put answers this much later, as
+  // a slow Redis or a store across a network would, so clients' latency under a slow store can
+  // be measured. 0 = off.
+  std::chrono::milliseconds test_put_delay{0};
 };
 
 // Largest gRPC message the service and client exchange: a 4 MiB chunk plus framing.

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   std::string metrics_port_file;
   int grace_seconds = 10;
   int compact_interval_seconds = 60;
+  int test_put_delay_ms = 0;
   std::string log_level = "info";
   std::string log_format = "text";
   framezip::kvstore::StoreFlags store_flags;
@@ -76,6 +77,9 @@ int main(int argc, char** argv) {
   flags.Int("grace-seconds", &grace_seconds, "drain time on SIGTERM before calls are cancelled");
   flags.Int("compact-interval-seconds", &compact_interval_seconds,
             "how often to compact the disk tier (0 = only under space pressure)");
+  flags.Int("test-put-delay-ms", &test_put_delay_ms,
+            "testing: answer every Put this many milliseconds late, as a slow store would "
+            "(0 = off)");
   flags.String("log-level", &log_level, "trace|debug|info|warn|error", "LEVEL");
   flags.String("log-format", &log_format, "text|json", "FORMAT");
   framezip::kvstore::RegisterStoreFlags(flags, &store_flags);
@@ -93,6 +97,10 @@ int main(int argc, char** argv) {
     if (format.ok()) logging.format = *format;
   }
   if (status.ok()) status = framezip::InitLogging(logging);
+  if (status.ok() && test_put_delay_ms < 0) {
+    status =
+        framezip::InvalidArgumentError("--test-put-delay-ms: {} is negative", test_put_delay_ms);
+  }
   if (status.ok() && !store_flags.address.empty()) {
     status = framezip::InvalidArgumentError("--kv-address is for clients of a shared store");
   }
@@ -127,7 +135,11 @@ int main(int argc, char** argv) {
   }
 
   framezip::kvstore::service::KvStoreService service(
-      store->get(), {.max_block_bytes = options->max_block_bytes, .chunk_bytes = 1 << 20});
+      store->get(), {.max_block_bytes = options->max_block_bytes,
+                     .chunk_bytes = 1 << 20,
+                     .test_put_delay = std::chrono::milliseconds(test_put_delay_ms)});
+  if (test_put_delay_ms > 0)
+    FZ_LOG_WARN("testing: every Put is delayed by {} ms", test_put_delay_ms);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -173,7 +185,8 @@ int main(int argc, char** argv) {
   while (service.in_flight() > 0 && std::chrono::steady_clock::now() < grace_end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (service.in_flight() > 0) FZ_LOG_WARN("cancelling {} calls still running", service.in_flight());
+  if (service.in_flight() > 0)
+    FZ_LOG_WARN("cancelling {} calls still running", service.in_flight());
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   {
     std::lock_guard lock(mu);

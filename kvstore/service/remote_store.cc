@@ -1,5 +1,7 @@
 #include "kvstore/service/remote_store.h"
 
+#include <algorithm>
+
 #include "common/crc32c.h"
 #include "kvstore/service/kvstore_service.h"
 #include "kvstore/service/proto_convert.h"
@@ -24,6 +26,11 @@ StatusOr<std::unique_ptr<RemoteStore>> RemoteStore::Connect(RemoteStoreOptions o
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  const int backoff_ms =
+      static_cast<int>(std::max<int64_t>(options.max_reconnect_backoff.count(), 1));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(backoff_ms, 100));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(backoff_ms, 100));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
   auto channel =
       grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   if (options.connect_timeout.count() > 0 &&

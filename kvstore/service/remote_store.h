@@ -26,6 +26,9 @@ struct RemoteStoreOptions {
   uint64_t chunk_bytes = 1ull << 20;
   // Wait this long in Connect for the channel to come up; 0 = connect lazily.
   std::chrono::milliseconds connect_timeout{0};
+  // Longest wait between reconnection attempts after the store went away. gRPC's default (120 s)
+  // would leave a restarted store unused for minutes, every call failing fast meanwhile.
+  std::chrono::milliseconds max_reconnect_backoff{1000};
 };
 
 class RemoteStore final : public KvStore {
@@ -40,8 +43,7 @@ class RemoteStore final : public KvStore {
   StatusOr<uint32_t> Delete(std::span<const BlockKey> keys) override;
   StatusOr<uint32_t> Pin(const std::string& session_id, std::span<const BlockKey> keys,
                          std::chrono::seconds ttl = std::chrono::seconds(0)) override;
-  StatusOr<uint32_t> Unpin(const std::string& session_id,
-                           std::span<const BlockKey> keys) override;
+  StatusOr<uint32_t> Unpin(const std::string& session_id, std::span<const BlockKey> keys) override;
   StatusOr<StoreStats> Stats() override;
 
  private:

@@ -96,8 +96,9 @@ def run_load(address, clip, log=print, pause_seconds=0.0):
     return summary
 
 
-def one_turn(address, clip):
-    """One session with the video and one turn; returns the turn's status code name."""
+def one_turn(address, clip, keep_session=False):
+    """One session with the video and one turn; returns the turn's status code name. The session
+    is deleted after, unless `keep_session`."""
     with tempfile.TemporaryDirectory() as gen_dir:
         pb2, pb2_grpc = chat_client.load_stubs(gen_dir)
         channel = grpc.insecure_channel(address)
@@ -108,7 +109,8 @@ def one_turn(address, clip):
         session = stub.CreateSession(request, timeout=30)
         chat_client.upload(stub, pb2, session.session_id, clip, [])
         code, _ = _chat(stub, pb2, session.session_id, "What moves?")
-        stub.DeleteSession(pb2.DeleteSessionRequest(session_id=session.session_id), timeout=30)
+        if not keep_session:
+            stub.DeleteSession(pb2.DeleteSessionRequest(session_id=session.session_id), timeout=30)
         channel.close()
     return code
 

@@ -155,7 +155,7 @@ def main():
                 f"unknown: {sorted(unknown)}" if unknown else
                 ", ".join(sorted(metric_names_in(target["expr"]))))
     alerts = alert_exprs()
-    c.check(len(alerts) == 9, "alert rules read", ", ".join(n for n, _ in alerts))
+    c.check(len(alerts) == 10, "alert rules read", ", ".join(n for n, _ in alerts))
     for name, expr in alerts:
         unknown = metric_names_in(expr) - known
         c.check(not unknown, f"alert {name} reads registered metrics",

@@ -22,7 +22,7 @@
    FramezipKvStoreDegraded), a burst of turns too big for the KV budget (FramezipHighErrorRate),
    24 callers queueing at a server that runs one turn at a time (FramezipQueueGrowing),
    the KV store killed (FramezipTargetDown; a turn still succeeds and its commit fails:
-   FramezipKvCommitFailures), the server drained with SIGTERM (exit 0, then
+   FramezipKvCommitFailures, FramezipSessionsNotDurable), the server drained with SIGTERM (exit 0, then
    FramezipNoServerServing). FramezipTtftP99High needs turns queued for more than 10 s, more
    than the server's wait queue holds of this model's short turns; promtool's unit tests cover
    it.
@@ -347,7 +347,7 @@ def run(f, tmp, procs, framezip_load):
     groups = prom.get("/api/v1/rules").get("data", {}).get("groups", [])
     alerts = [(r["name"], r["query"]) for g in groups for r in g["rules"]
               if r["type"] == "alerting"]
-    f.check(len(alerts) == 9, "Prometheus loaded the 9 alerts of the rules file",
+    f.check(len(alerts) == 10, "Prometheus loaded the 10 alerts of the rules file",
             ", ".join(n for n, _ in alerts))
     for name, expr in alerts:
         # Nothing is wrong yet, so nothing may fire (the unconfigured "remote" tier reads 0 and
@@ -373,7 +373,7 @@ def run(f, tmp, procs, framezip_load):
     loaded = [rule for group in groups for rule in group["rules"]]
     unhealthy = [(rule["name"], rule.get("lastError")) for rule in loaded
                  if rule.get("health") != "ok"]
-    f.check(len(loaded) == 9 and not unhealthy, "Prometheus evaluates every rule",
+    f.check(len(loaded) == 10 and not unhealthy, "Prometheus evaluates every rule",
             f"{len(loaded)} rules, unhealthy: {unhealthy}")
 
     # 4. Faults.
@@ -406,8 +406,11 @@ def run(f, tmp, procs, framezip_load):
     kvstore.wait()
     fires("FramezipTargetDown")
     # A turn with the store gone: it succeeds, its KV commit fails.
-    f.check(framezip_load.one_turn(address, clip) == "OK", "a turn succeeds without the KV store")
+    # (The session stays: its KV is in no store, FramezipSessionsNotDurable.)
+    f.check(framezip_load.one_turn(address, clip, keep_session=True) == "OK",
+            "a turn succeeds without the KV store")
     fires("FramezipKvCommitFailures")
+    fires("FramezipSessionsNotDurable")
     server.send_signal(signal.SIGTERM)
     try:
         code = server.wait(timeout=30)

@@ -73,10 +73,9 @@ RedisServer::RedisServer(const std::filesystem::path& dir, int port)
 }
 
 bool RedisServer::Start() {
-  child_ = Spawn(
-      {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-       "--appendonly", "no", "--dir", dir_.string()},
-      dir_ / "redis.log");
+  child_ = Spawn({"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save",
+                  "", "--appendonly", "no", "--dir", dir_.string()},
+                 dir_ / "redis.log");
   if (!child_) return false;
   if (!WaitFor([&] { return RedisPing(port_); }, 10s)) {
     child_.reset();
@@ -110,9 +109,15 @@ std::string RedisServer::Command(const std::vector<std::string>& argv) const {
   std::string out = "(error) no reply";
   if (r != nullptr) {
     switch (r->type) {
-      case REDIS_REPLY_NIL: out = "(nil)"; break;
-      case REDIS_REPLY_INTEGER: out = std::to_string(r->integer); break;
-      default: out = std::string(r->str != nullptr ? r->str : "", r->len); break;
+      case REDIS_REPLY_NIL:
+        out = "(nil)";
+        break;
+      case REDIS_REPLY_INTEGER:
+        out = std::to_string(r->integer);
+        break;
+      default:
+        out = std::string(r->str != nullptr ? r->str : "", r->len);
+        break;
     }
     freeReplyObject(r);
   }
@@ -120,16 +125,24 @@ std::string RedisServer::Command(const std::vector<std::string>& argv) const {
   return out;
 }
 
-KvstoreDaemon::KvstoreDaemon(const std::filesystem::path& dir, std::vector<std::string> args)
+KvstoreDaemon::KvstoreDaemon(const std::filesystem::path& dir, std::vector<std::string> args,
+                             int port)
     : dir_(dir) {
   const auto port_file = dir / "kvstore.port";
   const auto metrics_file = dir / "kvstore.metrics-port";
   std::filesystem::remove(port_file);
   std::filesystem::remove(metrics_file);
   std::vector<std::string> argv = {(testing::BinaryDir() / "bin" / "framezip-kvstore").string(),
-                                   "--listen", "127.0.0.1:0", "--port-file", port_file.string(),
-                                   "--metrics-listen", "127.0.0.1:0", "--metrics-port-file",
-                                   metrics_file.string(), "--grace-seconds", "5"};
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port),
+                                   "--port-file",
+                                   port_file.string(),
+                                   "--metrics-listen",
+                                   "127.0.0.1:0",
+                                   "--metrics-port-file",
+                                   metrics_file.string(),
+                                   "--grace-seconds",
+                                   "5"};
   argv.insert(argv.end(), args.begin(), args.end());
   child_ = Spawn(argv, dir / "kvstore.log");
   if (!child_) return;

@@ -41,9 +41,10 @@ class RedisServer {
 
 class KvstoreDaemon {
  public:
-  // Starts build/bin/framezip-kvstore on 127.0.0.1:0 (and metrics on 127.0.0.1:0) with
-  // `args`, and waits for it to serve.
-  KvstoreDaemon(const std::filesystem::path& dir, std::vector<std::string> args);
+  // Starts build/bin/framezip-kvstore on 127.0.0.1:`port` (0 = a free one; a restart passes the
+  // port it had) and metrics on 127.0.0.1:0 with `args`, and waits for it to serve.
+  KvstoreDaemon(const std::filesystem::path& dir, std::vector<std::string> args, int port = 0);
+  int port() const { return port_; }
   bool running() const { return child_ != nullptr && port_ > 0; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   int metrics_port() const { return metrics_port_; }

@@ -110,6 +110,21 @@ uint64_t BytesIn(const v1::TurnStats& stats, v1::KvTier tier) {
   return n;
 }
 
+// The session's KV bytes in the store's host tier once its last turn's commit (off the step
+// thread) has landed; 0 when it does not land within 10 s.
+uint64_t HostBytesWhenDurable(ChatClient& client, const std::string& session) {
+  v1::Session s;
+  const bool durable = WaitUntil([&] {
+    return client.GetSession(session, &s).ok() && s.kv_durability() == v1::KV_DURABILITY_DURABLE;
+  });
+  if (!durable) return 0;
+  uint64_t n = 0;
+  for (const v1::KvBytes& b : s.kv_bytes()) {
+    if (b.tier() == v1::KV_TIER_HOST) n += b.bytes();
+  }
+  return n;
+}
+
 TEST_CASE("real model: turn 2 reuses turn 1's KV, answers as a fresh request, KV kept in the store",
           "[integration][server][e2e]") {
   TempDir dir;
@@ -128,9 +143,11 @@ TEST_CASE("real model: turn 2 reuses turn 1's KV, answers as a fresh request, KV
     CHECK(t1.stats->cached_tokens() == 0);
     CHECK(t1.stats->generated_tokens() > 0);
     CHECK(t1.stats->visual_tokens_before_pruning() > 0);
-    // Turn 1's KV is in engine memory and committed to the store's host tier.
+    // Turn 1's KV is in engine memory, and committed to the store's host tier once its commit
+    // ran (off the step thread).
     CHECK(BytesIn(*t1.stats, v1::KV_TIER_DEVICE) > 0);
-    CHECK(BytesIn(*t1.stats, v1::KV_TIER_HOST) > 0);
+    const uint64_t host1 = HostBytesWhenDurable(client, session);
+    CHECK(host1 > 0);
 
     const TurnResult t2 = client.Ask(session, "And then?");
     REQUIRE(t2.status.error_message() == "");
@@ -141,7 +158,7 @@ TEST_CASE("real model: turn 2 reuses turn 1's KV, answers as a fresh request, KV
     CHECK(t2.stats->prefilled_tokens() < 20);
     CHECK(t2.stats->prefilled_tokens() < t1.stats->prefilled_tokens());
     CHECK(t2.stats->kv_restore_seconds() == 0);  // still in engine memory
-    CHECK(BytesIn(*t2.stats, v1::KV_TIER_HOST) > BytesIn(*t1.stats, v1::KV_TIER_HOST));
+    CHECK(HostBytesWhenDurable(client, session) > host1);
     answer2 = t2.text;
 
     // A fresh stateless request with the same history gives the same (greedy) answer.
@@ -154,6 +171,7 @@ TEST_CASE("real model: turn 2 reuses turn 1's KV, answers as a fresh request, KV
     // A second session keeps its own KV; deleting it frees engine memory and store blocks.
     const std::string other = NewVideoSession(client, clip);
     REQUIRE(client.Ask(other, "What moves?").status.ok());
+    CHECK(HostBytesWhenDurable(client, other) > 0);
     v1::DeleteSessionResponse deleted;
     REQUIRE(client.DeleteSession(other, &deleted).ok());
     std::map<int, uint64_t> freed;

@@ -5,10 +5,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "tests/integration/kvstore_harness.h"
+#include "tests/integration/server_process.h"
 #include "tests/integration/server_test_util.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/temp_dir.h"
@@ -17,48 +16,6 @@ namespace framezip::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A framezip-server process on 127.0.0.1:0 serving the shipped model.
-class ServerProcess {
- public:
-  ServerProcess(const std::filesystem::path& dir, const std::string& name,
-                std::vector<std::string> args) {
-    const auto port_file = dir / (name + ".port");
-    std::vector<std::string> argv = {(BinaryDir() / "bin/framezip-server").string(),
-                                     "--model",
-                                     (SourceDir() / "models/framezip-tiny-video").string(),
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--port-file",
-                                     port_file.string(),
-                                     "--metrics-listen",
-                                     "",
-                                     "--grace-seconds",
-                                     "2"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto child = ChildProcess::Start(argv, dir / (name + ".log"));
-    REQUIRE(child);
-    child_ = std::make_unique<ChildProcess>(std::move(*child));
-    const auto port = WaitForFile(port_file, 60s);
-    INFO("server log: " << Log(dir / (name + ".log")));
-    REQUIRE(port);
-    address_ = "127.0.0.1:" + port->substr(0, port->find('\n'));
-  }
-  std::unique_ptr<v1::VideoChat::Stub> Stub() const {
-    return v1::VideoChat::NewStub(
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-  }
-  static std::string Log(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
-  }
-
- private:
-  std::unique_ptr<ChildProcess> child_;
-  std::string address_;
-};
 
 struct TwoTurns {
   TurnResult first, second, third;

@@ -14,7 +14,9 @@
 // the highest level over the lowest (continuous batching; target >= 4x for 16 vs 1). --ignore-eos
 // (default on) makes every turn generate exactly --max-tokens tokens so levels compare like for
 // like. --rounds N runs the whole sweep N times; the scaling is then the median of the rounds' own
-// ratios.
+// ratios. In process, --kvstore picks the session KV store (embedded, none, or a framezip-kvstore
+// address: with `framezip-kvstore --test-put-delay-ms 200` it measures serving over a slow store)
+// and --share-sessions whether replicas would share sessions through it.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -296,8 +298,12 @@ void AddLevel(bench::Report& report, int c, const std::vector<LevelResult>& roun
 
 // framezip-server's code in this process on `model_dir` (loopback, port 0, no metrics port).
 StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::string& model_dir,
-                                                                  int max_running) {
+                                                                  int max_running,
+                                                                  const std::string& kvstore,
+                                                                  const std::string& share) {
   server::ServerConfig config;
+  config.kvstore = kvstore;
+  config.share_sessions = share;
   config.listen = "127.0.0.1:0";
   config.metrics_listen = "";
   config.model_dir = model_dir;
@@ -322,6 +328,8 @@ int RunBenchServer(const std::vector<std::string>& args) {
   bool ignore_eos = true;
   int rounds = 1;
   bool json = false;
+  std::string kvstore = "embedded";
+  std::string share_sessions = "off";
   FlagSet flags("framezip bench server",
                 "Serving benchmark against a running framezip-server (--server) or the server's "
                 "code started in this process on a model (--model): TTFT/ITL p50/p99 per "
@@ -338,6 +346,11 @@ int RunBenchServer(const std::vector<std::string>& args) {
             "run every level this many times, interleaved; rates and ratios are the median over "
             "rounds, latency percentiles are over all rounds' samples");
   flags.Bool("json", &json, "print one JSON object as the last line");
+  flags.String("kvstore", &kvstore,
+               "with --model: the session KV store (embedded, none, or a framezip-kvstore address)",
+               "ADDR");
+  flags.String("share-sessions", &share_sessions,
+               "with --model: share sessions through the store (auto, on, off)", "MODE");
   if (auto code = ParseOrExit(flags, args)) return *code;
   if (rounds < 1) {
     std::fprintf(stderr, "framezip bench server: --rounds must be at least 1, got %d\n", rounds);
@@ -376,7 +389,7 @@ int RunBenchServer(const std::vector<std::string>& args) {
   if (!model_dir.empty()) {
     const int most = *std::max_element(concurrency.begin(), concurrency.end());
     StatusOr<std::unique_ptr<server::VideoChatServer>> started =
-        StartInProcess(model_dir, std::max(16, most));
+        StartInProcess(model_dir, std::max(16, most), kvstore, share_sessions);
     if (!started.ok()) {
       std::fprintf(stderr, "framezip bench server: %s\n", MessageOf(started.status()).c_str());
       return 1;

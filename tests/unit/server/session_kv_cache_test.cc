@@ -64,15 +64,46 @@ TEST_CASE("session KV segments are stored, loaded in order, and released", "[uni
   CHECK(stats->tiers[0].blocks == 0);
 }
 
+TEST_CASE("a session's chain reads as missing once the store lost any of its blocks",
+          "[unit][server]") {
+  kvstore::TieredStore* store = nullptr;
+  auto cache = MakeCache(&store);
+  CHECK(cache->ChainPresent("s1").value());  // nothing committed: nothing missing
+  const std::vector<int32_t> turn1 = {1, 2, 3}, turn2 = {4, 5};
+  REQUIRE(cache->CommitSegment("s1", {"a", "b"}, turn1, {}, "none", KvPrecision::kF16).ok());
+  REQUIRE(cache->CommitSegment("s1", {"c"}, turn2, {}, "none", KvPrecision::kF16).ok());
+  REQUIRE(cache->CommitSegment("s2", {"a"}, turn1, {}, "none", KvPrecision::kF16).ok());
+  CHECK(cache->ChainPresent("s1").value());
+  // One block in the middle of s1's chain goes (evicted, a Redis flush): s1's chain is broken,
+  // s2's is whole.
+  const auto blocks = cache->SharedSegments("s1");
+  REQUIRE(blocks.size() == 2);
+  const kvstore::BlockKey middle = blocks[0][1].key;
+  REQUIRE(store->Delete(std::span<const kvstore::BlockKey>(&middle, 1)).value() == 1);
+  CHECK_FALSE(cache->ChainPresent("s1").value());
+  CHECK(cache->ChainPresent("s2").value());
+  // Starting over: released, the session commits a full segment from the root and is whole.
+  cache->Release("s1");
+  REQUIRE(cache
+              ->CommitSegment("s1", {"abc"}, std::vector<int32_t>{1, 2, 3, 4, 5}, {}, "none",
+                              KvPrecision::kF16)
+              .ok());
+  CHECK(cache->segments("s1") == 1);
+  CHECK(cache->ChainPresent("s1").value());
+  CHECK(cache->Load("s1").value().segments == std::vector<std::vector<std::string>>{{"abc"}});
+}
+
 TEST_CASE("different media give different session KV keys", "[unit][server]") {
   kvstore::TieredStore* store = nullptr;
   auto cache = MakeCache(&store);
   const std::vector<int32_t> tokens = {7, 8, 9};
-  REQUIRE(cache->CommitSegment("a", {"x"}, tokens, {MediaHashBytes(std::string(64, '1'))}, "none",
-                               KvPrecision::kF16)
+  REQUIRE(cache
+              ->CommitSegment("a", {"x"}, tokens, {MediaHashBytes(std::string(64, '1'))}, "none",
+                              KvPrecision::kF16)
               .ok());
-  REQUIRE(cache->CommitSegment("b", {"y"}, tokens, {MediaHashBytes(std::string(64, '2'))}, "none",
-                               KvPrecision::kF16)
+  REQUIRE(cache
+              ->CommitSegment("b", {"y"}, tokens, {MediaHashBytes(std::string(64, '2'))}, "none",
+                              KvPrecision::kF16)
               .ok());
   auto stats = store->Stats();
   REQUIRE(stats.ok());

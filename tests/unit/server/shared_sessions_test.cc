@@ -1,7 +1,8 @@
 // SharedSessions (server/shared_sessions.h) over an embedded store: a session's revisions are
 // published and found latest-first, a replica knowing the latest finds nothing newer, a deleted
 // session reads as deleted, another principal never finds it, two replicas writing one revision
-// conflict, and the record round-trips every field the next turn needs.
+// conflict, a store that lost the records reads as lost (not deleted) and is filled in by the
+// next publish, and the record round-trips every field the next turn needs.
 #include "server/shared_sessions.h"
 
 #include <catch2/catch.hpp>
@@ -81,8 +82,9 @@ TEST_CASE("revisions are found latest-first, per owner, and deletion reads as de
   auto store = kvstore::TieredStore::Open({});
   REQUIRE(store.ok());
   SharedSessions shared(store->get(), "tiny");
+  const std::string key = Record(0).key;
   auto find = [&](const std::string& owner, int64_t known) {
-    auto found = shared.Find(owner, "s1", known);
+    auto found = shared.Find(owner, "s1", known, known >= 0 ? key : "");
     REQUIRE(found.ok());
     return *found;
   };
@@ -99,9 +101,41 @@ TEST_CASE("revisions are found latest-first, per owner, and deletion reads as de
   CHECK(find("bob", -1).found == SharedSessions::Found::kDeleted);
   // Two replicas writing the same revision: the second is told.
   CHECK(absl::IsAlreadyExists(shared.Publish(Record(2), Kv())));
-  REQUIRE(shared.Remove("alice", "s1").ok());
+  REQUIRE(shared.Remove("alice", "s1", key).ok());
   CHECK(find("alice", 2).found == SharedSessions::Found::kDeleted);
   CHECK(find("alice", -1).found == SharedSessions::Found::kDeleted);
+}
+
+TEST_CASE("a store that lost the records reads as lost and a publish fills them in",
+          "[unit][server]") {
+  kvstore::TieredStoreOptions options;
+  auto store = kvstore::TieredStore::Open(options);
+  REQUIRE(store.ok());
+  SharedSessions shared(store->get(), "tiny");
+  const std::string key = Record(0).key;
+  for (uint64_t r = 0; r < 4; ++r) REQUIRE(shared.Publish(Record(r), Kv()).ok());
+  // The store restarts empty: a new one in its place.
+  store = kvstore::TieredStore::Open(options);
+  REQUIRE(store.ok());
+  SharedSessions after(store->get(), "tiny");
+  auto known = after.Find("alice", "s1", 3, key);
+  REQUIRE(known.ok());
+  CHECK(known->found == SharedSessions::Found::kLost);
+  // A replica that never knew it finds nothing (it cannot tell lost from deleted).
+  CHECK(after.Find("alice", "s1", -1).value().found == SharedSessions::Found::kDeleted);
+  // The holder republishes its revision: the earlier ones are filled in, every replica finds it.
+  REQUIRE(after.Publish(Record(3), Kv()).ok());
+  auto found = after.Find("alice", "s1", -1);
+  REQUIRE(found.ok());
+  REQUIRE(found->found == SharedSessions::Found::kNewer);
+  CHECK(found->session->record.revision == 3);
+  REQUIRE(after.Publish(Record(4), Kv()).ok());
+  CHECK(after.Find("alice", "s1", 3, key).value().session->record.revision == 4);
+  // Another incarnation's tombstone says nothing of this one.
+  REQUIRE(after.Remove("alice", "s1", "s1.ffeeddccbbaa99887766554433221100").ok());
+  CHECK(after.Find("alice", "s1", 4, key).value().found == SharedSessions::Found::kLost);
+  REQUIRE(after.Remove("alice", "s1", key).ok());
+  CHECK(after.Find("alice", "s1", 4, key).value().found == SharedSessions::Found::kDeleted);
 }
 
 TEST_CASE("sessions with more revisions than one lookup window", "[unit][server]") {
