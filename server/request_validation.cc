@@ -427,8 +427,8 @@ StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r, const ValidationDefau
   return input;
 }
 
-StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
-                                         const ValidationDefaults& d) {
+StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r, const ValidationDefaults& d,
+                                         const std::vector<std::string>& stored_media_ids) {
   GenerateInput input;
   FZ_RETURN_IF_ERROR(ValidateModel(r.model(), d));
   input.model = d.served_model;
@@ -458,6 +458,7 @@ StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
     }
     input.media.push_back({m.media_id(), m.name(), m.mime_type(), &m.data()});
   }
+  for (const std::string& id : stored_media_ids) ids.insert(id);
   if (r.messages_size() == 0) return InvalidArgumentError("messages: empty conversation");
   if (r.messages_size() > static_cast<int>(kMaxMessages)) {
     return InvalidArgumentError("messages: {} is over the limit of {}", r.messages_size(),

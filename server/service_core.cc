@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "common/client_text.h"
 #include "common/logging.h"
 #include "server/grpc_status.h"
 
@@ -75,10 +76,26 @@ StatusOr<std::string> ServiceCore::Admit(const grpc::ServerContextBase& context,
   if (auth != nullptr) {
     FZ_ASSIGN_OR_RETURN(principal, auth->Authenticate(context));
   }
+  FZ_RETURN_IF_ERROR(CheckDraining(refuse_when_draining));
+  return principal;
+}
+
+StatusOr<std::string> ServiceCore::AdmitHeaders(const std::optional<std::string>& authorization,
+                                                const std::optional<std::string>& tenant,
+                                                bool refuse_when_draining) const {
+  std::string principal;
+  if (auth != nullptr) {
+    FZ_ASSIGN_OR_RETURN(principal, auth->AuthenticateHeaders(authorization, tenant));
+  }
+  FZ_RETURN_IF_ERROR(CheckDraining(refuse_when_draining));
+  return principal;
+}
+
+Status ServiceCore::CheckDraining(bool refuse_when_draining) const {
   if (refuse_when_draining && draining.load()) {
     return UnavailableError("the server is draining for shutdown; retry on another replica");
   }
-  return principal;
+  return absl::OkStatus();
 }
 
 std::vector<KvBytes> ServiceCore::ReleaseSessionResources(const std::string& session_key) {
@@ -89,6 +106,18 @@ std::vector<KvBytes> ServiceCore::ReleaseSessionResources(const std::string& ses
     std::filesystem::remove_all(dir, ec);
   });
   return freed;
+}
+
+StatusOr<MediaInfo> ServiceCore::FindPrincipalMedia(const std::string& principal,
+                                                    const std::string& media_id) const {
+  for (const SessionRecord& record : sessions->All()) {
+    if (record.owner != principal) continue;
+    for (const MediaInfo& m : record.media) {
+      if (m.media_id == media_id) return m;
+    }
+  }
+  return NotFoundError("media '{}': no session of this caller holds it on this server",
+                       ClientText(media_id));
 }
 
 Status ServiceCore::SyncSession(const std::string& principal, const std::string& session_id) {

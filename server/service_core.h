@@ -7,16 +7,17 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "server/auth.h"
-#include "server/upload_registry.h"
 #include "server/media_probe.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
 #include "server/session_store.h"
 #include "server/shared_sessions.h"
 #include "server/turn_engine.h"
+#include "server/upload_registry.h"
 #include "server/work_pool.h"
 
 namespace framezip::server {
@@ -76,10 +77,19 @@ struct ServiceCore {
   // for, or the first failure.
   StatusOr<std::string> Admit(const grpc::ServerContextBase& context,
                               bool refuse_when_draining) const;
+  // The same for a protocol whose headers are read by its own server (the OpenAI-compatible HTTP
+  // API): "Authorization" and the tenant header's values, nullopt when absent.
+  StatusOr<std::string> AdmitHeaders(const std::optional<std::string>& authorization,
+                                     const std::optional<std::string>& tenant,
+                                     bool refuse_when_draining) const;
   // Frees what a session still holds in the engine (its KV, in every tier) and on disk (its
   // media directory, on the media pool). Called when a session is deleted or expires, and again
   // when the last turn of a deleted session ends.
   std::vector<KvBytes> ReleaseSessionResources(const std::string& session_key);
+  // A media item one of `principal`'s sessions holds (uploaded through UploadMedia), by its
+  // media id. NOT_FOUND when no session of the principal has it on this replica.
+  StatusOr<MediaInfo> FindPrincipalMedia(const std::string& principal,
+                                         const std::string& media_id) const;
 
   // Shared sessions (no-ops when `shared` is null). SyncSession brings this replica's copy of a
   // session up to the latest revision in the store: it adopts a newer one (conversation, media,
@@ -90,6 +100,9 @@ struct ServiceCore {
   // Counts the RPC's outcome and converts the status for gRPC; logs INTERNAL/UNKNOWN errors with
   // the request id.
   grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status);
+
+ private:
+  Status CheckDraining(bool refuse_when_draining) const;
 };
 
 // The deadline of a call as a steady_clock time (max() when none).
