@@ -170,6 +170,9 @@ std::optional<ConversationTurn> ResumeConversation(ServiceCore& core, const Turn
     if (updated.media.size() > 16) return std::nullopt;
     if (!core.sessions->Adopt(updated).ok()) return std::nullopt;
   }
+  // A new conversation's first revision goes to the shared store as CreateSession's does: other
+  // replicas find a session by its revisions from 0 on.
+  if (!continues) core.PublishSession(updated.key);
 
   ConversationTurn out;
   out.session_id = session_id;

@@ -27,6 +27,7 @@ using tcp = net::ip::tcp;
 
 constexpr uint32_t kHeaderLimit = 64 * 1024;
 constexpr char kRpc[] = "ChatCompletions";
+constexpr char kProtocol[] = "http";  // the metrics' protocol label
 
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -327,7 +328,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   }
 
   void FailBeforeTurn(const Status& status) {
-    core_->Outcome(kRpc, turn_id_, status);
+    core_->Outcome(kRpc, turn_id_, status, kProtocol);
     if (client_gone_) return Close();
     WriteJson(HttpStatusOf(status), OpenAiErrorJson(status));
   }
@@ -371,8 +372,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     turn_done_ = true;
     server_->TurnEnded(turn_id_);
     RemoveTurnFiles(*core_, std::move(temp_files_));
-    if (core_->metrics != nullptr) core_->metrics->RecordTurn(stats);
-    core_->Outcome(kRpc, turn_id_, status);
+    if (core_->metrics != nullptr) core_->metrics->RecordTurn(stats, kProtocol);
+    core_->Outcome(kRpc, turn_id_, status, kProtocol);
     FZ_LOG_INFO(
         "turn {} rpc={} status={} prompt_tokens={} cached_tokens={} generated_tokens={} "
         "ttft_s={:.4f} e2e_s={:.4f}",
@@ -459,7 +460,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // A response refused on its headers: the body (if any) is never read, so the connection closes
   // after the answer.
   void RefuseBeforeBody(int status, const Status& why) {
-    core_->Outcome(kRpc, request_id_, why);
+    core_->Outcome(kRpc, request_id_, why, kProtocol);
     close_after_ = true;
     WriteJson(status, OpenAiErrorJson(why));
   }

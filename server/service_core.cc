@@ -185,9 +185,9 @@ Status UploadBudget::Reserve(uint64_t bytes) {
 void UploadBudget::Release(uint64_t bytes) { reserved_.fetch_sub(bytes); }
 
 grpc::Status ServiceCore::Outcome(const char* rpc, const std::string& request_id,
-                                  const Status& status) {
+                                  const Status& status, const char* protocol) {
   const grpc::Status g = ToGrpcStatus(status);
-  if (metrics != nullptr) metrics->RecordRpc(rpc, CodeName(g.error_code()));
+  if (metrics != nullptr) metrics->RecordRpc(rpc, CodeName(g.error_code()), protocol);
   if (status.code() == absl::StatusCode::kInternal ||
       status.code() == absl::StatusCode::kUnknown) {
     FZ_LOG_ERROR("{} request {}: {}", rpc, request_id, MessageOf(status));

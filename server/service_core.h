@@ -99,7 +99,9 @@ struct ServiceCore {
   void PublishSession(const std::string& session_key);
   // Counts the RPC's outcome and converts the status for gRPC; logs INTERNAL/UNKNOWN errors with
   // the request id.
-  grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status);
+  // `protocol` labels the request in metrics: "grpc", or "http" for the OpenAI-compatible API.
+  grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status,
+                       const char* protocol = "grpc");
 
  private:
   Status CheckDraining(bool refuse_when_draining) const;

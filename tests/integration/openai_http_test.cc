@@ -539,8 +539,9 @@ TEST_CASE("a client that never reads its stream is dropped and its turn's pages 
   // It ended because the server cancelled it, not because the answer was done.
   CHECK(WaitUntil([&] {
     return HttpGet(server.server().metrics_port(), "/metrics")
-               .find("code=\"CANCELLED\",model_name=\"fake-test-model\",rpc=\"ChatCompletions\"") !=
-           std::string::npos;
+               .find(
+                   "code=\"CANCELLED\",model_name=\"fake-test-model\",protocol=\"http\",rpc="
+                   "\"ChatCompletions\"") != std::string::npos;
   }));
   ::close(fd);
   HttpCall call;
