@@ -225,8 +225,8 @@ TEST_CASE("two replicas reuse each other's OpenAI API conversations through one 
   const std::vector<HttpTurn> roaming = HttpConversation({&a, &b, &a}, clip);
   for (size_t i = 0; i < roaming.size(); ++i) {
     INFO("turn " << i + 1 << ": one server cached " << single[i].cached_tokens << " of "
-                  << single[i].prompt_tokens << "\nA: " << ServerProcess::Log(dir.path() / "a.log")
-                  << "\nB: " << ServerProcess::Log(dir.path() / "b.log"));
+                 << single[i].prompt_tokens << "\nA: " << ServerProcess::Log(dir.path() / "a.log")
+                 << "\nB: " << ServerProcess::Log(dir.path() / "b.log"));
     CHECK(roaming[i].answer == single[i].answer);
     CHECK(roaming[i].prompt_tokens == single[i].prompt_tokens);
     CHECK(roaming[i].cached_tokens == single[i].cached_tokens);
