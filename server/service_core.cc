@@ -120,6 +120,23 @@ StatusOr<MediaInfo> ServiceCore::FindPrincipalMedia(const std::string& principal
                        ClientText(media_id));
 }
 
+std::optional<MediaInfo> ServiceCore::FindHeldMedia(const std::string& principal,
+                                                    const std::string& content_hash,
+                                                    const FrameSpec& frames) const {
+  for (const SessionRecord& record : sessions->All()) {
+    if (record.owner != principal) continue;
+    for (const MediaInfo& m : record.media) {
+      if (m.content_hash == content_hash && m.frames.num_frames == frames.num_frames &&
+          m.frames.fps == frames.fps && m.frames.max_frames == frames.max_frames &&
+          m.frames.start_seconds == frames.start_seconds &&
+          m.frames.end_seconds == frames.end_seconds && !m.path.empty()) {
+        return m;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 Status ServiceCore::SyncSession(const std::string& principal, const std::string& session_id) {
   if (shared == nullptr) return absl::OkStatus();
   StatusOr<SessionRecord> local = sessions->Get(session_id, principal);

@@ -90,6 +90,12 @@ struct ServiceCore {
   // media id. NOT_FOUND when no session of the principal has it on this replica.
   StatusOr<MediaInfo> FindPrincipalMedia(const std::string& principal,
                                          const std::string& media_id) const;
+  // A media item one of `principal`'s sessions holds with these bytes (hex SHA-256) and this
+  // frame sampling: already checked, so a stateless client that resends the bytes every turn
+  // does not pay for a probe and a decode each time. nullopt when none.
+  std::optional<MediaInfo> FindHeldMedia(const std::string& principal,
+                                         const std::string& content_hash,
+                                         const FrameSpec& frames) const;
 
   // Shared sessions (no-ops when `shared` is null). SyncSession brings this replica's copy of a
   // session up to the latest revision in the store: it adopts a newer one (conversation, media,

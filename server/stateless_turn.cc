@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "common/logging.h"
+#include "media/content_hash.h"
 #include "server/media_probe.h"
 
 namespace framezip::server {
@@ -39,6 +40,21 @@ StatusOr<TurnRequest> PrepareStatelessTurn(ServiceCore& core, const v1::Generate
     const GenerateInput::Inline& m = input.media[i];
     const std::filesystem::path path = dir / (m.media_id + ".media");
     temp_files->push_back(path);
+    // Bytes one of the principal's sessions holds already (a conversation resent in full):
+    // linked, not written, probed and decoded again.
+    const std::string hash = media::ToHex(media::HashBytes(
+        std::span(reinterpret_cast<const uint8_t*>(m.data->data()), m.data->size())));
+    if (std::optional<MediaInfo> held = core.FindHeldMedia(principal, hash, input.frames)) {
+      std::filesystem::create_hard_link(held->path, path, ec);
+      if (!ec) {
+        held->media_id = m.media_id;
+        held->name = m.name;
+        held->path = path.string();
+        turn.media.push_back(std::move(*held));
+        continue;
+      }
+      ec.clear();  // its session went meanwhile: check the bytes as new
+    }
     std::ofstream out(path, std::ios::binary);
     out.write(m.data->data(), static_cast<std::streamsize>(m.data->size()));
     out.close();
