@@ -32,6 +32,10 @@ void Register(FlagSet& f, ServerConfig& c) {
         "cancels its turn");
   f.Int("openai-max-connections", &c.openai_max_connections,
         "OpenAI API connections open at once (503 past it)");
+  f.Int("openai-max-conversations", &c.openai_max_conversations,
+        "OpenAI API conversations kept for KV reuse (the least recently used idle one makes room)");
+  f.Int("openai-conversation-ttl-seconds", &c.openai_conversation_ttl_seconds,
+        "idle time after which a kept OpenAI API conversation is freed; 0 = --session-ttl-seconds");
   f.Int("grace-seconds", &c.grace_seconds,
         "on SIGTERM, time in-flight turns get to finish before they are cancelled");
   f.String("log-level", &c.log_level, "trace|debug|info|warn|error", "LEVEL");
@@ -228,6 +232,13 @@ Status ValidateServerConfig(const ServerConfig& c) {
   FZ_RETURN_IF_ERROR(positive(c.openai_request_timeout_seconds, "openai-request-timeout-seconds"));
   FZ_RETURN_IF_ERROR(positive(c.openai_write_timeout_seconds, "openai-write-timeout-seconds"));
   FZ_RETURN_IF_ERROR(positive(c.openai_max_connections, "openai-max-connections"));
+  FZ_RETURN_IF_ERROR(positive(c.openai_max_conversations, "openai-max-conversations"));
+  if (c.openai_conversation_ttl_seconds < 0 ||
+      c.openai_conversation_ttl_seconds > c.max_session_ttl_seconds) {
+    return InvalidArgumentError(
+        "--openai-conversation-ttl-seconds: {} is not in [0, --max-session-ttl-seconds {}]",
+        c.openai_conversation_ttl_seconds, c.max_session_ttl_seconds);
+  }
   if (c.max_running_per_principal < 0) {
     return InvalidArgumentError("--max-running-per-principal: must be >= 0");
   }

@@ -27,6 +27,8 @@ struct ServerConfig {
   int openai_request_timeout_seconds = 30;
   int openai_write_timeout_seconds = 30;
   int openai_max_connections = 1024;
+  int openai_max_conversations = 256;
+  int openai_conversation_ttl_seconds = 0;  // 0 = --session-ttl-seconds
   int grace_seconds = 30;
   std::string log_level = "info";
   std::string log_format = "text";

@@ -1,5 +1,6 @@
 #include "server/conversation_reuse.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common/logging.h"
@@ -9,6 +10,8 @@ namespace framezip::server {
 namespace {
 
 constexpr char kPrefix[] = "conv-";
+constexpr char kOriginLabel[] = "origin";
+constexpr char kOrigin[] = "openai";
 
 const MediaInfo* MediaById(const std::vector<MediaInfo>& media, const std::string& id) {
   for (const MediaInfo& m : media) {
@@ -76,6 +79,36 @@ std::string SessionIdOf(const TurnRequest& t) {
   return kPrefix + media::ToHex(hash).substr(0, 40);
 }
 
+// Removes a conversation's session and everything it holds (here and in the shared store).
+void Drop(ServiceCore& core, const SessionRecord& record) {
+  StatusOr<SessionRecord> removed = core.sessions->Remove(record.spec.session_id, record.owner);
+  if (!removed.ok()) return;
+  if (core.shared != nullptr) (void)core.shared->Remove(record.owner, record.spec.session_id);
+  core.ReleaseSessionResources(removed->key);
+}
+
+// Keeps the conversations under options.max_conversations, so they never crowd gRPC's sessions
+// out of --max-sessions: the least recently used idle one goes. False: all are running.
+bool MakeRoom(ServiceCore& core) {
+  std::vector<SessionRecord> idle;
+  size_t count = 0;
+  for (SessionRecord& r : core.sessions->All()) {
+    auto origin = r.spec.labels.find(kOriginLabel);
+    if (origin == r.spec.labels.end() || origin->second != kOrigin) continue;
+    ++count;
+    if (r.running_turn_id.empty()) idle.push_back(std::move(r));
+  }
+  std::sort(idle.begin(), idle.end(), [](const SessionRecord& a, const SessionRecord& b) {
+    return a.last_used_unix_ms < b.last_used_unix_ms;
+  });
+  for (const SessionRecord& r : idle) {
+    if (count < core.options.max_conversations) break;
+    Drop(core, r);
+    --count;
+  }
+  return count < core.options.max_conversations;
+}
+
 }  // namespace
 
 std::optional<ConversationTurn> ResumeConversation(ServiceCore& core, const TurnRequest& stateless,
@@ -104,22 +137,20 @@ std::optional<ConversationTurn> ResumeConversation(ServiceCore& core, const Turn
     }
     if (!continues) {
       // Edited history or another branch: this request's conversation replaces the session.
-      StatusOr<SessionRecord> removed = core.sessions->Remove(session_id, principal);
-      if (!removed.ok()) return std::nullopt;
-      if (!removed->running_turn_id.empty()) return std::nullopt;
-      if (core.shared != nullptr) (void)core.shared->Remove(principal, session_id);
-      core.ReleaseSessionResources(removed->key);
+      Drop(core, *record);
       record = NotFoundError("replaced");
     }
   }
   if (!record.ok()) {
+    if (!MakeRoom(core)) return std::nullopt;
     SessionSpec spec;
     spec.session_id = session_id;
     spec.model = stateless.model;
     spec.policy = stateless.policy;
     spec.sampling = stateless.sampling;
     if (has_system) spec.system_prompt = JoinText(stateless.messages[0]);
-    spec.labels["origin"] = "openai";
+    spec.labels[kOriginLabel] = kOrigin;
+    spec.ttl_seconds = core.options.conversation_ttl_seconds;
     record = core.sessions->Create(std::move(spec), principal);
     if (!record.ok()) return std::nullopt;  // max_sessions: run it stateless
   }

@@ -13,8 +13,10 @@
 //     principal can hit it (its name is not even looked up in another principal's namespace);
 //   - shared between replicas when sessions are (--share-sessions): the session's revision and its
 //     KV blocks go to the KV store after each turn, and another replica adopts them;
-//   - bounded by the session TTL (--session-ttl-seconds of idleness) and the KV store's
-//     eviction, like any session; they count towards --max-sessions and show in ListSessions.
+//   - bounded by --openai-conversation-ttl-seconds of idleness (0: the session TTL), by
+//     --openai-max-conversations (the least recently used idle conversation makes room for a new
+//     one, so conversations never crowd gRPC sessions out of --max-sessions) and by the KV
+//     store's eviction; they show in ListSessions with the label origin=openai.
 // What breaks reuse for a request (it then runs as a fresh conversation and replaces the
 // session): edited or reordered history, another model, policy or frame sampling (a different
 // root, so another session), an answer the client changed before resending it. A request whose

@@ -31,6 +31,11 @@ struct ServiceOptions {
   uint64_t max_upload_buffer_bytes = 2ull << 30;
   // An upload stream that sends nothing for this long is ended (UploadRegistry).
   std::chrono::milliseconds upload_idle_timeout{30000};
+  // Conversations of the OpenAI API kept for reuse (server/conversation_reuse.h): at most this
+  // many sessions (the least recently used idle one makes room), each idle at most this long
+  // (0 = the session default).
+  uint32_t max_conversations = 256;
+  uint32_t conversation_ttl_seconds = 0;
 };
 
 // Bytes that uploads in progress may hold in server memory, all uploads together: each upload

@@ -98,6 +98,8 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   options.media_threads = config.media_threads;
   options.max_upload_buffer_bytes = static_cast<uint64_t>(config.max_upload_buffer_bytes);
   options.upload_idle_timeout = std::chrono::seconds(config.upload_idle_timeout_seconds);
+  options.max_conversations = static_cast<uint32_t>(config.openai_max_conversations);
+  options.conversation_ttl_seconds = static_cast<uint32_t>(config.openai_conversation_ttl_seconds);
   const bool store_shared = (config.kvstore != "embedded" && config.kvstore != "none" &&
                              !config.kvstore.empty()) ||
                             !config.kvstore_redis.empty();

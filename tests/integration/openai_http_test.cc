@@ -343,6 +343,38 @@ TEST_CASE("a conversation is reusable only by the principal that held it",
   CHECK(bob2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() == 0);
 }
 
+TEST_CASE("kept conversations are capped and never crowd gRPC sessions out",
+          "[integration][server][openai]") {
+  server::ServerConfig config = OpenAiConfig();
+  config.openai_max_conversations = 2;
+  config.max_sessions = 3;
+  InProcessServer server(config);
+  const int port = server.server().openai_port();
+  std::vector<json> first, second, third;
+  AskConversation(port, first, UserText("The first conversation"), false);
+  AskConversation(port, second, UserText("The second conversation"), false);
+  AskConversation(port, third, UserText("The third conversation"), false);  // the first goes
+  ChatClient client(server.Stub());
+  client.NewSession();  // the third slot of --max-sessions is still gRPC's
+  grpc::ClientContext context;
+  v1::ListSessionsResponse sessions;
+  REQUIRE(server.Stub()->ListSessions(&context, v1::ListSessionsRequest(), &sessions).ok());
+  int conversations = 0;
+  for (const auto& s : sessions.sessions()) {
+    if (s.labels().count("origin") == 1) {
+      ++conversations;
+      CHECK(s.labels().at("origin") == "openai");
+    }
+  }
+  CHECK(conversations == 2);
+  // The evicted conversation is answered all the same, from nothing; a kept one is reused.
+  const json again = AskConversation(port, first, UserText("Go on"), false);
+  CHECK(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() == 0);
+  std::vector<json> kept = third;
+  const json reused = AskConversation(port, kept, UserText("Go on"), false);
+  CHECK(reused["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
+}
+
 TEST_CASE("hostile HTTP requests get the right 4xx in OpenAI's error format",
           "[integration][server][openai]") {
   server::ServerConfig config = OpenAiConfig();
