@@ -12,6 +12,8 @@ find_package(spdlog CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+# Boost.Beast (header-only, libboost-dev): the OpenAI-compatible HTTP API (server/openai_http.cc).
+find_package(Boost 1.74 REQUIRED)
 include(FindFramezipOpenCV)
 pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET libavformat libavcodec libavutil libswscale)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)

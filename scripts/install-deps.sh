@@ -10,6 +10,8 @@ packages=(
   # RPC, serialization, logging, config, metrics
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libssl-dev
   libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev
+  # the OpenAI-compatible HTTP API: Boost.Beast over Asio (header-only)
+  libboost-dev
   # engine: BLAS; tokenizer: Oniguruma regexes (what HF tokenizers uses) and utf8proc (NFC)
   libopenblas-dev libonig-dev libutf8proc-dev
   # media: FFmpeg libraries and the ffmpeg tool (tests generate their videos), OpenCV pieces

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <span>
 
-#include "media/content_hash.h"
 #include "common/client_text.h"
+#include "media/content_hash.h"
 
 namespace framezip::server {
 namespace {
@@ -114,13 +114,28 @@ BearerAuth BearerAuth::FromTokens(std::vector<std::pair<std::string, std::string
 
 StatusOr<std::string> BearerAuth::Authenticate(const grpc::ServerContextBase& context) const {
   const auto& metadata = context.client_metadata();
+  std::optional<std::string> authorization;
+  std::optional<std::string> tenant;
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    authorization.emplace(it->second.data(), it->second.size());
+  }
+  if (!tenant_header_.empty()) {
+    if (auto it = metadata.find(tenant_header_); it != metadata.end()) {
+      tenant.emplace(it->second.data(), it->second.size());
+    }
+  }
+  return AuthenticateHeaders(authorization, tenant);
+}
+
+StatusOr<std::string> BearerAuth::AuthenticateHeaders(
+    const std::optional<std::string>& authorization,
+    const std::optional<std::string>& tenant_value) const {
   std::string principal;
   if (!tokens_.empty()) {
-    auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
+    if (!authorization.has_value()) {
       return UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
     }
-    const std::string value(it->second.data(), it->second.size());
+    const std::string& value = *authorization;
     constexpr char kPrefix[] = "Bearer ";
     if (value.rfind(kPrefix, 0) != 0) {
       return UnauthenticatedError("the authorization metadata must be 'Bearer <token>'");
@@ -134,10 +149,8 @@ StatusOr<std::string> BearerAuth::Authenticate(const grpc::ServerContextBase& co
     if (match == nullptr) return UnauthenticatedError("the bearer token is not valid");
     principal = match->principal;
   }
-  if (tenant_header_.empty()) return principal;
-  auto it = metadata.find(tenant_header_);
-  if (it == metadata.end()) return principal;
-  const std::string tenant(it->second.data(), it->second.size());
+  if (tenant_header_.empty() || !tenant_value.has_value()) return principal;
+  const std::string& tenant = *tenant_value;
   if (!tokens_.empty() && std::find(tenant_proxies_.begin(), tenant_proxies_.end(), principal) ==
                               tenant_proxies_.end()) {
     return PermissionDeniedError("only a trusted proxy may set the '{}' metadata", tenant_header_);

@@ -24,6 +24,7 @@
 
 #include <grpcpp/server_context.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,12 @@ class BearerAuth {
   // caller that is not a trusted proxy sets the tenant header; INVALID_ARGUMENT for a malformed
   // tenant value.
   StatusOr<std::string> Authenticate(const grpc::ServerContextBase& context) const;
+  // The same from header values already taken off the request (the OpenAI-compatible HTTP API's
+  // "Authorization" and tenant headers; nullopt = the header is absent).
+  StatusOr<std::string> AuthenticateHeaders(const std::optional<std::string>& authorization,
+                                            const std::optional<std::string>& tenant) const;
+  // The tenant header's name (lower case; empty = none).
+  const std::string& tenant_header() const { return tenant_header_; }
 
  private:
   struct Token {

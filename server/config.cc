@@ -18,6 +18,24 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.String("metrics-listen", &c.metrics_listen,
            "Prometheus /metrics address (its own port); empty = off", "ADDR");
   f.String("metrics-port-file", &c.metrics_port_file, "write the bound metrics port here", "FILE");
+  f.String("openai-listen", &c.openai_listen,
+           "OpenAI-compatible HTTP API address (/v1/chat/completions, /v1/models, /health, "
+           "/ready); empty = off",
+           "ADDR");
+  f.String("openai-port-file", &c.openai_port_file, "write the bound OpenAI API port here", "FILE");
+  f.Int("openai-max-body-bytes", &c.openai_max_body_bytes,
+        "largest OpenAI API request body (413 above it, refused before it is read)");
+  f.Int("openai-request-timeout-seconds", &c.openai_request_timeout_seconds,
+        "time an OpenAI API request's headers and body get to arrive");
+  f.Int("openai-write-timeout-seconds", &c.openai_write_timeout_seconds,
+        "an OpenAI API answer write that makes no progress this long drops the client and "
+        "cancels its turn");
+  f.Int("openai-max-connections", &c.openai_max_connections,
+        "OpenAI API connections open at once (503 past it)");
+  f.Int("openai-max-conversations", &c.openai_max_conversations,
+        "OpenAI API conversations kept for KV reuse (the least recently used idle one makes room)");
+  f.Int("openai-conversation-ttl-seconds", &c.openai_conversation_ttl_seconds,
+        "idle time after which a kept OpenAI API conversation is freed; 0 = --session-ttl-seconds");
   f.Int("grace-seconds", &c.grace_seconds,
         "on SIGTERM, time in-flight turns get to finish before they are cancelled");
   f.String("log-level", &c.log_level, "trace|debug|info|warn|error", "LEVEL");
@@ -215,6 +233,17 @@ Status ValidateServerConfig(const ServerConfig& c) {
   FZ_RETURN_IF_ERROR(positive(c.media_workers, "media-workers"));
   FZ_RETURN_IF_ERROR(positive(c.media_worker_memory_bytes, "media-worker-memory-bytes"));
   FZ_RETURN_IF_ERROR(positive(c.media_worker_cpu_seconds, "media-worker-cpu-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.openai_max_body_bytes, "openai-max-body-bytes"));
+  FZ_RETURN_IF_ERROR(positive(c.openai_request_timeout_seconds, "openai-request-timeout-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.openai_write_timeout_seconds, "openai-write-timeout-seconds"));
+  FZ_RETURN_IF_ERROR(positive(c.openai_max_connections, "openai-max-connections"));
+  FZ_RETURN_IF_ERROR(positive(c.openai_max_conversations, "openai-max-conversations"));
+  if (c.openai_conversation_ttl_seconds < 0 ||
+      c.openai_conversation_ttl_seconds > c.max_session_ttl_seconds) {
+    return InvalidArgumentError(
+        "--openai-conversation-ttl-seconds: {} is not in [0, --max-session-ttl-seconds {}]",
+        c.openai_conversation_ttl_seconds, c.max_session_ttl_seconds);
+  }
   if (c.max_running_per_principal < 0) {
     return InvalidArgumentError("--max-running-per-principal: must be >= 0");
   }

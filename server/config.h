@@ -20,6 +20,15 @@ struct ServerConfig {
   std::string port_file;
   std::string metrics_listen = "0.0.0.0:9464";  // empty = no metrics endpoint
   std::string metrics_port_file;
+  // The OpenAI-compatible HTTP API (server/openai_http.h); empty = off.
+  std::string openai_listen;
+  std::string openai_port_file;
+  int64_t openai_max_body_bytes = int64_t{64} << 20;
+  int openai_request_timeout_seconds = 30;
+  int openai_write_timeout_seconds = 30;
+  int openai_max_connections = 1024;
+  int openai_max_conversations = 256;
+  int openai_conversation_ttl_seconds = 0;  // 0 = --session-ttl-seconds
   int grace_seconds = 30;
   std::string log_level = "info";
   std::string log_format = "text";

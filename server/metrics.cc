@@ -168,10 +168,14 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   }
   visual_tokens_->Add(Labels({{"stage", "before_pruning"}}));
   visual_tokens_->Add(Labels({{"stage", "after_pruning"}}));
-  Hist(*ttft_, kTtftBuckets);
-  Hist(*itl_, kItlBuckets);
-  Hist(*e2e_, kRequestBuckets);
-  Hist(*queue_, kRequestBuckets);
+  for (const char* protocol : {"grpc", "http"}) {
+    Hist(*ttft_, kTtftBuckets, {{"protocol", protocol}});
+    Hist(*itl_, kItlBuckets, {{"protocol", protocol}});
+    Hist(*e2e_, kRequestBuckets, {{"protocol", protocol}});
+    Hist(*queue_, kRequestBuckets, {{"protocol", protocol}});
+    prompt_tokens_->Add(Labels({{"protocol", protocol}}));
+    generation_tokens_->Add(Labels({{"protocol", protocol}}));
+  }
 }
 
 ServerMetrics::~ServerMetrics() {
@@ -190,16 +194,19 @@ prometheus::Histogram& ServerMetrics::Hist(prometheus::Family<prometheus::Histog
   return family.Add(Labels(std::move(labels)), buckets);
 }
 
-void ServerMetrics::RecordTurn(const TurnStats& s) {
-  if (s.generated_tokens > 0) Hist(*ttft_, kTtftBuckets).Observe(s.time_to_first_token_seconds);
-  auto& itl = Hist(*itl_, kItlBuckets);
+void ServerMetrics::RecordTurn(const TurnStats& s, const std::string& protocol) {
+  const std::map<std::string, std::string> by_protocol = {{"protocol", protocol}};
+  if (s.generated_tokens > 0) {
+    Hist(*ttft_, kTtftBuckets, by_protocol).Observe(s.time_to_first_token_seconds);
+  }
+  auto& itl = Hist(*itl_, kItlBuckets, by_protocol);
   for (double gap : s.inter_token_seconds) itl.Observe(gap);
-  Hist(*e2e_, kRequestBuckets).Observe(s.e2e_seconds);
-  Hist(*queue_, kRequestBuckets).Observe(s.queue_seconds);
+  Hist(*e2e_, kRequestBuckets, by_protocol).Observe(s.e2e_seconds);
+  Hist(*queue_, kRequestBuckets, by_protocol).Observe(s.queue_seconds);
   prefix_queries_->Add(Labels()).Increment(s.prompt_tokens);
   prefix_hits_->Add(Labels()).Increment(s.cached_tokens);
-  prompt_tokens_->Add(Labels()).Increment(s.prompt_tokens);
-  generation_tokens_->Add(Labels()).Increment(s.generated_tokens);
+  prompt_tokens_->Add(Labels(by_protocol)).Increment(s.prompt_tokens);
+  generation_tokens_->Add(Labels(by_protocol)).Increment(s.generated_tokens);
   visual_tokens_->Add(Labels({{"stage", "before_pruning"}}))
       .Increment(s.visual_tokens_before_pruning);
   visual_tokens_->Add(Labels({{"stage", "after_pruning"}}))
@@ -227,8 +234,9 @@ void ServerMetrics::RecordMediaProbe(double seconds, uint32_t frames_planned) {
   frames_sampled_->Add(Labels()).Increment(frames_planned);
 }
 
-void ServerMetrics::RecordRpc(const std::string& rpc, const std::string& code) {
-  requests_->Add(Labels({{"rpc", rpc}, {"code", code}})).Increment();
+void ServerMetrics::RecordRpc(const std::string& rpc, const std::string& code,
+                              const std::string& protocol) {
+  requests_->Add(Labels({{"rpc", rpc}, {"code", code}, {"protocol", protocol}})).Increment();
 }
 
 void ServerMetrics::SetLoad(const EngineLoad& load, const std::vector<KvBytes>& session_kv) {

@@ -60,10 +60,13 @@ class ServerMetrics {
   explicit ServerMetrics(const std::string& model_name);
   ~ServerMetrics();
 
-  // A finished turn (OK or not); `stats` holds what was measured.
-  void RecordTurn(const TurnStats& stats);
+  // A finished turn (OK or not); `stats` holds what was measured. `protocol` ("grpc" or "http",
+  // the OpenAI-compatible API) labels the per-request families: requests, TTFT, inter-token
+  // latency, end-to-end and queue time, prompt and generated tokens.
+  void RecordTurn(const TurnStats& stats, const std::string& protocol = "grpc");
   void RecordMediaProbe(double seconds, uint32_t frames_planned);
-  void RecordRpc(const std::string& rpc, const std::string& code);
+  void RecordRpc(const std::string& rpc, const std::string& code,
+                 const std::string& protocol = "grpc");
   // Gauges from the engine's load and the sessions' KV, refreshed by the server's housekeeping.
   void SetLoad(const EngineLoad& load, const std::vector<KvBytes>& session_kv);
   void SetStoreHealth(const KvStoreHealth& health);

@@ -443,8 +443,8 @@ StatusOr<ChatInput> ValidateChat(const v1::ChatRequest& r, const ValidationDefau
   return input;
 }
 
-StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
-                                         const ValidationDefaults& d) {
+StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r, const ValidationDefaults& d,
+                                         const std::vector<std::string>& stored_media_ids) {
   GenerateInput input;
   FZ_RETURN_IF_ERROR(ValidateModel(r.model(), d));
   input.model = d.served_model;
@@ -476,6 +476,7 @@ StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& r,
     }
     input.media.push_back(std::move(item));
   }
+  for (const std::string& id : stored_media_ids) ids.insert(id);
   if (r.messages_size() == 0) return InvalidArgumentError("messages: empty conversation");
   if (r.messages_size() > static_cast<int>(kMaxMessages)) {
     return InvalidArgumentError("messages: {} is over the limit of {}", r.messages_size(),

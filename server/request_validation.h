@@ -89,8 +89,11 @@ struct GenerateInput {
   };
   std::vector<Inline> media;
 };
+// `stored_media_ids`: media the server already holds that messages may name besides the inline
+// ones (the OpenAI API's framezip://media/ID parts).
 StatusOr<GenerateInput> ValidateGenerate(const v1::GenerateRequest& request,
-                                         const ValidationDefaults& defaults);
+                                         const ValidationDefaults& defaults,
+                                         const std::vector<std::string>& stored_media_ids = {});
 
 // The first message of UploadMedia.
 struct UploadInput {

@@ -63,6 +63,7 @@ int RunServerMain(int argc, char** argv, const EngineFactory& make_engine,
   }
   WritePortFile(config.port_file, (*server)->port());
   WritePortFile(config.metrics_port_file, (*server)->metrics_port());
+  WritePortFile(config.openai_port_file, (*server)->openai_port());
 
   const int sig = WaitForTerminationSignal();
   FZ_LOG_INFO("signal {}: draining (grace {} s)", sig, config.grace_seconds);

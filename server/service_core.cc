@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "common/client_text.h"
 #include "common/logging.h"
 #include "server/grpc_status.h"
 
@@ -74,10 +75,26 @@ StatusOr<std::string> ServiceCore::Admit(const grpc::ServerContextBase& context,
   if (auth != nullptr) {
     FZ_ASSIGN_OR_RETURN(principal, auth->Authenticate(context));
   }
+  FZ_RETURN_IF_ERROR(CheckDraining(refuse_when_draining));
+  return principal;
+}
+
+StatusOr<std::string> ServiceCore::AdmitHeaders(const std::optional<std::string>& authorization,
+                                                const std::optional<std::string>& tenant,
+                                                bool refuse_when_draining) const {
+  std::string principal;
+  if (auth != nullptr) {
+    FZ_ASSIGN_OR_RETURN(principal, auth->AuthenticateHeaders(authorization, tenant));
+  }
+  FZ_RETURN_IF_ERROR(CheckDraining(refuse_when_draining));
+  return principal;
+}
+
+Status ServiceCore::CheckDraining(bool refuse_when_draining) const {
   if (refuse_when_draining && draining.load()) {
     return UnavailableError("the server is draining for shutdown; retry on another replica");
   }
-  return principal;
+  return absl::OkStatus();
 }
 
 std::vector<KvBytes> ServiceCore::ReleaseSessionResources(const std::string& session_key) {
@@ -88,6 +105,35 @@ std::vector<KvBytes> ServiceCore::ReleaseSessionResources(const std::string& ses
     std::filesystem::remove_all(dir, ec);
   });
   return freed;
+}
+
+StatusOr<MediaInfo> ServiceCore::FindPrincipalMedia(const std::string& principal,
+                                                    const std::string& media_id) const {
+  for (const SessionRecord& record : sessions->All()) {
+    if (record.owner != principal) continue;
+    for (const MediaInfo& m : record.media) {
+      if (m.media_id == media_id) return m;
+    }
+  }
+  return NotFoundError("media '{}': no session of this caller holds it on this server",
+                       ClientText(media_id));
+}
+
+std::optional<MediaInfo> ServiceCore::FindHeldMedia(const std::string& principal,
+                                                    const std::string& content_hash,
+                                                    const FrameSpec& frames) const {
+  for (const SessionRecord& record : sessions->All()) {
+    if (record.owner != principal) continue;
+    for (const MediaInfo& m : record.media) {
+      if (m.content_hash == content_hash && m.frames.num_frames == frames.num_frames &&
+          m.frames.fps == frames.fps && m.frames.max_frames == frames.max_frames &&
+          m.frames.start_seconds == frames.start_seconds &&
+          m.frames.end_seconds == frames.end_seconds && !m.path.empty()) {
+        return m;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 Status ServiceCore::SyncSession(const std::string& principal, const std::string& session_id) {
@@ -163,10 +209,11 @@ Status UploadBudget::Reserve(uint64_t bytes) {
 void UploadBudget::Release(uint64_t bytes) { reserved_.fetch_sub(bytes); }
 
 grpc::Status ServiceCore::Outcome(const char* rpc, const std::string& request_id,
-                                  const Status& status) {
+                                  const Status& status, const char* protocol) {
   const grpc::Status g = ToGrpcStatus(status);
-  if (metrics != nullptr) metrics->RecordRpc(rpc, CodeName(g.error_code()));
-  if (status.code() == absl::StatusCode::kInternal || status.code() == absl::StatusCode::kUnknown) {
+  if (metrics != nullptr) metrics->RecordRpc(rpc, CodeName(g.error_code()), protocol);
+  if (status.code() == absl::StatusCode::kInternal ||
+      status.code() == absl::StatusCode::kUnknown) {
     FZ_LOG_ERROR("{} request {}: {}", rpc, request_id, MessageOf(status));
   } else if (!status.ok()) {
     FZ_LOG_DEBUG("{} request {}: {} {}", rpc, request_id, CodeName(g.error_code()),

@@ -7,16 +7,17 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "server/auth.h"
-#include "server/upload_registry.h"
 #include "server/media_probe.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
 #include "server/session_store.h"
 #include "server/shared_sessions.h"
 #include "server/turn_engine.h"
+#include "server/upload_registry.h"
 #include "server/work_pool.h"
 
 namespace framezip::server {
@@ -30,6 +31,11 @@ struct ServiceOptions {
   uint64_t max_upload_buffer_bytes = 2ull << 30;
   // An upload stream that sends nothing for this long is ended (UploadRegistry).
   std::chrono::milliseconds upload_idle_timeout{30000};
+  // Conversations of the OpenAI API kept for reuse (server/conversation_reuse.h): at most this
+  // many sessions (the least recently used idle one makes room), each idle at most this long
+  // (0 = the session default).
+  uint32_t max_conversations = 256;
+  uint32_t conversation_ttl_seconds = 0;
 };
 
 // Bytes that uploads in progress may hold in server memory, all uploads together: each upload
@@ -76,10 +82,25 @@ struct ServiceCore {
   // for, or the first failure.
   StatusOr<std::string> Admit(const grpc::ServerContextBase& context,
                               bool refuse_when_draining) const;
+  // The same for a protocol whose headers are read by its own server (the OpenAI-compatible HTTP
+  // API): "Authorization" and the tenant header's values, nullopt when absent.
+  StatusOr<std::string> AdmitHeaders(const std::optional<std::string>& authorization,
+                                     const std::optional<std::string>& tenant,
+                                     bool refuse_when_draining) const;
   // Frees what a session still holds in the engine (its KV, in every tier) and on disk (its
   // media directory, on the media pool). Called when a session is deleted or expires, and again
   // when the last turn of a deleted session ends.
   std::vector<KvBytes> ReleaseSessionResources(const std::string& session_key);
+  // A media item one of `principal`'s sessions holds (uploaded through UploadMedia), by its
+  // media id. NOT_FOUND when no session of the principal has it on this replica.
+  StatusOr<MediaInfo> FindPrincipalMedia(const std::string& principal,
+                                         const std::string& media_id) const;
+  // A media item one of `principal`'s sessions holds with these bytes (hex SHA-256) and this
+  // frame sampling: already checked, so a stateless client that resends the bytes every turn
+  // does not pay for a probe and a decode each time. nullopt when none.
+  std::optional<MediaInfo> FindHeldMedia(const std::string& principal,
+                                         const std::string& content_hash,
+                                         const FrameSpec& frames) const;
 
   // Shared sessions (no-ops when `shared` is null). SyncSession brings this replica's copy of a
   // session up to the latest revision in the store: it adopts a newer one (conversation, media,
@@ -89,7 +110,12 @@ struct ServiceCore {
   void PublishSession(const std::string& session_key);
   // Counts the RPC's outcome and converts the status for gRPC; logs INTERNAL/UNKNOWN errors with
   // the request id.
-  grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status);
+  // `protocol` labels the request in metrics: "grpc", or "http" for the OpenAI-compatible API.
+  grpc::Status Outcome(const char* rpc, const std::string& request_id, const Status& status,
+                       const char* protocol = "grpc");
+
+ private:
+  Status CheckDraining(bool refuse_when_draining) const;
 };
 
 // The deadline of a call as a steady_clock time (max() when none).

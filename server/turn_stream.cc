@@ -1,12 +1,11 @@
 #include "server/turn_stream.h"
 
 #include <exception>
-#include <fstream>
 
 #include "common/logging.h"
-#include "media/raw_frames.h"
 #include "server/grpc_status.h"
 #include "server/proto_convert.h"
+#include "server/stateless_turn.h"
 
 namespace framezip::server {
 namespace {
@@ -101,67 +100,21 @@ TurnStream* TurnStream::StartGenerate(ServiceCore* core, grpc::CallbackServerCon
 
 void TurnStream::PrepareGenerate(const v1::GenerateRequest* request) {
   const Clock::time_point arrival = Clock::now();
-  Status status;
-  TurnRequest turn;
+  StatusOr<TurnRequest> turn = InternalError("unset");
   try {
-    StatusOr<GenerateInput> input = ValidateGenerate(*request, core_->options.validation);
-    status = input.status();
-    if (status.ok()) {
-      turn.turn_id = turn_id_;
-      turn.principal = principal_;
-      turn.model = input->model;
-      turn.policy = input->policy;
-      turn.sampling = input->sampling;
-      if (turn.sampling.max_tokens == 0) {
-        turn.sampling.max_tokens = core_->options.validation.default_max_tokens;
-      }
-      turn.messages = std::move(input->messages);
-      const auto dir = core_->options.media_dir / "_generate" / turn_id_;
-      for (size_t i = 0; i < input->media.size() && status.ok(); ++i) {
-        const GenerateInput::Inline& m = input->media[i];
-        std::filesystem::create_directories(dir);
-        const std::filesystem::path path = dir / (m.media_id + ".media");
-        temp_files_.push_back(path);
-        std::ofstream out(path, std::ios::binary);
-        if (m.raw_frames) {  // decoded frames: a raw-frames file (media/raw_frames.h)
-          const std::string header = media::EncodeRawFramesHeader(*m.raw_frames);
-          out.write(header.data(), static_cast<std::streamsize>(header.size()));
-        }
-        out.write(m.data->data(), static_cast<std::streamsize>(m.data->size()));
-        out.close();
-        if (!out) {
-          FZ_LOG_ERROR("Generate request {}: cannot write {}", turn_id_, path.string());
-          status = InternalError("the server could not store the media (request id {})",
-                                 turn_id_);
-          break;
-        }
-        StatusOr<MediaInfo> info = ValidateMedia(
-            *core_->media_backend, path, m.mime_type, core_->options.upload, input->frames,
-            core_->engine->model().vision, core_->options.validation.max_frames);
-        if (!info.ok()) {
-          status = Annotate(info.status(), fmt::format("media[{}] '{}'", i, m.media_id));
-          break;
-        }
-        info->media_id = m.media_id;
-        info->name = m.name;
-        info->path = path.string();
-        turn.media.push_back(std::move(*info));
-      }
-    }
+    turn = PrepareStatelessTurn(*core_, *request, {}, turn_id_, principal_, &temp_files_);
   } catch (const std::exception& e) {
     FZ_LOG_ERROR("Generate request {}: {}", turn_id_, e.what());
-    status = InternalError("the server failed to prepare the request (request id {})", turn_id_);
+    turn = InternalError("the server failed to prepare the request (request id {})", turn_id_);
   }
-  if (!status.ok()) {
-    std::error_code ec;
-    for (const auto& f : temp_files_) std::filesystem::remove(f, ec);
-    if (!temp_files_.empty()) std::filesystem::remove(temp_files_.front().parent_path(), ec);
-    FinishWith(status);
+  if (!turn.ok()) {
+    RemoveTurnFiles(*core_, std::move(temp_files_));
+    FinishWith(turn.status());
     return;
   }
-  turn.arrival = arrival;
-  turn.deadline = SteadyDeadline(*context_);
-  Submit(std::move(turn));
+  turn->arrival = arrival;
+  turn->deadline = SteadyDeadline(*context_);
+  Submit(*std::move(turn));
 }
 
 void TurnStream::Submit(TurnRequest request) {
@@ -185,8 +138,7 @@ void TurnStream::Submit(TurnRequest request) {
         !core_->sessions->EndTurn(session_key_, turn_id_, user_, std::nullopt)) {
       core_->ReleaseSessionResources(session_key_);  // deleted meanwhile
     }
-    std::error_code ec;
-    for (const auto& f : temp_files_) std::filesystem::remove(f, ec);
+    RemoveTurnFiles(*core_, std::move(temp_files_));
     FinishWith(status);
   }
   // On success the engine's on_done finishes the call, possibly already: do not touch `this`.
@@ -231,14 +183,7 @@ void TurnStream::OnTurnDone(Status status, TurnStats stats) {
 }
 
 void TurnStream::DeliverEnd(const Status& status, const TurnStats& stats) {
-  if (!temp_files_.empty()) {
-    std::vector<std::filesystem::path> files = std::move(temp_files_);
-    core_->media_pool->Post([files] {
-      std::error_code ec;
-      for (const auto& f : files) std::filesystem::remove(f, ec);
-      if (!files.empty()) std::filesystem::remove(files.front().parent_path(), ec);
-    });
-  }
+  RemoveTurnFiles(*core_, std::move(temp_files_));
   if (core_->metrics != nullptr) core_->metrics->RecordTurn(stats);
   LogTurn(rpc_, session_id_, status, stats);
   const grpc::Status final_status = core_->Outcome(rpc_, turn_id_, status);

@@ -9,6 +9,7 @@
 
 #include "common/logging.h"
 #include "engine/core/device_health.h"
+#include "server/openai_http.h"
 #include "server/video_chat_service.h"
 
 namespace framezip::server {
@@ -100,6 +101,8 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   options.media_threads = config.media_threads;
   options.max_upload_buffer_bytes = static_cast<uint64_t>(config.max_upload_buffer_bytes);
   options.upload_idle_timeout = std::chrono::seconds(config.upload_idle_timeout_seconds);
+  options.max_conversations = static_cast<uint32_t>(config.openai_max_conversations);
+  options.conversation_ttl_seconds = static_cast<uint32_t>(config.openai_conversation_ttl_seconds);
   const bool store_shared = (config.kvstore != "embedded" && config.kvstore != "none" &&
                              !config.kvstore.empty()) ||
                             !config.kvstore_redis.empty();
@@ -161,12 +164,28 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
     }
     s->metrics_port_ = *port;
   }
+  if (!config.openai_listen.empty()) {
+    OpenAiHttpOptions http;
+    http.max_body_bytes = static_cast<uint64_t>(config.openai_max_body_bytes);
+    http.request_timeout = std::chrono::seconds(config.openai_request_timeout_seconds);
+    http.write_timeout = std::chrono::seconds(config.openai_write_timeout_seconds);
+    http.max_connections = config.openai_max_connections;
+    s->openai_ = std::make_unique<OpenAiHttpServer>(s->service_->core(), http);
+    StatusOr<int> port = s->openai_->Start(config.openai_listen);
+    if (!port.ok()) {
+      s->openai_.reset();
+      s->server_->Shutdown(std::chrono::system_clock::now());
+      return port.status();
+    }
+    s->openai_port_ = *port;
+  }
   s->housekeeping_ = std::thread([raw = s.get()] { raw->HousekeepingLoop(); });
   FZ_LOG_INFO(
-      "framezip-server serving {} on port {} (model {}, metrics port {}, auth {}, tls {}, "
-      "sessions shared {})",
-      kServiceName, s->port_, model.name, s->metrics_port_, s->auth_.enabled() ? "on" : "off",
-      config.tls_cert_file.empty() ? "off" : "on", s->shared_ != nullptr ? "on" : "off");
+      "framezip-server serving {} on port {} (model {}, metrics port {}, OpenAI API port {}, "
+      "auth {}, tls {}, sessions shared {})",
+      kServiceName, s->port_, model.name, s->metrics_port_, s->openai_port_,
+      s->auth_.enabled() ? "on" : "off", config.tls_cert_file.empty() ? "off" : "on",
+      s->shared_ != nullptr ? "on" : "off");
   return s;
 }
 
@@ -229,6 +248,8 @@ void VideoChatServer::Drain(std::chrono::milliseconds grace) {
   // Turns in flight finish (or are cancelled at the deadline); then the sessions' KV goes to the
   // store. The streams of those turns end as their turns do.
   engine_->Drain(deadline);
+  // Every turn has ended: the OpenAI API's answers are out (or their clients were dropped).
+  if (openai_) openai_->Stop();
   // What is left (uploads, unary calls) gets the rest of the grace period.
   const auto left = std::max(deadline - Clock::now(), Clock::duration(std::chrono::milliseconds(100)));
   server_->Shutdown(std::chrono::system_clock::now() +
@@ -253,6 +274,7 @@ VideoChatServer::~VideoChatServer() {
     housekeeping_.join();
   }
   if (server_) server_->Wait();
+  openai_.reset();
   server_.reset();
   service_.reset();  // joins the media pool before the media directory goes
   if (remove_media_dir_) {

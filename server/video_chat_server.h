@@ -25,6 +25,7 @@
 namespace framezip::server {
 
 class VideoChatService;
+class OpenAiHttpServer;
 
 class VideoChatServer {
  public:
@@ -38,6 +39,7 @@ class VideoChatServer {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are off
+  int openai_port() const { return openai_port_; }    // 0 when the OpenAI API is off
   TurnEngine& engine() { return *engine_; }
   ServerMetrics& metrics() { return *metrics_; }
   const std::filesystem::path& media_dir() const { return media_dir_; }
@@ -66,10 +68,12 @@ class VideoChatServer {
   BearerAuth auth_;
   std::unique_ptr<VideoChatService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<OpenAiHttpServer> openai_;  // null unless --openai-listen
   std::filesystem::path media_dir_;
   bool remove_media_dir_ = false;
   int port_ = 0;
   int metrics_port_ = 0;
+  int openai_port_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;

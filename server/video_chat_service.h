@@ -51,6 +51,8 @@ class VideoChatService final : public v1::VideoChat::CallbackService {
 
   // From now on new turns, sessions and uploads get UNAVAILABLE (drain).
   void StartDraining() { core_.draining.store(true); }
+  // The transport-neutral core, for the OpenAI-compatible HTTP API beside gRPC.
+  ServiceCore* core() { return &core_; }
   // Expires idle sessions (freeing their KV and media) and refreshes the gauges. Called
   // periodically by the server's housekeeping thread.
   void Housekeeping();

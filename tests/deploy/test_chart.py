@@ -80,7 +80,7 @@ VALUE_SETS = [
     ("defaults", {}, KUBE_VERSIONS),
     ("gpu-external-redis", {
         "gpu": {"enabled": True, "count": 1, "runtimeClassName": "nvidia"},
-        "server": {"replicaCount": 2, "device": "cuda",
+        "server": {"replicaCount": 2, "device": "cuda", "openai": {"enabled": True},
                    "settings": {"max_running": 32, "kv_budget_bytes": 8589934592,
                                                    "default_policy": "zipvl"},
                    "mediaDir": {"claimName": "framezip-media"}},
@@ -89,7 +89,9 @@ VALUE_SETS = [
         "auth": {"enabled": True, "existingSecret": "framezip-tokens"},
         "tls": {"enabled": True, "secretName": "framezip-tls"},
         "networkPolicy": {"enabled": True, "grpcFrom": [
-            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}}]},
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}}],
+            "openaiFrom": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "web"}}}]},
     }, KUBE_VERSIONS),
     ("cpu-monitoring-hpa", {
         "gpu": {"enabled": False},
@@ -261,7 +263,15 @@ def check_set(c, name, objects, notes):
     c.check(pod["terminationGracePeriodSeconds"] >= int(pre_stop[1]) + grace + 10,
             f"{name}: terminationGracePeriodSeconds covers preStop + --grace-seconds + flush",
             f"{pod['terminationGracePeriodSeconds']} s >= {pre_stop[1]} + {grace} + 10")
-    if "tls" in name or arg_value(args, "--tls-cert-file"):
+    openai = arg_value(args, "--openai-listen")
+    if ("tls" in name or arg_value(args, "--tls-cert-file")) and openai:
+        c.check(server["startupProbe"]["httpGet"]["path"] == "/ready" and
+                server["readinessProbe"]["httpGet"]["path"] == "/ready" and
+                server["livenessProbe"]["httpGet"]["path"] == "/health" and
+                all(server[p]["httpGet"]["port"] == "http-openai"
+                    for p in ("startupProbe", "readinessProbe", "livenessProbe")),
+                f"{name}: TLS on and the OpenAI API on, so HTTP probes on its /ready and /health")
+    elif "tls" in name or arg_value(args, "--tls-cert-file"):
         c.check(all("tcpSocket" in server[p] for p in ("startupProbe", "readinessProbe",
                                                        "livenessProbe")),
                 f"{name}: TLS on, so TCP probes (the kubelet's gRPC probes speak no TLS)")
@@ -320,6 +330,17 @@ def check_set(c, name, objects, notes):
         c.check(arg_value(args, "--device") == "cuda", f"{name}: --device cuda on the GPU pods")
         c.check(len(find(objects, "NetworkPolicy")) == 2 and d["spec"]["replicas"] == 2,
                 f"{name}: NetworkPolicies for server and kvstore, 2 replicas")
+        ports = {p["name"]: p for p in services[fullname]["spec"]["ports"]}
+        policy = find(objects, "NetworkPolicy", fullname)[0]
+        openai_rule = [r for r in policy["spec"]["ingress"]
+                       if r["ports"][0]["port"] == "http-openai"]
+        c.check(openai == "0.0.0.0:8000" and ports.get("http-openai", {}).get("port") == 8000 and
+                any(p["name"] == "http-openai" and p["containerPort"] == 8000
+                    for p in server["ports"]) and len(openai_rule) == 1 and
+                openai_rule[0]["from"][0]["namespaceSelector"]["matchLabels"] ==
+                {"kubernetes.io/metadata.name": "web"},
+                f"{name}: OpenAI API: --openai-listen, container and Service port, NetworkPolicy "
+                "from networkPolicy.openaiFrom", openai)
         c.check(volumes["media"].get("persistentVolumeClaim", {}).get("claimName") ==
                 "framezip-media" and "emptyDir" not in volumes["media"] and
                 arg_value(args, "--media-dir") == "/var/lib/framezip/media",

@@ -1,6 +1,7 @@
 // `framezip bench server` end to end on the shipped model with the server's code started in
 // process: the JSON carries every level's figures, two rounds give a scaling whose median lies
-// between its min and max, and a bad --rounds is refused with a message that names it.
+// between its min and max, --protocol http runs the same load over the OpenAI API, and a bad
+// --rounds is refused with a message that names it.
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,27 @@ TEST_CASE("bench server reports every level and the median scaling over rounds",
   CHECK(value["decode_scaling_c2_over_c1_min"] <= median);
   CHECK(median <= value["decode_scaling_c2_over_c1_max"]);
   // Turn 2 reuses the session's KV of the video: its first token comes sooner than turn 1's.
+  CHECK(value["turn1_over_turn2_ttft"] > 1);
+}
+
+TEST_CASE("bench server --protocol http runs the sessions over the OpenAI API",
+          "[integration][bench]") {
+  const testing::CliRun run =
+      testing::RunFramezipCli(BenchOnShippedModel() + " --concurrency 1,2 --protocol http --json");
+  INFO(run.stderr_text << run.stdout_text);
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json report = nlohmann::json::parse(testing::LastLine(run.stdout_text));
+  CHECK(report["suite"] == "server_http");
+  std::map<std::string, double> value;
+  for (const auto& r : report["results"]) value[r["name"].get<std::string>()] = r["value"];
+  for (const std::string c : {"1", "2"}) {
+    INFO("concurrency " << c);
+    CHECK(value["turn1_ttft_p50_c" + c] > 0);
+    CHECK(value["turn2_ttft_p50_c" + c] > 0);
+    CHECK(value["decode_tok_s_c" + c] > 0);
+  }
+  // Turn 2 resends the conversation and the video, yet the server reuses the conversation's KV
+  // and the video's check: its first token comes sooner than turn 1's.
   CHECK(value["turn1_over_turn2_ttft"] > 1);
 }
 

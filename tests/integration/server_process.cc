@@ -39,6 +39,12 @@ ServerProcess::ServerProcess(const std::filesystem::path& dir, const std::string
   REQUIRE(port);
   address_ = "127.0.0.1:" + port->substr(0, port->find('\n'));
   if (const auto metrics = WaitForFile(metrics_file, 10s)) metrics_port_ = std::stoi(*metrics);
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] != "--openai-port-file") continue;
+    const auto http = WaitForFile(args[i + 1], 10s);
+    REQUIRE(http);
+    openai_port_ = std::stoi(*http);
+  }
 }
 
 std::unique_ptr<v1::VideoChat::Stub> ServerProcess::Stub() const {

@@ -27,6 +27,8 @@ class ServerProcess {
   // SIGTERM (a drain) and wait up to `timeout`; the exit code, nullopt on timeout.
   std::optional<int> Stop(std::chrono::milliseconds timeout);
   int metrics_port() const { return metrics_port_; }
+  // The OpenAI-compatible API's port: 0 unless `args` gave --openai-port-file.
+  int openai_port() const { return openai_port_; }
   std::string Log() const { return Log(log_); }
   static std::string Log(const std::filesystem::path& path);
 
@@ -35,6 +37,7 @@ class ServerProcess {
   std::filesystem::path log_;
   std::string address_;
   int metrics_port_ = 0;
+  int openai_port_ = 0;
 };
 
 }  // namespace framezip::testing

@@ -3,11 +3,12 @@
 // engine behind the real scheduler and gRPC service on 127.0.0.1:0).
 //
 // For each concurrency level (default 1, 4, 16) that many sessions each upload the video and ask
-// two questions, in lockstep phases: every session's turn 1 starts together, then every turn 2.
-// Reported, as the client sees them: TTFT and inter-token latency p50/p99, the aggregate decode
-// throughput (turn-2 tokens over the turn-2 phase's wall time: turn 2 prefills a few text tokens
-// only, so the phase is decode), turn 1's TTFT over turn 2's on the same video (the session KV
-// reuse; target >= 10x at concurrency 1), the steady-state decode throughput (tokens after each
+// two questions (--protocol http: each a conversation over the OpenAI-compatible API, resent in
+// full, the video inline), in lockstep phases: every session's turn 1 starts together, then every
+// turn 2. Reported, as the client sees them: TTFT and inter-token latency p50/p99, the aggregate
+// decode throughput (turn-2 tokens over the turn-2 phase's wall time: turn 2 prefills a few text
+// tokens only, so the phase is decode), turn 1's TTFT over turn 2's on the same video (the session
+// KV reuse; target >= 10x at concurrency 1), the steady-state decode throughput (tokens after each
 // session's first over the window from the earliest first token to the latest last one, from the
 // server's per-turn stats), the all-running decode throughput (tokens that arrive while every
 // session is decoding: from the latest first token to the earliest last one), and the latter at
@@ -17,6 +18,7 @@
 // ratios. In process, --kvstore picks the session KV store (embedded, none, or a framezip-kvstore
 // address: with `framezip-kvstore --test-put-delay-ms 200` it measures serving over a slow store)
 // and --share-sessions whether replicas would share sessions through it.
+#include <absl/strings/escaping.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +36,7 @@
 #include "server/media_backend_factory.h"
 #include "server/video_chat_server.h"
 #include "tools/bench/bench_report.h"
+#include "tools/framezip/bench_server_http.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
 
@@ -74,13 +78,83 @@ struct SessionPlan {
   int frames = 0;
   int max_tokens = 0;
   bool ignore_eos = true;
+  int http_port = 0;  // > 0: sessions are conversations over the OpenAI API on 127.0.0.1:port
+  // Each session's own number, in its first question: conversations of one principal that are
+  // identical word for word share one root (server/conversation_reuse.h), which real clients'
+  // conversations do not.
+  int viewer = 0;
 };
+
+// A session over the OpenAI-compatible API: the same two questions, each request resending the
+// whole conversation (the video inline as a data: URL), as a stateless client does; turn 2
+// restores turn 1's KV through the server's conversation reuse. Same phases as RunSession.
+template <typename Barrier>
+void RunHttpSession(const SessionPlan& plan, Barrier& phase, Samples& samples) {
+  using nlohmann::json;
+  bool ok = true;
+  json messages = json::array();
+  const std::string questions[2] = {
+      fmt::format("What happens in the video? I am viewer {}.", plan.viewer),
+      "What happens after that?"};
+  for (int turn = 0; turn < 2; ++turn) {
+    phase.arrive_and_wait();
+    if (!ok) continue;
+    json content = json::array();
+    if (turn == 0 && !plan.video->empty()) {
+      json video = json::object();
+      video["type"] = "video_url";
+      video["video_url"]["url"] = "data:video/mp4;base64," + absl::Base64Escape(*plan.video);
+      content.push_back(video);
+    }
+    json text = json::object();
+    text["type"] = "text";
+    text["text"] = questions[turn];
+    content.push_back(text);
+    messages.push_back({{"role", "user"}, {"content", content}});
+    json body = {{"messages", messages},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}},
+                 {"max_tokens", plan.max_tokens},
+                 {"temperature", 0}};
+    body["framezip"]["ignore_eos"] = plan.ignore_eos;
+    if (plan.frames > 0) body["framezip"]["frames"]["num_frames"] = plan.frames;
+    const HttpChatResult r = HttpChatTurn(plan.http_port, body.dump());
+    if (!r.error.empty()) {
+      std::lock_guard lock(samples.mu);
+      ++samples.failures;
+      if (samples.first_error.empty()) samples.first_error = r.error;
+      ok = false;
+      continue;
+    }
+    messages.push_back({{"role", "assistant"}, {"content", r.answer}});
+    const auto first = r.arrivals.empty() ? r.end : r.arrivals.front();
+    std::vector<double> gaps;
+    std::vector<std::pair<SteadyClock::time_point, int>> arrivals;
+    for (size_t i = 0; i < r.arrivals.size(); ++i) {
+      arrivals.emplace_back(r.arrivals[i], 1);
+      if (i > 0)
+        gaps.push_back(std::chrono::duration<double>(r.arrivals[i] - r.arrivals[i - 1]).count());
+    }
+    std::lock_guard lock(samples.mu);
+    samples.ttft[turn].push_back(std::chrono::duration<double>(first - r.start).count());
+    samples.itl.insert(samples.itl.end(), gaps.begin(), gaps.end());
+    samples.generated[turn] += r.completion_tokens;
+    if (turn == 1) {
+      samples.decode_begin = std::min(samples.decode_begin, first);
+      samples.decode_end = std::max(samples.decode_end, r.end);
+      samples.decoded_after_first += r.completion_tokens > 0 ? r.completion_tokens - 1 : 0;
+      if (!arrivals.empty()) samples.turn2_arrivals.push_back(std::move(arrivals));
+    }
+  }
+  phase.arrive_and_wait();
+}
 
 // One session: upload, then two turns, each started when every session reached the phase
 // (`phase` is arrived at three times per session, whatever happens, so no thread waits forever).
 template <typename Barrier>
 void RunSession(v1::VideoChat::Stub& stub, const SessionPlan& plan, Barrier& phase,
                 Samples& samples) {
+  if (plan.http_port > 0) return RunHttpSession(plan, phase, samples);
   bool ok = true;
   auto fail = [&](const grpc::Status& s) {
     std::lock_guard lock(samples.mu);
@@ -113,7 +187,9 @@ void RunSession(v1::VideoChat::Stub& stub, const SessionPlan& plan, Barrier& pha
     writer->WritesDone();
     if (grpc::Status s = writer->Finish(); !s.ok()) fail(s);
   }
-  const char* questions[2] = {"What happens in the video?", "What happens after that?"};
+  const std::string questions[2] = {
+      fmt::format("What happens in the video? I am viewer {}.", plan.viewer),
+      "What happens after that?"};
   for (int turn = 0; turn < 2; ++turn) {
     phase.arrive_and_wait();
     if (!ok) continue;
@@ -240,7 +316,11 @@ StatusOr<LevelResult> MeasureLevel(v1::VideoChat::Stub& stub, const SessionPlan&
   });
   std::vector<std::thread> threads;
   for (int i = 0; i < c; ++i) {
-    threads.emplace_back([&] { RunSession(stub, plan, phase, samples); });
+    threads.emplace_back([&, i] {
+      SessionPlan own = plan;
+      own.viewer = i;
+      RunSession(stub, own, phase, samples);
+    });
   }
   for (auto& t : threads) t.join();
   if (samples.failures > 0) {
@@ -306,6 +386,7 @@ StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::str
   config.share_sessions = share;
   config.listen = "127.0.0.1:0";
   config.metrics_listen = "";
+  config.openai_listen = "127.0.0.1:0";  // for --protocol http
   config.model_dir = model_dir;
   config.max_running = max_running;
   config.max_waiting = std::max(64, 2 * max_running);
@@ -330,6 +411,7 @@ int RunBenchServer(const std::vector<std::string>& args) {
   bool json = false;
   std::string kvstore = "embedded";
   std::string share_sessions = "off";
+  std::string protocol = "grpc";
   FlagSet flags("framezip bench server",
                 "Serving benchmark against a running framezip-server (--server) or the server's "
                 "code started in this process on a model (--model): TTFT/ITL p50/p99 per "
@@ -351,9 +433,19 @@ int RunBenchServer(const std::vector<std::string>& args) {
                "ADDR");
   flags.String("share-sessions", &share_sessions,
                "with --model: share sessions through the store (auto, on, off)", "MODE");
+  flags.String("protocol", &protocol,
+               "grpc (sessions: upload, then Chat turns) or http (the OpenAI-compatible API: each "
+               "request resends the conversation with the video inline; --server is then the "
+               "API's 127.0.0.1:PORT)",
+               "NAME");
   if (auto code = ParseOrExit(flags, args)) return *code;
   if (rounds < 1) {
     std::fprintf(stderr, "framezip bench server: --rounds must be at least 1, got %d\n", rounds);
+    return 2;
+  }
+  if (protocol != "grpc" && protocol != "http") {
+    std::fprintf(stderr, "framezip bench server: --protocol must be grpc or http, got '%s'\n",
+                 protocol.c_str());
     return 2;
   }
   if (server.empty() == model_dir.empty()) {
@@ -395,14 +487,25 @@ int RunBenchServer(const std::vector<std::string>& args) {
       return 1;
     }
     in_process = std::move(*started);
-    server = "127.0.0.1:" + std::to_string(in_process->port());
+    server = "127.0.0.1:" +
+             std::to_string(protocol == "http" ? in_process->openai_port() : in_process->port());
+  }
+  int http_port = 0;
+  if (protocol == "http") {
+    http_port = std::atoi(server.substr(server.rfind(':') + 1).c_str());
+    if (http_port <= 0 || server.rfind("127.0.0.1:", 0) != 0) {
+      std::fprintf(stderr,
+                   "framezip bench server: --protocol http needs --server 127.0.0.1:PORT "
+                   "(the OpenAI API's port) or --model\n");
+      return 2;
+    }
   }
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   auto stub = v1::VideoChat::NewStub(channel);
   bench::Machine machine = bench::DetectMachine();
   machine.threads = static_cast<int>(std::thread::hardware_concurrency());
-  bench::Report report("server", machine);
-  const SessionPlan plan{&video, video.empty() ? 0 : frames, max_tokens, ignore_eos};
+  bench::Report report(protocol == "http" ? "server_http" : "server", machine);
+  const SessionPlan plan{&video, video.empty() ? 0 : frames, max_tokens, ignore_eos, http_port};
   // Every round runs every level once, in order, so each round's levels are measured minutes
   // apart on the same host; the scaling is each round's own ratio, and with --rounds > 1 its
   // median over rounds is the headline (a shared host's speed drifts between minutes).
