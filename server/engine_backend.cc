@@ -739,7 +739,12 @@ uint32_t EngineBackend::SessionCachedTokens(const std::string& session_key) cons
   return it == sessions_.end() ? 0 : it->second.cached_tokens;
 }
 
-uint64_t EngineBackend::KvUsedBytes() const { return engine_->kv_pool().bytes_in_use(); }
+// What the engine's budget holds: pages in use and AttentionPack's low-rank blocks (charged to
+// the same budget). Pages alone under-count a session whose visual tokens are in blocks, and the
+// scheduler would admit turns whose pages the engine then refuses mid-prefill.
+uint64_t EngineBackend::KvUsedBytes() const {
+  return static_cast<uint64_t>(engine_->kv_pool().used_bytes());
+}
 
 Status EngineBackend::FlushSessions() {
   if (kv_cache_ == nullptr) {
