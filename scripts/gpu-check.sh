@@ -32,6 +32,12 @@
 #   4k smoke sizes), --no-sanitizer (skip the memcheck pass), --rehearse (here, with no GPU: after
 #   the [cuda] tests skip, run the end-to-end stage and the eval with --device cpu, so the
 #   staging, libraries, frame pack and verdicts are checked before a lease; exits 2),
+#   --server-only (only the server stage: framezip-server on the device behind framezip-kvstore,
+#   the demo's three questions from raw frames, `framezip bench server` at 1/16/64 sessions and
+#   `framezip bench sessions` in a fixed KV budget (64 MiB on the shipped model), figures into
+#   $OUT/latest.json and summary.txt; with --rehearse, on the CPU at small sizes),
+#   --stage-server (stage only its binaries, libraries and raw demo frames; --prepare does it
+#   too),
 #   --profile=REGEX (instead of the checks: Nsight Compute over the first launches of the kernels
 #   matching REGEX in `framezip bench gpu --quick`, into ncu.txt). Without $OUT, results go to
 #   build-gpucheck/out/.
@@ -40,12 +46,18 @@
 #   GPU eval <= 75 s per policy, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under
 #   `timeout` so one stuck step cannot eat the others; with time left, a compute-sanitizer
 #   memcheck pass over the [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
+#   The server stage (~5 min on the GPU) does not fit beside the rest: give it its own call,
+#   `bash scripts/gpu-check.sh --server-only` (timeout_s=420).
 #
 # WHAT COMES BACK (in $OUT): summary.txt (one line per outcome, the device, the seed),
 # gpu-check.log (everything, the benchmarks' readable lines too), cuda-tests.txt (Catch2 console
-# report, the end-to-end stage's report and the GPU eval's tables appended), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`), torch-peer.json
-# (torch_peer.py), and when it built here configure.log and build.log: 8 files at most, the
-# device tool's limit. summary.txt ends with dense prefill vs torch SDPA ratios when both ran.
+# report, the end-to-end stage's report, the GPU eval's tables and the server stage's readable
+# lines appended), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`),
+# torch-peer.json (torch_peer.py), latest.json (the server stage's figures merged over
+# bench/gpu/latest.json by bench/gpu/write_latest.py: copy it there, and its section at the end of
+# summary.txt into bench/RESULTS.md), and when it built here build.log (the configure step too):
+# 8 files at most, the device tool's limit. summary.txt ends with dense prefill vs torch SDPA
+# ratios when both ran.
 # Exit status: 0 every [cuda] test passed on a GPU and both benchmarks ran; 1 a test or a
 # benchmark failed or the build broke; 2 nothing could be checked (no GPU, or neither a staged
 # binary nor the dependencies to build one).
@@ -55,6 +67,7 @@ mode=run
 from_source=0
 staged=0
 tests_only=0
+server_only=0
 rehearse=0
 eval_device=cuda
 quick=0
@@ -63,15 +76,17 @@ profile=""
 for arg in "$@"; do
   case "$arg" in
     --prepare) mode=prepare ;;
+    --stage-server) mode=stage-server ;;
     --build-only) mode=build ;;
     --from-source) from_source=1 ;;
     --staged) staged=1 ;;
     --tests-only) tests_only=1 ;;
+    --server-only) server_only=1 ;;
     --rehearse) rehearse=1; tests_only=1; sanitizer=0; eval_device=cpu ;;
     --quick) quick=1 ;;
     --profile=*) profile=${arg#--profile=} ;;
     --no-sanitizer) sanitizer=0 ;;
-    -h | --help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,63p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +95,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
 build_dir=build-gpucheck
 e2e_build=build  # the full build, source of the end-to-end stage's binaries
+server_clip=tests/data/synthvid/demo-v2-test-000022.mp4  # the demo's clip: 256 frames, 128x128
+server_questions=tests/data/synthvid/demo-v2-test-000022.questions.tsv
 eval_items=240  # synthvid test items of the GPU eval: one changed answer moves accuracy 0.42 point
 stage_dir=.gpucheck
 unpacked=$build_dir/staged  # where unpack_stage opens the archive (never carried back)
@@ -120,12 +137,12 @@ build_subset() {
   if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     "${lock[@]}" cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" \
       -DCMAKE_BUILD_TYPE=Release -DFRAMEZIP_GPU_CHECK_ONLY=ON -DFRAMEZIP_CUDA=ON \
-      -DCMAKE_CUDA_COMPILER="$nvcc_path" >"$out/configure.log" 2>&1 ||
-      { note "FAIL configure (see configure.log)"; tail -30 "$out/configure.log"; return 1; }
+      -DCMAKE_CUDA_COMPILER="$nvcc_path" >"$out/build.log" 2>&1 ||
+      { note "FAIL configure (see build.log)"; tail -30 "$out/build.log"; return 1; }
   fi
   "${lock[@]}" cmake --build "$build_dir" --target engine_cuda_test engine_device_ops_test \
     framezip_bench_gpu_bin \
-    -j "$jobs" >"$out/build.log" 2>&1 ||
+    -j "$jobs" >>"$out/build.log" 2>&1 ||
     { note "FAIL build (see build.log)"; tail -40 "$out/build.log"; return 1; }
   note "built $build_dir/tests/engine_cuda_test, engine_device_ops_test and" \
     "$build_dir/bin/framezip_bench_gpu in" \
@@ -221,15 +238,19 @@ for root in site.getsitepackages():
 EOF
 }
 
-# Opens the staged archive (stage) into $unpacked, with tar or, where the image has no xz,
-# Python's tarfile; afresh each run, so it always matches the carried archive.
+# Opens the staged archives (stage, stage_server) into $unpacked, with tar or, where the image
+# has no xz, Python's tarfile; afresh each run, so it always matches the carried archives.
 unpack_stage() {
-  [ -f "$stage_dir/staged.tar.xz" ] || return 0
-  rm -rf "$unpacked" && mkdir -p "$unpacked" || return 0
-  tar -C "$unpacked" -xJf "$stage_dir/staged.tar.xz" 2>/dev/null ||
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-      "$stage_dir/staged.tar.xz" "$unpacked" ||
-    note "could not unpack $stage_dir/staged.tar.xz"
+  rm -rf "$unpacked"
+  local archive
+  for archive in "$stage_dir/staged.tar.xz" "$stage_dir/server.tar.xz"; do
+    [ -f "$archive" ] || continue
+    mkdir -p "$unpacked" || return 0
+    tar -C "$unpacked" -xJf "$archive" 2>/dev/null ||
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$archive" "$unpacked" ||
+      note "could not unpack $archive"
+  done
 }
 
 # Builds (or takes the staged binary), runs every [cuda] test, records the outcome.
@@ -239,7 +260,12 @@ main() {
     prepare)
       build_subset || exit 1
       stage
+      stage_server
       exit 0
+      ;;
+    stage-server)
+      stage_server
+      exit $?
       ;;
     build)
       build_subset || exit 1
@@ -260,6 +286,11 @@ main() {
   ops_bin=""
   bench_bin=""
   unpack_stage
+  if [ "$server_only" = 1 ]; then
+    [ "$rehearse" = 1 ] && note "REHEARSAL: the server stage on the CPU at small sizes"
+    run_server_stage
+    exit $?
+  fi
   missing=$(missing_deps)
   if [ -z "$missing" ] && [ "$staged" = 0 ]; then
     build_subset || exit 1
@@ -324,6 +355,7 @@ main() {
       rm -f "$out/ops.tmp"
       run_end_to_end
       run_gpu_eval
+      run_server_stage_if_time 90
     fi
     exit 2
   fi
@@ -338,6 +370,7 @@ main() {
   run_device_op_tests || status=1
   run_end_to_end || status=1
   run_gpu_eval || status=1
+  run_server_stage_if_time 300 || status=1
   if [ "$tests_only" = 0 ]; then
     run_benchmarks || status=1
   fi
@@ -450,6 +483,260 @@ run_gpu_eval() {
     fi
   done
   return "$status"
+}
+
+# The server stage's binaries (framezip-server, framezip-kvstore, framezip-media-worker and the
+# framezip CLI as the client) with every library they need that a bare CUDA image lacks, and the
+# demo clip as raw RGB24 frames, into $stage_dir/server.tar.xz. The media worker links FFmpeg and
+# OpenCV (even raw frames are preprocessed there), whose closure is ~250 libraries: when the
+# archive and staged.tar.xz together pass what the device tool carries beside the tree, it is
+# moved to $build_dir/server.tar.xz (not carried) and the stage says so.
+stage_server() {
+  local src="" d
+  for d in "$e2e_build/bin" build-cpu/bin; do
+    if [ -x "$d/framezip-server" ] && [ -x "$d/framezip" ] && [ -x "$d/framezip-media-worker" ] &&
+      [ -x "$d/framezip-kvstore" ]; then
+      src=$d
+      break
+    fi
+  done
+  if [ -z "$src" ]; then
+    note "server stage not staged: no framezip-server, framezip, framezip-media-worker and" \
+      "framezip-kvstore in $e2e_build/bin or build-cpu/bin (build them first)"
+    return 0
+  fi
+  local tmp=$build_dir/server-stage
+  rm -rf "$tmp" && mkdir -p "$tmp/server/bin" "$tmp/server/lib" "$stage_dir" || return 1
+  cp "$src/framezip-server" "$src/framezip-kvstore" "$src/framezip-media-worker" "$src/framezip" \
+    "$tmp/server/bin/"
+  ldd "$tmp"/server/bin/* | awk '/=> \// {print $1, $3}' | sort -u |
+    while read -r name path; do
+      case "$name" in
+        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | \
+          libstdc++.so* | libgcc_s.so* | libcublas* | libcusolver* | libcusparse* | \
+          libnvJitLink*) ;;
+        *) cp -L "$path" "$tmp/server/lib/$name" ;;
+      esac
+    done
+  if command -v ffmpeg >/dev/null; then
+    ffmpeg -v error -i "$server_clip" -f rawvideo -pix_fmt rgb24 "$tmp/server/demo.rgb24" ||
+      note "could not decode $server_clip to raw frames"
+  fi
+  tar -C "$tmp" -cJf "$stage_dir/server.tar.xz" server || return 1  # .gitignore has $stage_dir
+  rm -rf "$tmp"
+  local packed tree_and_stage
+  packed=$(du -m "$stage_dir/server.tar.xz" | cut -f1)
+  tree_and_stage=$(du -cm "$stage_dir"/*.tar.xz | tail -1 | cut -f1)
+  if [ "$((tree_and_stage + 14))" -gt 64 ]; then
+    mv "$stage_dir/server.tar.xz" "$build_dir/server.tar.xz"
+    note "server stage packed into $build_dir/server.tar.xz (${packed} MB; with staged.tar.xz" \
+      "and the ~13 MB tree over the device tool's 64 MiB carry, so NOT carried: on a bare GPU" \
+      "machine the server stage skips; the media worker's FFmpeg/OpenCV closure is most of it)"
+  else
+    note "staged the server stage into $stage_dir/server.tar.xz (${packed} MB)"
+  fi
+}
+
+# The server stage: framezip-server on the device with the shipped model behind a
+# framezip-kvstore answers the demo's three questions in one session from raw frames (turns 2
+# and 3 on turn 1's KV); `framezip bench server` at 1, 16 and 64 sessions; then a second server
+# with no KV store and a fixed KV budget under `framezip bench sessions`. The figures go to
+# $out/latest.json (bench/gpu/write_latest.py, merged over bench/gpu/latest.json) and a section
+# for bench/RESULTS.md at the end of summary.txt. With --rehearse it runs on the CPU at small sizes
+# (c1 and c2, a 2 MiB budget, 8-frame videos, two policies) to prove the plumbing, and writes
+# nothing under bench/. The 0.5B shape (SigLIP-so400m + Qwen2-0.5B, random weights) is not run:
+# framezip-server loads model directories, and there is none of that shape.
+run_server_stage() {
+  local bin_dir="" d
+  for d in "$unpacked/server/bin" "$e2e_build/bin" build-cpu/bin; do
+    if [ -x "$d/framezip-server" ] && [ -x "$d/framezip" ] && [ -x "$d/framezip-media-worker" ] &&
+      [ -x "$d/framezip-kvstore" ]; then
+      bin_dir=$d
+      break
+    fi
+  done
+  if [ -z "$bin_dir" ]; then
+    note "SKIP server stage: no framezip-server, framezip-kvstore, framezip-media-worker and" \
+      "framezip here (--prepare stages them into server.tar.xz when it fits the carry)"
+    return 0
+  fi
+  [ "$bin_dir" = "$unpacked/server/bin" ] && chmod +x "$bin_dir"/*
+  # The issue's 40 GiB budget is sized for the 0.5B shape's ~12 KiB of f16 KV per token; the
+  # shipped model's is 4 layers x 8 KiB per 32 tokens, so 40 GiB would take >100 000 sessions to
+  # fill. 64 MiB gives hundreds to thousands per policy, which 16 arrivals/s fill in minutes.
+  local device=cuda levels=1,16,64 budget_mib=64 frames=64,256 policies="" rate=16
+  local max_sessions=6000 bench_tokens=32 workers=(--media-workers 12 --prepare-threads 8)
+  if [ "$rehearse" = 1 ]; then
+    device=cpu levels=1,2 budget_mib=2 frames=8 policies="none;attentionpack:factors=int4"
+    rate=8 max_sessions=40 bench_tokens=4 workers=()
+  fi
+  local run_libs=() lib_dir="${bin_dir%/bin}/lib"
+  [ -d "$lib_dir" ] &&
+    run_libs=(env "LD_LIBRARY_PATH=$repo/$lib_dir:${staged_libs:-${LD_LIBRARY_PATH:-}}")
+  local work
+  work=$(mktemp -d) || return 1
+  local t0=$SECONDS status=0 pids=()
+  # Starts a binary, its log and a port file of its own under $work; sets served_port when it
+  # serves (not in a subshell: stop_all must see its pid).
+  local served_port=""
+  serve() {
+    local name=$1
+    shift
+    local port_file="$work/$name.${#pids[@]}.port"
+    "${run_libs[@]}" "$bin_dir/$name" "$@" --listen 127.0.0.1:0 --port-file "$port_file" \
+      --metrics-listen "" >>"$work/$name.log" 2>&1 &
+    pids+=($!)
+    local i
+    for i in $(seq 600); do
+      [ -s "$port_file" ] && { served_port=$(cat "$port_file"); return 0; }
+      kill -0 "${pids[-1]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    tail -5 "$work/$name.log" >&2
+    return 1
+  }
+  stop_all() {
+    local pid
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    pids=()
+  }
+  local model=models/framezip-tiny-video kv_port port
+  echo "---- server stage: $bin_dir on $device ----" >>"$out/cuda-tests.txt"
+  if serve framezip-kvstore --kv-host-bytes 268435456; then
+    kv_port=$served_port
+  else
+    note "FAIL server stage: framezip-kvstore did not start (tail in cuda-tests.txt)"
+    tail -20 "$work/framezip-kvstore.log" >>"$out/cuda-tests.txt"
+    rm -rf "$work"
+    return 1
+  fi
+  if serve framezip-server --model "$model" --device "$device" --kvstore "127.0.0.1:$kv_port" \
+    --max-frames 256 --max-running 64 --max-waiting 256 --max-running-per-principal 0 \
+    --max-queued-tokens-per-principal 0; then
+    port=$served_port
+  else
+    note "FAIL server stage: framezip-server --device $device did not start" \
+      "(tail in cuda-tests.txt)"
+    tail -20 "$work/framezip-server.log" >>"$out/cuda-tests.txt"
+    stop_all
+    rm -rf "$work"
+    return 1
+  fi
+  # The demo's questions in one session, the clip uploaded as raw RGB24 frames (no codec).
+  local raw="$work/demo.rgb24" right="" turn2_ms=""
+  if [ -f "${bin_dir%/bin}/demo.rgb24" ]; then
+    raw="${bin_dir%/bin}/demo.rgb24"
+  elif command -v ffmpeg >/dev/null; then
+    ffmpeg -v error -i "$server_clip" -f rawvideo -pix_fmt rgb24 "$raw"
+  fi
+  if [ -s "$raw" ]; then
+    cut -f1 "$server_questions" | "${run_libs[@]}" timeout "$(step_limit 60)" "$bin_dir/framezip" \
+      chat --server "127.0.0.1:$port" --video "$raw" --raw-size 128x128 --raw-fps 10 \
+      --frames 256 --max-tokens 8 --json >"$work/demo.out" 2>>"$out/cuda-tests.txt"
+    local rc=$?
+    local verdict
+    verdict=$(python3 - "$work/demo.out" "$server_questions" <<'PY'
+import json, sys
+turns = json.loads(open(sys.argv[1]).read().splitlines()[-1])["turns"]
+truths = [l.rstrip("\n").split("\t")[1] for l in open(sys.argv[2]) if l.strip()]
+right = sum(t["answer"].strip() == want for t, want in zip(turns, truths))
+reuse = all(t["cached_tokens"] > turns[0]["prompt_tokens"] - 1 for t in turns[1:])
+ms = [t["ttft_s"] * 1000 for t in turns]
+print(f"{right}/{len(truths)} {ms[1]:.2f} {int(reuse)} {ms[0]:.2f}")
+PY
+    )
+    if [ "$rc" = 0 ] && [ -n "$verdict" ]; then
+      read -r right turn2_ms reuse turn1_ms <<<"$verdict"
+      note "server demo on $device: $right right, turn 1 TTFT $turn1_ms ms, turn 2 $turn2_ms ms" \
+        "(turns 2 and 3 on turn 1's KV: $([ "$reuse" = 1 ] && echo yes || echo NO))"
+      [ "$reuse" = 1 ] || status=1
+    else
+      note "FAIL server demo (framezip chat exit $rc)"
+      status=1
+    fi
+  else
+    note "SKIP server demo: no raw frames of $server_clip (no ffmpeg here and none staged)"
+  fi
+  "${run_libs[@]}" timeout "$(step_limit 240)" "$bin_dir/framezip" bench server \
+    --server "127.0.0.1:$port" --video "$server_clip" --frames 64 --concurrency "$levels" \
+    --max-tokens "$bench_tokens" --json >"$work/bench-server.json" 2>>"$out/cuda-tests.txt"
+  local rc=$?
+  if [ "$rc" = 0 ]; then
+    note "PASS framezip bench server at $levels sessions on $device:" \
+      "$(grep -E '^(decode_tok_s_c|turn1_over)' "$work/bench-server.json" | tr '\n' ';')"
+  else
+    note "FAIL framezip bench server (exit $rc)"
+    status=1
+  fi
+  stop_all
+  # Sessions in a fixed budget: no KV store, so the budget refuses rather than evicts.
+  if serve framezip-server --model "$model" --device "$device" --kvstore none \
+    --kv-budget-bytes $((budget_mib * 1024 * 1024)) --max-frames 256 --max-running 64 \
+    --max-waiting 8192 --max-sessions $((max_sessions + 64)) --max-running-per-principal 0 \
+    --max-queued-tokens-per-principal 0 "${workers[@]}"; then
+    port=$served_port
+    "${run_libs[@]}" timeout "$(step_limit 300)" "$bin_dir/framezip" bench sessions \
+      --server "127.0.0.1:$port" --frames "$frames" ${policies:+--policies "$policies"} \
+      --arrival-rate "$rate" --max-sessions "$max_sessions" --max-tokens 8 --json \
+      >"$work/bench-sessions.json" 2>>"$out/cuda-tests.txt"
+    rc=$?
+    if [ "$rc" = 0 ]; then
+      note "PASS framezip bench sessions in ${budget_mib} MiB on $device:" \
+        "$(grep -E '^sessions_resident' "$work/bench-sessions.json" | tr '\n' ';')"
+    else
+      note "FAIL framezip bench sessions (exit $rc)"
+      status=1
+    fi
+  else
+    note "FAIL server stage: the budgeted framezip-server did not start"
+    status=1
+  fi
+  stop_all
+  grep -hv '^{' "$work/bench-server.json" "$work/bench-sessions.json" \
+    >>"$out/cuda-tests.txt" 2>/dev/null
+  local device_name
+  device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  [ "$rehearse" = 1 ] && device_name="REHEARSAL on the CPU: $(lscpu | sed -n 's/^Model name: *//p')"
+  local base=bench/gpu/latest.json
+  [ "$rehearse" = 1 ] && base="$work/none.json"  # a rehearsal's CPU figures start afresh
+  local args=("$out/latest.json" --device "${device_name:-unknown GPU}" --base "$base"
+    --sessions-kv-budget-mib "$budget_mib")
+  [ -n "$right" ] && args+=(--demo-right "$right" --demo-turn2-ttft-ms "$turn2_ms")
+  [ -s "$work/bench-server.json" ] && args+=(--server-report "$work/bench-server.json")
+  [ -s "$work/bench-sessions.json" ] && args+=(--sessions-report "$work/bench-sessions.json")
+  if python3 bench/gpu/write_latest.py "${args[@]}"; then
+    {
+      echo "## GPU serving check ($(date -u +%F), ${device_name:-unknown GPU})"
+      echo
+      echo "scripts/gpu-check.sh's server stage: framezip-server --device $device, the shipped"
+      echo "model, behind framezip-kvstore; \`framezip bench server --concurrency $levels\`;"
+      echo "\`framezip bench sessions\` in a ${budget_mib} MiB KV budget (no KV store)."
+      echo
+      echo '```json'
+      cat "$out/latest.json"
+      echo '```'
+    } >>"$summary"
+    # On a GPU the figures also land in the tree the run was carried with (the integrator copies
+    # $out/latest.json to bench/gpu/latest.json and the section above into bench/RESULTS.md).
+    [ "$rehearse" = 1 ] || cp "$out/latest.json" bench/gpu/latest.json
+    note "server stage figures in latest.json and below ($((SECONDS - t0)) s)"
+  else
+    note "FAIL could not write latest.json"
+    status=1
+  fi
+  rm -rf "$work"
+  return "$status"
+}
+
+# The server stage when $1 s of the 450 s budget are left; otherwise a note to run it alone.
+run_server_stage_if_time() {
+  if [ $((450 - SECONDS)) -lt "$1" ]; then
+    note "SKIP server stage: $((450 - SECONDS)) s left of 450 (it needs ~$1 s); run" \
+      "scripts/gpu-check.sh --server-only$([ "$rehearse" = 1 ] && echo " --rehearse")"
+    return 0
+  fi
+  run_server_stage
 }
 
 # Nsight Compute over the first launches of the kernels whose names match $1 (a regex) in

@@ -330,6 +330,11 @@ Status EngineBackend::Commit(const std::string& session_key, BackendSequence& se
   return absl::OkStatus();
 }
 
-uint64_t EngineBackend::KvUsedBytes() const { return engine_->kv_pool().bytes_in_use(); }
+// What the engine's budget holds: pages in use and AttentionPack's low-rank blocks (charged to
+// the same budget). Pages alone under-count a session whose visual tokens are in blocks, and the
+// scheduler would admit turns whose pages the engine then refuses mid-prefill.
+uint64_t EngineBackend::KvUsedBytes() const {
+  return static_cast<uint64_t>(engine_->kv_pool().used_bytes());
+}
 
 }  // namespace framezip::server

@@ -1,7 +1,7 @@
 // `framezip chat` against the real framezip-server on the shipped model, as `make demo` runs it:
 // --frames asks the upload for that many uniform frames, later questions reuse the session's KV,
 // a --frames past the server's --max-frames is refused with the field named, and --policy takes
-// the API's options (attentionpack:factor_bits=4).
+// the API's options (attentionpack:factor_bits=4); --raw-size uploads a file of RGB24 frames.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -71,6 +71,26 @@ TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in l
   CHECK(unknown_option.exit_code != 0);
   CHECK(unknown_option.stderr_text.find("AttentionPackOptions has no option 'rank' (it has: "
                                         "key_rank, value_rank") != std::string::npos);
+
+  // --raw-size: a file of RGB24 frames (as ffmpeg -f rawvideo writes them), uploaded as raw
+  // frames that no codec decodes; a size that is not whole frames is refused naming the flag.
+  const auto raw = dir / "frames.rgb24";
+  {
+    std::string pixels(6 * 32 * 32 * 3, '\0');
+    for (size_t i = 0; i < pixels.size(); ++i)
+      pixels[i] = static_cast<char>((i * 7 + i / 97) % 251);
+    std::ofstream(raw, std::ios::binary) << pixels;
+  }
+  const testing::CliRun raw_run = testing::RunFramezipCli(
+      "chat --server " + address + " --video " + raw.string() +
+      " --raw-size 32x32 --raw-fps 5 --max-tokens 2 --json < " + questions.string());
+  INFO(raw_run.stderr_text);
+  CHECK(raw_run.exit_code == 0);
+  CHECK(raw_run.stderr_text.find("rawvideo 32x32, 1.2 s, 6 frames") != std::string::npos);
+  const testing::CliRun torn = testing::RunFramezipCli(
+      "chat --server " + address + " --video " + raw.string() + " --raw-size 32x31 < /dev/null");
+  CHECK(torn.exit_code != 0);
+  CHECK(torn.stderr_text.find("is not a whole number of 32x31 RGB24 frames") != std::string::npos);
 
   const testing::CliRun refused = testing::RunFramezipCli("chat --server " + address + " --video " +
                                                           kClip + " --frames 65 < /dev/null");

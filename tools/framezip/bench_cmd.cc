@@ -27,9 +27,14 @@ constexpr Suite kSuites[] = {
      RunBenchPruning},
     {"media", "media: sample 32 frames from 1-min vs 30-min 720p, decode fps, peak RSS",
      RunBenchMedia},
-    {"kvstore", "KV store: put/get MiB/s and p50/p99 per tier, embedded and over gRPC", RunBenchKvstore},
+    {"kvstore", "KV store: put/get MiB/s and p50/p99 per tier, embedded and over gRPC",
+     RunBenchKvstore},
     {"server", "gRPC serving: TTFT/ITL p50/p99 at concurrency 1/4/16, decode tok/s, turn 2/1 TTFT",
      RunBenchServer},
+    {"sessions",
+     "sessions one KV budget holds per policy (none, kivi, zipvl, attentionpack, dynamic_llava) "
+     "at a fixed arrival rate, 64/256-frame videos: resident count, turn-1/2 TTFT, ITL, tok/s",
+     RunBenchSessions},
     {"gpu",
      "GPU (CUDA builds): copy/GEMM ceilings, dense vs ZipVL sparse prefill attention at "
      "4k/16k/32k, paged decode over f16 vs int4/int2 KV at 32k",
@@ -37,7 +42,8 @@ constexpr Suite kSuites[] = {
 };
 
 void PrintSuites(FILE* out) {
-  std::fprintf(out, "usage: framezip bench <suite> [--json] [flags]   (framezip bench <suite> --help)\n\n");
+  std::fprintf(
+      out, "usage: framezip bench <suite> [--json] [flags]   (framezip bench <suite> --help)\n\n");
   for (const Suite& s : kSuites) std::fprintf(out, "  %-10s %s\n", s.name, s.summary);
 }
 

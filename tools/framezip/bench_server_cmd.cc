@@ -37,6 +37,7 @@
 #include "server/video_chat_server.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/bench_server_http.h"
+#include "tools/framezip/bench_stats.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"
 
@@ -44,14 +45,6 @@ namespace framezip::cli {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i =
-      std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
-}
 
 SteadyClock::duration ToDuration(double seconds) {
   return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds));
@@ -294,13 +287,6 @@ double ScalingRatio(const LevelResult& low, const LevelResult& high) {
   if (low.all_running > 0 && high.all_running > 0) return ratio(low.all_running, high.all_running);
   if (low.steady > 0 && high.steady > 0) return ratio(low.steady, high.steady);
   return ratio(low.decode, high.decode);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // `c` sessions through upload, turn 1, turn 2 and delete, in lockstep phases.

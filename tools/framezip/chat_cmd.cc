@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@ std::string KvSummary(const v1::TurnStats& s) {
   return out.empty() ? "none" : out;
 }
 
+// --raw-size and --raw-fps: the layout of a file of RGB24 frames (width 0: a container file).
+struct RawLayout {
+  uint32_t width = 0;
+  uint32_t height = 0;
+  double fps = 10;
+};
+
 class ChatSession {
  public:
   ChatSession(std::shared_ptr<grpc::Channel> channel, std::string token)
@@ -72,13 +80,33 @@ class ChatSession {
     return status;
   }
 
-  // num_frames 0: the session's sampling (the model's default, 32 uniform frames).
-  grpc::Status Upload(const std::string& path, uint32_t num_frames, v1::Media* media) {
+  // num_frames 0: the session's sampling (the model's default, 32 uniform frames). With `raw`
+  // (width > 0) the file holds RGB24 frames of that size back to back (ffmpeg's rawvideo
+  // output), uploaded as raw frames `raw.fps` apart.
+  grpc::Status Upload(const std::string& path, uint32_t num_frames, const RawLayout& raw,
+                      v1::Media* media) {
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "--video: cannot read " + path);
     const auto size = static_cast<uint64_t>(in.tellg());
     in.seekg(0);
+    v1::RawFrames raw_frames;
+    if (raw.width > 0) {
+      const uint64_t frame_bytes = uint64_t{3} * raw.width * raw.height;
+      if (size == 0 || size % frame_bytes != 0) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            fmt::format("--video {}: {} bytes is not a whole number of {}x{} "
+                                        "RGB24 frames ({} bytes each; --raw-size)",
+                                        path, size, raw.width, raw.height, frame_bytes));
+      }
+      raw_frames.set_width(raw.width);
+      raw_frames.set_height(raw.height);
+      raw_frames.set_stride_bytes(3 * raw.width);
+      raw_frames.set_frame_count(static_cast<uint32_t>(size / frame_bytes));
+      for (uint64_t f = 0; f < size / frame_bytes; ++f) {
+        raw_frames.add_timestamps_us(static_cast<int64_t>(static_cast<double>(f) * 1e6 / raw.fps));
+      }
+    }
     grpc::ClientContext context;
     Prepare(context, std::chrono::seconds(600));
     auto writer = stub_->UploadMedia(&context, media);
@@ -87,6 +115,10 @@ class ChatSession {
     first.mutable_metadata()->set_name(path.substr(path.find_last_of('/') + 1));
     first.mutable_metadata()->set_declared_size_bytes(size);
     if (num_frames > 0) first.mutable_metadata()->mutable_frames()->set_num_frames(num_frames);
+    if (raw.width > 0) {
+      first.mutable_metadata()->set_mime_type("video/x-raw-rgb24");
+      *first.mutable_metadata()->mutable_raw_frames() = raw_frames;
+    }
     bool ok = writer->Write(first);
     std::string buffer(kChunkBytes, '\0');
     while (ok && in) {
@@ -159,6 +191,8 @@ int RunChat(const std::vector<std::string>& args) {
   int frames = 0;
   bool json = false;
   bool keep = false;
+  std::string raw_size;
+  double raw_fps = 10;
   FlagSet flags("framezip chat",
                 "Chats with a framezip server about a video: uploads --video, then asks each "
                 "line of stdin as a question in one session, streaming the answers with a stats "
@@ -174,6 +208,11 @@ int RunChat(const std::vector<std::string>& args) {
   flags.Int("frames", &frames,
             "frames to sample uniformly from --video (0 = the server's default; the server's "
             "--max-frames caps it)");
+  flags.String("raw-size", &raw_size,
+               "--video holds RGB24 frames of this size back to back (ffmpeg -f rawvideo "
+               "-pix_fmt rgb24): upload them as raw frames, decoded by no codec",
+               "WxH");
+  flags.Double("raw-fps", &raw_fps, "with --raw-size: frames per second of the raw frames");
   flags.Int("max-tokens", &max_tokens, "generated tokens per answer at most (0 = server default)");
   flags.Bool("json", &json, "print every turn's stats as one JSON object on the last line");
   flags.Bool("keep", &keep, "keep the session on the server at the end");
@@ -183,12 +222,29 @@ int RunChat(const std::vector<std::string>& args) {
     return 2;
   }
 
+  RawLayout raw;
+  if (!raw_size.empty()) {
+    char x = 0;
+    std::istringstream in(raw_size);
+    if (!(in >> raw.width >> x >> raw.height) || x != 'x' || !in.eof() || raw.width == 0 ||
+        raw.height == 0 || raw.width > 8192 || raw.height > 8192) {
+      std::fprintf(stderr, "framezip chat: --raw-size must be WxH (e.g. 128x128), got '%s'\n",
+                   raw_size.c_str());
+      return 2;
+    }
+    if (!(raw_fps > 0)) {
+      std::fprintf(stderr, "framezip chat: --raw-fps must be above 0, got %g\n", raw_fps);
+      return 2;
+    }
+    raw.fps = raw_fps;
+  }
+
   ChatSession chat(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()), token);
   if (grpc::Status s = chat.Create(policy); !s.ok()) return Fail("creating a session", s);
   std::fprintf(stderr, "session %s on %s\n", chat.session_id().c_str(), server.c_str());
   if (!video.empty()) {
     v1::Media media;
-    if (grpc::Status s = chat.Upload(video, static_cast<uint32_t>(frames), &media); !s.ok())
+    if (grpc::Status s = chat.Upload(video, static_cast<uint32_t>(frames), raw, &media); !s.ok())
       return Fail("uploading", s);
     std::fprintf(stderr, "uploaded %s: %s %ux%u, %.1f s, %d frames -> %u visual tokens\n",
                  media.name().c_str(), media.codec().c_str(), media.width(), media.height(),

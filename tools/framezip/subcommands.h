@@ -18,6 +18,7 @@ int RunBenchPruning(const std::vector<std::string>& args);
 int RunBenchMedia(const std::vector<std::string>& args);
 int RunBenchKvstore(const std::vector<std::string>& args);
 int RunBenchServer(const std::vector<std::string>& args);
+int RunBenchSessions(const std::vector<std::string>& args);
 int RunBenchGpu(const std::vector<std::string>& args);
 int RunChat(const std::vector<std::string>& args);
 int RunEval(const std::vector<std::string>& args);

@@ -1,0 +1,75 @@
+// `framezip bench sessions` end to end on the shipped model with the server's code started in
+// process: sessions arrive until a 1 MiB KV budget refuses a turn, the JSON carries every
+// policy's figures, and the KV the resident sessions hold stays within the budget.
+#include <catch2/catch.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/testing/cli_run.h"
+#include "tests/testing/temp_dir.h"
+
+namespace framezip {
+namespace {
+
+std::string BenchOnShippedModel() {
+  return "bench sessions --model " +
+         (testing::SourceDir() / "models/framezip-tiny-video").string() +
+         " --kv-budget-mib 1 --frames 8 --max-tokens 2 --frame-size 32";
+}
+
+TEST_CASE("bench sessions fills the KV budget per policy and reports what it holds",
+          "[integration][bench]") {
+  const testing::CliRun run = testing::RunFramezipCli(
+      BenchOnShippedModel() +
+      " --policies 'none;attentionpack:factors=int4' --arrival-rate 8 --max-sessions 60 --json");
+  INFO(run.stderr_text << run.stdout_text);
+  REQUIRE(run.exit_code == 0);
+  const nlohmann::json report = nlohmann::json::parse(testing::LastLine(run.stdout_text));
+  CHECK(report["suite"] == "sessions");
+  std::map<std::string, double> value;
+  for (const auto& r : report["results"]) value[r["name"].get<std::string>()] = r["value"];
+  CHECK(value["kv_budget_mib"] == 1);
+  for (const std::string p : {"none", "attentionpack_factors_int4"}) {
+    INFO("policy " << p);
+    const std::string s = "_" + p + "_f8";
+    // 60 sessions of an 8-frame video need several MiB: the budget refuses one first.
+    CHECK(value["budget_reached" + s] == 1);
+    const double resident = value["sessions_resident" + s];
+    CHECK(resident >= 1);
+    CHECK(resident < 60);
+    // What the resident sessions hold, each reported by GetSession, fits the budget.
+    CHECK(value["kv_resident_mib" + s] > 0);
+    CHECK(value["kv_resident_mib" + s] <= 1.0);
+    CHECK(value["kv_per_session_kib" + s] * resident <= 1024.0 + 1e-6);
+    CHECK(value["turn1_ttft_p50" + s] > 0);
+    CHECK(value["turn1_ttft_p99" + s] >= value["turn1_ttft_p50" + s]);
+    CHECK(value["turn2_ttft_p99" + s] >= value["turn2_ttft_p50" + s]);
+    CHECK(value["itl_p99" + s] > 0);
+    CHECK(value["decode_tok_s" + s] > 0);
+  }
+  // Int4 factors hold each session in fewer bytes, so more of them fit.
+  CHECK(value["kv_per_session_kib_attentionpack_factors_int4_f8"] <
+        value["kv_per_session_kib_none_f8"]);
+  CHECK(value["sessions_attentionpack_factors_int4_over_none_f8"] ==
+        Approx(value["sessions_resident_attentionpack_factors_int4_f8"] /
+               value["sessions_resident_none_f8"]));
+  CHECK(value["sessions_attentionpack_factors_int4_over_none_f8"] > 1);
+}
+
+TEST_CASE("bench sessions refuses bad flags, naming them", "[integration][bench]") {
+  const testing::CliRun rate = testing::RunFramezipCli(BenchOnShippedModel() + " --arrival-rate 0");
+  CHECK(rate.exit_code == 2);
+  CHECK(rate.stderr_text.find("--arrival-rate must be above 0") != std::string::npos);
+  const testing::CliRun frames = testing::RunFramezipCli(BenchOnShippedModel() + " --frames 8,x");
+  CHECK(frames.exit_code == 2);
+  CHECK(frames.stderr_text.find("--frames: 'x' is not a positive number") != std::string::npos);
+  const testing::CliRun policy =
+      testing::RunFramezipCli(BenchOnShippedModel() + " --policies 'none;squeeze'");
+  CHECK(policy.exit_code == 2);
+  CHECK(policy.stderr_text.find("--policies") != std::string::npos);
+  CHECK(policy.stderr_text.find("squeeze") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace framezip
