@@ -83,7 +83,9 @@ std::string SessionIdOf(const TurnRequest& t) {
 void Drop(ServiceCore& core, const SessionRecord& record) {
   StatusOr<SessionRecord> removed = core.sessions->Remove(record.spec.session_id, record.owner);
   if (!removed.ok()) return;
-  if (core.shared != nullptr) (void)core.shared->Remove(record.owner, record.spec.session_id);
+  if (core.shared != nullptr) {
+    (void)core.shared->Remove(record.owner, record.spec.session_id, removed->key);
+  }
   core.ReleaseSessionResources(removed->key);
 }
 
