@@ -17,6 +17,13 @@ gguf writes with random F16 weights (26 layers as LLaVA-OneVision uses, 729 patc
 72, MLP 4304, and LLaVA's two-layer projector to 896, which adds ~0.4 % of the FLOPs), next to
 `framezip bench engine`'s vision_tower_ms_per_frame (the same 26-layer tower, bf16 weights).
 
+Weight formats (--formats): f16 is llama.cpp's F16 GGUF beside framezip's bf16 weights; q8_0 is
+that GGUF quantised by llama.cpp itself (llama_model_quantize, Q8_0: blocks of 32 int8 with an
+f16 scale; its AMX or VNNI kernels where the CPU has them, and the activations quantised to Q8
+blocks too) beside framezip's `--weight-format int8` (per-channel int8 projections and head,
+activations per row; AMX-INT8 / AVX512-VNNI / AVX2). The vision frame, not quantised on either
+side, is timed with f16 only.
+
 Usage:
   scripts: python3 -m venv .venv-peers && .venv-peers/bin/pip install -r bench/peers/requirements.txt
   .venv-peers/bin/python bench/peers/llama_cpp_peer.py --framezip build/bin/framezip --rounds 2
@@ -213,9 +220,22 @@ def decode_after_prompt(llm, steps: int, prompt: int = 512) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def quantize_q8_0(model: str, out: str) -> None:
+    """llama.cpp's own Q8_0 quantisation of the F16 GGUF `model` (every 2-D weight, the tied
+    embedding and head included, as `llama-quantize ... Q8_0` does)."""
+    import llama_cpp as L
+
+    params = L.llama_model_quantize_default_params()
+    params.ftype = L.LLAMA_FTYPE_MOSTLY_Q8_0
+    params.nthread = 2
+    if L.llama_model_quantize(model.encode(), out.encode(), params) != 0:
+        raise RuntimeError(f"llama_model_quantize failed on {model}")
+
+
 def llama_round(model: str, mmproj: str, threads: int, decode_steps: int) -> dict:
     """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at depth 512 (f16 and
-    4-bit KV) and 2048, decode of 16 sequences together, and one vision frame."""
+    4-bit KV) and 2048, decode of 16 sequences together, and one vision frame (none when
+    `mmproj` is empty)."""
     from llama_cpp import Llama
 
     def load(**kv_options):
@@ -237,7 +257,8 @@ def llama_round(model: str, mmproj: str, threads: int, decode_steps: int) -> dic
     out["decode_batch1_kv4"] = decode_after_prompt(llm, decode_steps)
     del llm
     out["decode_batch16"] = llama_batched_decode(model, threads, decode_steps)
-    out["vision_frames_per_s"] = llama_vision_frame(model, mmproj, threads)
+    if mmproj:
+        out["vision_frames_per_s"] = llama_vision_frame(model, mmproj, threads)
     return out
 
 
@@ -284,19 +305,28 @@ def llama_batched_decode(model: str, threads: int, steps: int, batch: int = 16) 
         L.llama_model_free(m)
 
 
-def framezip_round(binary: str, threads: int) -> dict:
-    run = subprocess.run([binary, "bench", "engine", "--threads", str(threads), "--json"],
-                         capture_output=True, text=True, check=True)
+def framezip_round(binary: str, threads: int, weight_format: str, vision: bool) -> dict:
+    cmd = [binary, "bench", "engine", "--threads", str(threads), "--weight-format", weight_format,
+           "--json"]
+    if not vision:
+        cmd.append("--skip-vision")
+    run = subprocess.run(cmd, capture_output=True, text=True, check=True)
     j = json.loads(run.stdout.strip().splitlines()[-1])
     r = {x["name"]: x["value"] for x in j["results"]}
-    return {"prefill_512": r["prefill_tokens_per_s_512"],
-            "prefill_2048": r["prefill_tokens_per_s_2048"],
-            "decode_batch1": r["decode_tokens_per_s_batch1"],
-            "decode_batch1_depth2048": r["decode_tokens_per_s_batch1_depth2048"],
-            "decode_batch1_kv4": r["decode_tokens_per_s_batch1_kv4"],
-            "decode_batch16": r["decode_tokens_per_s_batch16"],
-            "vision_frames_per_s": 1000.0 / r["vision_tower_ms_per_frame"],
-            "machine": j["machine"]}
+    out = {"prefill_512": r["prefill_tokens_per_s_512"],
+           "prefill_2048": r["prefill_tokens_per_s_2048"],
+           "decode_batch1": r["decode_tokens_per_s_batch1"],
+           "decode_batch1_depth2048": r["decode_tokens_per_s_batch1_depth2048"],
+           "decode_batch1_kv4": r["decode_tokens_per_s_batch1_kv4"],
+           "decode_batch16": r["decode_tokens_per_s_batch16"],
+           "machine": j["machine"]}
+    if vision:
+        out["vision_frames_per_s"] = 1000.0 / r["vision_tower_ms_per_frame"]
+    return out
+
+
+# llama.cpp weight format -> framezip --weight-format compared with it.
+FRAMEZIP_FORMAT = {"f16": "bf16", "q8_0": "int8"}
 
 
 def main() -> int:
@@ -307,7 +337,14 @@ def main() -> int:
     ap.add_argument("--decode-steps", type=int, default=24)
     ap.add_argument("--gguf", default="", help="reuse this GGUF instead of writing one")
     ap.add_argument("--mmproj", default="", help="reuse this mmproj GGUF instead of writing one")
+    ap.add_argument("--formats", default="f16,q8_0",
+                    help="llama.cpp weight formats, each beside framezip's: f16 (bf16), q8_0 (int8)")
+    ap.add_argument("--skip-vision", action="store_true", help="leave out the vision frame")
     args = ap.parse_args()
+    formats = args.formats.split(",")
+    for f in formats:
+        if f not in FRAMEZIP_FORMAT:
+            ap.error(f"--formats: unknown format {f!r} (f16, q8_0)")
 
     model = args.gguf
     tmp = None
@@ -319,41 +356,57 @@ def main() -> int:
         print(f"wrote {model} ({os.path.getsize(model) / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
     mmproj = args.mmproj
-    if not mmproj:
+    if not mmproj and not args.skip_vision and "f16" in formats:
         tmp = tmp or tempfile.TemporaryDirectory()
         mmproj = os.path.join(tmp.name, "siglip-so400m-shape-mmproj-f16.gguf")
         t0 = time.perf_counter()
         write_mmproj(mmproj)
         print(f"wrote {mmproj} ({os.path.getsize(mmproj) / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
-    llama, fz = [], []
+    models = {"f16": model}
+    if "q8_0" in formats:
+        tmp = tmp or tempfile.TemporaryDirectory()
+        models["q8_0"] = os.path.join(tmp.name, "qwen2-0.5b-shape-q8_0.gguf")
+        t0 = time.perf_counter()
+        quantize_q8_0(model, models["q8_0"])
+        print(f"quantised to {models['q8_0']} "
+              f"({os.path.getsize(models['q8_0']) / 2**20:.0f} MiB) in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+    llama = {f: [] for f in formats}
+    fz = {f: [] for f in formats}
     machine = {}
     for r in range(args.rounds):
-        lr = llama_round(model, mmproj, args.threads, args.decode_steps)
-        print(f"round {r + 1} llama.cpp: " + ", ".join(f"{k} {v:.2f}" for k, v in lr.items()),
-              flush=True)
-        llama.append(lr)
-        fr = framezip_round(args.framezip, args.threads)
-        machine = fr.pop("machine")
-        print(f"round {r + 1} framezip:  " + ", ".join(f"{k} {v:.2f}" for k, v in fr.items()),
-              flush=True)
-        fz.append(fr)
+        for f in formats:
+            vision = f == "f16" and not args.skip_vision
+            lr = llama_round(models[f], mmproj if vision else "", args.threads, args.decode_steps)
+            print(f"round {r + 1} llama.cpp {f}: " +
+                  ", ".join(f"{k} {v:.2f}" for k, v in lr.items()), flush=True)
+            llama[f].append(lr)
+            fr = framezip_round(args.framezip, args.threads, FRAMEZIP_FORMAT[f], vision)
+            machine = fr.pop("machine")
+            print(f"round {r + 1} framezip {FRAMEZIP_FORMAT[f]}: " +
+                  ", ".join(f"{k} {v:.2f}" for k, v in fr.items()), flush=True)
+            fz[f].append(fr)
 
     def med(rows, key):
         return statistics.median(row[key] for row in rows)
 
     table = {}
-    for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_depth2048",
-                "decode_batch1_kv4", "decode_batch16", "vision_frames_per_s"):
-        table[key] = {"llama_cpp": med(llama, key), "framezip": med(fz, key),
-                      "ratio": med(fz, key) / med(llama, key)}
+    for f in formats:
+        for key in ("prefill_512", "prefill_2048", "decode_batch1", "decode_batch1_depth2048",
+                    "decode_batch1_kv4", "decode_batch16", "vision_frames_per_s"):
+            if key not in fz[f][0] or key not in llama[f][0]:
+                continue
+            name = key if f == "f16" else f"{f}/{FRAMEZIP_FORMAT[f]} {key}"
+            table[name] = {"llama_cpp": med(llama[f], key), "framezip": med(fz[f], key),
+                           "ratio": med(fz[f], key) / med(llama[f], key)}
     import llama_cpp
     result = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
               "llama_cpp_python": llama_cpp.__version__,
               "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
               "figures": table}
     for key, v in table.items():
-        line = f"{key:20s}" + "".join(f" {k} {x:8.2f}" for k, x in v.items())
+        line = f"{key:34s}" + "".join(f" {k} {x:8.2f}" for k, x in v.items())
         print(line)
     print(json.dumps(result))
     return 0
