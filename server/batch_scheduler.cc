@@ -81,8 +81,8 @@ class BatchScheduler::Reservations final : public KvReservations {
   explicit Reservations(BatchScheduler* scheduler) : s_(scheduler) {}
   bool TryReserve(uint64_t bytes) override {
     std::lock_guard lock(s_->mu_);
-    const uint64_t committed = s_->backend_->KvUsedBytes() +
-                               s_->OutstandingReservationLocked() + s_->prepare_reserved_;
+    const uint64_t committed =
+        s_->backend_->KvUsedBytes() + s_->OutstandingReservationLocked() + s_->prepare_reserved_;
     if (committed + bytes > s_->backend_->KvCapacityBytes()) return false;
     s_->prepare_reserved_ += bytes;
     return true;
@@ -126,9 +126,8 @@ Status BatchScheduler::Submit(TurnRequest request, TurnCallbacks callbacks) {
     }
     const uint32_t queued = preparing_ + static_cast<uint32_t>(waiting_.size());
     if (queued >= options_.max_waiting) {
-      return ResourceExhaustedError(
-          "wait queue full: {} turns are waiting (limit {}); retry later", queued,
-          options_.max_waiting);
+      return ResourceExhaustedError("wait queue full: {} turns are waiting (limit {}); retry later",
+                                    queued, options_.max_waiting);
     }
     if (turns_.count(request.turn_id) != 0) {
       return InvalidArgumentError("turn_id '{}' is already in use", request.turn_id);
@@ -278,8 +277,8 @@ uint64_t BatchScheduler::OutstandingReservationLocked() const {
   uint64_t outstanding = 0;
   for (const auto& turn : running_) {
     const uint64_t predicted = turn->prepared.predicted_kv_bytes;
-    const uint64_t allocated = turn->prepared.sequence ? turn->prepared.sequence->allocated_bytes()
-                                                       : 0;
+    const uint64_t allocated =
+        turn->prepared.sequence ? turn->prepared.sequence->allocated_bytes() : 0;
     if (predicted > allocated) outstanding += predicted - allocated;
   }
   return outstanding;
@@ -320,7 +319,8 @@ void BatchScheduler::Admit() {
   const uint64_t capacity = backend_->KvCapacityBytes();
   std::map<std::string, uint32_t> running_per_principal;
   for (const auto& turn : running_) ++running_per_principal[turn->request.principal];
-  for (auto it = waiting_.begin(); it != waiting_.end() && running_.size() < options_.max_running;) {
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && running_.size() < options_.max_running;) {
     const std::shared_ptr<Turn> turn = *it;
     // A caller at its running cap waits; other callers' turns pass it.
     if (options_.max_running_per_principal > 0 &&
@@ -335,9 +335,13 @@ void BatchScheduler::Admit() {
     // Idle sessions whose KV is in the store make room first (their next turn restores it).
     if (committed() + need > capacity) backend_->EvictIdleSessions(committed() + need - capacity);
     // FIFO: a turn that does not fit waits for running turns (and restores) to finish (no
-    // overtaking, so a large turn is not starved by small ones). With nothing running, nothing
+    // overtaking, so a large turn is not starved by small ones), and for sessions' KV commits on
+    // their way to the store (once in, those sessions can be evicted). With none of that, nothing
     // will free memory: refuse it now rather than admit it to fail later.
-    if (committed() + need > capacity && (!running_.empty() || prepare_reserved_ > 0)) break;
+    if (committed() + need > capacity &&
+        (!running_.empty() || prepare_reserved_ > 0 || backend_->KvCommitsPending())) {
+      break;
+    }
     if (committed() + need > capacity) {
       turn->cancelled = true;
       turn->cancel_reason = ResourceExhaustedError(
@@ -506,7 +510,8 @@ bool BatchScheduler::ApplyToken(Turn& turn, const StepItem& item) {
   // text is deliverable. So a client sees progress, and can time tokens, even while text waits
   // (a partial UTF-8 character, a possible stop string, or tokens that decode to nothing).
   if (!delta.empty() || !turn.unsent_ids.empty()) {
-    if (turn.callbacks.on_delta) turn.callbacks.on_delta(std::move(delta), std::move(turn.unsent_ids));
+    if (turn.callbacks.on_delta)
+      turn.callbacks.on_delta(std::move(delta), std::move(turn.unsent_ids));
     turn.unsent_ids.clear();
   }
   return finished;

@@ -97,6 +97,11 @@ bool CommitQueue::Pending(const std::string& key) const {
   return waiting_.count(key) != 0 || (busy_ && running_ == key);
 }
 
+bool CommitQueue::Idle() const {
+  std::lock_guard lock(mu_);
+  return queue_.empty() && !busy_;
+}
+
 CommitQueue::Counters CommitQueue::counters() const {
   std::lock_guard lock(mu_);
   Counters c = counters_;

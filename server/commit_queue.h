@@ -43,6 +43,8 @@ class CommitQueue {
   void Flush();
   // `key` waits or is being committed.
   bool Pending(const std::string& key) const;
+  // Nothing waits and no commit runs.
+  bool Idle() const;
 
   struct Counters {
     size_t depth = 0;        // keys waiting now (the one in flight not included)

@@ -76,6 +76,7 @@ class EngineBackend final : public ModelBackend {
     return sessions_->AdoptShared(key, kv);
   }
   uint64_t EvictIdleSessions(uint64_t bytes) override { return sessions_->EvictIdle(bytes); }
+  bool KvCommitsPending() const override { return sessions_->CommitsPending(); }
 
   // The session KV store; nullptr when config `kvstore` is "none".
   SessionKvCache* kv_cache() { return sessions_->cache(); }

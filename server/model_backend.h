@@ -109,6 +109,9 @@ class ModelBackend {
   virtual std::vector<KvBytes> ReleaseSession(const std::string& session_id) = 0;
   virtual std::vector<KvBytes> SessionKv(const std::string& session_id) const = 0;
   virtual uint32_t SessionCachedTokens(const std::string& session_id) const = 0;
+  // Sessions' KV commits are queued or being written (once in the store, those sessions can be
+  // evicted: a turn that does not fit waits for them). Thread-safe. Default: none.
+  virtual bool KvCommitsPending() const { return false; }
   // TurnEngine::SessionDurability. Thread-safe. Default: no store.
   virtual KvDurability SessionDurability(const std::string& /*session_key*/) const {
     return KvDurability::kNoStore;

@@ -92,6 +92,8 @@ class SessionKv {
   SharedKvState ExportShared(const std::string& session_key);
   Status AdoptShared(const std::string& session_key, const SharedKvState& kv);
   uint64_t EvictIdle(uint64_t bytes);
+  // Commits queued or in flight.
+  bool CommitsPending() const { return commit_queue_ != nullptr && !commit_queue_->Idle(); }
   Status Flush();
   KvStoreHealth Health();
   kvstore::KvStore* store() { return kv_cache_ ? &kv_cache_->store() : nullptr; }

@@ -49,9 +49,11 @@ using Enqueued = CommitQueue::Enqueued;
 TEST_CASE("commit queue: in order, coalesced while waiting, refused when full", "[unit][server]") {
   Gate gate;
   CommitQueue queue(2, [&](const std::string& key) { gate.Run(key); });
+  CHECK(queue.Idle());
   REQUIRE(queue.Enqueue("a") == Enqueued::kQueued);
   gate.WaitStarted(1);  // "a" is in flight: the worker holds it
   CHECK(queue.Pending("a"));
+  CHECK_FALSE(queue.Idle());
   // A session in flight is queued again (its commit may have read the session already).
   CHECK(queue.Enqueue("a") == Enqueued::kQueued);
   CHECK(queue.Enqueue("b") == Enqueued::kQueued);
@@ -69,6 +71,7 @@ TEST_CASE("commit queue: in order, coalesced while waiting, refused when full", 
   CHECK_FALSE(queue.WaitFor("b", Clock::now() + std::chrono::milliseconds(20)));
   gate.Open();
   queue.Flush();
+  CHECK(queue.Idle());
   CHECK(gate.ran() == std::vector<std::string>{"a", "a", "b"});
   CHECK_FALSE(queue.Pending("a"));
   CHECK(queue.WaitFor("b", Clock::now()));
