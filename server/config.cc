@@ -34,6 +34,10 @@ void Register(FlagSet& f, ServerConfig& c) {
         "OpenAI API connections open at once (503 past it)");
   f.Int("openai-max-conversations", &c.openai_max_conversations,
         "OpenAI API conversations kept for KV reuse (the least recently used idle one makes room)");
+  f.String("openai-local-media-dir", &c.openai_local_media_dir,
+           "OpenAI API media URLs file:///PATH are read from under this directory; empty = "
+           "refused (no server-side reads of client-named paths)",
+           "DIR");
   f.Int("openai-conversation-ttl-seconds", &c.openai_conversation_ttl_seconds,
         "idle time after which a kept OpenAI API conversation is freed; 0 = --session-ttl-seconds");
   f.Int("grace-seconds", &c.grace_seconds,

@@ -29,6 +29,7 @@ struct ServerConfig {
   int openai_max_connections = 1024;
   int openai_max_conversations = 256;
   int openai_conversation_ttl_seconds = 0;  // 0 = --session-ttl-seconds
+  std::string openai_local_media_dir;  // file:///PATH media allowed from here; empty = refused
   int grace_seconds = 30;
   std::string log_level = "info";
   std::string log_format = "text";

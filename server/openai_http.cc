@@ -5,6 +5,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -47,6 +48,47 @@ class ConnectionBase {
   virtual ~ConnectionBase() = default;
   virtual void ForceClose() = 0;  // I/O thread
 };
+
+// Reads the file:///PATH media of `request` from under `root`: INVALID_ARGUMENT when no root is
+// allowed or the path (symlinks resolved) leaves it, NOT_FOUND when it is no file there,
+// RESOURCE_EXHAUSTED over `max_bytes`.
+Status LoadLocalMedia(const std::string& root, uint64_t max_bytes, OpenAiChatRequest& request) {
+  for (const OpenAiChatRequest::LocalMedia& local : request.local_media) {
+    if (root.empty()) {
+      return InvalidArgumentError(
+          "{}: the scheme 'file' is refused (the server fetches nothing, and its operator "
+          "allowed no local directory): send the bytes as a data:<type>;base64, URL or upload "
+          "them and name them framezip://media/ID",
+          local.field);
+    }
+    std::error_code ec;
+    const std::filesystem::path base = std::filesystem::canonical(root, ec);
+    const std::filesystem::path file =
+        ec ? std::filesystem::path() : std::filesystem::canonical(local.path, ec);
+    if (ec || !std::filesystem::is_regular_file(file, ec)) {
+      return NotFoundError("{}: no media file '{}' in the allowed directory", local.field,
+                           ClientText(local.path));
+    }
+    const auto [end, rest] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+    if (end != base.end()) {
+      return InvalidArgumentError("{}: '{}' is outside the directory the server may read",
+                                  local.field, ClientText(local.path));
+    }
+    const uint64_t size = std::filesystem::file_size(file, ec);
+    if (ec || size > max_bytes) {
+      return ResourceExhaustedError("{}: the file is {} bytes, over the limit of {}", local.field,
+                                    size, max_bytes);
+    }
+    std::ifstream in(file, std::ios::binary);
+    std::string* data = request.generate.mutable_media(local.index)->mutable_data();
+    data->resize(size);
+    in.read(data->data(), static_cast<std::streamsize>(size));
+    if (!in) {
+      return NotFoundError("{}: '{}' could not be read", local.field, ClientText(local.path));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -250,8 +292,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       if (status.ok()) {
         stream_mode_ = request->stream;
         include_usage_ = request->include_usage;
+        status = LoadLocalMedia(server_->options.local_media_dir,
+                                server_->options.max_local_media_bytes, *request);
         std::vector<MediaInfo> stored;
         for (const std::string& id : request->stored_media_ids) {
+          if (!status.ok()) break;
           if (std::any_of(stored.begin(), stored.end(),
                           [&](const MediaInfo& m) { return m.media_id == id; })) {
             continue;

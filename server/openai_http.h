@@ -39,6 +39,9 @@ struct OpenAiHttpOptions {
   std::chrono::milliseconds write_timeout{30000};
   std::chrono::milliseconds idle_timeout{120000};  // a kept-alive connection between requests
   int max_connections = 1024;
+  // file:///PATH media URLs are read from under this directory (empty: refused, the default).
+  std::string local_media_dir;
+  uint64_t max_local_media_bytes = uint64_t{512} << 20;
 };
 
 class OpenAiHttpServer {

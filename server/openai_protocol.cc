@@ -15,6 +15,7 @@ using nlohmann::json;
 
 constexpr std::string_view kDataPrefix = "data:";
 constexpr std::string_view kStoredPrefix = "framezip://media/";
+constexpr std::string_view kFilePrefix = "file://";
 
 // A JSON number that must be a non-negative integer up to `max` (huge values included: they are
 // refused here with the field's name, not wrapped or clamped).
@@ -68,6 +69,18 @@ Status AddMedia(const std::string& url, const std::string& field, bool video,
     }
     out->stored_media_ids.push_back(id);
     part->set_media_id(id);
+    return absl::OkStatus();
+  }
+  if (url.rfind(kFilePrefix, 0) == 0) {
+    const std::string path = url.substr(kFilePrefix.size());
+    if (path.empty() || path.front() != '/' || path.size() > 4096) {
+      return InvalidArgumentError("{}: '{}' is not file:///ABSOLUTE/PATH", field, ClientText(url));
+    }
+    v1::InlineMedia* media = out->generate.add_media();
+    media->set_media_id(fmt::format("inline-{}", out->generate.media_size()));
+    media->set_name(media->media_id());
+    out->local_media.push_back({out->generate.media_size() - 1, path, field});
+    part->set_media_id(media->media_id());
     return absl::OkStatus();
   }
   if (url.rfind(kDataPrefix, 0) != 0) {

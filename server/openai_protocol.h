@@ -12,8 +12,8 @@
 //   "framezip" object: policy (a name such as "zipvl", or CompressionPolicy in protobuf's JSON
 //   form), frames (FrameSampling in protobuf's JSON form), repetition_penalty, ignore_eos.
 // Media URLs: "data:<video/*|image/*>;base64,<bytes>" (inline) or "framezip://media/<ID>" (media
-// uploaded with gRPC's UploadMedia to one of the caller's sessions). Every other scheme is
-// refused: the server fetches nothing.
+// uploaded with gRPC's UploadMedia to one of the caller's sessions), or "file:///PATH" where an
+// operator allowed a local directory. Every other scheme is refused: the server fetches nothing.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,14 @@ namespace framezip::server {
 struct OpenAiChatRequest {
   v1::GenerateRequest generate;               // model, sampling, policy, frames, media, messages
   std::vector<std::string> stored_media_ids;  // framezip://media/ID parts, in order
+  // file:///PATH parts: generate.media(index) awaits the file's bytes, which the transport
+  // reads only from the directory an operator allowed (--openai-local-media-dir), else refuses.
+  struct LocalMedia {
+    int index = 0;
+    std::string path;   // absolute, as the client wrote it
+    std::string field;  // the URL's field, for messages
+  };
+  std::vector<LocalMedia> local_media;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };

@@ -170,6 +170,8 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
     http.request_timeout = std::chrono::seconds(config.openai_request_timeout_seconds);
     http.write_timeout = std::chrono::seconds(config.openai_write_timeout_seconds);
     http.max_connections = config.openai_max_connections;
+    http.local_media_dir = config.openai_local_media_dir;
+    http.max_local_media_bytes = static_cast<uint64_t>(config.max_upload_bytes);
     s->openai_ = std::make_unique<OpenAiHttpServer>(s->service_->core(), http);
     StatusOr<int> port = s->openai_->Start(config.openai_listen);
     if (!port.ok()) {

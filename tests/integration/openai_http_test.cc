@@ -203,6 +203,45 @@ TEST_CASE("a video through a data URL and through a stored media id answers as G
   CHECK(server.fake().live_sequences() == 0);
 }
 
+TEST_CASE("file URLs are read only from the directory the operator allowed",
+          "[integration][server][openai]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "allowed");
+  std::filesystem::create_directories(dir / "private");
+  const std::string clip = MakeTestClip(dir.path());
+  std::filesystem::copy_file(dir / "clip.mp4", dir / "allowed/clip.mp4");
+  std::filesystem::copy_file(dir / "clip.mp4", dir / "private/clip.mp4");
+  std::filesystem::create_symlink(dir / "private/clip.mp4", dir / "allowed/escape.mp4");
+  server::ServerConfig config = OpenAiConfig();
+  config.openai_local_media_dir = (dir / "allowed").string();
+  InProcessServer server(config);
+  const int port = server.server().openai_port();
+  const auto ask = [&](const std::string& path) {
+    HttpCall call;
+    call.body = ChatBody(
+        {{{"role", "user"},
+          {"content",
+           json::array({{{"type", "video_url"}, {"video_url", {{"url", Url("file", path)}}}},
+                        {{"type", "text"}, {"text", "Describe it."}}})}}});
+    return Http(port, call);
+  };
+  v1::InlineMedia inline_media;
+  inline_media.set_media_id("clip");
+  inline_media.set_data(clip);
+  const HttpReply inside = ask((dir / "allowed/clip.mp4").string());
+  REQUIRE(inside.status == 200);
+  CHECK(json::parse(inside.body)["choices"][0]["message"]["content"] ==
+        GenerateAnswer(server, {"Describe it."}, &inline_media));
+  const HttpReply outside = ask((dir / "private/clip.mp4").string());
+  CHECK(outside.status == 400);
+  CHECK_THAT(ErrorOf(outside)["message"].get<std::string>(), Catch::Contains("outside"));
+  const HttpReply escape = ask((dir / "allowed/escape.mp4").string());
+  CHECK(escape.status == 400);
+  const HttpReply dotdot = ask((dir / "allowed/../private/clip.mp4").string());
+  CHECK(dotdot.status == 400);
+  CHECK(ask((dir / "allowed/missing.mp4").string()).status == 404);
+}
+
 TEST_CASE("bearer tokens map to the gRPC principals and another principal gets 404 for media",
           "[integration][server][openai]") {
   TempDir dir;

@@ -16,6 +16,11 @@ namespace {
 
 using nlohmann::json;
 
+// Spelled without a double slash in one literal: CMake's Catch test parser strips everything
+// after one as a comment.
+const std::string kLocalUrl = std::string("file:/") + "/" + "/srv/a.mp4";
+const std::string kHostUrl = std::string("file:/") + "/host/etc/passwd";
+
 TEST_CASE("a chat completions body becomes a GenerateRequest", "[unit][server]") {
   // Fresh random bytes each run: the data: URL's base64 must come back byte for byte.
   std::mt19937_64 rng(testing::TestSeed());
@@ -79,6 +84,19 @@ TEST_CASE("a chat completions body becomes a GenerateRequest", "[unit][server]")
   CHECK(parsed->stream);
   CHECK(parsed->include_usage);
 
+  // A local file: parsed, its bytes left to the transport (which may refuse it).
+  StatusOr<OpenAiChatRequest> local = ParseChatCompletionRequest(
+      json({{"messages",
+             json::array({{{"role", "user"},
+                           {"content", json::array({{{"type", "video_url"},
+                                                     {"video_url", {{"url", kLocalUrl}}}}})}}})}})
+          .dump());
+  REQUIRE(local.ok());
+  REQUIRE(local->local_media.size() == 1);
+  CHECK(local->local_media[0].path == "/srv/a.mp4");
+  CHECK(local->local_media[0].field == "messages[0].content[0].video_url.url");
+  CHECK(local->generate.media(local->local_media[0].index).data().empty());
+
   // A policy by name.
   StatusOr<OpenAiChatRequest> named = ParseChatCompletionRequest(
       json({{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
@@ -133,6 +151,8 @@ TEST_CASE("bad chat completions bodies are refused naming the field", "[unit][se
                 "/example.com/a.png"),
           "scheme 'https' is refused");
   refused(media("data:image/png,abc"), "base64");
+  refused(media("file:relative.png"), "scheme 'file' is refused");
+  refused(media(kHostUrl), "is not file:");
   refused(media("data:image/png;base64,***"), "not valid base64");
   refused(media("data:application/pdf;base64,AAAA"), "is not video");
   refused(media("framezip:/"
