@@ -676,9 +676,11 @@ TEST_CASE("256 concurrent streams, a quarter dropped mid-answer: the rest comple
   REQUIRE(server.Stub()->ListSessions(&context, list, &sessions).ok());
   REQUIRE(sessions.sessions_size() == 1);
   CHECK_THAT(sessions.sessions(0).session_id(), Catch::StartsWith("conv-"));
+  // The conversation's session holds the KV of whichever of the identical requests ran as its
+  // turn; when that one was a dropped stream its turn was cancelled and it holds none. Either
+  // way the server's KV is exactly what the session holds: nothing of the cancelled turns stays.
   uint64_t kept = 0;
   for (const auto& kv : sessions.sessions(0).kv_bytes()) kept += kv.bytes();
-  CHECK(kept > 0);
   CHECK(WaitUntil([&] { return server.fake().KvUsedBytes() == kept; }, 10s));
   HttpCall health;
   health.method = "GET";
