@@ -42,8 +42,9 @@ bool RequestTilePermission() {
 
 std::atomic<bool> amx_enabled{true};
 
-// The tile configuration (palette 1): eight tiles of 16 rows × 64 bytes; tiles 0-3 hold a 32×32
-// f32 block of y, 4-5 two 16-row strips of x, 6-7 two 16-column strips of W.
+// The tile configuration (palette 1): eight tiles of 16 rows × 64 bytes. Both AMX GEMMs use them
+// alike: tiles 0-3 hold a 32×32 block of y (f32 for bf16, int32 for int8), 4-5 two 16-row strips
+// of x, 6-7 two 16-column strips of W.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -66,9 +67,13 @@ constexpr TileConfig EightFullTiles() {
 // LDTILECFG faults on the half-written struct.
 alignas(64) constexpr TileConfig kEightFullTiles = EightFullTiles();
 
-__attribute__((target("amx-tile"))) void ConfigureTiles() { _tile_loadconfig(&kEightFullTiles); }
+}  // namespace
 
-__attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
+__attribute__((target("amx-tile"))) void ConfigureAmxTiles() { _tile_loadconfig(&kEightFullTiles); }
+
+__attribute__((target("amx-tile"))) void ReleaseAmxTiles() { _tile_release(); }
+
+namespace {
 
 // The 32×32 block of y at rows_packed strip `a` and columns strip `b`, over k_blocks, stored
 // at `out` with a row stride of out_stride floats.
@@ -221,7 +226,7 @@ void AmxGemm(const uint16_t* rows_packed, int64_t row0, int64_t row1, const uint
   const int64_t k_blocks = KBlocks(k);
   const int64_t strip = k_blocks * kTileElems;  // one 16-row (or 16-column) strip
   alignas(64) float edge[kBlock * kBlock];      // a block that overhangs y's rows or columns
-  ConfigureTiles();
+  ConfigureAmxTiles();
   for (int64_t r = row0; r < row1; r += kBlock) {
     const uint16_t* a = rows_packed + (r / kTileRows) * strip;
     const int64_t valid_rows = std::min(kBlock, row1 - r);
@@ -239,7 +244,7 @@ void AmxGemm(const uint16_t* rows_packed, int64_t row0, int64_t row1, const uint
       }
     }
   }
-  ReleaseTiles();
+  ReleaseAmxTiles();
 }
 
 float AmxTileChainValue(float start, int64_t iterations) {
@@ -248,9 +253,9 @@ float AmxTileChainValue(float start, int64_t iterations) {
   std::fill(ones, ones + kTileElems, uint16_t{0x3b80});  // bf16 2^-8
   alignas(64) float acc[16 * 16];
   std::fill(acc, acc + 256, start);
-  ConfigureTiles();
+  ConfigureAmxTiles();
   AmxChainTiles(ones, acc, iterations);
-  ReleaseTiles();
+  ReleaseAmxTiles();
   return acc[0];
 }
 

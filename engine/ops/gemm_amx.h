@@ -68,6 +68,12 @@ void PackBf16ColumnsForAmx(const uint16_t* w, int64_t cols, int64_t k, int64_t l
 void AmxGemm(const uint16_t* rows_packed, int64_t row0, int64_t row1, const uint16_t* w_packed,
              int64_t cols, int64_t k, float* y, int64_t ldy);
 
+// Loads the calling thread's tile configuration both AMX GEMMs use (palette 1, eight tiles of
+// 16 rows × 64 bytes), and releases it. Requires the AMX tile state (AmxBf16Ready, or the int8
+// GEMM's own check).
+void ConfigureAmxTiles();
+void ReleaseAmxTiles();
+
 // The loop cpu::PeakAmxBf16Gflops (cpu_isa.h) times, on the calling thread, as a value a test
 // can check: `iterations` rounds of four independent TDPBF16PS on tiles of x = W = 2^-8 (each
 // adds 32 · 2^-16 = 2^-11 to every element), from every element = `start`; returns one element.

@@ -275,28 +275,8 @@ void ByRowGroups(const RowsFn fns[4], const int8_t* xq, const float* x_scale, in
 
 // ---- AMX-INT8 ----------------------------------------------------------------------------------
 
-// Palette 1, eight tiles of 16 rows × 64 bytes: 0-3 the int32 32×32 block of y, 4-5 two 16-row
-// strips of x, 6-7 two 16-column strips of W. A namespace-scope constant for the reason
-// gemm_amx.cc gives (GCC 12's _tile_loadconfig would let the stores to a local be dropped).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-constexpr TileConfig EightFullTiles() {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
-  return config;
-}
-
-alignas(64) constexpr TileConfig kEightFullTiles = EightFullTiles();
-
+// The tiles as gemm_amx.h configures them (ConfigureAmxTiles): 0-3 the int32 32×32 block of y,
+// 4-5 two 16-row strips of x, 6-7 two 16-column strips of W.
 __attribute__((target("amx-tile,amx-int8"))) void Block32x32Int8(const int8_t* a0, const int8_t* b0,
                                                                  int64_t k_blocks, int32_t* out) {
   const int8_t* a1 = a0 + k_blocks * kTileBytes;
@@ -322,9 +302,6 @@ __attribute__((target("amx-tile,amx-int8"))) void Block32x32Int8(const int8_t* a
   _tile_stored(2, out + 16 * kBlock, kStride);
   _tile_stored(3, out + 16 * kBlock + 16, kStride);
 }
-
-__attribute__((target("amx-tile"))) void ConfigureTiles() { _tile_loadconfig(&kEightFullTiles); }
-__attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
 
 __attribute__((target("avx512f"))) void FinishBlock(const int32_t* block, const float* x_scale,
                                                     int64_t rows, const float* w_scale,
@@ -477,7 +454,7 @@ void AmxInt8Gemm(const int8_t* x_tiles, const float* x_scale, int64_t row0, int6
                  int64_t ldy) {
   const int64_t strip = w.k_blocks * kTileBytes;  // one 16-row (or 16-column) strip
   alignas(64) int32_t block[kBlock * kBlock];
-  ConfigureTiles();
+  ConfigureAmxTiles();
   for (int64_t r = row0; r < row1; r += kBlock) {
     const int8_t* a = x_tiles + (r / 16) * strip;
     const int64_t rows = std::min(kBlock, row1 - r);
@@ -487,7 +464,7 @@ void AmxInt8Gemm(const int8_t* x_tiles, const float* x_scale, int64_t row0, int6
                   std::min(kBlock, j1 - c), y + r * ldy + c, ldy);
     }
   }
-  ReleaseTiles();
+  ReleaseAmxTiles();
 }
 
 }  // namespace framezip::engine::ops::cpu
