@@ -196,25 +196,14 @@ void RunSession(v1::VideoChat::Stub& stub, const SessionPlan& plan, Barrier& pha
     const auto start = SteadyClock::now();
     auto reader = stub.Chat(&context, request);
     v1::ChatResponse response;
-    std::vector<double> gaps;
     std::vector<std::pair<SteadyClock::time_point, int>> arrivals;
-    double ttft = -1;
-    auto last = start;
+    StreamTiming timing(start);
     v1::TurnStats stats;
     while (reader->Read(&response)) {
       const auto now = SteadyClock::now();
       if (response.has_delta()) {
         arrivals.emplace_back(now, std::max(1, response.delta().token_ids_size()));
-        if (ttft < 0) {
-          ttft = std::chrono::duration<double>(now - start).count();
-        } else {
-          // The server merges tokens into one delta while the previous write is in flight: a
-          // delta of k tokens after a gap g is k tokens each g/k apart.
-          const int k = std::max(1, response.delta().token_ids_size());
-          const double gap = std::chrono::duration<double>(now - last).count();
-          gaps.insert(gaps.end(), static_cast<size_t>(k), gap / k);
-        }
-        last = now;
+        timing.OnDelta(now, response.delta().token_ids_size());
       } else if (response.has_stats()) {
         stats = response.stats();
       }
@@ -225,8 +214,9 @@ void RunSession(v1::VideoChat::Stub& stub, const SessionPlan& plan, Barrier& pha
     }
     std::lock_guard lock(samples.mu);
     // A turn whose first tokens decode to no text yet still has a first token: the server's TTFT.
-    samples.ttft[turn].push_back(ttft >= 0 ? ttft : stats.time_to_first_token_seconds());
-    samples.itl.insert(samples.itl.end(), gaps.begin(), gaps.end());
+    samples.ttft[turn].push_back(timing.ttft() >= 0 ? timing.ttft()
+                                                    : stats.time_to_first_token_seconds());
+    samples.itl.insert(samples.itl.end(), timing.gaps().begin(), timing.gaps().end());
     samples.generated[turn] += stats.generated_tokens();
     if (turn == 1) {
       // The server's own first-token and end times (from the request's arrival, which on

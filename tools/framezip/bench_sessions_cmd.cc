@@ -151,23 +151,11 @@ grpc::Status RunTurn(v1::VideoChat::Stub& stub, const RunPlan& plan, const std::
   const auto start = SteadyClock::now();
   auto reader = stub.Chat(&context, request);
   v1::ChatResponse response;
-  std::vector<double> gaps;
-  double ttft = -1;
-  auto last = start;
+  StreamTiming timing(start);
   v1::TurnStats stats;
   while (reader->Read(&response)) {
-    const auto now = SteadyClock::now();
     if (response.has_delta()) {
-      if (ttft < 0) {
-        ttft = std::chrono::duration<double>(now - start).count();
-      } else {
-        // A delta of k tokens after a gap g: k tokens each g/k apart (the server merges tokens
-        // into one delta while the previous write is in flight).
-        const int k = std::max(1, response.delta().token_ids_size());
-        const double gap = std::chrono::duration<double>(now - last).count();
-        gaps.insert(gaps.end(), static_cast<size_t>(k), gap / k);
-      }
-      last = now;
+      timing.OnDelta(SteadyClock::now(), response.delta().token_ids_size());
     } else if (response.has_stats()) {
       stats = response.stats();
     }
@@ -175,8 +163,9 @@ grpc::Status RunTurn(v1::VideoChat::Stub& stub, const RunPlan& plan, const std::
   grpc::Status status = reader->Finish();
   if (!status.ok()) return status;
   std::lock_guard lock(samples.mu);
-  samples.ttft[turn].push_back(ttft >= 0 ? ttft : stats.time_to_first_token_seconds());
-  samples.itl.insert(samples.itl.end(), gaps.begin(), gaps.end());
+  samples.ttft[turn].push_back(timing.ttft() >= 0 ? timing.ttft()
+                                                  : stats.time_to_first_token_seconds());
+  samples.itl.insert(samples.itl.end(), timing.gaps().begin(), timing.gaps().end());
   samples.generated += stats.generated_tokens();
   samples.last_end = std::max(samples.last_end, SteadyClock::now());
   return status;
