@@ -330,10 +330,22 @@ Reference AttendInDouble(const std::vector<float>& q, const std::vector<float>& 
         qq += double{q[h * d + c]} * q[h * d + c];
         kk += k[c] * k[c];
       }
+      // The reference rounds each angle to f32 as HF does (position · inv_freq in f32); the kernel
+      // carries a run's angles from tile to tile by rotation, which lands within half an f32 ulp
+      // of that rounded angle, not on it. Turning channel pair c by δ_c moves the score by at
+      // most δ_c·|q_c|·|k_c| (the pair's norms): allowed on top of the f32 arithmetic's 1e-4.
+      double turn = 0;
+      const int64_t half = d / 2;
+      for (int64_t c = 0; c < half; ++c) {
+        const double angle = static_cast<double>(positions[t]) * inv_freq[c];
+        const double qn = std::hypot(double{q[h * d + c]}, double{q[h * d + c + half]});
+        const double kn = std::hypot(k[c], k[c + half]);
+        turn += std::ldexp(angle, -24) * qn * kn;
+      }
       r.s[h * tokens + t] = scale * dot;
       r.max[h] = std::max(r.max[h], scale * dot);
       // Relative to the dot product's own scale, so scores near zero are held to it too.
-      r.score_tol = std::max(r.score_tol, 1e-4 * scale * std::sqrt(qq * kk));
+      r.score_tol = std::max(r.score_tol, scale * (1e-4 * std::sqrt(qq * kk) + turn));
     }
   }
   r.sum.assign(static_cast<size_t>(heads), 0.0);
