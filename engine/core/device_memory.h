@@ -19,8 +19,28 @@ StatusOr<std::shared_ptr<void>> AllocateDeviceMemory(Device device, size_t bytes
 // FRAMEZIP_NO_CUDA_MEMORY_CACHING turned the cache off.
 StatusOr<CachingAllocatorStats> DeviceBufferAllocatorStats(Device device);
 
-// Copies between any two of host and device memory (synchronously).
+// Copies between any two of host and device memory (synchronously). A copy that crosses between
+// host and device is counted (step_counters.h) as a copy and a host synchronisation.
 Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// Host memory a step plan is built in for `device`: page-locked for a GPU (so its upload is truly
+// asynchronous), plain 64-byte aligned memory for the CPU. RESOURCE_EXHAUSTED when it cannot be had.
+StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes);
+
+// A step's one upload: `bytes` from `src` (AllocateStagingHost's) to `dst` on `device`, queued on
+// framezip's own stream for the device, which every later kernel of the device is ordered after
+// (the legacy default stream waits for it); no host wait. On the CPU a memcpy into the step's
+// device-side copy, so the CPU runs exactly the code a GPU does. Counted as one host-to-device copy
+// and one plan upload. `src` must not change until the device has read it: the step's read-back
+// of its results (a host synchronisation) guarantees that before the next plan is built.
+Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes);
+
+// A point in framezip's step stream for `device`: it has passed once the device has done what was
+// queued there before it (the step plans' uploads). Null, and always passed, on the CPU.
+StatusOr<std::shared_ptr<void>> RecordStepFence(Device device);
+// Returns once `fence` has passed: at once (no synchronisation) when it already has, else after a
+// host wait, counted as a host synchronisation.
+Status WaitStepFence(Device device, const std::shared_ptr<void>& fence);
 
 // Zero-fills `bytes` at `dst`. On a GPU the memset is queued on the default stream, where every op
 // launches, so later ops see the zeros without a host wait.

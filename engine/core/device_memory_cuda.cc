@@ -8,6 +8,7 @@
 
 #include "engine/core/cuda_raw_allocator.h"
 #include "engine/core/device_memory.h"
+#include "engine/core/step_counters.h"
 
 namespace framezip::engine {
 namespace {
@@ -102,7 +103,83 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
+  if (dst_device.is_cpu() || src_device.is_cpu()) {
+    // A synchronous copy across the bus: the host waits for the device (and, from pageable
+    // memory, for everything queued before it).
+    CountCopy(dst_device.is_cpu() ? CopyDirection::kDeviceToHost : CopyDirection::kHostToDevice);
+    CountHostSync();
+  } else {
+    CountCopy(CopyDirection::kDeviceToDevice);
+  }
   return FromCuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64 + 64;
+  if (device.is_cpu()) {
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) return absl::ResourceExhaustedError("staging memory: host out of memory");
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  FZ_RETURN_IF_ERROR(CheckDeviceUsable(device));
+  void* p = nullptr;
+  FZ_RETURN_IF_ERROR(
+      FromCuda(cudaHostAlloc(&p, rounded, cudaHostAllocPortable), "cudaHostAlloc (step plan)"));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
+// framezip's stream per device: a blocking stream (cudaStreamDefault), so the legacy default
+// stream, where the ops still launch, waits for what is queued here before its next kernel.
+static StatusOr<cudaStream_t> StepStreamFor(Device device) {
+  static std::mutex mu;
+  static auto* streams = new std::map<int, cudaStream_t>();  // never destroyed, as the allocators
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams->find(device.index);
+  if (it != streams->end()) return it->second;
+  DeviceGuard guard(device.index);
+  cudaStream_t stream = nullptr;
+  FZ_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamDefault),
+                              "cudaStreamCreate (step stream)"));
+  streams->emplace(device.index, stream);
+  return stream;
+}
+
+Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
+  CountCopy(CopyDirection::kHostToDevice);
+  CountPlanUpload();
+  if (device.is_cpu()) {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, StepStreamFor(device));
+  DeviceGuard guard(device.index);
+  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
+                  "cudaMemcpyAsync (step plan)");
+}
+
+StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {
+  if (device.is_cpu()) return std::shared_ptr<void>();
+  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, StepStreamFor(device));
+  DeviceGuard guard(device.index);
+  cudaEvent_t event = nullptr;
+  FZ_RETURN_IF_ERROR(
+      FromCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
+  if (const Status recorded = FromCuda(cudaEventRecord(event, stream), "cudaEventRecord");
+      !recorded.ok()) {
+    cudaEventDestroy(event);
+    return recorded;
+  }
+  return std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+}
+
+Status WaitStepFence(Device device, const std::shared_ptr<void>& fence) {
+  if (device.is_cpu() || fence == nullptr) return absl::OkStatus();
+  auto* event = static_cast<cudaEvent_t>(fence.get());
+  const cudaError_t state = cudaEventQuery(event);
+  if (state == cudaSuccess) return absl::OkStatus();
+  if (state != cudaErrorNotReady) return FromCuda(state, "cudaEventQuery (step fence)");
+  CountHostSync();
+  return FromCuda(cudaEventSynchronize(event), "cudaEventSynchronize (step fence)");
 }
 
 Status ZeroBytes(void* dst, Device device, size_t bytes) {

@@ -1,6 +1,8 @@
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/core/device_memory.h"
+#include "engine/core/step_counters.h"
 
 namespace framezip::engine {
 
@@ -21,6 +23,31 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
   if (bytes != 0) std::memcpy(dst, src, bytes);
   return absl::OkStatus();
 }
+
+StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes) {
+  if (!device.is_cpu()) {
+    return absl::UnimplementedError(
+        fmt::format("no staging memory for {}: built without CUDA", DeviceName(device)));
+  }
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (p == nullptr) return absl::ResourceExhaustedError("staging memory: host out of memory");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
+  if (!device.is_cpu()) return absl::UnimplementedError("step plan upload needs CUDA");
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+  CountCopy(CopyDirection::kHostToDevice);
+  CountPlanUpload();
+  return absl::OkStatus();
+}
+
+StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {
+  if (!device.is_cpu()) return absl::UnimplementedError("step fences need CUDA");
+  return std::shared_ptr<void>();
+}
+
+Status WaitStepFence(Device, const std::shared_ptr<void>&) { return absl::OkStatus(); }
 
 Status ZeroBytes(void* dst, Device device, size_t bytes) {
   if (!device.is_cpu())

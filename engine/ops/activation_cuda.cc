@@ -25,7 +25,7 @@ Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y) {
   p.y = static_cast<float*>(y.raw_data());
   p.n = y.numel();
   p.form = approximation == GeluApproximation::kErf ? cuda::GeluForm::kErf : cuda::GeluForm::kTanh;
-  return CudaStatus(cuda::LaunchGelu(p, nullptr), "Gelu");
+  return LaunchStatus(cuda::LaunchGelu(p, nullptr), "Gelu");
 }
 
 Status QuickGeluCuda(const Tensor& x, Tensor& y) {
@@ -35,17 +35,17 @@ Status QuickGeluCuda(const Tensor& x, Tensor& y) {
   p.y = static_cast<float*>(y.raw_data());
   p.n = y.numel();
   p.form = cuda::GeluForm::kQuick;
-  return CudaStatus(cuda::LaunchGelu(p, nullptr), "QuickGelu");
+  return LaunchStatus(cuda::LaunchGelu(p, nullptr), "QuickGelu");
 }
 
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y) {
   ScopedCudaDevice scope(gate.device());
-  return CudaStatus(cuda::LaunchSiluMul(Binary(gate, up, y), nullptr), "SiluMul");
+  return LaunchStatus(cuda::LaunchSiluMul(Binary(gate, up, y), nullptr), "SiluMul");
 }
 
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y) {
   ScopedCudaDevice scope(a.device());
-  return CudaStatus(cuda::LaunchAdd(Binary(a, b, y), nullptr), "Add");
+  return LaunchStatus(cuda::LaunchAdd(Binary(a, b, y), nullptr), "Add");
 }
 
 }  // namespace framezip::engine::ops

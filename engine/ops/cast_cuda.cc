@@ -14,7 +14,7 @@ Status CastCuda(const Tensor& in, Tensor& out) {
   params.n = in.numel();
   params.in_kind = KindOf(in.dtype());
   params.out_kind = KindOf(out.dtype());
-  return CudaStatus(cuda::LaunchCast(params, nullptr), "Cast");
+  return LaunchStatus(cuda::LaunchCast(params, nullptr), "Cast");
 }
 
 }  // namespace framezip::engine::ops

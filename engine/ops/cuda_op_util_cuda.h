@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "engine/core/cuda_status_cuda.h"
 #include "engine/core/device_memory.h"
+#include "engine/core/step_counters.h"
 #include "engine/core/tensor.h"
 #include "engine/kernels/cuda/cast.cuh"
 
@@ -20,6 +21,12 @@ namespace framezip::engine::ops {
 // RESOURCE_EXHAUSTED for out-of-memory, INTERNAL otherwise, naming the op; a sticky error (illegal
 // address, launch failure, ...) also marks the device unhealthy (engine/core/cuda_error_class.h).
 inline Status CudaStatus(cudaError_t err, std::string_view op) {
+  return CudaErrorToStatus(err, op);
+}
+
+// CudaStatus of a kernel launcher's result, counting `kernels` launches (step_counters.h).
+inline Status LaunchStatus(cudaError_t err, std::string_view op, int64_t kernels = 1) {
+  CountLaunches(kernels);
   return CudaErrorToStatus(err, op);
 }
 

@@ -43,7 +43,7 @@ Status AddBiasRows(const Tensor& bias, int64_t m, int64_t n, Tensor& y) {
   p.bias_kind = KindOf(bias.dtype());
   p.rows = m;
   p.n = n;
-  return CudaStatus(cuda::LaunchAddBias(p, nullptr), "Linear (bias)");
+  return LaunchStatus(cuda::LaunchAddBias(p, nullptr), "Linear (bias)");
 }
 
 }  // namespace
@@ -71,12 +71,13 @@ Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
     cast.n = x.numel();
     cast.in_kind = cuda::FloatKind::kF32;
     cast.out_kind = KindOf(weight.dtype());
-    FZ_RETURN_IF_ERROR(CudaStatus(cuda::LaunchCast(cast, nullptr), "Linear (rounding x)"));
+    FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchCast(cast, nullptr), "Linear (rounding x)"));
     a = x_rounded.raw_data();
   }
   // Row-major y[M,N] = x[M,K]·W[N,K]ᵀ is column-major yᵀ[N,M] = W·xᵀ with W read transposed.
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType_t wt = CudaType(weight.dtype());
+  CountLaunches(1);
   FZ_RETURN_IF_ERROR(CublasStatus(
       cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
                    static_cast<int>(k), &alpha, weight.raw_data(), wt, static_cast<int>(k), a, wt,
@@ -104,6 +105,7 @@ Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c)
   const cudaDataType_t type = CudaType(a.dtype());
   const int ldb = static_cast<int>(transpose_b ? k : n);
   const long long stride_b = b.rank() == 2 ? 0 : k * n;
+  CountLaunches(1);
   FZ_RETURN_IF_ERROR(CublasStatus(
       cublasGemmStridedBatchedEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
                                  static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),

@@ -98,7 +98,7 @@ Status EncodeLowRankFactorCuda(const Tensor& values, FactorView::Format format, 
   }
   FZ_RETURN_IF_ERROR(CheckDeviceUsable(values.device()));
   ScopedCudaDevice scope(values.device());
-  return CudaStatus(cuda::LaunchEncodeFactor(p, nullptr), kEncode);
+  return LaunchStatus(cuda::LaunchEncodeFactor(p, nullptr), kEncode);
 }
 
 Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
@@ -160,6 +160,7 @@ Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
   p.out = out.data<float>();
   p.scratch = scratch.data<float>();
   const cudaError_t err = cuda::LaunchLowRankAttend(p, nullptr);
+  CountLaunches(1);
   if (err == cudaErrorInvalidValue) {
     return InvalidArgumentError(
         "{}: {} heads of {} with ranks {}/{} need {} bytes of shared memory per block, more than "

@@ -163,7 +163,7 @@ StatusOr<DeviceLowRankFactors> RandomizedSvdCuda(const Tensor& a,
   FZ_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(s.info, 0, sizeof(int) * slots, nullptr), kOp));
   const int finite_slot = slots - 1;
   FZ_RETURN_IF_ERROR(
-      CudaStatus(cuda::LaunchCountNonFinite(s.a, rows * cols, s.info + finite_slot, nullptr), kOp));
+      LaunchStatus(cuda::LaunchCountNonFinite(s.a, rows * cols, s.info + finite_slot, nullptr), kOp));
 
   // Ω [n, r] exactly as the CPU op draws it (same engine, distribution and order).
   std::vector<float> omega_host(static_cast<size_t>(s.n) * s.r);

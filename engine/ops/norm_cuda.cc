@@ -23,7 +23,7 @@ cuda::NormParams Params(const Tensor& x, const Tensor& weight, float eps, Tensor
 
 Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
   ScopedCudaDevice scope(x.device());
-  return CudaStatus(cuda::LaunchRmsNorm(Params(x, weight, eps, y), nullptr), "RmsNorm");
+  return LaunchStatus(cuda::LaunchRmsNorm(Params(x, weight, eps, y), nullptr), "RmsNorm");
 }
 
 Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
@@ -31,7 +31,7 @@ Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, f
   ScopedCudaDevice scope(residual.device());
   cuda::NormParams p = Params(x, weight, eps, y);
   p.residual = static_cast<float*>(residual.raw_data());
-  return CudaStatus(cuda::LaunchRmsNorm(p, nullptr), "AddRmsNorm");
+  return LaunchStatus(cuda::LaunchRmsNorm(p, nullptr), "AddRmsNorm");
 }
 
 Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
@@ -42,7 +42,7 @@ Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
     p.bias = beta.raw_data();
     p.bias_kind = KindOf(beta.dtype());
   }
-  return CudaStatus(cuda::LaunchLayerNorm(p, nullptr), "LayerNorm");
+  return LaunchStatus(cuda::LaunchLayerNorm(p, nullptr), "LayerNorm");
 }
 
 Status SoftmaxCuda(const Tensor& x, Tensor& y) {
@@ -52,7 +52,7 @@ Status SoftmaxCuda(const Tensor& x, Tensor& y) {
   p.y = static_cast<float*>(y.raw_data());
   p.n = x.dim(-1);
   p.rows = p.n == 0 ? 0 : x.numel() / p.n;
-  return CudaStatus(cuda::LaunchSoftmax(p, nullptr), "Softmax");
+  return LaunchStatus(cuda::LaunchSoftmax(p, nullptr), "Softmax");
 }
 
 }  // namespace framezip::engine::ops
