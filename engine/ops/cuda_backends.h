@@ -13,6 +13,7 @@
 #include "engine/ops/attention.h"
 #include "engine/ops/attention_local.h"
 #include "engine/ops/bilinear_resize.h"
+#include "engine/ops/kv_slots.h"
 #include "engine/ops/paged_attention.h"
 #include "engine/ops/rope.h"
 #include "engine/ops/row_slices.h"
@@ -32,6 +33,8 @@ Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
+// The ids were checked on the host (their host copy): the gather alone.
+Status EmbeddingCheckedCuda(const Tensor& table, const Tensor& ids, Tensor& out);
 Status BilinearResizeCuda(const Tensor& in, Tensor& out, ImageLayout layout);
 // positions_checked: the caller checked the positions on the host already.
 Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params,
@@ -39,6 +42,14 @@ Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& param
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);
 Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);
+// Fills plan.offset, num_items and workspace_floats, appending the kernel's descriptors to arena.
+Status PlanPagedDecodeCuda(Device device, const PagedKv& kv, int64_t heads,
+                           std::vector<std::byte>& arena, PagedDecodePlan& plan);
+Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& plan,
+                                       const std::byte* arena, float* workspace, float scale,
+                                       Tensor& out);
+Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
+                        const float* k, const float* v);
 // past_k and past_v are device pointers.
 Status LocalWindowAttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const float* past_k, const float* past_v, int64_t past,

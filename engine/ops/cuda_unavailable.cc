@@ -31,6 +31,7 @@ Status QuickGeluCuda(const Tensor&, Tensor&) { return NoCuda("QuickGelu"); }
 Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluMul"); }
 Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
 Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
+Status EmbeddingCheckedCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
 Status CopyRowSlicesCuda(Device, int64_t, int64_t, const SourceRows&, const DestinationRows&) {
   return NoCuda("CopyRowSlices");
 }
@@ -43,6 +44,17 @@ Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&, bool) {
 }
 Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {
   return NoCuda("Attention");
+}
+Status PlanPagedDecodeCuda(Device, const PagedKv&, int64_t, std::vector<std::byte>&,
+                           PagedDecodePlan&) {
+  return NoCuda("PagedDecodeAttention (planned)");
+}
+Status PagedDecodeAttentionPlannedCuda(const Tensor&, const PagedDecodePlan&, const std::byte*,
+                                       float*, float, Tensor&) {
+  return NoCuda("PagedDecodeAttention (planned)");
+}
+Status WriteKvSlotsCuda(Device, const KvSlot*, int64_t, int64_t, const float*, const float*) {
+  return NoCuda("WriteKvSlots");
 }
 Status PagedDecodeAttentionCuda(const Tensor&, const PagedKv&, float, Tensor&) {
   return NoCuda("PagedDecodeAttention");

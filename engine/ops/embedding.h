@@ -7,11 +7,19 @@
 // checked); UNIMPLEMENTED/UNAVAILABLE on a CUDA device in a CPU-only build or without a GPU.
 #pragma once
 
+#include <cstdint>
+#include <span>
+
 #include "common/status.h"
 #include "engine/core/tensor.h"
 
 namespace framezip::engine::ops {
 
 Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out);
+
+// The same when the caller holds the ids on the host too (host_ids: the values of `ids`, as a step
+// plan has them): they are checked there, so a GPU copies nothing back and does not wait.
+Status Embedding(const Tensor& table, const Tensor& ids, std::span<const int32_t> host_ids,
+                 Tensor& out);
 
 }  // namespace framezip::engine::ops

@@ -1,6 +1,6 @@
-// Embedding on the GPU. The ids are validated on the host first (a copy of N int32 and one
-// synchronisation: N is a prompt's or a step's tokens), so a bad id is OUT_OF_RANGE for that
-// request rather than an out-of-bounds read on the device.
+// Embedding on the GPU. The ids are validated on the host first, so a bad id is OUT_OF_RANGE for
+// that request rather than an out-of-bounds read on the device: from the caller's host copy when
+// it has one (a step plan's), else by copying them back (N int32 and one synchronisation).
 #include <vector>
 
 #include "engine/core/device_memory.h"
@@ -21,15 +21,19 @@ Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out) {
                              host_ids[i], i, vocab);
     }
   }
+  return EmbeddingCheckedCuda(table, ids, out);
+}
+
+Status EmbeddingCheckedCuda(const Tensor& table, const Tensor& ids, Tensor& out) {
   ScopedCudaDevice scope(table.device());
   cuda::EmbeddingParams p;
   p.table = table.raw_data();
   p.table_kind = KindOf(table.dtype());
   p.ids = static_cast<const int32_t*>(ids.raw_data());
   p.out = static_cast<float*>(out.raw_data());
-  p.count = count;
+  p.count = ids.dim(0);
   p.hidden = table.dim(1);
-  return CudaStatus(cuda::LaunchEmbedding(p, nullptr), "Embedding");
+  return LaunchStatus(cuda::LaunchEmbedding(p, nullptr), "Embedding");
 }
 
 }  // namespace framezip::engine::ops

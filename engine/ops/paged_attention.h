@@ -18,8 +18,10 @@
 // head_dim 32, 64 or 128 (else UNIMPLEMENTED). Split-K kernel: engine/kernels/cuda/paged_attention.cuh.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
@@ -34,5 +36,34 @@ Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, flo
 // head_dim % 32 == 0, which their pools check). CUDA: 32, 64 or 128. A decoder asks at construction,
 // so a model the device cannot serve fails at load, not at its first decode step.
 Status PagedDecodeSupports(Device device, int64_t head_dim);
+
+// The same attention prepared ahead, for a step plan (engine/llm/step_plan.h): every layer's
+// descriptors are serialised into one host arena when the step is planned, the arena reaches the
+// device in the step's one upload, and each layer's launch reads its part there, so no layer
+// copies anything. The CPU serialises the spans and offsets themselves; a GPU its kernel's span
+// descriptors and split-K work items.
+struct PagedDecodePlan {
+  size_t offset = 0;            // where this layer's descriptors start in the arena
+  int64_t batch = 0;            // sequences (q's rows)
+  int64_t heads = 0;            // query heads the work was split for
+  int32_t num_spans = 0;
+  int32_t num_items = 0;        // GPU: split-K work items
+  size_t workspace_floats = 0;  // GPU: partial results the launch needs
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Appends kv's descriptors for attention on `device` by a query of `heads` heads to `arena`
+// (aligned to 256 bytes). The checks of PagedDecodeAttention (CheckPagedKv, the GPU's alignment
+// and head sizes) run here, so a plan that is built can be run.
+StatusOr<PagedDecodePlan> PlanPagedDecode(Device device, const PagedKv& kv, int64_t heads,
+                                          std::vector<std::byte>& arena);
+
+// Runs a planned attention: q, out [plan.batch, plan.heads, d] on the device; `arena` the device
+// copy of the arena the plan was built in; `workspace` at least plan.workspace_floats floats of
+// device memory (may be null when that is 0, always on the CPU).
+Status PagedDecodeAttentionPlanned(const Tensor& q, const PagedDecodePlan& plan,
+                                   const std::byte* arena, float* workspace, Tensor& out,
+                                   float scale = 0);
 
 }  // namespace framezip::engine::ops

@@ -1,9 +1,12 @@
 // PagedDecodeAttention on the GPU: adapter to engine/kernels/cuda/paged_attention.cuh. The spans'
-// pointers (pages, scales) are device pointers; the span list itself is host memory (the op's
-// contract), so the descriptors, the split-K work items and the partial results are staged in one
-// temporary device buffer per call (freed after the launch: cudaFree waits for the kernels).
+// pointers (pages, scales) are device pointers. The kernel reads its span descriptors and split-K
+// work items from device memory: a step plan serialises them for every layer into its one upload
+// (PlanPagedDecodeCuda, PagedDecodeAttentionPlannedCuda); the unplanned op stages its own in a
+// temporary device buffer per call.
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "engine/core/device_memory.h"
@@ -18,12 +21,32 @@ size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Streaming multiprocessors of `device`, asked once per device (the work split depends on it).
+int SmCountOf(Device device) {
+  static std::mutex mu;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = counts.find(device.index);
+  if (it != counts.end()) return it->second;
+  int sm_count = 0;
+  if (cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device.index) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    sm_count = 1;  // a split for one SM is correct, only slower; the launch reports the fault
+  }
+  counts.emplace(device.index, sm_count);
+  return sm_count;
+}
+
 }  // namespace
 
-Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out) {
+// The kernel's span descriptors, split-K work items and item offsets for kv, appended to `arena`
+// (each part 256-byte aligned); plan gets their offset, the item count and the workspace size.
+Status PlanPagedDecodeCuda(Device device, const PagedKv& kv, int64_t heads,
+                           std::vector<std::byte>& arena, PagedDecodePlan& plan) {
   constexpr std::string_view kOp = "PagedDecodeAttention";
-  const int64_t batch = q.dim(0), heads = q.dim(1), d = q.dim(2);
-  FZ_RETURN_IF_ERROR(PagedDecodeSupports(q.device(), d));
+  const int64_t d = kv.head_dim;
+  FZ_RETURN_IF_ERROR(PagedDecodeSupports(device, d));
   const std::span<const KvSpan> spans = kv.spans;
   std::vector<cuda::PagedSpanDesc> descs(spans.size());
   std::vector<int32_t> span_tokens(spans.size());
@@ -52,50 +75,74 @@ Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale,
                                   i);
     }
   }
-  ScopedCudaDevice scope(q.device());
-  int sm_count = 0;
-  FZ_RETURN_IF_ERROR(CudaStatus(
-      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, q.device().index), kOp));
   std::vector<cuda::PagedWorkItem> items;
   std::vector<int32_t> item_offsets;
-  cuda::BuildPagedWorkItems(span_tokens.data(), kv.seq_offsets.data(), static_cast<int>(batch),
+  cuda::BuildPagedWorkItems(span_tokens.data(), kv.seq_offsets.data(),
+                            static_cast<int>(kv.batch()),
                             cuda::ChoosePagedTokensPerItem(total_tokens, kv.num_kv_heads,
-                                                           static_cast<int>(heads), sm_count),
+                                                           static_cast<int>(heads),
+                                                           SmCountOf(device)),
                             items, item_offsets);
-
-  // One device buffer: descriptors | items | item offsets | partial results.
   const size_t desc_bytes = AlignUp(descs.size() * sizeof(cuda::PagedSpanDesc));
   const size_t item_bytes = AlignUp(items.size() * sizeof(cuda::PagedWorkItem));
   const size_t off_bytes = AlignUp(item_offsets.size() * sizeof(int32_t));
-  const size_t ws_bytes =
-      cuda::PagedDecodeWorkspaceFloats(static_cast<int32_t>(items.size()), static_cast<int>(heads),
-                                       static_cast<int>(d)) *
-      sizeof(float);
-  const size_t staged = desc_bytes + item_bytes + off_bytes;
-  FZ_ASSIGN_OR_RETURN(Tensor scratch, Tensor::Empty({static_cast<int64_t>(staged + ws_bytes)},
-                                                    DType::kU8, q.device()));
-  std::vector<char> host(staged, 0);
-  std::memcpy(host.data(), descs.data(), descs.size() * sizeof(cuda::PagedSpanDesc));
-  std::memcpy(host.data() + desc_bytes, items.data(), items.size() * sizeof(cuda::PagedWorkItem));
-  std::memcpy(host.data() + desc_bytes + item_bytes, item_offsets.data(),
+  plan.offset = AlignUp(arena.size());
+  arena.resize(plan.offset + desc_bytes + item_bytes + off_bytes);
+  std::byte* at = arena.data() + plan.offset;
+  std::memcpy(at, descs.data(), descs.size() * sizeof(cuda::PagedSpanDesc));
+  std::memcpy(at + desc_bytes, items.data(), items.size() * sizeof(cuda::PagedWorkItem));
+  std::memcpy(at + desc_bytes + item_bytes, item_offsets.data(),
               item_offsets.size() * sizeof(int32_t));
-  char* dev = static_cast<char*>(scratch.raw_data());
-  FZ_RETURN_IF_ERROR(CopyBytes(dev, q.device(), host.data(), Device::Cpu(), staged));
+  plan.num_items = static_cast<int32_t>(items.size());
+  plan.workspace_floats = cuda::PagedDecodeWorkspaceFloats(
+      plan.num_items, static_cast<int>(heads), static_cast<int>(d));
+  return absl::OkStatus();
+}
 
+Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& plan,
+                                       const std::byte* arena, float* workspace, float scale,
+                                       Tensor& out) {
+  const int64_t d = plan.head_dim;
+  const size_t desc_bytes = AlignUp(static_cast<size_t>(plan.num_spans) * sizeof(cuda::PagedSpanDesc));
+  const size_t item_bytes = AlignUp(static_cast<size_t>(plan.num_items) * sizeof(cuda::PagedWorkItem));
+  const std::byte* at = arena + plan.offset;
+  ScopedCudaDevice scope(q.device());
   cuda::PagedDecodeLaunch p;
   p.q = static_cast<const float*>(q.raw_data());
   p.out = static_cast<float*>(out.raw_data());
-  p.spans = reinterpret_cast<const cuda::PagedSpanDesc*>(dev);
-  p.items = reinterpret_cast<const cuda::PagedWorkItem*>(dev + desc_bytes);
-  p.item_offsets = reinterpret_cast<const int32_t*>(dev + desc_bytes + item_bytes);
-  p.num_items = static_cast<int32_t>(items.size());
-  p.workspace = reinterpret_cast<float*>(dev + staged);
-  p.batch = static_cast<int>(batch);
-  p.heads = static_cast<int>(heads);
-  p.kv_heads = kv.num_kv_heads;
+  p.spans = reinterpret_cast<const cuda::PagedSpanDesc*>(at);
+  p.items = reinterpret_cast<const cuda::PagedWorkItem*>(at + desc_bytes);
+  p.item_offsets = reinterpret_cast<const int32_t*>(at + desc_bytes + item_bytes);
+  p.num_items = plan.num_items;
+  p.workspace = workspace;
+  p.batch = static_cast<int>(plan.batch);
+  p.heads = static_cast<int>(plan.heads);
+  p.kv_heads = plan.num_kv_heads;
   p.head_dim = static_cast<int>(d);
   p.scale = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(d));
-  return CudaStatus(cuda::LaunchPagedDecodeAttention(p, nullptr), kOp);
+  return LaunchStatus(cuda::LaunchPagedDecodeAttention(p, nullptr), "PagedDecodeAttention", 2);
+}
+
+// Unplanned: the same plan built into a temporary arena, staged with the workspace in one device
+// buffer per call (a pageable copy: the step plan's path avoids it).
+Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out) {
+  std::vector<std::byte> host;
+  PagedDecodePlan plan;
+  plan.batch = q.dim(0);
+  plan.heads = q.dim(1);
+  plan.num_spans = static_cast<int32_t>(kv.spans.size());
+  plan.num_kv_heads = kv.num_kv_heads;
+  plan.head_dim = kv.head_dim;
+  FZ_RETURN_IF_ERROR(PlanPagedDecodeCuda(q.device(), kv, q.dim(1), host, plan));
+  const size_t staged = AlignUp(host.size());
+  FZ_ASSIGN_OR_RETURN(
+      Tensor scratch,
+      Tensor::Empty({static_cast<int64_t>(staged + plan.workspace_floats * sizeof(float))},
+                    DType::kU8, q.device()));
+  auto* dev = static_cast<std::byte*>(scratch.raw_data());
+  FZ_RETURN_IF_ERROR(CopyBytes(dev, q.device(), host.data(), Device::Cpu(), host.size()));
+  return PagedDecodeAttentionPlannedCuda(q, plan, dev, reinterpret_cast<float*>(dev + staged),
+                                         scale, out);
 }
 
 }  // namespace framezip::engine::ops

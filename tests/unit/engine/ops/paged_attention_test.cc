@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/core/device_memory.h"
 #include "tests/unit/engine/ops/device_cases.h"
 #include "tests/unit/engine/ops/kv_span_arena.h"
 
@@ -75,6 +76,49 @@ TEST_CASE("Paged decode attention matches f64 over every page format on every de
         const std::vector<ops::KvSpan> spans = arena.Spans(device);
         const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
         const Status st = ops::PagedDecodeAttention(On(q.tensor, device), kv, out);
+        INFO(st.ToString());
+        REQUIRE(st.ok());
+        CheckCloseTo(out, want, kDecode);
+      });
+    }
+  }
+}
+
+// The same cases through a plan (what a step plan does for every layer): the descriptors built
+// into a host arena, the arena copied to the device as one block, the attention read from it.
+TEST_CASE("Planned paged decode attention matches f64 over every page format on every device",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (const PagedCase& c : PagedDecodeCases()) {
+    DYNAMIC_SECTION(c.name) {
+      SpanArena arena;
+      const std::vector<int32_t> offsets = FillArena(c, arena, rng);
+      const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+      const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
+      const auto want = Reference(c, q.values, arena, offsets);
+      ForEachDevice([&](const Device& device) {
+        const std::vector<ops::KvSpan> spans = arena.Spans(device);
+        const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
+        // Something before the plan in the arena, as a step plan's positions and ids are.
+        std::vector<std::byte> host(40, std::byte{0x5a});
+        const StatusOr<ops::PagedDecodePlan> plan = ops::PlanPagedDecode(device, kv, c.heads, host);
+        INFO(plan.status().ToString());
+        REQUIRE(plan.ok());
+        CHECK(plan->offset % 256 == 0);
+        // The workspace after the arena, as a step plan lays them out.
+        const size_t workspace_at = (host.size() + 255) / 256 * 256;
+        const Tensor on_device = *Tensor::Empty(
+            {static_cast<int64_t>(workspace_at + plan->workspace_floats * sizeof(float))},
+            DType::kU8, device);
+        REQUIRE(CopyBytes(on_device.raw_data(), device, host.data(), Device::Cpu(), host.size())
+                    .ok());
+        auto* base = static_cast<std::byte*>(on_device.raw_data());
+        float* workspace = plan->workspace_floats > 0
+                               ? reinterpret_cast<float*>(base + workspace_at)
+                               : nullptr;
+        Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
+        const Status st =
+            ops::PagedDecodeAttentionPlanned(On(q.tensor, device), *plan, base, workspace, out);
         INFO(st.ToString());
         REQUIRE(st.ok());
         CheckCloseTo(out, want, kDecode);

@@ -1,0 +1,31 @@
+// WriteKvSlots on the GPU: adapter to engine/kernels/cuda/kv_slots.cuh. The slot table is already
+// in device memory in the kernel's layout (ops::KvSlot is laid out as cuda::KvSlotDesc).
+#include <cstddef>
+
+#include "engine/kernels/cuda/kv_slots.cuh"
+#include "engine/ops/cuda_backends.h"
+#include "engine/ops/cuda_op_util_cuda.h"
+#include "engine/ops/kv_slots.h"
+
+namespace framezip::engine::ops {
+
+static_assert(sizeof(KvSlot) == sizeof(cuda::KvSlotDesc));
+static_assert(offsetof(KvSlot, k) == offsetof(cuda::KvSlotDesc, k));
+static_assert(offsetof(KvSlot, v) == offsetof(cuda::KvSlotDesc, v));
+static_assert(offsetof(KvSlot, kind) == offsetof(cuda::KvSlotDesc, kind));
+static_assert(static_cast<int>(KvSlotKind::kF32) == static_cast<int>(cuda::FloatKind::kF32));
+static_assert(static_cast<int>(KvSlotKind::kF16) == static_cast<int>(cuda::FloatKind::kF16));
+
+Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
+                        const float* k, const float* v) {
+  ScopedCudaDevice scope(device);
+  cuda::KvSlotWriteParams p;
+  p.slots = reinterpret_cast<const cuda::KvSlotDesc*>(slots);
+  p.k = k;
+  p.v = v;
+  p.rows = rows;
+  p.channels = channels;
+  return LaunchStatus(cuda::LaunchKvSlotWrite(p, nullptr), "WriteKvSlots");
+}
+
+}  // namespace framezip::engine::ops

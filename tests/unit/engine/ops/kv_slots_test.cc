@@ -1,0 +1,95 @@
+// WriteKvSlots on every device present (device_cases.h): a batch's K/V rows stored into slots of
+// f32 and f16 pages given by a slot table in the device's memory (as a step plan uploads it), in
+// an order unrelated to the rows'. f32 slots hold the rows exactly; f16 slots hold each value
+// rounded to nearest even, exactly (the reference rounds the f64 values the same way); slots the
+// table does not name are left as they were.
+#include "engine/ops/kv_slots.h"
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "engine/core/half.h"
+#include "tests/unit/engine/ops/device_cases.h"
+
+namespace framezip::engine::test {
+namespace {
+
+TEST_CASE("WriteKvSlots stores each row in its slot, f32 exactly and f16 rounded, on every device",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int64_t rows = 7, channels = 96, slots_per_page = 5;
+  const auto k = MakeRandom({rows, channels}, DType::kF32, rng);
+  const auto v = MakeRandom({rows, channels}, DType::kF32, rng);
+  for (const DType page_dtype : {DType::kF32, DType::kF16}) {
+    CAPTURE(DTypeName(page_dtype));
+    const size_t elem = DTypeSize(page_dtype);
+    // Row i goes to slot order[i] of a page of slots_per_page·rows slots (most stay untouched).
+    std::vector<int64_t> order(static_cast<size_t>(slots_per_page * rows));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(static_cast<size_t>(rows));
+    const int64_t page_elems = slots_per_page * rows * channels;
+    ForEachDevice([&](const Device& device) {
+      const Tensor keys = PoisonedOn({page_elems}, device, page_dtype);
+      const Tensor values = PoisonedOn({page_elems}, device, page_dtype);
+      std::vector<ops::KvSlot> table(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) {
+        const size_t at = static_cast<size_t>(order[static_cast<size_t>(i)] * channels) * elem;
+        table[static_cast<size_t>(i)].k = static_cast<char*>(keys.raw_data()) + at;
+        table[static_cast<size_t>(i)].v = static_cast<char*>(values.raw_data()) + at;
+        table[static_cast<size_t>(i)].kind =
+            page_dtype == DType::kF32 ? ops::KvSlotKind::kF32 : ops::KvSlotKind::kF16;
+      }
+      const Tensor table_on_device = *Tensor::Empty(
+          {static_cast<int64_t>(table.size() * sizeof(ops::KvSlot))}, DType::kU8, device);
+      REQUIRE(CopyBytes(table_on_device.raw_data(), device, table.data(), Device::Cpu(),
+                        table.size() * sizeof(ops::KvSlot))
+                  .ok());
+      const Tensor k_on = On(k.tensor, device), v_on = On(v.tensor, device);
+      const Status st = ops::WriteKvSlots(
+          device, static_cast<const ops::KvSlot*>(table_on_device.raw_data()), rows, channels,
+          k_on.data<float>(), v_on.data<float>());
+      INFO(st.ToString());
+      REQUIRE(st.ok());
+      const Tensor got_k = *keys.To(Device::Cpu()), got_v = *values.To(Device::Cpu());
+      const std::vector<double> want_k = RoundedTo(k.values, page_dtype);
+      const std::vector<double> want_v = RoundedTo(v.values, page_dtype);
+      auto value_at = [&](const Tensor& t, int64_t e) -> double {
+        return page_dtype == DType::kF32 ? double{t.data<float>()[e]}
+                                         : double{F16ToF32(t.data<Float16>()[e])};
+      };
+      std::vector<bool> written(static_cast<size_t>(slots_per_page * rows), false);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t slot = order[static_cast<size_t>(i)];
+        written[static_cast<size_t>(slot)] = true;
+        for (int64_t c = 0; c < channels; ++c) {
+          CAPTURE(i, slot, c);
+          REQUIRE(value_at(got_k, slot * channels + c) == want_k[static_cast<size_t>(i * channels + c)]);
+          REQUIRE(value_at(got_v, slot * channels + c) == want_v[static_cast<size_t>(i * channels + c)]);
+        }
+      }
+      for (int64_t slot = 0; slot < slots_per_page * rows; ++slot) {
+        if (written[static_cast<size_t>(slot)]) continue;
+        CAPTURE(slot);
+        REQUIRE(std::isnan(value_at(got_k, slot * channels)));  // still the poison
+      }
+    });
+  }
+}
+
+TEST_CASE("WriteKvSlots refuses a null table or negative counts", "[unit][engine][ops]") {
+  const float row[4] = {};
+  CHECK(ops::WriteKvSlots(Device::Cpu(), nullptr, 1, 4, row, row).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(ops::WriteKvSlots(Device::Cpu(), nullptr, -1, 4, row, row).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(ops::WriteKvSlots(Device::Cpu(), nullptr, 0, 4, row, row).ok());
+}
+
+}  // namespace
+}  // namespace framezip::engine::test
