@@ -63,6 +63,7 @@ class AttentionPackPolicy final : public CompressionPolicy {
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  bool StoresEveryDecodeToken() const override { return true; }
   int ResidualWindow() const override { return options_.recompress; }
   std::optional<LowRankSpec> ResidualLowRank(int layer) const override;
   void OnLowRankAttention(int layer, std::span<const float> mean_probs,

@@ -32,6 +32,7 @@ class FastVPolicy final : public CompressionPolicy {
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  bool StoresEveryDecodeToken() const override { return true; }
   // On any device: it reads q and k at layer K-1 only, copying the last query row and the keys to
   // the host there when they are on a GPU (every other layer reads nothing).
   bool RunsOn(Device) const override { return true; }

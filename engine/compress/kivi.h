@@ -30,6 +30,7 @@ class KiviPolicy final : public CompressionPolicy {
   kv::KvPrecision Precision(kv::KvFormat full) const override;
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  bool StoresEveryDecodeToken() const override { return true; }
   int ResidualWindow() const override { return options_.window; }
 
  private:

@@ -174,6 +174,10 @@ class CompressionPolicy {
 
   // Whether the decode token at `position` is stored in `layer`.
   virtual bool OnDecodeWrite(int layer, int32_t position) = 0;
+  // True when OnDecodeWrite is true for every layer and position whatever happens during a step,
+  // so a step plan may take every layer's slot for the token before the step runs
+  // (engine/llm/step_plan.h). A policy that decides during the step stays false (eager steps).
+  virtual bool StoresEveryDecodeToken() const { return false; }
 
   // AttentionPack, after a decode step's attention over a low-rank block of `layer`:
   // mean_probs[t] is the attention its token t got, averaged over query heads; the policy updates
@@ -224,6 +228,7 @@ class NonePolicy final : public CompressionPolicy {
     return absl::OkStatus();
   }
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  bool StoresEveryDecodeToken() const override { return true; }
 };
 
 // Names accepted by CreatePolicy.

@@ -73,6 +73,7 @@ class ZipVlPolicy final : public CompressionPolicy {
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  bool StoresEveryDecodeToken() const override { return true; }
   int ResidualWindow() const override { return options_.window; }
   // On any device: the probe scores are computed where q and k are (ops::ProbeScoresCuda on a
   // GPU) and only they come to the host for the top-p split; a residual window (a few dozen

@@ -29,6 +29,7 @@ class ZipVlAttentionPackPolicy final : public CompressionPolicy {
   Status OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) override;
   Status PlanPrefillLayer(const PrefillLayerInputs& inputs, PrefillLayerPlan& plan) override;
   bool OnDecodeWrite(int, int32_t) override { return true; }
+  bool StoresEveryDecodeToken() const override { return true; }
   int ResidualWindow() const override { return zipvl_.ResidualWindow(); }
   bool RunsOn(Device device) const override { return zipvl_.RunsOn(device); }
   Status ClassifyResidual(int layer, const Tensor& q, const Tensor& k,

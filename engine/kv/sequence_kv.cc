@@ -199,6 +199,38 @@ Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const fl
   return absl::OkStatus();
 }
 
+StatusOr<ops::KvSlot> SequenceKv::AppendDecodeSlot(int layer, int32_t position) {
+  if (layer < 0 || layer >= num_layers()) {
+    return InvalidArgumentError("KV decode slot: layer {} of {}", layer, num_layers());
+  }
+  const KvFormat f = precision_.full;
+  if (IsQuantized(f) || pool(f) == nullptr) {
+    return FailedPreconditionError("KV decode slot: the full format {} is not a dense pool's",
+                                   KvFormatName(f));
+  }
+  Layer& l = layers_[layer];
+  int32_t& open = l.open[Index(f)];
+  if (open < 0 || l.pages[open].num_tokens == page_tokens_) {
+    FZ_ASSIGN_OR_RETURN(const PageId id, TakePage(l, f));
+    l.pages.push_back(PageRef{id, 0, f});
+    l.slot_positions.resize(l.slot_positions.size() + static_cast<size_t>(page_tokens_), 0);
+    open = static_cast<int32_t>(l.pages.size() - 1);
+  }
+  PageRef& page = l.pages[open];
+  const PagePool& p = *pool(f);
+  const size_t offset =
+      static_cast<size_t>(page.num_tokens * p.layout().channels()) * DTypeSize(p.dtype());
+  ops::KvSlot slot;
+  slot.k = static_cast<char*>(p.Keys(page.id)) + offset;
+  slot.v = static_cast<char*>(p.Values(page.id)) + offset;
+  slot.kind = p.dtype() == DType::kF32 ? ops::KvSlotKind::kF32 : ops::KvSlotKind::kF16;
+  l.slot_positions[static_cast<size_t>(open) * page_tokens_ + page.num_tokens] = position;
+  ++page.num_tokens;
+  ++l.num_tokens;
+  ++l.residual;
+  return slot;
+}
+
 Status SequenceKv::AppendQuantPages(Layer& l, KvFormat f, const float* k, const float* v,
                                     const int32_t* positions, int64_t n) {
   PagePool* p = pool(f);

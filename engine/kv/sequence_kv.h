@@ -38,6 +38,7 @@
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/low_rank_block.h"
 #include "engine/kv/page_pool.h"
+#include "engine/ops/kv_slots.h"
 #include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::kv {
@@ -82,6 +83,14 @@ class SequenceKv {
   // RESOURCE_EXHAUSTED when a pool runs out of pages (the tokens already stored stay).
   Status Append(int layer, const float* k, const float* v, const int32_t* positions, int64_t count,
                 const uint8_t* token_class = nullptr);
+
+  // A decode token of `layer` stored kFull at `position`, as Append of one token does — its slot
+  // taken (a page from the reserve when the layer's full page is full), the token counted (in
+  // num_tokens and the residual window) — except that its K/V are not written yet: the returned
+  // slot says where they go, and the step writes them there (ops::WriteKvSlots) before anything
+  // reads the layer. This is how a step plan knows every layer's pages before the step runs.
+  // The full format must be dense. RESOURCE_EXHAUSTED when no page can be had (nothing changed).
+  StatusOr<ops::KvSlot> AppendDecodeSlot(int layer, int32_t position);
 
   // A step's pages, set aside all or nothing before it writes anything (as vLLM's scheduler
   // allocates a step's blocks before running it): afterwards appending up to `tokens` tokens to

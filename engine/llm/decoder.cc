@@ -3,6 +3,7 @@
 // points that lay out a step's rows are in mixed_step.cc.
 #include "engine/llm/decoder.h"
 
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -150,6 +151,10 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
         DeviceName(device));
   }
   std::unique_ptr<Decoder> d(new Decoder(s, device));
+  // FRAMEZIP_EAGER_STEPS=1: every step layer by layer (docs/configuration.md), to compare paths.
+  if (const char* eager = std::getenv("FRAMEZIP_EAGER_STEPS"); eager != nullptr && eager[0] == '1') {
+    d->step_plans_ = false;
+  }
   // What the device's kernels take, before any weight is copied there.
   const bool bf16_attention = !w.layers.empty() && w.layers[0].q_proj.dtype() != DType::kF32;
   FZ_ASSIGN_OR_RETURN(d->kv_, KvBackend::Create(s, device, bf16_attention));
@@ -240,8 +245,11 @@ StatusOr<Tensor> Decoder::Empty(Shape shape, DType dtype) const {
 
 Status Decoder::Embed(const Tensor& ids, Tensor& out) const {
   if (ids.device() == device_) return ops::Embedding(weights_.embed_tokens, ids, out);
+  // Host ids going to a GPU: checked here, so they go up once and never come back to be checked.
   FZ_ASSIGN_OR_RETURN(const Tensor here, ids.To(device_));
-  return ops::Embedding(weights_.embed_tokens, here, out);
+  if (!ids.device().is_cpu()) return ops::Embedding(weights_.embed_tokens, here, out);
+  return ops::Embedding(weights_.embed_tokens, here,
+                        std::span(ids.data<int32_t>(), static_cast<size_t>(ids.numel())), out);
 }
 
 StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
@@ -253,24 +261,33 @@ StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
   return out;
 }
 
+std::vector<StepDemand> Decoder::StepDemands(std::span<Sequence* const> decode,
+                                             std::span<const PrefillPart> parts) {
+  std::vector<StepDemand> demands;
+  for (Sequence* s : decode) demands.push_back(StepDemand{s, 1, false});
+  for (const PrefillPart& part : parts) demands.push_back(StepDemand{part.seq, part.rows, true});
+  return demands;
+}
+
 Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserver& observer,
-                        std::vector<int64_t>* row_map) const {
+                        std::vector<int64_t>* row_map, const DecodeStepPlan* plan) const {
   const int64_t t = x.dim(0);
   // Every sequence's pages for the step before any layer writes: a step the pools cannot serve
-  // fails here with every cache as it was.
-  std::vector<StepDemand> demands;
-  for (Sequence* s : input_rows.decode) demands.push_back(StepDemand{s, 1, false});
-  for (const PrefillPart& part : input_rows.parts) {
-    demands.push_back(StepDemand{part.seq, part.rows, true});
-  }
+  // fails here with every cache as it was. (A planned step's caller reserved them.)
   StepReservation reservation;
-  FZ_RETURN_IF_ERROR(kv_->Reserve(demands, reservation));
-  FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
-  std::copy(input_rows.host_positions.begin(), input_rows.host_positions.end(),
-            host_positions.data<int32_t>());
-  Tensor positions = host_positions;  // on the CPU the host tensor is the device's
-  if (!device_.is_cpu()) {
-    FZ_ASSIGN_OR_RETURN(positions, host_positions.To(device_));
+  Tensor positions;
+  if (plan != nullptr) {
+    positions = plan->positions();
+  } else {
+    FZ_RETURN_IF_ERROR(
+        kv_->Reserve(StepDemands(input_rows.decode, input_rows.parts), reservation));
+    FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
+    std::copy(input_rows.host_positions.begin(), input_rows.host_positions.end(),
+              host_positions.data<int32_t>());
+    positions = host_positions;  // on the CPU the host tensor is the device's
+    if (!device_.is_cpu()) {
+      FZ_ASSIGN_OR_RETURN(positions, host_positions.To(device_));
+    }
   }
   StepRows rows = input_rows;
   RemainingRows remaining;
@@ -285,7 +302,7 @@ Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserv
       return FailedPreconditionError(
           "hidden states per layer are not available when the policy removes rows");
     }
-    FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), rows, positions, x));
+    FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), rows, positions, x, plan));
     if (observer && l + 1 < shape_.layers) FZ_RETURN_IF_ERROR(observer(l + 1, x));
   }
   // Positions consumed: every input row, removed or not.
@@ -297,7 +314,8 @@ Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserv
   return absl::OkStatus();
 }
 
-Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x) const {
+Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x,
+                         const DecodeStepPlan* plan) const {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const int64_t t = x.dim(0), nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
 
@@ -326,8 +344,13 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
     FZ_ASSIGN_OR_RETURN(const Tensor decode_k, k.Slice(0, b));
     FZ_ASSIGN_OR_RETURN(const Tensor decode_v, v.Slice(0, b));
     FZ_ASSIGN_OR_RETURN(Tensor decode_attn, attn.Slice(0, b));
-    FZ_RETURN_IF_ERROR(kv_->AttendDecodeRows(l, rows.decode, rows.host_positions.first(b), decode_q,
-                                             decode_k, decode_v, decode_attn));
+    if (plan != nullptr) {
+      FZ_RETURN_IF_ERROR(kv_->AttendDecodePlanned(l, rows.decode, *plan, decode_q, decode_k,
+                                                  decode_v, decode_attn));
+    } else {
+      FZ_RETURN_IF_ERROR(kv_->AttendDecodeRows(l, rows.decode, rows.host_positions.first(b),
+                                               decode_q, decode_k, decode_v, decode_attn));
+    }
   }
   for (const PrefillPart& part : rows.parts) {
     const int64_t r0 = part.row0, r1 = part.row0 + part.rows;

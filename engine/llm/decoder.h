@@ -36,6 +36,7 @@
 #include "engine/llm/decoder_shape.h"
 #include "engine/llm/kv_backend.h"
 #include "engine/llm/sequence.h"
+#include "engine/llm/step_plan.h"
 
 namespace framezip::engine::llm {
 
@@ -89,6 +90,12 @@ class Decoder {
     policy_resources_ = std::move(resources);
   }
   const compress::PolicyResources& policy_resources() const { return policy_resources_; }
+
+  // Whether decode steps are planned ahead (step_plan.h) where every decode row's policy allows
+  // it: on by default; off runs every step eagerly, layer by layer (the reference the planned
+  // step is tested against, and a way out should a plan misbehave). Set before steps run.
+  void set_step_plans(bool on) { step_plans_ = on; }
+  bool step_plans() const { return step_plans_; }
 
   // The KV side of every layer on this decoder's device: what its kernels read (capabilities),
   // the pages a step reserves, the policies' plans carried out over a sequence's cache.
@@ -187,6 +194,9 @@ class Decoder {
     std::span<const PrefillPart> parts;
     std::span<const int32_t> host_positions;
   };
+  // What a step of these rows asks of the sequences' caches (KvBackend::Reserve).
+  static std::vector<StepDemand> StepDemands(std::span<Sequence* const> decode,
+                                             std::span<const PrefillPart> parts);
   // Called with (l + 1, x) after each layer l < L - 1, as HF's output_hidden_states records them.
   using LayerObserver = std::function<Status(int64_t index, const Tensor& x)>;
 
@@ -194,8 +204,12 @@ class Decoder {
   // length advances by its rows. x is updated in place — unless a policy removes rows
   // (SelectRows), when x becomes the remaining rows and row_map (if given; T entries) says where
   // each input row ended up (-1: removed). A removal with an observer is FAILED_PRECONDITION.
+  // With a plan (step_plan.h), the step's pages were reserved and its decode rows planned by the
+  // caller: Forward reserves nothing, reads the positions and every decode layer's slots and
+  // attention descriptors from the plan.
   Status Forward(const StepRows& rows, Tensor& x, const LayerObserver& observer = {},
-                 std::vector<int64_t>* row_map = nullptr) const;
+                 std::vector<int64_t>* row_map = nullptr,
+                 const DecodeStepPlan* plan = nullptr) const;
   // Owned storage of a step's rows once some were removed (SelectRows rewrites the StepRows to
   // point into it).
   struct RemainingRows {
@@ -209,7 +223,8 @@ class Decoder {
   Status SelectRows(int l, StepRows& rows, Tensor& x, Tensor& positions, RemainingRows& remaining,
                     std::vector<int64_t>& row_map) const;
   // The one layer body: x [T, H] in place through layer `l`; positions [T] i32 on the device.
-  Status RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x) const;
+  Status RunLayer(int l, const StepRows& rows, const Tensor& positions, Tensor& x,
+                  const DecodeStepPlan* plan) const;
   // Final norm + lm_head on rows of x [T, H] -> [T, V].
   StatusOr<Tensor> Logits(const Tensor& x) const;
   // Final norm + lm_head on the listed rows of x -> [rows.size(), V], in that order.
@@ -222,6 +237,7 @@ class Decoder {
   size_t weight_bytes_ = 0;
   compress::PolicyResources policy_resources_;
   std::unique_ptr<KvBackend> kv_;  // the pages' side of every layer, on device_
+  bool step_plans_ = true;
 };
 
 }  // namespace framezip::engine::llm

@@ -1,6 +1,7 @@
 // KvBackend (kv_backend.h): what it declares it supports, the checks against that, and a step's
 // page reservation. Its attention middles are in kv_backend_attend.cc and kv_backend_low_rank.cc.
 #include "engine/llm/kv_backend.h"
+#include "engine/llm/staging_cache.h"
 
 #include <algorithm>
 #include <string>
@@ -8,6 +9,11 @@
 #include "engine/ops/paged_attention.h"
 
 namespace framezip::engine::llm {
+
+KvBackend::KvBackend(const DecoderShape& shape, Device device, bool bf16_attention)
+    : shape_(shape), device_(device), bf16_attention_(bf16_attention) {}
+
+KvBackend::~KvBackend() = default;
 
 StepReservation::~StepReservation() {
   for (Sequence* seq : seqs_) seq->kv.ReleaseReserve();
@@ -17,6 +23,7 @@ StatusOr<std::unique_ptr<KvBackend>> KvBackend::Create(const DecoderShape& shape
                                                        bool bf16_attention) {
   FZ_RETURN_IF_ERROR(ops::PagedDecodeSupports(device, shape.head_dim));
   std::unique_ptr<KvBackend> backend(new KvBackend(shape, device, bf16_attention));
+  backend->staging_ = std::make_unique<StagingCache>(device);
   Capabilities& c = backend->capabilities_;
   c.device = device;
   c.head_dim = shape.head_dim;

@@ -38,6 +38,8 @@
 
 namespace framezip::engine::llm {
 
+class DecodeStepPlan;
+
 // What a step asks of one sequence's cache: `tokens` appended to every layer, as a prefill chunk
 // (`classified`: the policy picks each token's class, so its format, layer by layer) or as decode
 // tokens (stored kFull).
@@ -76,6 +78,8 @@ class KvBackend {
   static StatusOr<std::unique_ptr<KvBackend>> Create(const DecoderShape& shape, Device device,
                                                      bool bf16_attention);
 
+  ~KvBackend();
+
   const Capabilities& capabilities() const { return capabilities_; }
   Device device() const { return device_; }
 
@@ -106,9 +110,32 @@ class KvBackend {
                           std::span<const int32_t> positions, const Tensor& q, const Tensor& k,
                           const Tensor& v, Tensor& attn) const;
 
+  // Step plans (step_plan.h). Whether the decode rows of `seqs` can be planned ahead: every
+  // sequence's policy stores each decode token in every layer, its full format is dense, and no
+  // layer holds low-rank blocks.
+  bool CanPlanDecode(std::span<Sequence* const> seqs) const;
+  // After Reserve(every demand of the step, plan.reservation()): takes each decode token's slot
+  // in every layer (positions[i] is seqs[i]'s), serialises the slots, every layer's paged decode
+  // descriptors, the step's positions (all `positions`: decode rows first) and token_ids into one
+  // arena and uploads it in one copy. The token ids must have been checked against the
+  // vocabulary. Once it returns OK the sequences count the step's tokens: the step must run.
+  Status PlanDecode(std::span<Sequence* const> seqs, std::span<const int32_t> positions,
+                    std::span<const int32_t> token_ids, DecodeStepPlan& plan) const;
+  // AttendDecodeRows for a planned step: the batch's KV write (one launch into the planned
+  // slots), one paged attention from the plan's descriptors, then the residual window's
+  // recompression as AttendDecodeRows does it.
+  Status AttendDecodePlanned(int l, std::span<Sequence* const> seqs, const DecodeStepPlan& plan,
+                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             Tensor& attn) const;
+
+  // Upload buffers of step plans, reused: page-locked memory takes milliseconds to get.
+  class StagingCache;
+
  private:
-  KvBackend(const DecoderShape& shape, Device device, bool bf16_attention)
-      : shape_(shape), device_(device), bf16_attention_(bf16_attention) {}
+  // The residual window's recompression of layer l, for each sequence whose window is full
+  // (q: the step's decode queries [b, nh, d], row i seqs[i]'s).
+  Status RecompressResiduals(int l, std::span<Sequence* const> seqs, const Tensor& q) const;
+  KvBackend(const DecoderShape& shape, Device device, bool bf16_attention);
 
   // Decode attention per sequence over its gathered cache (plus the unstored row where stored[i]
   // is 0): where the device has no paged decode kernel for this head size.
@@ -148,6 +175,7 @@ class KvBackend {
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
   bool bf16_attention_ = false;
+  std::unique_ptr<StagingCache> staging_;
 };
 
 }  // namespace framezip::engine::llm

@@ -11,6 +11,8 @@
 #include "engine/core/device_memory.h"
 #include "engine/core/thread_pool.h"
 #include "engine/llm/kv_backend.h"
+#include "engine/llm/step_plan.h"
+#include "engine/ops/kv_slots.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/attention_sparse.h"
 #include "engine/ops/paged_attention.h"
@@ -209,6 +211,27 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     const ops::PagedKv paged_kv{spans, offsets, static_cast<int>(g), static_cast<int>(d)};
     FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, paged_kv, attn));
   }
+  return RecompressResiduals(l, seqs, q);
+}
+
+Status KvBackend::AttendDecodePlanned(int l, std::span<Sequence* const> seqs,
+                                      const DecodeStepPlan& plan, const Tensor& q,
+                                      const Tensor& k, const Tensor& v, Tensor& attn) const {
+  const int64_t b = static_cast<int64_t>(seqs.size());
+  if (b != plan.decode_rows() || q.dim(0) != b) {
+    return InternalError("planned decode: {} sequences, {} query rows, a plan for {}", b,
+                         q.dim(0), plan.decode_rows());
+  }
+  FZ_RETURN_IF_ERROR(ops::WriteKvSlots(device_, plan.slots(l), b, shape_.kv_heads * shape_.head_dim,
+                                       k.data<float>(), v.data<float>()));
+  FZ_RETURN_IF_ERROR(ops::PagedDecodeAttentionPlanned(q, plan.attention(l), plan.device_arena(),
+                                                      plan.workspace(), attn));
+  return RecompressResiduals(l, seqs, q);
+}
+
+Status KvBackend::RecompressResiduals(int l, std::span<Sequence* const> seqs,
+                                      const Tensor& q) const {
+  const int64_t b = static_cast<int64_t>(seqs.size()), g = shape_.kv_heads, d = shape_.head_dim;
   // Decode residual window (docs/methods.md §1.2 / KIVI's R): once a layer holds the policy's
   // window of full-precision tokens, they are classified and requantised into the class formats.
   // This step's attention above still read them at full precision.

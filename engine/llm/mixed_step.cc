@@ -2,10 +2,12 @@
 // prefill chunks — and runs them through the one forward (Decoder::Forward), then computes lm_head
 // only on the rows whose logits are returned.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "engine/core/device_memory.h"
 #include "engine/llm/decoder.h"
+#include "engine/ops/embedding.h"
 #include "engine/ops/rms_norm.h"
 
 namespace framezip::engine::llm {
@@ -65,17 +67,43 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
     row_of[i] = rows - 1;
   }
 
-  FZ_ASSIGN_OR_RETURN(Tensor x, Empty({rows, hid}));
   std::vector<int32_t> positions(static_cast<size_t>(rows));
+  for (size_t i = 0; i < decode.size(); ++i) {
+    positions[i] = static_cast<int32_t>(decode[i]->length);
+  }
+  for (const PrefillPart& part : parts) {
+    for (int64_t r = 0; r < part.rows; ++r) {
+      positions[static_cast<size_t>(part.row0 + r)] = static_cast<int32_t>(part.seq->length + r);
+    }
+  }
+  // OUT_OF_RANGE for a token outside the vocabulary, checked on the host before any sequence
+  // changes (so a planned step's ids go to the device once and never come back to be checked).
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= shape_.vocab) {
+      return OutOfRangeError("Embedding: token id {} at index {} is outside the vocabulary [0, {})",
+                             tokens[i], i, shape_.vocab);
+    }
+  }
+  // A decode step planned ahead (step_plan.h): the step's pages reserved, every layer's slots and
+  // attention descriptors, the positions and the ids in one upload.
+  std::unique_ptr<DecodeStepPlan> plan;
+  if (step_plans_ && kv_->CanPlanDecode(decode)) {
+    plan = std::make_unique<DecodeStepPlan>();
+    FZ_RETURN_IF_ERROR(kv_->Reserve(StepDemands(decode, parts), plan->reservation()));
+    FZ_RETURN_IF_ERROR(kv_->PlanDecode(decode, positions, tokens, *plan));
+  }
+
+  FZ_ASSIGN_OR_RETURN(Tensor x, Empty({rows, hid}));
   if (!decode.empty()) {
-    // OUT_OF_RANGE for a token outside the vocabulary, before any sequence changes.
     FZ_ASSIGN_OR_RETURN(Tensor decode_x, x.Slice(0, static_cast<int64_t>(decode.size())));
-    FZ_ASSIGN_OR_RETURN(Tensor ids,
-                        Tensor::Empty({static_cast<int64_t>(tokens.size())}, DType::kI32));
-    std::copy(tokens.begin(), tokens.end(), ids.data<int32_t>());
-    FZ_RETURN_IF_ERROR(Embed(ids, decode_x));
-    for (size_t i = 0; i < decode.size(); ++i) {
-      positions[i] = static_cast<int32_t>(decode[i]->length);
+    if (plan != nullptr) {
+      FZ_RETURN_IF_ERROR(ops::Embedding(weights_.embed_tokens, plan->token_ids(),
+                                        plan->host_token_ids(), decode_x));
+    } else {
+      FZ_ASSIGN_OR_RETURN(Tensor ids,
+                          Tensor::Empty({static_cast<int64_t>(tokens.size())}, DType::kI32));
+      std::copy(tokens.begin(), tokens.end(), ids.data<int32_t>());
+      FZ_RETURN_IF_ERROR(Embed(ids, decode_x));
     }
   }
   {
@@ -84,13 +112,10 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
       if (!in.embeds.defined()) continue;
       const PrefillPart& part = parts[p++];
       FZ_RETURN_IF_ERROR(CopyRows(in.embeds, 0, x, part.row0, part.rows));
-      for (int64_t r = 0; r < part.rows; ++r) {
-        positions[static_cast<size_t>(part.row0 + r)] = static_cast<int32_t>(in.seq->length + r);
-      }
     }
   }
   std::vector<int64_t> row_map;
-  FZ_RETURN_IF_ERROR(Forward(StepRows{decode, parts, positions}, x, {}, &row_map));
+  FZ_RETURN_IF_ERROR(Forward(StepRows{decode, parts, positions}, x, {}, &row_map, plan.get()));
 
   std::vector<size_t> wanted;
   std::vector<int64_t> wanted_rows;

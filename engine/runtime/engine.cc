@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/quant_page.h"
+#include "engine/ops/row_slices.h"
 #include "engine/ops/sample.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/runtime/predictor_loading.h"
@@ -633,6 +634,24 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
     for (const size_t i : running_item) MarkBroken(*work[i].conversation);
     return logits.status();
   }
+  // Every decode row's next token in one sampling call (one launch and one read-back of the ids
+  // on a GPU, however many rows): their logits rows gathered first when prefill rows sit between.
+  std::vector<int32_t> decode_rows;
+  for (size_t j = 0; j < running_item.size(); ++j) {
+    if (!inputs[running_item[j]].embeds.defined()) decode_rows.push_back(static_cast<int32_t>(j));
+  }
+  std::vector<int32_t> sampled(decode_rows.size());
+  if (!decode_rows.empty()) {
+    std::vector<ops::RowSampling> rows;
+    rows.reserve(decode_rows.size());
+    for (const int32_t j : decode_rows) {
+      Conversation& c = *work[running_item[static_cast<size_t>(j)]].conversation;
+      rows.push_back(c.sampler_->NextRow(c.history_));
+    }
+    FZ_ASSIGN_OR_RETURN(Tensor picked, DecodeLogits(*logits, decode_rows));
+    FZ_RETURN_IF_ERROR(ops::SampleTokens(picked, rows, sampled));
+  }
+  size_t next_sampled = 0;
   for (size_t j = 0; j < running_item.size(); ++j) {
     const size_t i = running_item[j];
     Conversation& c = *work[i].conversation;
@@ -652,10 +671,20 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
     }
     c.pending_.clear();  // the token just went into the cache
     c.current_.stats.decode_ms += step_ms;
-    FZ_ASSIGN_OR_RETURN(const int32_t token, SampleNext(c, row));
-    outs[i] = Accept(c, token);
+    outs[i] = Accept(c, sampled[next_sampled++]);
   }
   return outs;
+}
+
+StatusOr<Tensor> Engine::DecodeLogits(const Tensor& logits, std::span<const int32_t> rows) const {
+  if (static_cast<int64_t>(rows.size()) == logits.dim(0)) return logits;  // rows 0..n-1, in order
+  const int64_t vocab = logits.dim(1);
+  FZ_ASSIGN_OR_RETURN(Tensor picked, Tensor::Empty({static_cast<int64_t>(rows.size()), vocab},
+                                                   DType::kF32, logits.device()));
+  FZ_RETURN_IF_ERROR(ops::CopyRowSlices(logits.device(), static_cast<int64_t>(rows.size()), vocab,
+                                        {.data = logits.data<float>(), .stride = vocab, .rows = rows},
+                                        {.data = picked.data<float>(), .stride = vocab}));
+  return picked;
 }
 
 StatusOr<int32_t> Engine::SampleNext(Conversation& c, Tensor& logits) {
