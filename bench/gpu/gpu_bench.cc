@@ -651,7 +651,9 @@ int RunGpuBench(const std::vector<std::string>& args) {
           "  at 4k/16k/32k tokens, paged decode attention at 32k over f16/int4/int2/mixed KV,\n"
           "  AttentionPack's fused low-rank decode at 32k (f16 and int4 factors) against dense "
           "f16,\n"
-          "  then the Qwen2-0.5B shape end to end (prefill and decode tokens/s, llm::Decoder on "
+          "  then the Qwen2-0.5B shape end to end (prefill, decode at batch 1/16/64 over a 4k "
+          "context, tokens/s,\n"
+          "  and a batch-16 step's launches, host synchronisations and copies; llm::Decoder on "
           "the GPU) and\n"
           "  OV's SigLIP-so400m vision tower (frames/s).\n"
           "  --quick: 4k prefill and 4k decode only (a smoke run). --json: JSON last line.\n");

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <memory>
 #include <span>
+#include <string>
 
+#include "engine/core/step_counters.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
 #include "engine/llm/random_weights.h"
@@ -157,8 +159,8 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
   if (!Ok(pools.status(), "KV pool")) return {};
   auto new_sequence = [&] { return d.NewSequence(**pools, format, "none"); };
 
-  const int64_t prompt = quick ? 1024 : 4096, batch_context = quick ? 256 : 1024;
-  const int steps = quick ? 8 : 32, batch = 16;
+  const int64_t prompt = quick ? 1024 : 4096;
+  const int steps = quick ? 8 : 32;
   std::vector<E2eRow> rows;
 
   // Warm-up: cuBLAS handles, the caching allocator's segments, module loading.
@@ -197,28 +199,41 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
     }
   }
 
-  // Batch 16: sixteen sequences of batch_context tokens each, one token each per step.
-  {
+  // Batches of 16 and 64: that many sequences of `prompt` tokens each (the context the torch peers
+  // decode at), one token each per step. The batch-16 step is also counted.
+  for (const int batch : {16, 64}) {
     std::vector<std::unique_ptr<llm::Sequence>> seqs;
     std::vector<llm::Sequence*> ptrs;
     for (int b = 0; b < batch; ++b) {
       auto c = new_sequence();
-      if (!Ok(c.status(), "batch sequence")) return {};
-      if (!Ok(PrefillIds(d, **c, Ids(batch_context, shape.vocab, 100 + b)), "batch prefill")) {
-        return {};
+      if (!Ok(c.status(), "batch sequence")) return rows;
+      if (!Ok(PrefillIds(d, **c, Ids(prompt, shape.vocab, 100 + b)), "batch prefill")) {
+        return rows;
       }
       ptrs.push_back(c->get());
       seqs.push_back(std::move(*c));
     }
-    std::vector<int32_t> tokens(batch, 42);
-    if (!Ok(Step(d, ptrs, tokens), "batch decode warm-up")) return {};
+    const std::string tag = "end-to-end decode batch " + std::to_string(batch);
+    std::vector<int32_t> tokens(static_cast<size_t>(batch), 42);
+    if (!Ok(Step(d, ptrs, tokens), "batch decode warm-up")) return rows;
+    if (batch == 16) {
+      // What one step hands the device (engine/core/step_counters.h): launches, host waits and
+      // copies, the sampler's read-back of the ids included.
+      const engine::StepCountScope scope;
+      if (!Ok(Step(d, ptrs, tokens), "counted batch decode step")) return rows;
+      const engine::StepCounts c = scope.Elapsed();
+      rows.push_back({tag + " kernel launches per step", static_cast<double>(c.launches), "count"});
+      rows.push_back(
+          {tag + " host synchronisations per step", static_cast<double>(c.host_syncs), "count"});
+      rows.push_back({tag + " host-device copies per step", static_cast<double>(c.copies()), "count"});
+      rows.push_back({tag + " step plans per step", static_cast<double>(c.plan_uploads), "count"});
+    }
     const double s = Seconds([&] {
       for (int i = 0; i < steps && st.ok(); ++i) st = Step(d, ptrs, tokens);
     });
-    if (!Ok(st, "decode batch 16")) return {};
-    rows.push_back(
-        {"end-to-end decode batch 16 at " + std::to_string(batch_context) + " context (aggregate)",
-         batch * steps / s, "tokens/s"});
+    if (!Ok(st, "batch decode")) return rows;
+    rows.push_back({tag + " at " + std::to_string(prompt) + " context (aggregate)",
+                    static_cast<double>(batch) * steps / s, "tokens/s"});
   }
   return rows;
 }
