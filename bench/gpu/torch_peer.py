@@ -44,6 +44,7 @@ Without a CUDA device (and without --self-check) it exits 2 at once with a messa
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -527,9 +528,10 @@ def main():
     def write():
         report["notes"] = "; ".join(notes + [f"FAILED: {s}" for s in failed])
         line = json.dumps(report)
-        if args.out:
-            with open(args.out, "w") as f:
+        if args.out:  # whole or not at all, should a timeout stop it mid-write
+            with open(args.out + ".tmp", "w") as f:
                 f.write(line + "\n")
+            os.replace(args.out + ".tmp", args.out)
         return line
 
     for name, section in (("SDPA", bench_sdpa), ("decoder", bench_decoder),
