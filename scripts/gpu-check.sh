@@ -53,11 +53,14 @@
 # gpu-check.log (everything, the benchmarks' readable lines too), cuda-tests.txt (Catch2 console
 # report, the end-to-end stage's report, the GPU eval's tables and the server stage's readable
 # lines appended), cuda-tests.xml (JUnit), bench-gpu.json (`framezip bench gpu --json`),
-# torch-peer.json (torch_peer.py), latest.json (the server stage's figures merged over
-# bench/gpu/latest.json by bench/gpu/write_latest.py: copy it there, and its section at the end of
-# summary.txt into bench/RESULTS.md), and when it built here build.log (the configure step too):
-# 8 files at most, the device tool's limit. summary.txt ends with dense prefill vs torch SDPA
-# ratios when both ran.
+# torch-peer.json (torch_peer.py: the eager and the static-cache CUDA-graph peers), latest.json
+# (bench/gpu/write_latest.py's figures merged over bench/gpu/latest.json: the server stage's, and
+# after the benchmarks ours over the torch peers, the kernel ratios, the per-step counts and the
+# GPU eval's top-1 agreement; keys it could not compute are named in summary.txt; copy it there,
+# and its sections at the end of summary.txt into bench/RESULTS.md), and when it built here
+# build.log (the configure step too): 8 files at most, the device tool's limit. summary.txt ends
+# with dense prefill vs torch SDPA ratios and decode vs the torch peers at the same batch and
+# context when both ran.
 # Exit status: 0 every [cuda] test passed on a GPU and both benchmarks ran; 1 a test or a
 # benchmark failed or the build broke; 2 nothing could be checked (no GPU, or neither a staged
 # binary nor the dependencies to build one).
@@ -86,7 +89,7 @@ for arg in "$@"; do
     --quick) quick=1 ;;
     --profile=*) profile=${arg#--profile=} ;;
     --no-sanitizer) sanitizer=0 ;;
-    -h | --help) sed -n '2,63p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,66p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -99,6 +102,9 @@ server_clip=tests/data/synthvid/demo-v2-test-000022.mp4  # the demo's clip: 256 
 server_questions=tests/data/synthvid/demo-v2-test-000022.questions.tsv
 eval_items=240  # synthvid test items of the GPU eval: one changed answer moves accuracy 0.42 point
 stage_dir=.gpucheck
+# The GPU eval's JSON objects, one a line, for write_latest.py's eval keys (not under $OUT: the
+# device tool brings back 8 files at most).
+eval_reports=$build_dir/gpu-eval.jsonl
 unpacked=$build_dir/staged  # where unpack_stage opens the archive (never carried back)
 jobs=$(nproc 2>/dev/null || echo 2)
 nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
@@ -286,6 +292,7 @@ main() {
   ops_bin=""
   bench_bin=""
   unpack_stage
+  mkdir -p "$build_dir" && rm -f "$eval_reports" "$out/latest.json"  # this run's figures only
   if [ "$server_only" = 1 ]; then
     [ "$rehearse" = 1 ] && note "REHEARSAL: the server stage on the CPU at small sizes"
     run_server_stage
@@ -355,6 +362,7 @@ main() {
       rm -f "$out/ops.tmp"
       run_end_to_end
       run_gpu_eval
+      write_gpu_latest
       run_server_stage_if_time 90
     fi
     exit 2
@@ -374,6 +382,7 @@ main() {
   if [ "$tests_only" = 0 ]; then
     run_benchmarks || status=1
   fi
+  write_gpu_latest || status=1
   if [ "$sanitizer" = 1 ]; then
     run_sanitizer || status=1
   fi
@@ -473,6 +482,7 @@ run_gpu_eval() {
       --max-accuracy-gap 0.5 --min-top1 0.99 --json >"$out/eval.tmp" 2>>"$out/cuda-tests.txt"
     rc=$?
     grep -v '^{' "$out/eval.tmp" >>"$out/cuda-tests.txt"
+    grep '^{' "$out/eval.tmp" | tail -1 >>"$eval_reports"
     line=$(grep '^{' "$out/eval.tmp" | tail -1 | eval_verdict "$eval_device")
     rm -f "$out/eval.tmp"
     if [ "$rc" = 0 ]; then
@@ -729,6 +739,44 @@ PY
   return "$status"
 }
 
+# The GPU check's figures into $out/latest.json (bench/gpu/write_latest.py): from bench-gpu.json,
+# torch-peer.json and the GPU eval's reports, whichever this run wrote, merged over the server
+# stage's $out/latest.json when it ran, else over bench/gpu/latest.json (a rehearsal's CPU
+# figures start afresh). Keys it leaves out, and why, go to summary.txt; on a GPU the file is
+# copied to bench/gpu/latest.json as the server stage's is.
+write_gpu_latest() {
+  local args=() device_name base=bench/gpu/latest.json msgs rc line
+  [ -s "$out/bench-gpu.json" ] && args+=(--bench-gpu-report "$out/bench-gpu.json")
+  [ -s "$out/torch-peer.json" ] && args+=(--torch-peer-report "$out/torch-peer.json")
+  [ -s "$eval_reports" ] && args+=(--eval-report "$eval_reports")
+  [ "${#args[@]}" = 0 ] && return 0
+  device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  if [ "$rehearse" = 1 ]; then
+    device_name="REHEARSAL on the CPU: $(lscpu | sed -n 's/^Model name: *//p')"
+    base="$build_dir/no-base.json"
+  fi
+  [ -s "$out/latest.json" ] && base="$out/latest.json"
+  msgs=$(python3 bench/gpu/write_latest.py "$out/latest.json" \
+    --device "${device_name:-unknown GPU}" --base "$base" "${args[@]}" 2>&1)
+  rc=$?
+  [ -n "$msgs" ] && while IFS= read -r line; do note "$line"; done <<<"$msgs"
+  if [ "$rc" != 0 ]; then
+    note "FAIL could not write the GPU figures into latest.json"
+    return 1
+  fi
+  {
+    echo "## GPU check figures ($(date -u +%F), ${device_name:-unknown GPU})"
+    echo
+    echo "scripts/gpu-check.sh: bench/gpu/write_latest.py over ${args[*]}"
+    echo
+    echo '```json'
+    cat "$out/latest.json"
+    echo '```'
+  } >>"$summary"
+  [ "$rehearse" = 1 ] || cp "$out/latest.json" bench/gpu/latest.json
+  note "GPU figures in latest.json (above)"
+}
+
 # The server stage when $1 s of the 450 s budget are left; otherwise a note to run it alone.
 run_server_stage_if_time() {
   if [ $((450 - SECONDS)) -lt "$1" ]; then
@@ -863,6 +911,20 @@ for name, value in ours.items():
         if peer_name.startswith("torch eager SigLIP-so400m") and f" {m.group(1)} frames" in peer_name:
             print(f"vision tower {m.group(1)} frames: ours {value:.1f} vs torch eager {ref:.1f} "
                   f"frames/s = {value / ref:.3f}x")
+# End-to-end decode against both torch peers, only at the same batch and context.
+for name, value in ours.items():
+    m = re.fullmatch(r"end-to-end decode batch (\d+) at (\d+) context( \(aggregate\))?", name)
+    if not m:
+        continue
+    batch, ctx = m.group(1), m.group(2)
+    for peer_kind, prefix in (("graphs", "torch static-cache CUDA-graph"), ("eager", "torch eager")):
+        ref = peer.get(f"{prefix} Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}")
+        if ref:
+            print(f"decode batch {batch} at {ctx} context: ours {value:.0f} vs torch {peer_kind} "
+                  f"{ref:.0f} tokens/s = {value / ref:.3f}x")
+        else:
+            print(f"decode batch {batch} at {ctx} context: ours {value:.0f} tokens/s; no torch "
+                  f"{peer_kind} row at that batch and context")
 EOF
   fi
   return "$ok"

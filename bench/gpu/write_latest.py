@@ -3,13 +3,16 @@
 
 The file is one JSON object: "device" and "date" say where and when the figures were last
 measured, every other key is a figure. Keys this run does not produce are kept as they were;
-keys it produces are replaced. Usage (scripts/gpu-check.sh's server stage):
+keys it produces are replaced. Usage (scripts/gpu-check.sh: the server stage, and after the
+benchmarks):
 
   write_latest.py OUT.json --device "NVIDIA H100 ..." [--base bench/gpu/latest.json]
       [--server-report bench-server.json] [--sessions-report bench-sessions.json]
       [--demo-right 3/3] [--demo-turn2-ttft-ms 12.5] [--sessions-kv-budget-mib 64]
+      [--bench-gpu-report bench-gpu.json] [--torch-peer-report torch-peer.json]
+      [--eval-report gpu-eval.jsonl ...]
 
-Keys written:
+Keys written, from the server stage:
   server_demo_right      "R/N": the demo's questions answered right in one session
   server_turn2_ttft_ms   turn 2's time to first token in that session (KV of turn 1 reused)
   server_c16_over_c1     `framezip bench server`: aggregate decode tok/s at 16 sessions over 1
@@ -17,6 +20,41 @@ Keys written:
   sessions_resident      {policy: {frames: sessions}} from `framezip bench sessions`
   sessions_decode_tok_s  {policy: {frames: tok/s}} from the same run
   sessions_kv_budget_mib the KV budget that run filled
+
+From `framezip bench gpu --json` (--bench-gpu-report: bench/gpu/gpu_bench.cc, model_e2e.cc) and
+bench/gpu/torch_peer.py (--torch-peer-report), "ours over theirs" (>1: framezip is faster), each
+from two rows at the same context and batch (the names below, as both reports spell them):
+  e2e_prefill_4k_over_torch_eager     end-to-end prefill of a 4096-token prompt, Qwen2-0.5B shape,
+                                      over torch eager (e2e_prefill_4k_over_torch_static: over the
+                                      static-cache flash prefill)
+  decode_b{1,16,64}_4k_over_torch_graphs  end-to-end decode tokens/s at batch 1/16/64 over a
+                                      4096-token context, over torch with a static KV cache and
+                                      the step in a CUDA graph (decode_b*_4k_over_torch_eager: over
+                                      the eager peer)
+  vision_over_torch_eager             SigLIP-so400m (OV) frames/s over torch eager, at the largest
+                                      frame count both ran
+  prefill_attention_32k_over_sdpa     dense causal prefill attention at T=32768, Qwen2-0.5B heads,
+                                      the op's kernel (bf16 tensor cores pipelined) over torch SDPA
+                                      bf16 (prefill_attention_32k_qwen2_7b_heads_over_sdpa: d128)
+Ours alone (framezip bench gpu):
+  paged_decode_b16_32k_fraction_of_copy_ceiling  paged decode attention, Qwen2-0.5B heads, batch
+                                      16, 32k context, f16 pages, the op's kernel (CUDA cores):
+                                      bytes read per second over the device copy ceiling
+  int4_over_f16_decode_b16_32k        the same kernel's f16 time over its int4 time (>1: int4 is
+                                      faster)
+  attentionpack_over_dense_decode_32k AttentionPack's fused decode over 32k visual tokens, f16
+                                      factors (the policy's default), speed over dense f16 paged
+                                      decode of the same context
+  host_syncs_per_decode_step, kernel_launches_per_decode_step, host_device_copies_per_decode_step,
+  step_plans_per_decode_step          one end-to-end decode step at batch 16, counted
+From framezip-eval-frames --json reports (--eval-report, repeatable; JSON lines, one per policy,
+as scripts/gpu-check.sh's GPU eval writes them):
+  eval_top1_agreement                 {policy: teacher-forced top-1 agreement with the reference}
+  eval_top1_agreement_min             the lowest of those
+A key is computed when every report it reads was given. When one of them was given but a row it
+needs is missing (or not finite), or another report it needs was not given, the key is left out,
+any old value of it removed (it would pass for this run's), and the reason listed on stderr; keys
+none of whose reports were given are kept as they were.
 Exit status 1 with a message naming the file when a report cannot be read.
 """
 import argparse
@@ -35,6 +73,164 @@ def results(path):
         return {r["name"]: r["value"] for r in report["results"]}
     except (OSError, IndexError, KeyError, ValueError) as e:
         sys.exit(f"write_latest: cannot read a bench report from {path}: {e}")
+
+
+def eval_reports(paths):
+    """[(policy, report)] from framezip-eval-frames --json outputs (JSON lines: one per policy)."""
+    reports = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                lines = [l for l in f.read().splitlines() if l.startswith("{")]
+            reports += [(j.get("policy", "?"), j) for j in map(json.loads, lines)]
+        except (OSError, ValueError) as e:
+            sys.exit(f"write_latest: cannot read an eval report from {path}: {e}")
+    return reports
+
+
+# framezip bench gpu's rows (bench/gpu/gpu_bench.cc, bench/gpu/model_e2e.cc).
+OURS_PREFILL = "end-to-end prefill, Qwen2-0.5B shape bf16, {ctx}-token prompt"
+OURS_DECODE = "end-to-end decode batch {batch} at {ctx} context"  # batch > 1: + " (aggregate)"
+OURS_VISION = ("end-to-end vision tower, SigLIP-so400m (OV) bf16, 384 px, {frames} frames in "
+               "batches of 8")
+OURS_PREFILL_ATTENTION = "dense causal prefill attention bf16 tensor cores pipelined {label} T={t}"
+OURS_PAGED_DECODE = "decode attention {label} batch {batch} ctx {ctx} {format} [cuda cores] {what}"
+OURS_ATTENTIONPACK = ("AttentionPack decode, one sequence, ctx {ctx} visual tokens, rank 32 "
+                      "{format} factors speed vs dense f16 paged decode [tensor cores]")
+OURS_STEP_COUNT = "end-to-end decode batch 16 {what} per step"
+# torch_peer.py's rows (its constants of the same names; the test checks they agree).
+EAGER_PREFILL_ROW = "torch eager Qwen2-0.5B-shaped prefill bf16 T={ctx}"
+EAGER_DECODE_ROW = "torch eager Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}"
+STATIC_PREFILL_ROW = "torch static-cache Qwen2-0.5B-shaped prefill bf16 T={ctx}"
+GRAPH_DECODE_ROW = "torch static-cache CUDA-graph Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}"
+SDPA_ROW = "torch SDPA causal {dtype} {label} T={t}"
+VISION_ROW = "torch eager SigLIP-so400m (OV) bf16, 384 px, {frames} frames in batches of 8"
+HEADS_05B = "Qwen2-0.5B heads 14/2 d64"
+HEADS_7B = "Qwen2-7B heads 28/4 d128"
+
+
+class Missing(Exception):
+    """A key's input is absent: the message says which row of which report."""
+
+
+class Rows:
+    """One report's {name: value}, or None when it was not given; names the file in errors."""
+
+    def __init__(self, flag, path, values):
+        self.flag, self.path, self.values = flag, path, values
+
+    def get(self, *names, zero_ok=False):
+        """The value of the first of `names` present; Missing if none is, or if it is not a
+        finite figure (the C++ bench writes -1 for one), or 0 where a ratio needs more."""
+        if self.values is None:
+            raise Missing(f"no {self.flag}")
+        for name in names:
+            if name in self.values:
+                v = self.values[name]
+                if not isinstance(v, (int, float)) or v < 0 or (v == 0 and not zero_ok):
+                    raise Missing(f"{self.path} row '{name}' is {v!r}, not a usable figure")
+                return float(v)
+        alts = "' or '".join(names)
+        raise Missing(f"{self.path} has no row '{alts}'")
+
+
+def ours_decode(ours, batch, ctx):
+    name = OURS_DECODE.format(batch=batch, ctx=ctx)
+    return ours.get(name, name + " (aggregate)")
+
+
+def vision_ratio(ours, peer):
+    """Ours over torch eager at the largest frame count both reports have."""
+    for r in (ours, peer):
+        if r.values is None:
+            raise Missing(f"no {r.flag}")
+    pattern = re.escape(VISION_ROW).replace(re.escape("{frames}"), r"(\d+)")
+    frames = [int(m.group(1)) for m in (re.fullmatch(pattern, n) for n in peer.values) if m]
+    both = sorted((f for f in frames if OURS_VISION.format(frames=f) in ours.values), reverse=True)
+    if not both:
+        raise Missing(f"no frame count with both a '{OURS_VISION}' row in {ours.path} and a "
+                      f"'{VISION_ROW}' row in {peer.path}")
+    f = both[0]
+    return ours.get(OURS_VISION.format(frames=f)) / peer.get(VISION_ROW.format(frames=f))
+
+
+def gpu_keys():
+    """[(key, the reports it reads, fn(ours, peer, evals) -> value)]."""
+    keys = []
+
+    def add(key, sources, fn):
+        keys.append((key, sources, fn))
+
+    add("e2e_prefill_4k_over_torch_eager", ("gpu", "peer"),
+        lambda o, p, e: o.get(OURS_PREFILL.format(ctx=4096)) /
+        p.get(EAGER_PREFILL_ROW.format(ctx=4096)))
+    add("e2e_prefill_4k_over_torch_static", ("gpu", "peer"),
+        lambda o, p, e: o.get(OURS_PREFILL.format(ctx=4096)) /
+        p.get(STATIC_PREFILL_ROW.format(ctx=4096)))
+    for batch in (1, 16, 64):
+        add(f"decode_b{batch}_4k_over_torch_graphs", ("gpu", "peer"),
+            lambda o, p, e, b=batch: ours_decode(o, b, 4096) /
+            p.get(GRAPH_DECODE_ROW.format(batch=b, ctx=4096)))
+        add(f"decode_b{batch}_4k_over_torch_eager", ("gpu", "peer"),
+            lambda o, p, e, b=batch: ours_decode(o, b, 4096) /
+            p.get(EAGER_DECODE_ROW.format(batch=b, ctx=4096)))
+    add("vision_over_torch_eager", ("gpu", "peer"), lambda o, p, e: vision_ratio(o, p))
+    for key, label in (("prefill_attention_32k_over_sdpa", HEADS_05B),
+                       ("prefill_attention_32k_qwen2_7b_heads_over_sdpa", HEADS_7B)):
+        add(key, ("gpu", "peer"),
+            lambda o, p, e, l=label: o.get(OURS_PREFILL_ATTENTION.format(label=l, t=32768)) /
+            p.get(SDPA_ROW.format(dtype="bf16", label=l, t=32768)))
+    paged = dict(label=HEADS_05B, batch=16, ctx=32768)
+    add("paged_decode_b16_32k_fraction_of_copy_ceiling", ("gpu",),
+        lambda o, p, e: o.get(OURS_PAGED_DECODE.format(
+            **paged, format="f16", what="fraction of copy ceiling")))
+    add("int4_over_f16_decode_b16_32k", ("gpu",),
+        lambda o, p, e: o.get(OURS_PAGED_DECODE.format(**paged, format="f16", what="time")) /
+        o.get(OURS_PAGED_DECODE.format(**paged, format="int4", what="time")))
+    add("attentionpack_over_dense_decode_32k", ("gpu",),
+        lambda o, p, e: o.get(OURS_ATTENTIONPACK.format(ctx=32768, format="f16")))
+    for key, what in (("host_syncs_per_decode_step", "host synchronisations"),
+                      ("kernel_launches_per_decode_step", "kernel launches"),
+                      ("host_device_copies_per_decode_step", "host-device copies"),
+                      ("step_plans_per_decode_step", "step plans")):
+        add(key, ("gpu",),
+            lambda o, p, e, w=what: round(o.get(OURS_STEP_COUNT.format(what=w), zero_ok=True)))
+    add("eval_top1_agreement", ("eval",), lambda o, p, e: eval_agreement(e))
+    add("eval_top1_agreement_min", ("eval",), lambda o, p, e: min(eval_agreement(e).values()))
+    return keys
+
+
+def eval_agreement(evals):
+    """{policy: top-1 agreement} of the eval reports that measured it."""
+    if evals is None:
+        raise Missing("no --eval-report")
+    top1 = {policy: float(j["agreement"]["top1"]) for policy, j in evals
+            if isinstance(j.get("agreement"), dict) and "top1" in j["agreement"]}
+    if not top1:
+        raise Missing("no eval report with an agreement.top1 (run framezip-eval-frames with "
+                      "--reference-device)")
+    return top1
+
+
+def gpu_figures(latest, ours, peer, evals):
+    """Computes the keys of gpu_keys() into latest; returns the lines for stderr."""
+    given = {"gpu": ours.values is not None, "peer": peer.values is not None,
+             "eval": evals is not None}
+    notes = []
+    for key, sources, fn in gpu_keys():
+        if not any(given[s] for s in sources):
+            continue  # this run says nothing about it: kept as it was
+        try:
+            value = fn(ours, peer, evals)
+            if isinstance(value, dict):
+                latest[key] = {k: float(f"{v:.6g}") for k, v in value.items()}
+            else:  # counts stay integers; figures keep 6 significant digits
+                latest[key] = value if isinstance(value, int) else float(f"{value:.6g}")
+        except Missing as e:
+            if key in latest:
+                del latest[key]
+            notes.append(f"write_latest: left out {key}: {e}")
+    return notes
 
 
 def server_figures(values):
@@ -74,6 +270,10 @@ def main():
     p.add_argument("--demo-right")
     p.add_argument("--demo-turn2-ttft-ms", type=float)
     p.add_argument("--sessions-kv-budget-mib", type=float)
+    p.add_argument("--bench-gpu-report", help="`framezip bench gpu --json`'s output")
+    p.add_argument("--torch-peer-report", help="bench/gpu/torch_peer.py --out's file")
+    p.add_argument("--eval-report", action="append", default=None,
+                   help="framezip-eval-frames --json output (JSON lines); repeatable")
     args = p.parse_args()
 
     latest = {}
@@ -99,6 +299,13 @@ def main():
         latest.update(sessions_figures(results(args.sessions_report)))
         if args.sessions_kv_budget_mib is not None:
             latest["sessions_kv_budget_mib"] = args.sessions_kv_budget_mib
+    ours = Rows("--bench-gpu-report", args.bench_gpu_report,
+                results(args.bench_gpu_report) if args.bench_gpu_report else None)
+    peer = Rows("--torch-peer-report", args.torch_peer_report,
+                results(args.torch_peer_report) if args.torch_peer_report else None)
+    evals = eval_reports(args.eval_report) if args.eval_report is not None else None
+    for line in gpu_figures(latest, ours, peer, evals):
+        print(line, file=sys.stderr)
     latest["device"] = args.device
     latest["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     with open(args.out, "w") as f:

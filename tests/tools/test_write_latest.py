@@ -8,8 +8,18 @@ Checked: keys from a previous latest.json survive a merge, device and date are r
 bench reports' figures land under the keys the GPU check promises (server_c16_over_c1 from the
 all-running window, sessions_resident and sessions_decode_tok_s per policy and frame count), and
 a missing report or a malformed --demo-right fails with a message naming it.
+
+The GPU keys, from the synthetic reports in tests/data/gpu_reports/ (shaped as `framezip bench
+gpu --json`, torch_peer.py --out and framezip-eval-frames --json write them): each ratio against
+the two rows it names, recomputed here from the files; decode compared at the same context and
+batch only (batch 16 at 4096, not the 1024-context row beside it); a key whose row is missing
+(decode at batch 64 on our side) or not finite left out, its stale value removed and the key
+named on stderr; keys of reports not given kept; the eval minimum over the policies that
+measured agreement. And torch_peer.py's row-name constants equal write_latest.py's (read from
+its source: no torch needed).
 """
 
+import ast
 import json
 import os
 import subprocess
@@ -89,6 +99,141 @@ with tempfile.TemporaryDirectory() as d:
     r = run(out, "--device", "x", "--demo-right", "three")
     check("a malformed --demo-right is refused", r.returncode != 0 and "--demo-right" in r.stderr,
           r.stderr)
+
+
+DATA = os.path.join(ROOT, "tests", "data", "gpu_reports")
+GPU, PEER, EVAL = (os.path.join(DATA, n) for n in ("bench-gpu.json", "torch-peer.json",
+                                                    "gpu-eval.jsonl"))
+
+
+def rows(path):
+    with open(path) as f:
+        return {r["name"]: r["value"]
+                for r in json.loads([l for l in f if l.startswith("{")][-1])["results"]}
+
+
+def near(a, b):
+    return a is not None and b is not None and abs(a - b) <= 1e-5 * abs(b)
+
+
+ours, peer = rows(GPU), rows(PEER)
+H = "Qwen2-0.5B heads 14/2 d64"
+want = {
+    "e2e_prefill_4k_over_torch_eager":
+        ours["end-to-end prefill, Qwen2-0.5B shape bf16, 4096-token prompt"] /
+        peer["torch eager Qwen2-0.5B-shaped prefill bf16 T=4096"],
+    "e2e_prefill_4k_over_torch_static":
+        ours["end-to-end prefill, Qwen2-0.5B shape bf16, 4096-token prompt"] /
+        peer["torch static-cache Qwen2-0.5B-shaped prefill bf16 T=4096"],
+    "decode_b1_4k_over_torch_graphs":
+        ours["end-to-end decode batch 1 at 4096 context"] /
+        peer["torch static-cache CUDA-graph Qwen2-0.5B-shaped decode bf16 batch 1 ctx 4096"],
+    "decode_b16_4k_over_torch_graphs":
+        ours["end-to-end decode batch 16 at 4096 context (aggregate)"] /
+        peer["torch static-cache CUDA-graph Qwen2-0.5B-shaped decode bf16 batch 16 ctx 4096"],
+    "decode_b16_4k_over_torch_eager":
+        ours["end-to-end decode batch 16 at 4096 context (aggregate)"] /
+        peer["torch eager Qwen2-0.5B-shaped decode bf16 batch 16 ctx 4096"],
+    "vision_over_torch_eager":
+        ours["end-to-end vision tower, SigLIP-so400m (OV) bf16, 384 px, 32 frames in batches of 8"] /
+        peer["torch eager SigLIP-so400m (OV) bf16, 384 px, 32 frames in batches of 8"],
+    "prefill_attention_32k_over_sdpa":
+        ours[f"dense causal prefill attention bf16 tensor cores pipelined {H} T=32768"] /
+        peer[f"torch SDPA causal bf16 {H} T=32768"],
+    "paged_decode_b16_32k_fraction_of_copy_ceiling":
+        ours[f"decode attention {H} batch 16 ctx 32768 f16 [cuda cores] fraction of copy ceiling"],
+    "int4_over_f16_decode_b16_32k":
+        ours[f"decode attention {H} batch 16 ctx 32768 f16 [cuda cores] time"] /
+        ours[f"decode attention {H} batch 16 ctx 32768 int4 [cuda cores] time"],
+    "attentionpack_over_dense_decode_32k":
+        ours["AttentionPack decode, one sequence, ctx 32768 visual tokens, rank 32 f16 factors "
+             "speed vs dense f16 paged decode [tensor cores]"],
+    "host_syncs_per_decode_step":
+        ours["end-to-end decode batch 16 host synchronisations per step"],
+    "kernel_launches_per_decode_step": ours["end-to-end decode batch 16 kernel launches per step"],
+    "step_plans_per_decode_step": ours["end-to-end decode batch 16 step plans per step"],
+}
+with open(EVAL) as f:
+    evals = [json.loads(l) for l in f if l.startswith("{")]
+want_top1 = {j["policy"]: j["agreement"]["top1"] for j in evals if "agreement" in j}
+
+with tempfile.TemporaryDirectory() as d:
+    base = os.path.join(d, "base.json")
+    stale = {"device": "old", "date": "2000-01-01T00:00:00Z", "server_demo_right": "3/3",
+             "decode_b64_4k_over_torch_graphs": 9.9, "eval_top1_agreement_min": 0.5}
+    with open(base, "w") as f:
+        json.dump(stale, f)
+    out = os.path.join(d, "latest.json")
+    r = run(out, "--device", "NVIDIA H200", "--base", base, "--bench-gpu-report", GPU,
+            "--torch-peer-report", PEER, "--eval-report", EVAL)
+    check("GPU reports: writes latest.json", r.returncode == 0, r.stderr)
+    j = json.load(open(out)) if r.returncode == 0 else {}
+    for key, value in want.items():
+        check(f"GPU key {key}", near(j.get(key), value), f"{j.get(key)} != {value}")
+    check("decode batch 16 compared at 4096 context, not with the 1024-context row",
+          not near(j.get("decode_b16_4k_over_torch_graphs"),
+                   ours["end-to-end decode batch 16 at 1024 context (aggregate)"] /
+                   peer["torch static-cache CUDA-graph Qwen2-0.5B-shaped decode bf16 batch 16 "
+                        "ctx 4096"]), str(j.get("decode_b16_4k_over_torch_graphs")))
+    check("a key whose row is missing is left out and its stale value removed",
+          "decode_b64_4k_over_torch_graphs" not in j and "decode_b64_4k_over_torch_eager" not in j,
+          str(j))
+    check("stderr names the left-out key and the row it lacks",
+          "decode_b64_4k_over_torch_graphs" in r.stderr and
+          "end-to-end decode batch 64 at 4096 context" in r.stderr, r.stderr)
+    check("eval top-1 agreement per policy that measured it",
+          j.get("eval_top1_agreement") == want_top1, str(j.get("eval_top1_agreement")))
+    check("eval top-1 agreement minimum", near(j.get("eval_top1_agreement_min"),
+                                               min(want_top1.values())), str(j))
+    check("the server stage's keys are kept", j.get("server_demo_right") == "3/3", str(j))
+    check("device replaced", j.get("device") == "NVIDIA H200", str(j.get("device")))
+
+    # Only our report: keys that need the peer are left out (not kept from an older run), keys
+    # of reports not given (the eval's) are kept.
+    r = run(out, "--device", "NVIDIA H200", "--bench-gpu-report", GPU)
+    j = json.load(open(out)) if r.returncode == 0 else {}
+    check("without the peer, its ratios are removed, not kept stale",
+          r.returncode == 0 and "vision_over_torch_eager" not in j and
+          "--torch-peer-report" in r.stderr, r.stderr)
+    check("without the peer, ours-only keys are still written",
+          near(j.get("host_syncs_per_decode_step"), want["host_syncs_per_decode_step"]), str(j))
+    check("keys of reports not given are kept",
+          near(j.get("eval_top1_agreement_min"), min(want_top1.values())), str(j))
+
+    # A non-finite figure (written as -1 by the C++ bench) is not a figure.
+    with open(GPU) as f:
+        report = json.loads(f.read().splitlines()[-1])
+    for row in report["results"]:
+        if row["name"] == "end-to-end decode batch 1 at 4096 context":
+            row["value"] = -1
+    broken = os.path.join(d, "bench-gpu-nonfinite.json")
+    with open(broken, "w") as f:
+        f.write(json.dumps(report) + "\n")
+    r = run(out, "--device", "x", "--bench-gpu-report", broken, "--torch-peer-report", PEER)
+    j = json.load(open(out)) if r.returncode == 0 else {}
+    check("a non-finite row leaves its key out",
+          r.returncode == 0 and "decode_b1_4k_over_torch_graphs" not in j and
+          "decode_b1_4k_over_torch_graphs" in r.stderr, r.stderr)
+    r = run(out, "--device", "x", "--torch-peer-report", os.path.join(d, "nope.json"))
+    check("a missing peer report names the file", r.returncode != 0 and "nope.json" in r.stderr,
+          r.stderr)
+
+
+# torch_peer.py's row names, read from its source (it imports torch; this test must not).
+def constants(path):
+    tree = ast.parse(open(path).read())
+    return {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+            for t in n.targets if isinstance(t, ast.Name) and t.id.endswith("_ROW")
+            and isinstance(n.value, ast.Constant)}
+
+
+peer_names = constants(os.path.join(ROOT, "bench", "gpu", "torch_peer.py"))
+writer_names = constants(WRITER)
+check("torch_peer.py names its rows with constants", len(peer_names) >= 6, str(peer_names))
+check("write_latest.py reads torch_peer.py's row names",
+      all(writer_names.get(k) == v for k, v in peer_names.items()),
+      str({k: (v, writer_names.get(k)) for k, v in peer_names.items()
+           if writer_names.get(k) != v}))
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
