@@ -202,33 +202,38 @@ uint64_t Engine::KvGrowthBound(const Conversation& c, int64_t prefill_tokens, in
                                int64_t decode_tokens) const {
   const kv::KvPrecision precision = c.sequence_->policy->Precision(options_.kv_format);
   const std::array<kv::KvFormat, 3> used = {precision.full, precision.important, precision.rest};
-  size_t largest_page = 0;
-  int quantized_formats = 0;
+  const int64_t page = pools_->base_layout().page_tokens;
+  const int64_t tokens = std::max<int64_t>(prefill_tokens, 0) + std::max<int64_t>(decode_tokens, 0);
+  const auto ceil_div = [](int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; };
+  const int window = c.sequence_->policy->ResidualWindow();
+  bool quantizes = false;
+  for (const kv::KvFormat f : used) quantizes = quantizes || kv::IsQuantized(f);
+  // Per format the policy may store in, the pages the turn's tokens could take if every one of
+  // them went there (the step reservations take exactly that for every format at once), so the
+  // bound is a sum over formats at each format's own page size.
+  //   dense:     tokens go to appendable pages, so a layer gains at most ceil(N / P) pages; with
+  //              a residual window, one more page, and the window held twice while a
+  //              recompression re-stores its kFull tokens before freeing the old pages.
+  //   quantised: pages are fresh per append and class, so every prefill chunk and every decode
+  //              recompression may leave one partly filled page.
+  const int64_t chunks =
+      chunk_tokens > 0 ? ceil_div(std::max<int64_t>(prefill_tokens, 0), chunk_tokens) : 1;
+  const int64_t recompressions =
+      window > 0 ? ceil_div(std::max<int64_t>(decode_tokens, 0), window) : 0;
+  uint64_t bytes_per_layer = 0;
   for (size_t i = 0; i < used.size(); ++i) {
     if (std::find(used.begin(), used.begin() + i, used[i]) != used.begin() + i) continue;
     const kv::PagePool* pool = pools_->pool(used[i]);
     if (pool == nullptr) continue;
-    largest_page = std::max(largest_page, pool->layout().PageBytes());
-    if (kv::IsQuantized(used[i])) ++quantized_formats;
+    int64_t pages = ceil_div(tokens, page);
+    if (kv::IsQuantized(used[i])) {
+      pages += chunks + recompressions + 1;
+    } else if (quantizes || window > 0) {
+      pages += 1 + (window > 0 ? ceil_div(window, page) + 1 : 0);
+    }
+    bytes_per_layer += static_cast<uint64_t>(pages) * pool->layout().PageBytes();
   }
-  const int64_t page = pools_->base_layout().page_tokens;
-  const int64_t tokens = std::max<int64_t>(prefill_tokens, 0) + std::max<int64_t>(decode_tokens, 0);
-  const auto ceil_div = [](int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; };
-  // Dense formats only: tokens go to appendable pages, so a layer gains at most ceil(N / P) pages.
-  int64_t pages_per_layer = ceil_div(tokens, page);
-  const int window = c.sequence_->policy->ResidualWindow();
-  if (quantized_formats > 0 || window > 0) {
-    // Quantised pages are fresh per append and class: every prefill chunk and every decode
-    // recompression may leave one partly filled page per quantised format, and a recompression
-    // holds its window twice until the full pages are freed. Count every token twice over.
-    const int64_t chunks =
-        chunk_tokens > 0 ? ceil_div(std::max<int64_t>(prefill_tokens, 0), chunk_tokens) : 1;
-    const int64_t recompressions =
-        window > 0 ? ceil_div(std::max<int64_t>(decode_tokens, 0), window) : 0;
-    pages_per_layer = 2 * ceil_div(tokens, page) +
-                      (chunks + recompressions + 1) * std::max(quantized_formats, 1) + 1;
-  }
-  return static_cast<uint64_t>(pages_per_layer) * config_.text.num_hidden_layers * largest_page;
+  return bytes_per_layer * static_cast<uint64_t>(config_.text.num_hidden_layers);
 }
 
 StatusOr<Tensor> Engine::EncodeVisual(const VisualInput& v, int64_t expected_rows) const {

@@ -278,9 +278,10 @@ class Engine {
   // An upper bound of the bytes of KV pages `conversation` gains while it prefills
   // `prefill_tokens` in chunks of at most `chunk_tokens` (0 = one chunk) and then generates
   // `decode_tokens`, whatever its policy decides: for admission control, so an admitted turn
-  // never runs out of pages. Every token is counted at the costliest page size the policy
-  // stores, plus the partly filled pages each chunk and each decode recompression may leave per
-  // format (quantised pages are written once), plus a recompression's transient copy.
+  // never runs out of pages. Every token is counted once in each format the policy stores in,
+  // at that format's page size (a step reserves pages in all of them), plus the partly filled
+  // pages each chunk and each decode recompression may leave per quantised format (quantised
+  // pages are written once), plus a recompression's transient copy of the window.
   uint64_t KvGrowthBound(const Conversation& conversation, int64_t prefill_tokens,
                          int64_t chunk_tokens, int64_t decode_tokens) const;
 
