@@ -27,6 +27,12 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
 // asynchronous), plain 64-byte aligned memory for the CPU. RESOURCE_EXHAUSTED when it cannot be had.
 StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes);
 
+// `bytes` from page-locked `src` (AllocateStagingHost's) to `dst` on `device`, queued on
+// framezip's own stream for the device (every later kernel of the device is ordered after it),
+// with no host wait; a memcpy on the CPU. Counted as one host-to-device copy. `src` must not
+// change until the copy is done (RecordStepFence after it, WaitStepFence before reuse).
+Status UploadAsync(void* dst, Device device, const void* src, size_t bytes);
+
 // A step's one upload: `bytes` from `src` (AllocateStagingHost's) to `dst` on `device`, queued on
 // framezip's own stream for the device, which every later kernel of the device is ordered after
 // (the legacy default stream waits for it); no host wait. On the CPU a memcpy into the step's

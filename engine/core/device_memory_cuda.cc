@@ -145,8 +145,12 @@ static StatusOr<cudaStream_t> StepStreamFor(Device device) {
 }
 
 Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
-  CountCopy(CopyDirection::kHostToDevice);
   CountPlanUpload();
+  return UploadAsync(dst, device, src, bytes);
+}
+
+Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
+  CountCopy(CopyDirection::kHostToDevice);
   if (device.is_cpu()) {
     if (bytes != 0) std::memcpy(dst, src, bytes);
     return absl::OkStatus();
@@ -154,7 +158,7 @@ Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
   FZ_ASSIGN_OR_RETURN(cudaStream_t stream, StepStreamFor(device));
   DeviceGuard guard(device.index);
   return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
-                  "cudaMemcpyAsync (step plan)");
+                  "cudaMemcpyAsync (upload)");
 }
 
 StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {

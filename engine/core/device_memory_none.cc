@@ -34,10 +34,15 @@ StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes)
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
-Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
-  if (!device.is_cpu()) return absl::UnimplementedError("step plan upload needs CUDA");
+Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
+  if (!device.is_cpu()) return absl::UnimplementedError("device uploads need CUDA");
   if (bytes != 0) std::memcpy(dst, src, bytes);
   CountCopy(CopyDirection::kHostToDevice);
+  return absl::OkStatus();
+}
+
+Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
+  FZ_RETURN_IF_ERROR(UploadAsync(dst, device, src, bytes));
   CountPlanUpload();
   return absl::OkStatus();
 }

@@ -388,6 +388,10 @@ StatusOr<Tensor> Decoder::Logits(const Tensor& x) const {
 StatusOr<Tensor> Decoder::LogitsOfRows(const Tensor& x, std::span<const int64_t> rows) const {
   // One gather of the wanted rows, then lm_head once over them (not over every row of x).
   const int64_t m = static_cast<int64_t>(rows.size()), hid = shape_.hidden;
+  // Every row of x in order (a decode step): no gather, and on a GPU no row list to send.
+  bool all_rows = m == x.dim(0);
+  for (int64_t i = 0; all_rows && i < m; ++i) all_rows = rows[static_cast<size_t>(i)] == i;
+  if (all_rows) return Logits(x);
   std::vector<int32_t> index(rows.begin(), rows.end());
   FZ_ASSIGN_OR_RETURN(Tensor picked, Empty({m, hid}));
   FZ_RETURN_IF_ERROR(ops::CopyRowSlices(device_, m, hid,

@@ -131,6 +131,10 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
       wanted_rows.push_back(row);
     }
   }
+  if (wanted.size() == n) {
+    // Every input wants its logits (a decode step): LogitsOfRows gives them in input order.
+    return LogitsOfRows(x, wanted_rows);
+  }
   FZ_ASSIGN_OR_RETURN(Tensor logits,
                       Tensor::Zeros({static_cast<int64_t>(n), shape_.vocab}, DType::kF32, device_));
   if (wanted.empty()) return logits;

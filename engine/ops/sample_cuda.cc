@@ -1,6 +1,10 @@
-// SampleTokens on the GPU: the per-row parameters and penalised ids go up in one small copy, the
-// kernel samples every row in place, the B token ids come back.
+// SampleTokens on the GPU: the per-row parameters and penalised ids go up in one small
+// asynchronous copy, the kernel samples every row in place, the B token ids come back (the one
+// host wait).
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "engine/core/buffer.h"
@@ -10,6 +14,49 @@
 #include "engine/ops/cuda_op_util_cuda.h"
 
 namespace framezip::engine::ops {
+namespace {
+
+// Page-locked staging for each device's sampling parameters, reused once the device has read the
+// last upload from it (its fence). Guarded by StagingMutex().
+struct Staging {
+  std::shared_ptr<void> memory;
+  size_t bytes = 0;
+  std::shared_ptr<void> fence;
+};
+
+std::mutex& StagingMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::map<int, Staging>& Stagings() {
+  static auto* stagings = new std::map<int, Staging>();  // never destroyed: see device_memory
+  return *stagings;
+}
+
+// At least `bytes` of the device's staging, free of any upload still reading it.
+StatusOr<void*> ParamStaging(Device device, size_t bytes) {
+  Staging& s = Stagings()[device.index];
+  if (s.bytes < bytes) {
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
+    FZ_RETURN_IF_ERROR(WaitStepFence(device, s.fence));  // the old buffer may still be read
+    FZ_ASSIGN_OR_RETURN(s.memory, AllocateStagingHost(device, size));
+    s.bytes = size;
+    s.fence.reset();
+  } else {
+    FZ_RETURN_IF_ERROR(WaitStepFence(device, s.fence));
+    s.fence.reset();
+  }
+  return s.memory.get();
+}
+
+Status FenceParamStaging(Device device) {
+  FZ_ASSIGN_OR_RETURN(Stagings()[device.index].fence, RecordStepFence(device));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
                         std::span<int32_t> tokens) {
@@ -41,14 +88,21 @@ Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
   auto* dev_params = reinterpret_cast<cuda::SampleRowParams*>(base);
   auto* dev_tokens = reinterpret_cast<int32_t*>(base + params_bytes);
   auto* dev_penalized = reinterpret_cast<int32_t*>(base + params_bytes + tokens_bytes);
-  // The parameters and the penalised ids in one copy (the tokens' bytes between them are sent
-  // too, unused: one transfer costs less than two).
-  std::vector<char> host(params_bytes + tokens_bytes + penalized_bytes);
-  std::memcpy(host.data(), params.data(), params_bytes);
-  if (penalized_bytes > 0) {
-    std::memcpy(host.data() + params_bytes + tokens_bytes, penalized.data(), penalized_bytes);
+  // The parameters and the penalised ids in one asynchronous copy from page-locked memory (the
+  // tokens' bytes between them are sent too, unused: one transfer costs less than two), so the
+  // read-back of the ids is the call's only host wait.
+  const size_t staged = params_bytes + tokens_bytes + penalized_bytes;
+  {
+    std::lock_guard<std::mutex> lock(StagingMutex());
+    FZ_ASSIGN_OR_RETURN(void* host, ParamStaging(device, staged));
+    std::memcpy(host, params.data(), params_bytes);
+    if (penalized_bytes > 0) {
+      std::memcpy(static_cast<char*>(host) + params_bytes + tokens_bytes, penalized.data(),
+                  penalized_bytes);
+    }
+    FZ_RETURN_IF_ERROR(UploadAsync(base, device, host, staged));
+    FZ_RETURN_IF_ERROR(FenceParamStaging(device));
   }
-  FZ_RETURN_IF_ERROR(CopyBytes(base, device, host.data(), Device::Cpu(), host.size()));
 
   ScopedCudaDevice scope(device);
   cuda::SampleParams p;
