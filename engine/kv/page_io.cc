@@ -1,46 +1,13 @@
 #include "engine/kv/page_io.h"
 
-#include <cstring>
 #include <vector>
 
-#include "engine/core/device_memory.h"
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
 #include "engine/kv/quant_page.h"
-#include "engine/ops/cast.h"
-#include "engine/ops/cpu_kernels.h"
 #include "engine/ops/kv_quant_cuda.h"
-#include "engine/ops/row_slices.h"
 
 namespace framezip::engine::kv {
-namespace {
-
-// Writes `count` f32 values as a dense pool's element type, on the host.
-void StoreHost(const float* src, int64_t count, DType dtype, void* dst) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
-    return;
-  }
-  ops::cpu::ToF16(src, count, static_cast<Float16*>(dst));
-}
-
-}  // namespace
-
-Status WriteDenseSlots(const PagePool& pool, PageId id, int64_t slot0, const float* k,
-                       const float* v, int64_t n) {
-  const int64_t row = pool.layout().channels();
-  const size_t offset = static_cast<size_t>(slot0 * row) * DTypeSize(pool.dtype());
-  char* keys = static_cast<char*>(pool.Keys(id)) + offset;
-  char* values = static_cast<char*>(pool.Values(id)) + offset;
-  if (pool.device().is_cpu()) {
-    StoreHost(k, n * row, pool.dtype(), keys);
-    StoreHost(v, n * row, pool.dtype(), values);
-    return absl::OkStatus();
-  }
-  FZ_RETURN_IF_ERROR(
-      ops::ConvertElements(pool.device(), k, DType::kF32, keys, pool.dtype(), n * row));
-  return ops::ConvertElements(pool.device(), v, DType::kF32, values, pool.dtype(), n * row);
-}
 
 Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const float* k,
                        const float* v, int64_t n) {

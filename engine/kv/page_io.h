@@ -1,11 +1,10 @@
-// Reads and writes of KV page slots where the pool's pages live (host or GPU): what SequenceKv
-// does to pages, one call per contiguous run of slots, so a GPU-resident cache is written by
-// kernels straight from the layer's K/V on the device and never round-trips through the host.
+// Reads and writes of KV page slots where the pool's pages live (host or GPU), so a GPU-resident
+// cache is written by kernels straight from the layer's K/V on the device and never round-trips
+// through the host. (Dense pages are written by ops::WriteKvPageRuns, one call per append.)
 //
 // All k/v pointers address [n, G, d] f32 rows on pool.device(). On the CPU these are the loops
-// SequenceKv always ran (f16 rounding by F32ToF16, quant_page.h's writer); on a GPU, ops::Cast,
-// ops::CopyRowSlices and ops::QuantizeKvPagesCuda, each bit-identical to its CPU counterpart (their
-// [cuda] tests).
+// SequenceKv always ran (quant_page.h's writer); on a GPU, ops::CopyRowSlices and
+// ops::QuantizeKvPagesCuda, each bit-identical to its CPU counterpart (their [cuda] tests).
 #pragma once
 
 #include <cstdint>
@@ -16,10 +15,6 @@
 #include "engine/ops/paged_kv.h"
 
 namespace framezip::engine::kv {
-
-// Stores n tokens into slots [slot0, slot0 + n) of dense (f32/f16) page `id`.
-Status WriteDenseSlots(const PagePool& pool, PageId id, int64_t slot0, const float* k,
-                       const float* v, int64_t n);
 
 // Quantises n tokens into the int4/int2 pages `ids`: page i receives tokens
 // [i·P, min((i + 1)·P, n)), P = page_tokens; ids.size() == ceil(n / P).

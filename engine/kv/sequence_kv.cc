@@ -177,18 +177,32 @@ Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const fl
                                   const int32_t* positions, int64_t n) {
   PagePool* p = pool(f);
   const int64_t row = p->layout().channels();
+  const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(p->dtype());
+  const ops::KvSlotKind kind =
+      p->dtype() == DType::kF32 ? ops::KvSlotKind::kF32 : ops::KvSlotKind::kF16;
   int32_t& open = l.open[Index(f)];
+  // The slots first (pages taken, positions and counts recorded), then every page's run written
+  // in one op (one launch on a GPU, not two per page). Should a page run out part-way, the tokens
+  // that got slots are written before the error returns, as a page-by-page append would have.
+  std::vector<ops::KvPageRun> runs;
+  Status taken = absl::OkStatus();
   for (int64_t done = 0; done < n;) {
     if (open < 0 || l.pages[open].num_tokens == page_tokens_) {
-      FZ_ASSIGN_OR_RETURN(const PageId id, TakePage(l, f));
-      l.pages.push_back(PageRef{id, 0, f});
+      StatusOr<PageId> id = TakePage(l, f);
+      if (!id.ok()) {
+        taken = id.status();
+        break;
+      }
+      l.pages.push_back(PageRef{*id, 0, f});
       l.slot_positions.resize(l.slot_positions.size() + static_cast<size_t>(page_tokens_), 0);
       open = static_cast<int32_t>(l.pages.size() - 1);
     }
     PageRef& page = l.pages[open];
     const int64_t m = std::min<int64_t>(page_tokens_ - page.num_tokens, n - done);
-    FZ_RETURN_IF_ERROR(
-        WriteDenseSlots(*p, page.id, page.num_tokens, k + done * row, v + done * row, m));
+    const size_t offset = static_cast<size_t>(page.num_tokens) * row_bytes;
+    runs.push_back(ops::KvPageRun{static_cast<char*>(p->Keys(page.id)) + offset,
+                                  static_cast<char*>(p->Values(page.id)) + offset, done,
+                                  static_cast<int32_t>(m), kind});
     std::copy(
         positions + done, positions + done + m,
         l.slot_positions.begin() + static_cast<int64_t>(open) * page_tokens_ + page.num_tokens);
@@ -196,7 +210,8 @@ Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const fl
     l.num_tokens += m;
     done += m;
   }
-  return absl::OkStatus();
+  FZ_RETURN_IF_ERROR(ops::WriteKvPageRuns(p->device(), runs, row, k, v));
+  return taken;
 }
 
 StatusOr<ops::KvSlot> SequenceKv::AppendDecodeSlot(int layer, int32_t position) {

@@ -50,6 +50,8 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
                                        Tensor& out);
 Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
                         const float* k, const float* v);
+Status WriteKvPageRunsCuda(Device device, std::span<const KvPageRun> runs, int64_t channels,
+                           const float* k, const float* v);
 // past_k and past_v are device pointers.
 Status LocalWindowAttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const float* past_k, const float* past_v, int64_t past,

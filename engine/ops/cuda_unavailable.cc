@@ -56,6 +56,10 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor&, const PagedDecodePlan&, co
 Status WriteKvSlotsCuda(Device, const KvSlot*, int64_t, int64_t, const float*, const float*) {
   return NoCuda("WriteKvSlots");
 }
+Status WriteKvPageRunsCuda(Device, std::span<const KvPageRun>, int64_t, const float*,
+                           const float*) {
+  return NoCuda("WriteKvPageRuns");
+}
 Status PagedDecodeAttentionCuda(const Tensor&, const PagedKv&, float, Tensor&) {
   return NoCuda("PagedDecodeAttention");
 }

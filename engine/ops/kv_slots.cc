@@ -26,7 +26,44 @@ void WriteKvSlotsCpu(const KvSlot* slots, int64_t rows, int64_t channels, const 
   }
 }
 
+void WriteKvPageRunsCpu(std::span<const KvPageRun> runs, int64_t channels, const float* k,
+                        const float* v) {
+  for (const KvPageRun& r : runs) {
+    const int64_t n = int64_t{r.rows} * channels;
+    const float* ks = k + r.src_row * channels;
+    const float* vs = v + r.src_row * channels;
+    if (r.kind == KvSlotKind::kF32) {
+      std::memcpy(r.k, ks, static_cast<size_t>(n) * sizeof(float));
+      std::memcpy(r.v, vs, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      cpu::ToF16(ks, n, static_cast<Float16*>(r.k));
+      cpu::ToF16(vs, n, static_cast<Float16*>(r.v));
+    }
+  }
+}
+
 }  // namespace
+
+Status WriteKvPageRuns(Device device, std::span<const KvPageRun> runs, int64_t channels,
+                       const float* k, const float* v) {
+  if (channels <= 0) return InvalidArgumentError("WriteKvPageRuns: {} channels", channels);
+  if (runs.empty()) return absl::OkStatus();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const KvPageRun& r = runs[i];
+    if (r.rows < 0 || r.src_row < 0 || (r.rows > 0 && (r.k == nullptr || r.v == nullptr))) {
+      return InvalidArgumentError("WriteKvPageRuns: run {} has {} rows from row {}", i, r.rows,
+                                  r.src_row);
+    }
+  }
+  if (k == nullptr || v == nullptr) return InvalidArgumentError("WriteKvPageRuns: null rows");
+  if (device.is_cpu()) {
+    CountLaunches(1);  // the CPU's one pass stands for the GPU's launch
+    WriteKvPageRunsCpu(runs, channels, k, v);
+    return absl::OkStatus();
+  }
+  FZ_RETURN_IF_ERROR(CheckDeviceUsable(device));
+  return WriteKvPageRunsCuda(device, runs, channels, k, v);
+}
 
 Status WriteKvSlots(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
                     const float* k, const float* v) {

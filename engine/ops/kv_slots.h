@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "common/status.h"
 #include "engine/core/device.h"
@@ -27,5 +28,22 @@ struct KvSlot {
 // INVALID_ARGUMENT for a negative count or a null pointer with rows > 0.
 Status WriteKvSlots(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
                     const float* k, const float* v);
+
+// A prefill chunk's (or an eager decode token's) KV append into dense pages: rows
+// [src_row, src_row + rows) of k and v go to consecutive slots starting at k/v of one page.
+struct KvPageRun {
+  void* k = nullptr;  // the run's first slot's key row in its page
+  void* v = nullptr;
+  int64_t src_row = 0;
+  int32_t rows = 0;
+  KvSlotKind kind = KvSlotKind::kF16;
+};
+
+// Every run of a layer's append in one pass: one launch on a GPU for up to kKvPageRunsPerLaunch
+// runs (the run list travels in the launch's parameters, so nothing is copied first), instead of
+// two per page. k, v [*, channels] f32 on `device`; the runs' pointers on `device` too.
+inline constexpr int kKvPageRunsPerLaunch = 96;
+Status WriteKvPageRuns(Device device, std::span<const KvPageRun> runs, int64_t channels,
+                       const float* k, const float* v);
 
 }  // namespace framezip::engine::ops

@@ -1,5 +1,6 @@
 // WriteKvSlots on the GPU: adapter to engine/kernels/cuda/kv_slots.cuh. The slot table is already
 // in device memory in the kernel's layout (ops::KvSlot is laid out as cuda::KvSlotDesc).
+#include <algorithm>
 #include <cstddef>
 
 #include "engine/kernels/cuda/kv_slots.cuh"
@@ -26,6 +27,29 @@ Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_
   p.rows = rows;
   p.channels = channels;
   return LaunchStatus(cuda::LaunchKvSlotWrite(p, nullptr), "WriteKvSlots");
+}
+
+Status WriteKvPageRunsCuda(Device device, std::span<const KvPageRun> runs, int64_t channels,
+                           const float* k, const float* v) {
+  static_assert(kKvPageRunsPerLaunch == cuda::kMaxKvPageRuns);
+  static_assert(sizeof(cuda::KvPageRunsParams) <= 4096, "kernel parameters over 4 KiB");
+  ScopedCudaDevice scope(device);
+  for (size_t first = 0; first < runs.size(); first += cuda::kMaxKvPageRuns) {
+    const size_t count = std::min(runs.size() - first, static_cast<size_t>(cuda::kMaxKvPageRuns));
+    cuda::KvPageRunsParams p;
+    p.k = k;
+    p.v = v;
+    p.channels = channels;
+    p.count = static_cast<int32_t>(count);
+    for (size_t i = 0; i < count; ++i) {
+      const KvPageRun& r = runs[first + i];
+      p.runs[i] = cuda::KvPageRunDesc{r.k, r.v, r.src_row, r.rows,
+                                      r.kind == KvSlotKind::kF32 ? cuda::FloatKind::kF32
+                                                                 : cuda::FloatKind::kF16};
+    }
+    FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchKvPageRuns(p, nullptr), "WriteKvPageRuns"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace framezip::engine::ops

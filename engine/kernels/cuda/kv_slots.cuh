@@ -28,4 +28,26 @@ struct KvSlotWriteParams {
 
 cudaError_t LaunchKvSlotWrite(const KvSlotWriteParams& params, cudaStream_t stream);
 
+// Runs of consecutive rows into consecutive page slots, the run list passed by value in the
+// launch's parameters (under the 4 KiB kernel-parameter limit): one block per run.
+inline constexpr int kMaxKvPageRuns = 96;
+
+struct KvPageRunDesc {
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t src_row = 0;
+  int32_t rows = 0;
+  FloatKind kind = FloatKind::kF16;
+};
+
+struct KvPageRunsParams {
+  const float* k = nullptr;  // [*, channels]
+  const float* v = nullptr;
+  int64_t channels = 0;
+  int32_t count = 0;  // <= kMaxKvPageRuns
+  KvPageRunDesc runs[kMaxKvPageRuns];
+};
+
+cudaError_t LaunchKvPageRuns(const KvPageRunsParams& params, cudaStream_t stream);
+
 }  // namespace framezip::engine::cuda
