@@ -25,8 +25,7 @@ Status WriteQuantPages(const PagePool& pool, std::span<const PageId> ids, const 
 ops::KvSpan PageSpan(const PagePool& pool, PageId id, int32_t n);
 
 // The first n tokens of page `id` (any format) as f32; either output may be null. Read through
-// ops::GatherPagedKv, as the prefill ops read a past (a quantised page on a GPU is dequantised on
-// the host: no device kernel yet; only chunked prefill over a compressed past reads one back).
+// ops::GatherPagedKv, as the prefill ops read a past (on a GPU, dequantised there).
 Status ReadPageSlots(const PagePool& pool, PageId id, int64_t n, float* k, float* v);
 
 }  // namespace framezip::engine::kv

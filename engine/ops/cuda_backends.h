@@ -50,6 +50,8 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
                                        Tensor& out);
 Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
                         const float* k, const float* v);
+// Sequence b's spans (checked, none low-rank) as dense f32 rows on the device.
+Status GatherPagedKvCuda(const PagedKv& kv, int64_t b, Device device, float* k, float* v);
 Status WriteKvPageRunsCuda(Device device, std::span<const KvPageRun> runs, int64_t channels,
                            const float* k, const float* v);
 // past_k and past_v are device pointers.

@@ -56,6 +56,9 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor&, const PagedDecodePlan&, co
 Status WriteKvSlotsCuda(Device, const KvSlot*, int64_t, int64_t, const float*, const float*) {
   return NoCuda("WriteKvSlots");
 }
+Status GatherPagedKvCuda(const PagedKv&, int64_t, Device, float*, float*) {
+  return NoCuda("GatherPagedKv");
+}
 Status WriteKvPageRunsCuda(Device, std::span<const KvPageRun>, int64_t, const float*,
                            const float*) {
   return NoCuda("WriteKvPageRuns");

@@ -5,76 +5,38 @@
 #include "engine/core/device_memory.h"
 #include "engine/core/tensor.h"
 #include "engine/ops/cast.h"
+#include "engine/ops/cuda_backends.h"
+#include "engine/ops/op_checks.h"
 #include "engine/ops/kv_quant.h"
 
 namespace framezip::engine::ops {
 namespace {
 
-// `count` elements of type T at `src` on `device`, on the host.
-template <typename T>
-StatusOr<std::vector<T>> ToHost(Device device, const void* src, int64_t count) {
-  std::vector<T> host(static_cast<size_t>(count));
-  if (count > 0) {
-    FZ_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), src, device, host.size() * sizeof(T)));
-  }
-  return host;
-}
-
-// A quantised span's keys and values dequantised on the host (kvq's reference maps), into the
-// host buffers k, v [n, C] (either may be null).
-Status DequantizeOnHost(const KvSpan& s, int64_t channels, Device device, float* k, float* v) {
-  const int bits = kv::KvFormatBits(s.format);
-  const int64_t n = s.num_tokens, row = static_cast<int64_t>(kvq::CodeRowBytes(channels, bits));
-  const int64_t params = channels / 32 * s.v_param_stride;
-  if (device.is_cpu()) {
-    if (k != nullptr) {
-      kvq::DequantizeKeys(static_cast<const uint8_t*>(s.k), s.k_scale, s.k_zero, n, channels, bits,
-                          k);
-    }
-    if (v != nullptr) {
-      kvq::DequantizeValues(static_cast<const uint8_t*>(s.v), s.v_scale, s.v_zero, n, channels,
-                            bits, s.v_param_stride, v);
-    }
-    return absl::OkStatus();
-  }
-  if (k != nullptr) {
-    FZ_ASSIGN_OR_RETURN(const auto codes, ToHost<uint8_t>(device, s.k, n * row));
-    FZ_ASSIGN_OR_RETURN(const auto scale, ToHost<Float16>(device, s.k_scale, channels));
-    FZ_ASSIGN_OR_RETURN(const auto zero, ToHost<Float16>(device, s.k_zero, channels));
-    kvq::DequantizeKeys(codes.data(), scale.data(), zero.data(), n, channels, bits, k);
-  }
-  if (v != nullptr) {
-    FZ_ASSIGN_OR_RETURN(const auto codes, ToHost<uint8_t>(device, s.v, n * row));
-    FZ_ASSIGN_OR_RETURN(const auto scale, ToHost<Float16>(device, s.v_scale, params));
-    FZ_ASSIGN_OR_RETURN(const auto zero, ToHost<Float16>(device, s.v_zero, params));
-    kvq::DequantizeValues(codes.data(), scale.data(), zero.data(), n, channels, bits,
-                          s.v_param_stride, v);
-  }
-  return absl::OkStatus();
-}
-
-Status GatherSpan(const KvSpan& s, int64_t channels, Device device, float* k, float* v) {
+// One span of a host sequence converted to f32 rows k, v [n, C] (either may be null): f32 copied,
+// f16 widened, int4/int2 dequantised (kvq's reference maps).
+Status GatherSpanOnHost(const KvSpan& s, int64_t channels, float* k, float* v) {
   const int64_t count = s.num_tokens * channels;
   switch (s.format) {
     case kv::KvFormat::kF32:
     case kv::KvFormat::kF16: {
       const DType stored = s.format == kv::KvFormat::kF32 ? DType::kF32 : DType::kF16;
       if (k != nullptr)
-        FZ_RETURN_IF_ERROR(ConvertElements(device, s.k, stored, k, DType::kF32, count));
+        FZ_RETURN_IF_ERROR(ConvertElements(Device::Cpu(), s.k, stored, k, DType::kF32, count));
       if (v != nullptr)
-        FZ_RETURN_IF_ERROR(ConvertElements(device, s.v, stored, v, DType::kF32, count));
+        FZ_RETURN_IF_ERROR(ConvertElements(Device::Cpu(), s.v, stored, v, DType::kF32, count));
       return absl::OkStatus();
     }
     case kv::KvFormat::kInt4:
     case kv::KvFormat::kInt2: {
-      if (device.is_cpu()) return DequantizeOnHost(s, channels, device, k, v);
-      std::vector<float> hk(k != nullptr ? static_cast<size_t>(count) : 0);
-      std::vector<float> hv(v != nullptr ? static_cast<size_t>(count) : 0);
-      FZ_RETURN_IF_ERROR(DequantizeOnHost(s, channels, device, k != nullptr ? hk.data() : nullptr,
-                                          v != nullptr ? hv.data() : nullptr));
-      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-      if (k != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(k, device, hk.data(), Device::Cpu(), bytes));
-      if (v != nullptr) FZ_RETURN_IF_ERROR(CopyBytes(v, device, hv.data(), Device::Cpu(), bytes));
+      const int bits = kv::KvFormatBits(s.format);
+      if (k != nullptr) {
+        kvq::DequantizeKeys(static_cast<const uint8_t*>(s.k), s.k_scale, s.k_zero, s.num_tokens,
+                            channels, bits, k);
+      }
+      if (v != nullptr) {
+        kvq::DequantizeValues(static_cast<const uint8_t*>(s.v), s.v_scale, s.v_zero, s.num_tokens,
+                              channels, bits, s.v_param_stride, v);
+      }
       return absl::OkStatus();
     }
     case kv::KvFormat::kLowRank:
@@ -146,10 +108,15 @@ Status GatherPagedKv(const PagedKv& kv, int64_t b, Device device, float* k, floa
   }
   // The offsets bound every span read below (spans_of): checked, not trusted.
   FZ_RETURN_IF_ERROR(CheckPagedKv("GatherPagedKv", kv, kv.batch()));
+  // A GPU reads every span in its own format in one kernel (no page goes through the host).
+  if (!device.is_cpu()) {
+    FZ_RETURN_IF_ERROR(CheckDeviceUsable(device));
+    return GatherPagedKvCuda(kv, b, device, k, v);
+  }
   const int64_t channels = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
   for (const KvSpan& s : kv.spans_of(b)) {
     if (s.num_tokens == 0) continue;
-    FZ_RETURN_IF_ERROR(GatherSpan(s, channels, device, k, v));
+    FZ_RETURN_IF_ERROR(GatherSpanOnHost(s, channels, k, v));
     if (k != nullptr) k += s.num_tokens * channels;
     if (v != nullptr) v += s.num_tokens * channels;
   }

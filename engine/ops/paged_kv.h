@@ -67,10 +67,10 @@ Status CheckPagedKv(std::string_view op, const PagedKv& kv, int64_t batch);
 
 // Sequence b's tokens as dense f32 K and V, each [kv.tokens(b), G, d], in span order, written to
 // k and v on `device` (either may be null: that half is not read). Each span is converted from its
-// format: f32 copied, f16 widened (ops::Cast on a GPU), int4/int2 dequantised (ops/kv_quant.h; on
-// a GPU through the host: no device kernel yet). This is how a prefill op over a compressed past
-// reads it, and how engine/kv reads pages back. INVALID_ARGUMENT for b out of range or a layout
-// CheckPagedKv refuses.
+// format: f32 copied, f16 widened, int4/int2 dequantised (ops/kv_quant.h's maps; on a GPU in one
+// kernel per 40 spans, engine/kernels/cuda/gather_spans.cuh, nothing through the host). This is
+// how a prefill op over a compressed past reads it, and how engine/kv reads pages back.
+// INVALID_ARGUMENT for b out of range or a layout CheckPagedKv refuses.
 Status GatherPagedKv(const PagedKv& kv, int64_t b, Device device, float* k, float* v);
 
 // The same into new tensors k, v [tokens, G, d] f32 on `device`.
