@@ -225,9 +225,18 @@ struct RestoredConversation {
 };
 
 // What Step() reports for one conversation.
+// The engine's stop rule (eos and stop token ids, stop strings, max_new_tokens and the context)
+// is the only one: a server applies `stop_reason` and `delta` as they are.
 struct StepOutput {
   std::string delta;  // new text (may be empty: a partial UTF-8 character or a held-back prefix)
   bool finished = false;
+  // Why the turn ended at this token (kNone while it goes on): kStopToken (an eos or stop token
+  // id, whose text is never shown), kStopString (the text is cut before it) or kMaxTokens.
+  llm::StopReason stop_reason = llm::StopReason::kNone;
+  // Bytes of the generated text that `delta` leaves out: while the turn goes on, a suffix that may
+  // still become a stop string (shown later if it does not); at kStopString, the stop string and
+  // whatever followed it in the same token (never shown).
+  size_t withheld_bytes = 0;
   // A token was sampled. False for a MixedStep prefill chunk that was not its prompt's last, and
   // for an item that did not run.
   bool sampled = true;
