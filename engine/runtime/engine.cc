@@ -174,10 +174,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   return e;
 }
 
-StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view policy) {
+StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(
+    const compress::PolicyConfig& policy) {
   std::unique_ptr<Conversation> c(new Conversation());
-  c->policy_ = policy.empty() ? options_.default_policy : std::string(policy);
-  FZ_ASSIGN_OR_RETURN(c->sequence_, decoder_->NewSequence(*pools_, options_.kv_format, c->policy_));
+  c->policy_ = compress::FormatPolicyConfig(policy);
+  FZ_ASSIGN_OR_RETURN(c->sequence_, decoder_->NewSequence(*pools_, options_.kv_format, policy));
+  return c;
+}
+
+StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view policy) {
+  const std::string given = policy.empty() ? options_.default_policy : std::string(policy);
+  FZ_ASSIGN_OR_RETURN(const compress::PolicyConfig config, compress::ParsePolicyConfig(given));
+  FZ_ASSIGN_OR_RETURN(std::unique_ptr<Conversation> c, NewConversation(config));
+  c->policy_ = given;
   return c;
 }
 
