@@ -112,7 +112,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.device = config.device;
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,
-                          PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi}) {
+                          PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi,
+                          PolicyKind::kZipVlAttentionPack}) {
     if (b->engine_->NewConversation(PolicyName(kind)).ok()) m.policies.push_back(kind);
   }
   m.vision.image_size = static_cast<uint32_t>(c.vision.image_size);
@@ -152,7 +153,7 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
   PreparedTurn turn;
   size_t first_new = 0;
   if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
-    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(EngineSpec(request.policy)));
+    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(request.policy));
     seq->conversation_ = seq->owned_.get();
   } else {
     FZ_ASSIGN_OR_RETURN(const server::SessionKv::Attached attached,

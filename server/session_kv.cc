@@ -140,7 +140,7 @@ StatusOr<SessionKv::Attached> SessionKv::Attach(const TurnRequest& request, KvRe
     state.store_current = true;
   } else if (state.conversation == nullptr) {
     StatusOr<std::unique_ptr<rt::Conversation>> fresh =
-        engine_->NewConversation(EngineSpec(request.policy));
+        engine_->NewConversation(request.policy);
     if (!fresh.ok()) {
       lock.unlock();
       EndTurn(request.session_key);
