@@ -30,8 +30,9 @@ const char* PolicyName(PolicyKind kind) {
 
 PolicyKind KindOf(const PolicyConfig& policy) {
   static constexpr PolicyKind kByAlternative[] = {
-      PolicyKind::kNone,         PolicyKind::kZipVl, PolicyKind::kAttentionPack,
-      PolicyKind::kZipVlAttentionPack, PolicyKind::kDynamicLlava, PolicyKind::kFastV,
+      PolicyKind::kNone,          PolicyKind::kZipVl,
+      PolicyKind::kAttentionPack, PolicyKind::kZipVlAttentionPack,
+      PolicyKind::kDynamicLlava,  PolicyKind::kFastV,
       PolicyKind::kKivi};
   static_assert(std::size(kByAlternative) == std::variant_size_v<decltype(PolicyConfig::options)>);
   return kByAlternative[policy.options.index()];

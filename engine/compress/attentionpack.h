@@ -49,5 +49,4 @@ class AttentionPackPolicy final : public CompressionPolicy {
   AttentionPackOptions options_;
 };
 
-
 }  // namespace framezip::engine::compress

@@ -16,12 +16,13 @@
 // own top-k), which is what a chunk can see; the engine's default chunk (1024 rows) holds a
 // 200-frame video of the shipped model whole.
 //
-// Options: DynamicLlavaOptions (policy_config.h), e.g. "dynamic_llava:vision_keep=0.5,text_gate=off".
-// select=random ranks visual rows uniformly at random (the same count; the baseline a learned
-// ranking must beat); text_keep in (0, 1] forces a keep rate instead of the text predictor (every
-// token whose running count crosses a multiple of 1/text_keep is kept: exactly that fraction,
-// deterministic, for testing gating before a predictor is trained on long answers); bits 4 or 2
-// store what is kept KIVI-style (int4/int2 pages, decode window of `window` tokens).
+// Options: DynamicLlavaOptions (policy_config.h), e.g.
+// "dynamic_llava:vision_keep=0.5,text_gate=off". select=random ranks visual rows uniformly at
+// random (the same count; the baseline a learned ranking must beat); text_keep in (0, 1] forces a
+// keep rate instead of the text predictor (every token whose running count crosses a multiple of
+// 1/text_keep is kept: exactly that fraction, deterministic, for testing gating before a predictor
+// is trained on long answers); bits 4 or 2 store what is kept KIVI-style (int4/int2 pages, decode
+// window of `window` tokens).
 #pragma once
 
 #include <cstdint>

@@ -30,5 +30,4 @@ class KiviPolicy final : public CompressionPolicy {
   KiviOptions options_;
 };
 
-
 }  // namespace framezip::engine::compress

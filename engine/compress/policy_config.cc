@@ -269,9 +269,7 @@ struct Names {
   void Choice(const char* key, T&, Spellings<T>) {
     names.emplace_back(key);
   }
-  void OptReal(const char* key, std::optional<double>&, double, double) {
-    names.emplace_back(key);
-  }
+  void OptReal(const char* key, std::optional<double>&, double, double) { names.emplace_back(key); }
   template <class T>
   void OptInt(const char* key, std::optional<T>&, int64_t, int64_t) {
     names.emplace_back(key);

@@ -36,7 +36,7 @@ struct NoneOptions {
 
 // "zipvl" (zipvl.h).
 struct ZipVlOptions {
-  double tau = 0.975;  // attention-mass threshold of the adaptive important count, (0, 1]
+  double tau = 0.975;          // attention-mass threshold of the adaptive important count, (0, 1]
   int64_t keep_recent = 64;    // the chunk's last tokens, always important
   int64_t probes_recent = 64;  // recent probe tokens (>= 1: the last token is always a probe)
   int64_t probes_random = 64;  // random probe tokens
@@ -66,7 +66,7 @@ struct AttentionPackOptions {
   // down to rank 4, values need 8 or more; and a key rank is paid on every decode step).
   int rank_k = 8;
   int rank_v = 16;
-  int groups = 2;             // 2: top_fraction at rank_v, the rest at rank_v/4; 1: all at rank_v
+  int groups = 2;              // 2: top_fraction at rank_v, the rest at rank_v/4; 1: all at rank_v
   double top_fraction = 0.25;  // the most attended fraction of values read at full rank
   double ema = 0.9;            // ω of the attention-importance EMA
   // Decode steps between regroupings of a block's values by importance (the EMA itself moves
@@ -96,15 +96,15 @@ struct ZipVlAttentionPackOptions {
 // "dynamic_llava" (dynamic_llava.h). An option left unset takes the value the model's
 // predictors were trained for.
 struct DynamicLlavaOptions {
-  std::optional<int> sparse_layer;    // the selection layer (the predictors': 2)
-  std::optional<double> vision_keep;  // kept fraction of each visual block, (0, 1] (0.2)
-  bool random_select = false;         // select=random: uniform ranking, the baseline
-  uint64_t seed = 0;                  // the random ranking's seed
-  bool text_gate = true;              // gate decode K/V writes by the text predictor
-  double text_keep = 0;               // 0 = the predictor decides; (0, 1] a forced keep rate
+  std::optional<int> sparse_layer;       // the selection layer (the predictors': 2)
+  std::optional<double> vision_keep;     // kept fraction of each visual block, (0, 1] (0.2)
+  bool random_select = false;            // select=random: uniform ranking, the baseline
+  uint64_t seed = 0;                     // the random ranking's seed
+  bool text_gate = true;                 // gate decode K/V writes by the text predictor
+  double text_keep = 0;                  // 0 = the predictor decides; (0, 1] a forced keep rate
   std::optional<double> text_threshold;  // the text predictor's keep margin (the predictors')
-  int bits = 16;                      // 16 | 4 | 2: kept tokens at full precision or quantised
-  int window = 128;                   // the decode residual window with bits 4 or 2
+  int bits = 16;                         // 16 | 4 | 2: kept tokens at full precision or quantised
+  int window = 128;                      // the decode residual window with bits 4 or 2
   bool operator==(const DynamicLlavaOptions&) const = default;
 };
 

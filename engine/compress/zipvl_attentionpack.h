@@ -7,7 +7,8 @@
 //
 // Options: ZipVlAttentionPackOptions (policy_config.h), every zipvl and attentionpack option
 // ("zipvl+attentionpack:tau=0.9,rank_v=16,factors=int4"); `seed` and `dense_layers` are shared
-// (dense layers attend densely in prefill and keep their tokens in pages). Runs on every device, as attentionpack.
+// (dense layers attend densely in prefill and keep their tokens in pages). Runs on every device, as
+// attentionpack.
 #pragma once
 
 #include <memory>

@@ -229,7 +229,8 @@ StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(
   for (const kv::KvFormat f : {want.full, want.important, want.rest}) {
     if (f != pool->format()) {
       return InvalidArgumentError("policy {} stores {} pages; this KV pool holds only {} pages",
-                                  compress::FormatPolicyConfig(policy), kv::KvFormatName(f), kv::KvFormatName(pool->format()));
+                                  compress::FormatPolicyConfig(policy), kv::KvFormatName(f),
+                                  kv::KvFormatName(pool->format()));
     }
   }
   seq->kv = kv::SequenceKv(pool, static_cast<int>(shape_.layers));

@@ -41,7 +41,8 @@ TEST_CASE("a request's policy options reach the engine's typed config", "[unit][
   z.mutable_zipvl()->set_u_sinks(0);
   const auto zipvl = ValidatePolicy(z, {}, "policy");
   REQUIRE(zipvl.ok());
-  CHECK(*zipvl == *compress::ParsePolicyConfig("zipvl:tau=0.9,low_bits=evict,u_rows=attend,u_sinks=0"));
+  CHECK(*zipvl ==
+        *compress::ParsePolicyConfig("zipvl:tau=0.9,low_bits=evict,u_rows=attend,u_sinks=0"));
 
   // Unspecified: the server's default, options and all.
   ValidationDefaults d;
@@ -106,12 +107,11 @@ TEST_CASE("the API's policy fields are the engine's option names", "[unit][serve
 }
 
 TEST_CASE("a policy goes to the proto and back unchanged", "[unit][server]") {
-  for (const char* spec :
-       {"none", "zipvl:tau=0.9,per_head=1,u_rows=skip,low_bits=evict,seed=3",
-        "attentionpack:rank_v=8,top_fraction=0.5,factors=int4,recompress=16",
-        "zipvl+attentionpack:tau=0.8,dense_layers=1,rank_k=4",
-        "dynamic_llava:vision_keep=0.5,select=random,text_gate=off,bits=4", "dynamic_llava",
-        "fastv:k=3,r=0.75", "kivi4:window=64"}) {
+  for (const char* spec : {"none", "zipvl:tau=0.9,per_head=1,u_rows=skip,low_bits=evict,seed=3",
+                           "attentionpack:rank_v=8,top_fraction=0.5,factors=int4,recompress=16",
+                           "zipvl+attentionpack:tau=0.8,dense_layers=1,rank_k=4",
+                           "dynamic_llava:vision_keep=0.5,select=random,text_gate=off,bits=4",
+                           "dynamic_llava", "fastv:k=3,r=0.75", "kivi4:window=64"}) {
     INFO(spec);
     const compress::PolicyConfig config = *compress::ParsePolicyConfig(spec);
     v1::CompressionPolicy p;

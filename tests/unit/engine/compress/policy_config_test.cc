@@ -74,8 +74,9 @@ TEST_CASE("a bad policy option is refused naming it", "[unit][compress]") {
     CHECK(absl::IsInvalidArgument(c.status()));
     return MessageOf(c.status());
   };
-  CHECK_THAT(message("attentionpack:rank=4"),
-             Catch::Contains("policy 'attentionpack' has no option 'rank' (it has: rank_k, rank_v"));
+  CHECK_THAT(
+      message("attentionpack:rank=4"),
+      Catch::Contains("policy 'attentionpack' has no option 'rank' (it has: rank_k, rank_v"));
   CHECK_THAT(message("zipvl:tau=1.5"), Catch::Contains("tau='1.5' is not a number in"));
   CHECK_THAT(message("zipvl:u_rows=sometimes"), Catch::Contains("one of local|skip|attend"));
   CHECK_THAT(message("zipvl:tau=0.9,tau=0.8"), Catch::Contains("'tau' given twice"));

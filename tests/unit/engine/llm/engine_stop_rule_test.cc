@@ -75,7 +75,7 @@ TEST_CASE("a stop string across two tokens is cut once and reported on its last 
     CHECK(cut[t].stop_reason == (last ? llm::StopReason::kStopString : llm::StopReason::kNone));
   }
   CHECK_FALSE(shown.empty());
-  CHECK(shown == text.substr(0, starts[i]));  // cut once: exactly the text before it
+  CHECK(shown == text.substr(0, starts[i]));             // cut once: exactly the text before it
   CHECK(cut[i].withheld_bytes >= free[i].delta.size());  // held back while it may still form
   CHECK(cut.back().withheld_bytes == stop.size());       // the stop string itself, never shown
 }
