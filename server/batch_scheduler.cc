@@ -64,8 +64,7 @@ struct BatchScheduler::Turn {
   // Step thread only.
   uint32_t prefill_left = 0;
   uint32_t max_new_tokens = 0;
-  size_t max_stop_length = 0;
-  std::string text;        // the answer so far, stop strings cut off
+  std::string text;        // the answer so far, as the backend's stop rule lets it be shown
   size_t sent_length = 0;  // bytes of `text` already delivered
   std::vector<uint32_t> unsent_ids;
   FinishReason finish_reason = FinishReason::kStop;
@@ -175,9 +174,6 @@ void BatchScheduler::PrepareTurn(std::shared_ptr<Turn> turn) {
       p.cached_tokens = std::min(p.cached_tokens, p.prompt_tokens - 1);
       turn->prefill_left = p.prompt_tokens - p.cached_tokens;
       turn->max_new_tokens = std::max<uint32_t>(p.max_new_tokens, 1);
-      for (const std::string& s : turn->request.sampling.stop) {
-        turn->max_stop_length = std::max(turn->max_stop_length, s.size());
-      }
       failure = CheckPrincipalTokensLocked(*turn);
       if (failure.ok()) {
         turn->prepared_ok = true;
@@ -464,43 +460,18 @@ bool BatchScheduler::ApplyToken(Turn& turn, const StepItem& item) {
   turn.last_token_at = now;
   ++turn.stats.generated_tokens;
 
-  const auto& stop_ids = turn.request.sampling.stop_token_ids;
-  bool finished = false;
-  if (item.end_of_turn ||
-      std::find(stop_ids.begin(), stop_ids.end(), item.token_id) != stop_ids.end()) {
-    turn.finish_reason = FinishReason::kStop;
-    finished = true;
-  } else {
-    const size_t before = turn.text.size();
-    turn.text += item.text;
-    turn.unsent_ids.push_back(item.token_id);
-    // A stop string may straddle tokens: search from where the new text could have completed it.
-    const size_t from = before > turn.max_stop_length ? before - turn.max_stop_length : 0;
-    size_t cut = std::string::npos;
-    for (const std::string& stop : turn.request.sampling.stop) {
-      if (stop.empty()) continue;
-      const size_t at = turn.text.find(stop, from);
-      if (at != std::string::npos) cut = std::min(cut, at);
-    }
-    if (cut != std::string::npos) {
-      turn.text.resize(std::max(cut, turn.sent_length));
-      turn.finish_reason = FinishReason::kStop;
-      finished = true;
-    } else if (item.stop_string) {
-      // The engine matched a stop string (and already cut it from the text).
-      turn.finish_reason = FinishReason::kStop;
-      finished = true;
-    } else if (item.length_limit || turn.stats.generated_tokens >= turn.max_new_tokens) {
-      turn.finish_reason = FinishReason::kLength;
-      finished = true;
-    }
+  // The backend's stop rule decided whether this token ends the turn and which of its text may
+  // be shown (a possible stop string held back, a stop string cut): it is applied as it is.
+  // A stop token's id is not shown; every other token's is.
+  if (item.stop != StopCause::kStopToken) turn.unsent_ids.push_back(item.token_id);
+  turn.text += item.text;
+  const bool finished = item.stop != StopCause::kNone;
+  if (finished) {
+    turn.finish_reason =
+        item.stop == StopCause::kLength ? FinishReason::kLength : FinishReason::kStop;
   }
-  // Hold back what could still become a stop string, and any partial UTF-8 character.
-  size_t deliver = turn.text.size();
-  if (!finished && turn.max_stop_length > 1) {
-    deliver = deliver > turn.max_stop_length - 1 ? deliver - (turn.max_stop_length - 1) : 0;
-  }
-  deliver = Utf8SafeLength(turn.text, std::max(deliver, turn.sent_length));
+  // Text goes out as it comes, but never a partial UTF-8 character.
+  const size_t deliver = std::max(Utf8SafeLength(turn.text, turn.text.size()), turn.sent_length);
   std::string delta;
   if (deliver > turn.sent_length) {
     delta = turn.text.substr(turn.sent_length, deliver - turn.sent_length);

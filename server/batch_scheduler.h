@@ -22,8 +22,9 @@
 //
 // Cancellation (Cancel, or the request's deadline) is checked before every step: a cancelled
 // turn leaves the batch at the next step, its sequence is destroyed (freeing its pages) and
-// on_done gets the reason. Stop strings, stop token ids and max_tokens are applied here, so every
-// backend behaves the same.
+// on_done gets the reason. Stop strings, stop token ids and max_tokens are the backend's to
+// evaluate (the engine's stop rule, the only one): each StepItem says whether and why its turn
+// ended and which text may be shown, and the scheduler applies that as it is.
 #pragma once
 
 #include <atomic>

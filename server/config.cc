@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "common/flags.h"
+#include "engine/compress/policy_config.h"
 
 namespace framezip::server {
 namespace {
@@ -51,8 +52,9 @@ void Register(FlagSet& f, ServerConfig& c) {
            "at load per output channel; CPU only)",
            "FORMAT");
   f.String("default-policy", &c.default_policy,
-           "compression policy of sessions that ask for none: "
-           "none|zipvl|attentionpack|dynamic_llava|fastv|kivi",
+           "compression policy of sessions that ask for none, with options as the CLI's --policy: "
+           "NAME[:KEY=VALUE,...], NAME one of none|zipvl|attentionpack|zipvl+attentionpack|"
+           "dynamic_llava|fastv|kivi|kivi4",
            "POLICY");
   f.Int("kv-budget-bytes", &c.kv_budget_bytes, "engine KV memory budget; 0 = the engine's default");
   f.String("kvstore", &c.kvstore,
@@ -310,15 +312,10 @@ Status ValidateServerConfig(const ServerConfig& c) {
   if (c.log_format != "text" && c.log_format != "json") {
     return InvalidArgumentError("--log-format: '{}' is not text or json", c.log_format);
   }
-  static const char* kPolicies[] = {"none",          "zipvl", "attentionpack",
-                                    "dynamic_llava", "fastv", "kivi"};
-  bool known = false;
-  for (const char* p : kPolicies) known = known || c.default_policy == p;
-  if (!known) {
-    return InvalidArgumentError(
-        "--default-policy: '{}' is not one of none, zipvl, attentionpack, dynamic_llava, fastv, "
-        "kivi",
-        c.default_policy);
+  if (const StatusOr<engine::compress::PolicyConfig> policy =
+          engine::compress::ParsePolicyConfig(c.default_policy);
+      !policy.ok()) {
+    return InvalidArgumentError("--default-policy: {}", MessageOf(policy.status()));
   }
   return absl::OkStatus();
 }

@@ -64,7 +64,8 @@ bool Resumable(const std::vector<ChatMessage>& messages) {
 }
 
 std::string SessionIdOf(const TurnRequest& t) {
-  std::string root = fmt::format("model:{}|policy:{}", t.model, EngineSpec(t.policy));
+  std::string root =
+      fmt::format("model:{}|policy:{}", t.model, engine::compress::FormatPolicyConfig(t.policy));
   const bool has_system = t.messages[0].role == Role::kSystem;
   root += "|system:" + (has_system ? Canonical(t.messages[0], t.media) : std::string("-"));
   const ChatMessage& first_user = t.messages[has_system ? 1 : 0];

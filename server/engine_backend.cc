@@ -112,7 +112,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.device = config.device;
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,
-                          PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi}) {
+                          PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi,
+                          PolicyKind::kZipVlAttentionPack}) {
     if (b->engine_->NewConversation(PolicyName(kind)).ok()) m.policies.push_back(kind);
   }
   m.vision.image_size = static_cast<uint32_t>(c.vision.image_size);
@@ -152,7 +153,7 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
   PreparedTurn turn;
   size_t first_new = 0;
   if (request.session_key.empty()) {  // stateless (Generate): a conversation of its own
-    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(EngineSpec(request.policy)));
+    FZ_ASSIGN_OR_RETURN(seq->owned_, engine_->NewConversation(request.policy));
     seq->conversation_ = seq->owned_.get();
   } else {
     FZ_ASSIGN_OR_RETURN(const server::SessionKv::Attached attached,
@@ -262,24 +263,26 @@ void EngineBackend::FillAdmission(const rt::Conversation& conversation,
 }
 
 Status EngineBackend::Step(std::span<StepItem> batch) {
+  // The engine's stop decision, passed on as it is: the scheduler applies it.
   auto emit = [](StepItem& item, Sequence& seq, const rt::StepOutput& out) {
     item.emitted = true;
     item.text = out.delta;
+    item.withheld_bytes = static_cast<uint32_t>(out.withheld_bytes);
     const rt::TurnResult& current = seq.conversation_->current();
     item.token_id = current.token_ids.empty() ? 0 : static_cast<uint32_t>(current.token_ids.back());
-    if (!out.finished) return;
-    switch (current.stats.stop_reason) {
+    switch (out.stop_reason) {
+      case engine::llm::StopReason::kNone:
+        item.stop = out.finished ? StopCause::kLength : StopCause::kNone;
+        break;
       case engine::llm::StopReason::kStopToken:
-        item.end_of_turn = true;  // its text is never shown
-        item.text.clear();
+        item.stop = StopCause::kStopToken;
         break;
       case engine::llm::StopReason::kStopString:
-        item.stop_string = true;
+        item.stop = StopCause::kStopString;
         break;
       case engine::llm::StopReason::kMaxTokens:
-      case engine::llm::StopReason::kNone:
       case engine::llm::StopReason::kCancelled:
-        item.length_limit = true;
+        item.stop = StopCause::kLength;
         break;
     }
   };
@@ -322,7 +325,7 @@ Status EngineBackend::Step(std::span<StepItem> batch) {
 
 Status EngineBackend::Commit(const std::string& session_key, BackendSequence& sequence) {
   auto& seq = static_cast<Sequence&>(sequence);
-  // The scheduler may end a turn (its own stop rules) while the engine still decodes it.
+  // The scheduler may end a turn (a cancellation, a deadline) while the engine still decodes it.
   if (seq.conversation_->decoding()) engine_->Cancel(*seq.conversation_);
   FZ_RETURN_IF_ERROR(
       sessions_->KeepTurn(session_key, *seq.conversation_, seq.messages_total_, seq.media_hashes_));

@@ -54,6 +54,16 @@ struct PreparedTurn {
 };
 
 // One sequence's share of an engine step, and what it produced.
+// Why a backend ended a turn at a token: its own stop rule decides (for EngineBackend, the
+// engine's: eos and stop token ids, stop strings, max_tokens and the context); the scheduler
+// applies the decision and never evaluates a stop rule itself.
+enum class StopCause : uint8_t {
+  kNone = 0,    // the turn goes on
+  kStopToken,   // an end-of-turn or stop token id: its id and text are not shown
+  kStopString,  // a stop string: `text` ends before it, and nothing after it is shown
+  kLength,      // max_tokens or the context: this token and its text count
+};
+
 struct StepItem {
   BackendSequence* sequence = nullptr;
   // > 0: prefill this many more prompt tokens. When they are the last ones, the step also samples
@@ -62,12 +72,14 @@ struct StepItem {
   // Outputs.
   bool emitted = false;  // a token was generated
   uint32_t token_id = 0;
-  std::string text;  // the text it completes (UTF-8; may be empty while a character is partial)
-  bool end_of_turn = false;  // the model's end-of-turn token (not shown in text)
-  // The engine ended the turn with this token at one of its own limits: a stop string (the text
-  // is cut before it) or max_new_tokens / the context (the token and its text count).
-  bool stop_string = false;
-  bool length_limit = false;
+  // The text to show for it (UTF-8; whole characters), after the backend's stop rule: empty while
+  // a character is partial or while the text may be the start of a stop string (held back and
+  // shown with a later token), and never any part of a stop string.
+  std::string text;
+  StopCause stop = StopCause::kNone;
+  // Bytes of generated text the backend holds back or cut after this token (the held-back
+  // prefix of a possible stop string; at kStopString, the stop string and what followed it).
+  uint32_t withheld_bytes = 0;
   Status status;  // a per-sequence failure (e.g. a corrupt restored page)
 };
 

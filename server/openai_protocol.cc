@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/client_text.h"
+#include "engine/compress/policy_config.h"
+#include "server/policy_proto.h"
 
 namespace framezip::server {
 namespace {
@@ -246,15 +248,13 @@ Status ReadExtension(const json& ext, OpenAiChatRequest* out) {
   if (!ext.is_object()) return InvalidArgumentError("framezip: must be an object");
   if (auto it = ext.find("policy"); it != ext.end() && !it->is_null()) {
     if (it->is_string()) {
-      PolicyKind kind;
-      if (!PolicyFromName(it->get<std::string>(), &kind)) {
-        return InvalidArgumentError(
-            "framezip.policy: '{}' is not a policy (none, zipvl, attentionpack, dynamic_llava, "
-            "fastv, kivi)",
-            ClientText(it->get<std::string>()));
+      // The CLI's form, "zipvl" or "zipvl:tau=0.9,low_bits=evict", into the same typed options.
+      const StatusOr<engine::compress::PolicyConfig> policy =
+          engine::compress::ParsePolicyConfig(it->get<std::string>());
+      if (!policy.ok()) {
+        return InvalidArgumentError("framezip.policy: {}", ClientText(MessageOf(policy.status())));
       }
-      out->generate.mutable_policy()->set_kind(
-          static_cast<v1::PolicyKind>(static_cast<int>(kind) + 1));
+      PolicyToProto(*policy, out->generate.mutable_policy());
     } else {
       FZ_RETURN_IF_ERROR(ProtoFromJson(*it, "framezip.policy", out->generate.mutable_policy()));
     }

@@ -1,5 +1,7 @@
 #include "server/proto_convert.h"
 
+#include "server/policy_proto.h"
+
 namespace framezip::server {
 
 v1::PolicyKind ToProto(PolicyKind kind) {
@@ -16,53 +18,14 @@ v1::PolicyKind ToProto(PolicyKind kind) {
       return v1::POLICY_KIND_FASTV;
     case PolicyKind::kKivi:
       return v1::POLICY_KIND_KIVI;
+    case PolicyKind::kZipVlAttentionPack:
+      return v1::POLICY_KIND_ZIPVL_ATTENTIONPACK;
   }
   return v1::POLICY_KIND_UNSPECIFIED;
 }
 
-void ToProto(const PolicySpec& s, v1::CompressionPolicy* out) {
-  out->set_kind(ToProto(s.kind));
-  switch (s.kind) {
-    case PolicyKind::kNone:
-      break;
-    case PolicyKind::kZipVl: {
-      auto* z = out->mutable_zipvl();
-      z->set_tau(s.zipvl_tau);
-      z->set_recent_probes(s.zipvl_recent_probes);
-      z->set_random_probes(s.zipvl_random_probes);
-      z->set_important_bits(s.zipvl_important_bits);
-      z->set_other_bits(s.zipvl_other_bits);
-      z->set_other_mode(s.zipvl_evict_other ? v1::UNIMPORTANT_TOKEN_MODE_EVICT
-                                            : v1::UNIMPORTANT_TOKEN_MODE_QUANTIZE);
-      z->set_per_head_selection(s.zipvl_per_head_selection);
-      z->set_other_rows_attend_important(s.zipvl_other_rows_attend_important);
-      z->set_residual_window(s.zipvl_residual_window);
-      z->set_recompress_interval(s.zipvl_recompress_interval);
-      break;
-    }
-    case PolicyKind::kAttentionPack: {
-      auto* a = out->mutable_attentionpack();
-      a->set_key_rank(s.ap_key_rank);
-      a->set_value_rank(s.ap_value_rank);
-      a->set_energy(s.ap_energy);
-      a->set_decompress_fraction(s.ap_decompress_fraction);
-      a->set_factor_bits(s.ap_factor_bits);
-      break;
-    }
-    case PolicyKind::kDynamicLlava:
-      out->mutable_dynamic_llava()->set_vision_keep_ratio(s.dl_vision_keep_ratio);
-      out->mutable_dynamic_llava()->set_gate_generated_tokens(s.dl_gate_generated_tokens);
-      break;
-    case PolicyKind::kFastV:
-      out->mutable_fastv()->set_layer(s.fastv_layer);
-      out->mutable_fastv()->set_keep_ratio(s.fastv_keep_ratio);
-      break;
-    case PolicyKind::kKivi:
-      out->mutable_kivi()->set_bits(s.kivi_bits);
-      out->mutable_kivi()->set_group_size(s.kivi_group_size);
-      out->mutable_kivi()->set_residual_window(s.kivi_residual_window);
-      break;
-  }
+void ToProto(const PolicyConfig& policy, v1::CompressionPolicy* out) {
+  PolicyToProto(policy, out);
 }
 
 void ToProto(const SamplingSpec& s, v1::SamplingParams* out) {
@@ -209,7 +172,7 @@ void ToProto(const TurnStats& s, v1::TurnStats* out) {
   out->set_seed(s.seed);
 }
 
-void ToProto(const ModelDescription& m, const PolicySpec& default_policy,
+void ToProto(const ModelDescription& m, const PolicyConfig& default_policy,
              uint64_t max_upload_bytes, v1::ModelInfo* out) {
   out->set_model(m.name);
   out->set_architecture(m.architecture);

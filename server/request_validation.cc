@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/client_text.h"
+#include "server/policy_proto.h"
 
 namespace framezip::server {
 namespace {
@@ -31,50 +32,6 @@ bool IsUtf8(const std::string& s) {
     i += n;
   }
   return true;
-}
-
-StatusOr<PolicyKind> KindFromProto(v1::PolicyKind kind, const ValidationDefaults& d,
-                                   const char* field) {
-  switch (kind) {
-    case v1::POLICY_KIND_UNSPECIFIED:
-      return d.default_policy;
-    case v1::POLICY_KIND_NONE:
-      return PolicyKind::kNone;
-    case v1::POLICY_KIND_ZIPVL:
-      return PolicyKind::kZipVl;
-    case v1::POLICY_KIND_ATTENTIONPACK:
-      return PolicyKind::kAttentionPack;
-    case v1::POLICY_KIND_DYNAMIC_LLAVA:
-      return PolicyKind::kDynamicLlava;
-    case v1::POLICY_KIND_FASTV:
-      return PolicyKind::kFastV;
-    case v1::POLICY_KIND_KIVI:
-      return PolicyKind::kKivi;
-    default:
-      break;  // proto3 enums are open: unknown numbers arrive as-is
-  }
-  return InvalidArgumentError("{}.kind: unknown policy {}", field, static_cast<int>(kind));
-}
-
-Status CheckUnit(float v, const std::string& field, bool allow_zero = true) {
-  if (!Finite(v) || v < 0 || v > 1 || (!allow_zero && v == 0)) {
-    return InvalidArgumentError("{}: {} is not in {}0, 1]", field, v, allow_zero ? "[" : "(");
-  }
-  return absl::OkStatus();
-}
-
-Status CheckBits(uint32_t bits, const std::string& field, std::initializer_list<uint32_t> allowed) {
-  if (bits == 0) return absl::OkStatus();
-  if (std::find(allowed.begin(), allowed.end(), bits) == allowed.end()) {
-    return InvalidArgumentError("{}: {} bits is not supported (use one of {})", field, bits,
-                                fmt::join(allowed, ", "));
-  }
-  return absl::OkStatus();
-}
-
-Status CheckKnob(uint32_t value, const std::string& field, uint32_t max = kMaxPolicyKnob) {
-  if (value > max) return InvalidArgumentError("{}: {} is over the limit of {}", field, value, max);
-  return absl::OkStatus();
 }
 
 // The text of a whole request against max_prompt_bytes, before it is tokenized.
@@ -138,98 +95,16 @@ Status ValidateModel(const std::string& model, const ValidationDefaults& default
   return absl::OkStatus();
 }
 
-StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& p, const ValidationDefaults& d,
-                                    const char* field) {
-  PolicySpec spec;
-  FZ_ASSIGN_OR_RETURN(spec.kind, KindFromProto(p.kind(), d, field));
+StatusOr<PolicyConfig> ValidatePolicy(const v1::CompressionPolicy& p, const ValidationDefaults& d,
+                                      const char* field) {
+  FZ_ASSIGN_OR_RETURN(PolicyConfig policy, PolicyFromProto(p, d.default_policy, field));
+  const PolicyKind kind = KindOf(policy);
   if (!d.served_policies.empty() && std::find(d.served_policies.begin(), d.served_policies.end(),
-                                              spec.kind) == d.served_policies.end()) {
+                                              kind) == d.served_policies.end()) {
     return InvalidArgumentError("{}.kind: policy '{}' is not available on this server", field,
-                                PolicyName(spec.kind));
+                                PolicyName(kind));
   }
-  const std::string f = field;
-  switch (spec.kind) {
-    case PolicyKind::kNone:
-      break;
-    case PolicyKind::kZipVl: {
-      const auto& z = p.zipvl();
-      FZ_RETURN_IF_ERROR(CheckUnit(z.tau(), f + ".zipvl.tau"));
-      FZ_RETURN_IF_ERROR(CheckBits(z.important_bits(), f + ".zipvl.important_bits", {2, 4, 8, 16}));
-      FZ_RETURN_IF_ERROR(CheckBits(z.other_bits(), f + ".zipvl.other_bits", {2, 4, 8, 16}));
-      if (z.other_mode() < 0 || z.other_mode() > v1::UNIMPORTANT_TOKEN_MODE_EVICT) {
-        return InvalidArgumentError("{}.zipvl.other_mode: unknown mode {}", f,
-                                    static_cast<int>(z.other_mode()));
-      }
-      FZ_RETURN_IF_ERROR(CheckKnob(z.recent_probes(), f + ".zipvl.recent_probes"));
-      FZ_RETURN_IF_ERROR(CheckKnob(z.random_probes(), f + ".zipvl.random_probes"));
-      FZ_RETURN_IF_ERROR(CheckKnob(z.residual_window(), f + ".zipvl.residual_window"));
-      FZ_RETURN_IF_ERROR(CheckKnob(z.recompress_interval(), f + ".zipvl.recompress_interval"));
-      spec.zipvl_tau = z.tau();
-      spec.zipvl_recent_probes = z.recent_probes();
-      spec.zipvl_random_probes = z.random_probes();
-      spec.zipvl_important_bits = z.important_bits();
-      spec.zipvl_other_bits = z.other_bits();
-      spec.zipvl_evict_other = z.other_mode() == v1::UNIMPORTANT_TOKEN_MODE_EVICT;
-      spec.zipvl_per_head_selection = z.per_head_selection();
-      spec.zipvl_other_rows_attend_important = z.other_rows_attend_important();
-      spec.zipvl_residual_window = z.residual_window();
-      spec.zipvl_recompress_interval = z.recompress_interval();
-      break;
-    }
-    case PolicyKind::kAttentionPack: {
-      const auto& a = p.attentionpack();
-      FZ_RETURN_IF_ERROR(CheckUnit(a.energy(), f + ".attentionpack.energy"));
-      if (a.energy() > 0) {
-        return InvalidArgumentError(
-            "{}.attentionpack.energy: choosing ranks by spectral energy is not supported yet; "
-            "give key_rank and value_rank (or 0 for the defaults)",
-            f);
-      }
-      FZ_RETURN_IF_ERROR(CheckUnit(a.decompress_fraction(),
-                                   f + ".attentionpack.decompress_fraction"));
-      FZ_RETURN_IF_ERROR(CheckKnob(a.key_rank(), f + ".attentionpack.key_rank"));
-      FZ_RETURN_IF_ERROR(CheckKnob(a.value_rank(), f + ".attentionpack.value_rank"));
-      spec.ap_key_rank = a.key_rank();
-      spec.ap_value_rank = a.value_rank();
-      spec.ap_energy = a.energy();
-      spec.ap_decompress_fraction = a.decompress_fraction();
-      if (a.factor_bits() != 0) {
-        FZ_RETURN_IF_ERROR(CheckBits(a.factor_bits(), f + ".attentionpack.factor_bits", {4, 16}));
-      }
-      spec.ap_factor_bits = a.factor_bits();
-      break;
-    }
-    case PolicyKind::kDynamicLlava: {
-      const auto& dl = p.dynamic_llava();
-      FZ_RETURN_IF_ERROR(CheckUnit(dl.vision_keep_ratio(), f + ".dynamic_llava.vision_keep_ratio"));
-      spec.dl_vision_keep_ratio = dl.vision_keep_ratio();
-      spec.dl_gate_generated_tokens = dl.gate_generated_tokens();
-      break;
-    }
-    case PolicyKind::kFastV: {
-      const auto& fv = p.fastv();
-      FZ_RETURN_IF_ERROR(CheckUnit(fv.keep_ratio(), f + ".fastv.keep_ratio"));
-      FZ_RETURN_IF_ERROR(CheckKnob(fv.layer(), f + ".fastv.layer", 1024));
-      spec.fastv_layer = fv.layer();
-      spec.fastv_keep_ratio = fv.keep_ratio();
-      break;
-    }
-    case PolicyKind::kKivi: {
-      const auto& k = p.kivi();
-      FZ_RETURN_IF_ERROR(CheckBits(k.bits(), f + ".kivi.bits", {2, 4}));
-      if (k.group_size() % 32 != 0) {
-        return InvalidArgumentError("{}.kivi.group_size: {} is not a multiple of 32", f,
-                                    k.group_size());
-      }
-      FZ_RETURN_IF_ERROR(CheckKnob(k.group_size(), f + ".kivi.group_size", 4096));
-      FZ_RETURN_IF_ERROR(CheckKnob(k.residual_window(), f + ".kivi.residual_window"));
-      spec.kivi_bits = k.bits();
-      spec.kivi_group_size = k.group_size();
-      spec.kivi_residual_window = k.residual_window();
-      break;
-    }
-  }
-  return spec;
+  return policy;
 }
 
 StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& s, const ValidationDefaults& d,

@@ -20,7 +20,7 @@ namespace framezip::server {
 
 // Server defaults the validation resolves "unspecified" values against.
 struct ValidationDefaults {
-  PolicyKind default_policy = PolicyKind::kNone;
+  PolicyConfig default_policy;  // for POLICY_KIND_UNSPECIFIED (none unless --default-policy)
   std::vector<PolicyKind> served_policies;  // empty = all
   std::string served_model;                 // requests naming another model get NOT_FOUND
   uint32_t default_max_tokens = 256;
@@ -38,7 +38,6 @@ struct ValidationDefaults {
 // capped by the model's context when the turn is admitted.
 inline constexpr uint32_t kMaxMaxTokens = 1u << 20;
 inline constexpr uint32_t kMaxStopTokenIds = 64;
-inline constexpr uint32_t kMaxPolicyKnob = 1u << 16;
 
 // [A-Za-z0-9_-]{1,64}; `field` names the field in the message.
 Status ValidateSessionId(const std::string& id, const char* field);
@@ -47,8 +46,10 @@ inline Status ValidateMediaId(const std::string& id, const char* field) {
   return ValidateSessionId(id, field);
 }
 
-StatusOr<PolicySpec> ValidatePolicy(const v1::CompressionPolicy& policy,
-                                    const ValidationDefaults& defaults, const char* field);
+// The policy's options over its kind's defaults (server/policy_proto.h), each in its range, and
+// a kind the server serves.
+StatusOr<PolicyConfig> ValidatePolicy(const v1::CompressionPolicy& policy,
+                                      const ValidationDefaults& defaults, const char* field);
 StatusOr<SamplingSpec> ValidateSampling(const v1::SamplingParams& sampling,
                                         const ValidationDefaults& defaults, const char* field);
 StatusOr<FrameSpec> ValidateFrames(const v1::FrameSampling& frames,
@@ -75,7 +76,7 @@ SamplingSpec MergeSampling(const SamplingSpec& session, const SamplingSpec& over
 // Generate: the whole conversation and its inline media (bytes stay in the request).
 struct GenerateInput {
   std::string model;
-  PolicySpec policy;
+  PolicyConfig policy;
   SamplingSpec sampling;
   FrameSpec frames;
   std::vector<ChatMessage> messages;

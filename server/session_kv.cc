@@ -139,8 +139,7 @@ StatusOr<SessionKv::Attached> SessionKv::Attach(const TurnRequest& request, KvRe
     state.cached_tokens = static_cast<uint32_t>(state.conversation->cached_tokens());
     state.store_current = true;
   } else if (state.conversation == nullptr) {
-    StatusOr<std::unique_ptr<rt::Conversation>> fresh =
-        engine_->NewConversation(EngineSpec(request.policy));
+    StatusOr<std::unique_ptr<rt::Conversation>> fresh = engine_->NewConversation(request.policy);
     if (!fresh.ok()) {
       lock.unlock();
       EndTurn(request.session_key);

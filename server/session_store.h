@@ -37,7 +37,7 @@ namespace framezip::server {
 struct SessionSpec {
   std::string session_id;  // empty = generate one
   std::string model;
-  PolicySpec policy;
+  PolicyConfig policy;
   SamplingSpec sampling;
   FrameSpec frames;
   uint32_t ttl_seconds = 0;  // 0 = the store's default

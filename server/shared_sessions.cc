@@ -60,54 +60,16 @@ FrameSpec FramesFrom(const json& j) {
   return f;
 }
 
-json PolicyJson(const PolicySpec& p) {
-  return {
-      {"kind", PolicyName(p.kind)},
-      {"zipvl",
-       {p.zipvl_tau, p.zipvl_recent_probes, p.zipvl_random_probes, p.zipvl_important_bits,
-        p.zipvl_other_bits, p.zipvl_evict_other, p.zipvl_per_head_selection,
-        p.zipvl_other_rows_attend_important, p.zipvl_residual_window, p.zipvl_recompress_interval}},
-      {"attentionpack",
-       {p.ap_key_rank, p.ap_value_rank, p.ap_energy, p.ap_decompress_fraction, p.ap_factor_bits}},
-      {"dynamic_llava", {p.dl_vision_keep_ratio, p.dl_gate_generated_tokens}},
-      {"fastv", {p.fastv_layer, p.fastv_keep_ratio}},
-      {"kivi", {p.kivi_bits, p.kivi_group_size, p.kivi_residual_window}}};
-}
+// The policy's canonical text (engine/compress/policy_config.h): its name and the options that
+// differ from their defaults, which ParsePolicyConfig reads back to the same config.
+json PolicyJson(const PolicyConfig& p) { return engine::compress::FormatPolicyConfig(p); }
 
-PolicySpec PolicyFrom(const json& j) {
-  PolicySpec p;
-  if (!PolicyFromName(j.at("kind").get<std::string>(), &p.kind)) {
-    throw std::runtime_error("unknown policy");
-  }
-  const json& z = j.at("zipvl");
-  p.zipvl_tau = z.at(0).get<float>();
-  p.zipvl_recent_probes = z.at(1).get<uint32_t>();
-  p.zipvl_random_probes = z.at(2).get<uint32_t>();
-  p.zipvl_important_bits = z.at(3).get<uint32_t>();
-  p.zipvl_other_bits = z.at(4).get<uint32_t>();
-  p.zipvl_evict_other = z.at(5).get<bool>();
-  p.zipvl_per_head_selection = z.at(6).get<bool>();
-  p.zipvl_other_rows_attend_important = z.at(7).get<bool>();
-  p.zipvl_residual_window = z.at(8).get<uint32_t>();
-  p.zipvl_recompress_interval = z.at(9).get<uint32_t>();
-  const json& a = j.at("attentionpack");
-  p.ap_key_rank = a.at(0).get<uint32_t>();
-  p.ap_value_rank = a.at(1).get<uint32_t>();
-  p.ap_energy = a.at(2).get<float>();
-  p.ap_decompress_fraction = a.at(3).get<float>();
-  // Sessions written before factor_bits existed hold four values: f16 factors.
-  p.ap_factor_bits = a.size() > 4 ? a.at(4).get<uint32_t>() : 0;
-  const json& d = j.at("dynamic_llava");
-  p.dl_vision_keep_ratio = d.at(0).get<float>();
-  p.dl_gate_generated_tokens = d.at(1).get<bool>();
-  const json& f = j.at("fastv");
-  p.fastv_layer = f.at(0).get<uint32_t>();
-  p.fastv_keep_ratio = f.at(1).get<float>();
-  const json& k = j.at("kivi");
-  p.kivi_bits = k.at(0).get<uint32_t>();
-  p.kivi_group_size = k.at(1).get<uint32_t>();
-  p.kivi_residual_window = k.at(2).get<uint32_t>();
-  return p;
+PolicyConfig PolicyFrom(const json& j) {
+  // Records written before the typed options hold an object: its kind, with default options.
+  const std::string text = j.is_object() ? j.at("kind").get<std::string>() : j.get<std::string>();
+  StatusOr<PolicyConfig> p = engine::compress::ParsePolicyConfig(text);
+  if (!p.ok()) throw std::runtime_error("bad policy: " + MessageOf(p.status()));
+  return *std::move(p);
 }
 
 json SamplingJson(const SamplingSpec& s) {

@@ -24,7 +24,7 @@ void LogTurn(const char* rpc, const std::string& session_id, const Status& statu
       s.cached_tokens, s.prefilled_tokens, s.visual_tokens_after_pruning,
       s.visual_tokens_before_pruning, s.generated_tokens, s.queue_seconds,
       s.time_to_first_token_seconds, s.decode_tokens_per_second, s.e2e_seconds, kv,
-      s.compression_ratio, PolicyName(s.policy.kind));
+      s.compression_ratio, s.policy.name());
 }
 
 }  // namespace

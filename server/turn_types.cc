@@ -1,8 +1,9 @@
 #include "server/turn_types.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
+#include <iterator>
+#include <variant>
 #include <vector>
 
 namespace framezip::server {
@@ -21,34 +22,26 @@ const char* PolicyName(PolicyKind kind) {
       return "fastv";
     case PolicyKind::kKivi:
       return "kivi";
+    case PolicyKind::kZipVlAttentionPack:
+      return "zipvl+attentionpack";
   }
   return "unknown";
 }
 
-std::string EngineSpec(const PolicySpec& spec) {
-  std::string out = PolicyName(spec.kind);
-  if (spec.kind == PolicyKind::kAttentionPack) {
-    std::vector<std::string> options;
-    if (spec.ap_key_rank > 0) options.push_back(fmt::format("rank_k={}", spec.ap_key_rank));
-    if (spec.ap_value_rank > 0) options.push_back(fmt::format("rank_v={}", spec.ap_value_rank));
-    if (spec.ap_decompress_fraction > 0) {
-      options.push_back(fmt::format("top_fraction={}", spec.ap_decompress_fraction));
-    }
-    if (spec.ap_factor_bits == 4) options.push_back("factors=int4");
-    if (!options.empty()) out = fmt::format("{}:{}", out, fmt::join(options, ","));
-  }
-  if (spec.kind == PolicyKind::kDynamicLlava) {
-    out += fmt::format(":text_gate={}", spec.dl_gate_generated_tokens ? "on" : "off");
-    if (spec.dl_vision_keep_ratio > 0) {
-      out += fmt::format(",vision_keep={}", spec.dl_vision_keep_ratio);
-    }
-  }
-  return out;
+PolicyKind KindOf(const PolicyConfig& policy) {
+  static constexpr PolicyKind kByAlternative[] = {
+      PolicyKind::kNone,          PolicyKind::kZipVl,
+      PolicyKind::kAttentionPack, PolicyKind::kZipVlAttentionPack,
+      PolicyKind::kDynamicLlava,  PolicyKind::kFastV,
+      PolicyKind::kKivi};
+  static_assert(std::size(kByAlternative) == std::variant_size_v<decltype(PolicyConfig::options)>);
+  return kByAlternative[policy.options.index()];
 }
 
 bool PolicyFromName(const std::string& name, PolicyKind* kind) {
   for (PolicyKind k : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,
-                       PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi}) {
+                       PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi,
+                       PolicyKind::kZipVlAttentionPack}) {
     if (name == PolicyName(k)) {
       *kind = k;
       return true;

@@ -11,57 +11,27 @@
 #include <string>
 #include <vector>
 
+#include "engine/compress/policy_config.h"
+
 namespace framezip::server {
 
 using Clock = std::chrono::steady_clock;
 
+// A session's compression policy and its options: the engine's one typed form (the gRPC edge
+// fills it from the request's CompressionPolicy, server/policy_proto.h), carried as it is to
+// Engine::NewConversation.
+using engine::compress::PolicyConfig;
+
 // The compression method of a session (framezip.v1.PolicyKind without UNSPECIFIED: validation
 // resolves that to the server's default).
-enum class PolicyKind { kNone, kZipVl, kAttentionPack, kDynamicLlava, kFastV, kKivi };
+enum class PolicyKind { kNone, kZipVl, kAttentionPack, kDynamicLlava, kFastV, kKivi, kZipVlAttentionPack };
 
 // Name as used in config files and logs: "none", "zipvl", ...
 const char* PolicyName(PolicyKind kind);
 // The inverse of PolicyName; false for an unknown name.
 bool PolicyFromName(const std::string& name, PolicyKind* kind);
-
-// The knobs of every method; only those of `kind` are read. Zero means "the method's default", as
-// in the proto, so a policy can be carried through unchanged and reported back in the stats.
-struct PolicySpec {
-  PolicyKind kind = PolicyKind::kNone;
-  // ZipVL
-  float zipvl_tau = 0;
-  uint32_t zipvl_recent_probes = 0;
-  uint32_t zipvl_random_probes = 0;
-  uint32_t zipvl_important_bits = 0;
-  uint32_t zipvl_other_bits = 0;
-  bool zipvl_evict_other = false;
-  bool zipvl_per_head_selection = false;
-  bool zipvl_other_rows_attend_important = false;
-  uint32_t zipvl_residual_window = 0;
-  uint32_t zipvl_recompress_interval = 0;
-  // AttentionPack
-  uint32_t ap_key_rank = 0;
-  uint32_t ap_value_rank = 0;
-  float ap_energy = 0;
-  float ap_decompress_fraction = 0;
-  uint32_t ap_factor_bits = 0;  // 0 | 16 (f16) | 4
-  // Dynamic-LLaVA
-  float dl_vision_keep_ratio = 0;
-  bool dl_gate_generated_tokens = false;
-  // FastV
-  uint32_t fastv_layer = 0;
-  float fastv_keep_ratio = 0;
-  // KIVI
-  uint32_t kivi_bits = 0;
-  uint32_t kivi_group_size = 0;
-  uint32_t kivi_residual_window = 0;
-};
-
-// The engine's policy spec ("name:key=value,...", engine/compress/policy.h) of a request's policy:
-// the options the engine implements are passed on (dynamic_llava: vision_keep and text_gate;
-// attentionpack: key/value ranks and the full-rank fraction);
-// a zero option means the model's default.
-std::string EngineSpec(const PolicySpec& spec);
+// The method of a policy (kivi4 is kKivi).
+PolicyKind KindOf(const PolicyConfig& policy);
 
 struct SamplingSpec {
   float temperature = 0;  // 0 = greedy
@@ -168,7 +138,7 @@ struct TurnStats {
   std::vector<uint32_t> layer_visual_tokens;  // visual rows that ran through each layer
   double prefill_flops_saved_ratio = 0;        // linear-layer prefill work removed by pruning
   uint32_t text_tokens_gated = 0;              // generated tokens whose K/V was not stored
-  PolicySpec policy;
+  PolicyConfig policy;
   uint64_t seed = 0;
   // Inter-token gaps of this turn (seconds), for the ITL histogram; not sent to clients.
   std::vector<double> inter_token_seconds;
@@ -194,7 +164,7 @@ struct TurnRequest {
   std::vector<ChatMessage> messages;
   std::vector<MediaInfo> media;  // every media item a message refers to
   SamplingSpec sampling;
-  PolicySpec policy;
+  PolicyConfig policy;
   Clock::time_point arrival = Clock::now();
   Clock::time_point deadline = Clock::time_point::max();
   // Set by the caller (e.g. the gRPC reactor's OnCancel) to cancel the turn; the engine checks

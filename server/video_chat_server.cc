@@ -84,9 +84,11 @@ StatusOr<std::unique_ptr<VideoChatServer>> VideoChatServer::Start(
   s->metrics_ = std::make_unique<ServerMetrics>(model.name);
 
   ServiceOptions options;
-  if (!PolicyFromName(config.default_policy, &options.validation.default_policy)) {
-    return InvalidArgumentError("--default-policy: unknown policy '{}'", config.default_policy);
+  StatusOr<PolicyConfig> default_policy = engine::compress::ParsePolicyConfig(config.default_policy);
+  if (!default_policy.ok()) {
+    return InvalidArgumentError("--default-policy: {}", MessageOf(default_policy.status()));
   }
+  options.validation.default_policy = *std::move(default_policy);
   options.validation.served_policies = model.policies;
   options.validation.served_model = model.name;
   options.validation.default_max_tokens = static_cast<uint32_t>(config.default_max_tokens);

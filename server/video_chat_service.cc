@@ -89,7 +89,7 @@ grpc::ServerUnaryReactor* VideoChatService::CreateSession(grpc::CallbackServerCo
     core_.PublishSession(record.key);
     ToProto(record, {}, 0, response);
     FZ_LOG_INFO("session {} created (policy {}, ttl {} s)", record.spec.session_id,
-                PolicyName(record.spec.policy.kind), record.spec.ttl_seconds);
+                record.spec.policy.name(), record.spec.ttl_seconds);
     return absl::OkStatus();
   });
 }
@@ -212,9 +212,8 @@ grpc::ServerUnaryReactor* VideoChatService::GetModelInfo(grpc::CallbackServerCon
   return Unary(context, "GetModelInfo", false, [this, context, request, response]() -> Status {
     FZ_RETURN_IF_ERROR(core_.Admit(*context, /*refuse_when_draining=*/false).status());
     FZ_RETURN_IF_ERROR(ValidateModel(request->model(), core_.options.validation));
-    PolicySpec default_policy;
-    default_policy.kind = core_.options.validation.default_policy;
-    ToProto(core_.engine->model(), default_policy, core_.options.upload.max_upload_bytes, response);
+    ToProto(core_.engine->model(), core_.options.validation.default_policy,
+            core_.options.upload.max_upload_bytes, response);
     return absl::OkStatus();
   });
 }

@@ -117,35 +117,4 @@ void AttentionPackPolicy::OnLowRankAttention(int, std::span<const float> mean_pr
   }
 }
 
-StatusOr<AttentionPackOptions> ParseAttentionPackOptions(PolicyOptions& o) {
-  AttentionPackOptions a;
-  FZ_ASSIGN_OR_RETURN(const int64_t rank_k, o.Int("rank_k", a.rank_k, 1, UINT16_MAX));
-  FZ_ASSIGN_OR_RETURN(const int64_t rank_v, o.Int("rank_v", a.rank_v, 1, UINT16_MAX));
-  FZ_ASSIGN_OR_RETURN(const int64_t groups, o.Int("groups", a.groups, 1, 2));
-  FZ_ASSIGN_OR_RETURN(a.top_fraction, o.Double("top_fraction", a.top_fraction, 0, 1));
-  FZ_ASSIGN_OR_RETURN(a.ema, o.Double("ema", a.ema, 0, 1));
-  FZ_ASSIGN_OR_RETURN(const int64_t regroup, o.Int("regroup", a.regroup, 1, 1 << 20));
-  a.regroup = static_cast<int>(regroup);
-  FZ_ASSIGN_OR_RETURN(const int64_t dense, o.Int("dense_layers", a.dense_layers, 0, 1 << 16));
-  FZ_ASSIGN_OR_RETURN(const int64_t min_tokens, o.Int("min_tokens", a.min_tokens, 1, 1 << 30));
-  FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
-  FZ_ASSIGN_OR_RETURN(const int factors, o.Choice("factors", {"f16", "int4"}));
-  FZ_ASSIGN_OR_RETURN(const int64_t recompress, o.Int("recompress", 0, 0, 1 << 20));
-  a.recompress = static_cast<int>(recompress);
-  a.rank_k = static_cast<int>(rank_k);
-  a.rank_v = static_cast<int>(rank_v);
-  a.groups = static_cast<int>(groups);
-  a.dense_layers = static_cast<int>(dense);
-  a.min_tokens = static_cast<int>(min_tokens);
-  a.seed = static_cast<uint64_t>(seed);
-  a.factors = factors == 1 ? kv::FactorFormat::kInt4 : kv::FactorFormat::kF16;
-  return a;
-}
-
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateAttentionPackPolicy(PolicyOptions& o) {
-  FZ_ASSIGN_OR_RETURN(const AttentionPackOptions a, ParseAttentionPackOptions(o));
-  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
-  return std::unique_ptr<CompressionPolicy>(new AttentionPackPolicy(a));
-}
-
 }  // namespace framezip::engine::compress

@@ -48,7 +48,7 @@ Status DynamicLlavaPolicy::OnPrefillLayer(const PrefillLayerInputs&, std::vector
 }
 
 bool DynamicLlavaPolicy::OnDecodeWrite(int layer, int32_t) {
-  return layer < options_.sparse_layer || decode_keep_;
+  return layer < *options_.sparse_layer || decode_keep_;
 }
 
 StatusOr<std::vector<float>> DynamicLlavaPolicy::ScoreBlock(const Tensor& hidden, int64_t r0,
@@ -80,7 +80,7 @@ Status DynamicLlavaPolicy::SelectPrefillRows(const HiddenRowsInputs& in,
     while (r1 < t && in.visual[r1]) ++r1;
     const int64_t n = r1 - r0;
     const int64_t k = std::clamp<int64_t>(
-        static_cast<int64_t>(std::floor(static_cast<double>(n) * options_.vision_keep)), 1, n);
+        static_cast<int64_t>(std::floor(static_cast<double>(n) * *options_.vision_keep)), 1, n);
     if (k < n) {
       FZ_ASSIGN_OR_RETURN(const std::vector<float> score, ScoreBlock(*in.hidden, r0, r1));
       std::fill(keep.begin() + r0, keep.begin() + r1, uint8_t{0});
@@ -105,36 +105,21 @@ Status DynamicLlavaPolicy::OnDecodeHidden(const Tensor& hidden, int32_t) {
   } else {
     FZ_ASSIGN_OR_RETURN(const Tensor logits, predictors_->TextLogits(hidden));
     FZ_ASSIGN_OR_RETURN(const std::vector<float> l, HostLogits(logits));
-    decode_keep_ = static_cast<double>(l[0]) - static_cast<double>(l[1]) > options_.text_threshold;
+    decode_keep_ = static_cast<double>(l[0]) - static_cast<double>(l[1]) > *options_.text_threshold;
   }
   return absl::OkStatus();
 }
 
 StatusOr<std::unique_ptr<CompressionPolicy>> CreateDynamicLlavaPolicy(
-    PolicyOptions& o, const PolicyResources& resources) {
+    DynamicLlavaOptions d, const PolicyResources& resources) {
   if (resources.dynamic_llava == nullptr) {
     return FailedPreconditionError("policy dynamic_llava needs the model's predictors: {}",
                                    resources.dynamic_llava_missing);
   }
   const PredictorConfig& trained = resources.dynamic_llava->config();
-  DynamicLlavaOptions d;
-  FZ_ASSIGN_OR_RETURN(const int64_t layer, o.Int("sparse_layer", trained.sparse_layer, 0, 1 << 16));
-  d.sparse_layer = static_cast<int>(layer);
-  FZ_ASSIGN_OR_RETURN(d.vision_keep, o.Double("vision_keep", trained.vision_keep_rate, 1e-6, 1.0));
-  FZ_ASSIGN_OR_RETURN(const int select, o.Choice("select", {"predictor", "random"}));
-  d.random_select = select == 1;
-  FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
-  d.seed = static_cast<uint64_t>(seed);
-  FZ_ASSIGN_OR_RETURN(const int gate, o.Choice("text_gate", {"on", "off"}));
-  d.text_gate = gate == 0;
-  FZ_ASSIGN_OR_RETURN(d.text_keep, o.Double("text_keep", 0, 0, 1));
-  FZ_ASSIGN_OR_RETURN(d.text_threshold, o.Double("text_threshold", trained.text_threshold,
-                                                 -kMaxTextThreshold, kMaxTextThreshold));
-  FZ_ASSIGN_OR_RETURN(const int bits, o.Choice("bits", {"16", "4", "2"}));
-  d.bits = bits == 0 ? 16 : bits == 1 ? 4 : 2;
-  FZ_ASSIGN_OR_RETURN(const int64_t window, o.Int("window", d.window, 1, 1 << 20));
-  d.window = static_cast<int>(window);
-  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
+  if (!d.sparse_layer) d.sparse_layer = trained.sparse_layer;
+  if (!d.vision_keep) d.vision_keep = trained.vision_keep_rate;
+  if (!d.text_threshold) d.text_threshold = trained.text_threshold;
   return std::unique_ptr<CompressionPolicy>(new DynamicLlavaPolicy(d, resources.dynamic_llava));
 }
 

@@ -16,22 +16,13 @@
 // own top-k), which is what a chunk can see; the engine's default chunk (1024 rows) holds a
 // 200-frame video of the shipped model whole.
 //
-// Options ("dynamic_llava:key=value,..."):
-//   sparse_layer  the selection layer (default: the predictors' own, 2)
-//   vision_keep   kept fraction of each visual block, (0, 1] (default: the predictors' rate, 0.2)
-//   select        predictor | random: rank visual rows by the image predictor, or uniformly at
-//                 random (the same count; the baseline a learned ranking must beat)
-//   seed          the random ranking's seed (0)
-//   text_gate     on | off: gate decode K/V writes (default on)
-//   text_threshold  the text predictor's keep margin (default: the predictors' own,
-//                 output_text_threshold, else 0)
-//   text_keep     0 = the text predictor decides; in (0, 1] a forced keep rate instead — every
-//                 token whose running count crosses a multiple of 1/text_keep is kept (exactly
-//                 that fraction, deterministic), for testing gating before a predictor is
-//                 trained on long answers
-//   bits          16 | 4 | 2: what is kept is stored at the engine's full precision, or
-//                 quantised KIVI-style (int4/int2 pages, decode window of `window` tokens)
-//   window        the decode residual window with bits 4 or 2 (128)
+// Options: DynamicLlavaOptions (policy_config.h), e.g.
+// "dynamic_llava:vision_keep=0.5,text_gate=off". select=random ranks visual rows uniformly at
+// random (the same count; the baseline a learned ranking must beat); text_keep in (0, 1] forces a
+// keep rate instead of the text predictor (every token whose running count crosses a multiple of
+// 1/text_keep is kept: exactly that fraction, deterministic, for testing gating before a predictor
+// is trained on long answers); bits 4 or 2 store what is kept KIVI-style (int4/int2 pages, decode
+// window of `window` tokens).
 #pragma once
 
 #include <cstdint>
@@ -41,24 +32,12 @@
 
 #include "engine/compress/dynamic_llava_predictors.h"
 #include "engine/compress/policy.h"
-#include "engine/compress/policy_options.h"
 
 namespace framezip::engine::compress {
 
-struct DynamicLlavaOptions {
-  int sparse_layer = 2;
-  double vision_keep = 0.2;
-  bool random_select = false;
-  uint64_t seed = 0;
-  bool text_gate = true;
-  double text_keep = 0;  // 0 = the predictor decides
-  double text_threshold = 0;
-  int bits = 16;
-  int window = 128;
-};
-
 class DynamicLlavaPolicy final : public CompressionPolicy {
  public:
+  // `options` with every optional set (CreateDynamicLlavaPolicy fills them from the predictors).
   DynamicLlavaPolicy(DynamicLlavaOptions options,
                      std::shared_ptr<const DynamicLlavaPredictors> predictors);
 
@@ -69,7 +48,7 @@ class DynamicLlavaPolicy final : public CompressionPolicy {
   bool OnDecodeWrite(int layer, int32_t position) override;
   int ResidualWindow() const override { return options_.bits == 16 ? 0 : options_.window; }
 
-  int RowSelectionLayer() const override { return options_.sparse_layer; }
+  int RowSelectionLayer() const override { return *options_.sparse_layer; }
   Status SelectPrefillRows(const HiddenRowsInputs& inputs, std::vector<uint8_t>& keep) override;
   Status OnDecodeHidden(const Tensor& hidden, int32_t position) override;
 
@@ -86,7 +65,9 @@ class DynamicLlavaPolicy final : public CompressionPolicy {
   int64_t decode_seen_ = 0;  // decode tokens decided so far (forced keep rate)
 };
 
+// FAILED_PRECONDITION without the model's predictors; the options left unset take the values
+// the predictors were trained for.
 StatusOr<std::unique_ptr<CompressionPolicy>> CreateDynamicLlavaPolicy(
-    PolicyOptions& options, const PolicyResources& resources);
+    DynamicLlavaOptions options, const PolicyResources& resources);
 
 }  // namespace framezip::engine::compress

@@ -7,15 +7,6 @@
 
 namespace framezip::engine::compress {
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateFastVPolicy(PolicyOptions& o) {
-  FastVOptions f;
-  FZ_ASSIGN_OR_RETURN(const int64_t k, o.Int("k", f.k, 1, 1 << 16));
-  f.k = static_cast<int>(k);
-  FZ_ASSIGN_OR_RETURN(f.r, o.Double("r", f.r, 0.0, 1.0));
-  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
-  return std::unique_ptr<CompressionPolicy>(new FastVPolicy(f));
-}
-
 Status FastVPolicy::OnPrefillLayer(const PrefillLayerInputs& inputs, std::vector<uint8_t>& keep) {
   PrefillLayerPlan plan;
   plan.classes = std::move(keep);

@@ -8,21 +8,14 @@
 // Chunked prefill: the decision is made per chunk, scored by the chunk's last token over the
 // chunk's own keys; chunks without visual tokens are untouched.
 //
-// Options ("fastv:key=value,..."): k (2, the first pruned layer, >= 1), r (0.5, the pruned
-// fraction of visual tokens).
+// Options: FastVOptions (policy_config.h): k, the first pruned layer; r, the pruned fraction.
 #pragma once
 
 #include <memory>
 
 #include "engine/compress/policy.h"
-#include "engine/compress/policy_options.h"
 
 namespace framezip::engine::compress {
-
-struct FastVOptions {
-  int k = 2;
-  double r = 0.5;
-};
 
 class FastVPolicy final : public CompressionPolicy {
  public:
@@ -42,7 +35,5 @@ class FastVPolicy final : public CompressionPolicy {
   // Chunk-local indices of the visual tokens pruned in the current chunk (decided at layer K-1).
   std::vector<uint8_t> pruned_;
 };
-
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateFastVPolicy(PolicyOptions& options);
 
 }  // namespace framezip::engine::compress

@@ -4,20 +4,14 @@
 // a residual window of `window` tokens (128); when a layer holds that many, all of them are
 // requantised (kImportant) — KIVI's R.
 //
-// Options ("kivi:key=value,..."): bits (2 or 4; "kivi4" defaults to 4), window (128, >= 1).
+// Options: KiviOptions (policy_config.h): bits (2 or 4; "kivi4" is kivi with bits=4), window.
 #pragma once
 
 #include <memory>
 
 #include "engine/compress/policy.h"
-#include "engine/compress/policy_options.h"
 
 namespace framezip::engine::compress {
-
-struct KiviOptions {
-  int bits = 2;
-  int window = 128;
-};
 
 class KiviPolicy final : public CompressionPolicy {
  public:
@@ -36,9 +30,5 @@ class KiviPolicy final : public CompressionPolicy {
  private:
   KiviOptions options_;
 };
-
-// "kivi" (2-bit unless bits=4) and "kivi4" (4-bit unless bits=2).
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateKiviPolicy(PolicyOptions& options);
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateKivi4Policy(PolicyOptions& options);
 
 }  // namespace framezip::engine::compress

@@ -4,45 +4,18 @@
 #include "engine/compress/dynamic_llava.h"
 #include "engine/compress/fastv.h"
 #include "engine/compress/kivi.h"
-#include "engine/compress/policy_options.h"
 #include "engine/compress/zipvl.h"
 #include "engine/compress/zipvl_attentionpack.h"
 
 namespace framezip::engine::compress {
 namespace {
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateNonePolicy(PolicyOptions& options,
-                                                              const PolicyResources&) {
-  FZ_RETURN_IF_ERROR(options.CheckAllUsed());
-  return std::unique_ptr<CompressionPolicy>(new NonePolicy());
-}
-
-struct PolicyFactory {
-  const char* name;
-  StatusOr<std::unique_ptr<CompressionPolicy>> (*create)(PolicyOptions& options,
-                                                         const PolicyResources& resources);
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
 };
-
-// The policies that need nothing from the model.
-template <StatusOr<std::unique_ptr<CompressionPolicy>> (*Create)(PolicyOptions&)>
-StatusOr<std::unique_ptr<CompressionPolicy>> WithoutResources(PolicyOptions& options,
-                                                              const PolicyResources&) {
-  return Create(options);
-}
-
-// The registry: one line per policy.
-// clang-format off
-constexpr PolicyFactory kPolicies[] = {
-    {"none", CreateNonePolicy},
-    {"zipvl", WithoutResources<CreateZipVlPolicy>},
-    {"fastv", WithoutResources<CreateFastVPolicy>},
-    {"kivi", WithoutResources<CreateKiviPolicy>},
-    {"kivi4", WithoutResources<CreateKivi4Policy>},
-    {"dynamic_llava", CreateDynamicLlavaPolicy},
-    {"attentionpack", WithoutResources<CreateAttentionPackPolicy>},
-    {"zipvl+attentionpack", WithoutResources<CreateZipVlAttentionPackPolicy>},
-};
-// clang-format on
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 }  // namespace
 
@@ -54,21 +27,37 @@ std::vector<float> PrefillStats::KeptRatios() const {
   return r;
 }
 
-std::vector<std::string> PolicyNames() {
-  std::vector<std::string> names;
-  for (const PolicyFactory& p : kPolicies) names.emplace_back(p.name);
-  return names;
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(const PolicyConfig& config,
+                                                          const PolicyResources& resources) {
+  FZ_RETURN_IF_ERROR(ValidatePolicyConfig(config));
+  using Made = StatusOr<std::unique_ptr<CompressionPolicy>>;
+  return std::visit(
+      Overloaded{
+          [](const NoneOptions&) -> Made { return std::make_unique<NonePolicy>(); },
+          [](const ZipVlOptions& o) -> Made { return std::make_unique<ZipVlPolicy>(o); },
+          [](const AttentionPackOptions& o) -> Made {
+            return std::make_unique<AttentionPackPolicy>(o);
+          },
+          [](const ZipVlAttentionPackOptions& o) -> Made {
+            // seed and dense_layers are one option each: the zipvl fields hold them.
+            AttentionPackOptions pack = o.pack;
+            pack.seed = o.zipvl.seed;
+            pack.dense_layers = static_cast<int>(o.zipvl.dense_layers);
+            return std::make_unique<ZipVlAttentionPackPolicy>(o.zipvl, pack);
+          },
+          [&](const DynamicLlavaOptions& o) -> Made {
+            return CreateDynamicLlavaPolicy(o, resources);
+          },
+          [](const FastVOptions& o) -> Made { return std::make_unique<FastVPolicy>(o); },
+          [](const KiviOptions& o) -> Made { return std::make_unique<KiviPolicy>(o); },
+      },
+      config.options);
 }
 
 StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec,
                                                           const PolicyResources& resources) {
-  FZ_ASSIGN_OR_RETURN(PolicyOptions options, PolicyOptions::Parse(spec));
-  const std::string name = options.name().empty() ? "none" : options.name();
-  for (const PolicyFactory& p : kPolicies) {
-    if (name == p.name) return p.create(options, resources);
-  }
-  return InvalidArgumentError("unknown compression policy '{}' (known: {})", name,
-                              fmt::join(PolicyNames(), ", "));
+  FZ_ASSIGN_OR_RETURN(const PolicyConfig config, ParsePolicyConfig(spec));
+  return CreatePolicy(config, resources);
 }
 
 }  // namespace framezip::engine::compress

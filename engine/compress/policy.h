@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/compress/policy_config.h"
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_format.h"
 #include "engine/kv/low_rank_factor.h"
@@ -55,14 +56,6 @@ struct PrefillLayerInputs {
   // rows. FastV prunes only these.
   const uint8_t* visual = nullptr;
   int num_layers = 0;  // decoder layers
-};
-
-// How the rows outside the important set T are treated by sparse prefill (docs/methods.md §1.1 step
-// 8, [UNCERTAIN] in the paper, hence both).
-enum class URows : uint8_t {
-  kSkip = 0,         // O[U] = 0: the residual stream passes unchanged, the MLP still runs
-  kAttendImportant,  // Q[U] attends K[T], V[T] (and the past) causally by original position
-  kLocal,            // Q[U] attends a sliding window of all tokens plus a few sink tokens
 };
 
 // The residual stream entering a layer for one prefill chunk (SelectPrefillRows).
@@ -231,13 +224,13 @@ class NonePolicy final : public CompressionPolicy {
   bool StoresEveryDecodeToken() const override { return true; }
 };
 
-// Names accepted by CreatePolicy.
-std::vector<std::string> PolicyNames();
-
-// A fresh policy for one sequence from a spec "name" or "name:key=value,key=value" (e.g.
-// "zipvl:tau=0.97,u_rows=attend"); INVALID_ARGUMENT listing the known names for an unknown name,
-// or naming the bad key / value; FAILED_PRECONDITION when the policy needs a resource the model
-// does not have (dynamic_llava without predictors).
+// A fresh policy for one sequence. INVALID_ARGUMENT naming an option outside its range
+// (ValidatePolicyConfig); FAILED_PRECONDITION when the policy needs a resource the model does not
+// have (dynamic_llava without predictors).
+StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(const PolicyConfig& config,
+                                                          const PolicyResources& resources = {});
+// The same from the CLI's form "name" or "name:key=value,..." (ParsePolicyConfig), e.g.
+// "zipvl:tau=0.97,u_rows=attend".
 StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(std::string_view spec,
                                                           const PolicyResources& resources = {});
 

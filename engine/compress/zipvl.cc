@@ -30,44 +30,6 @@ std::vector<int32_t> WithRecent(std::vector<int32_t> t, int64_t n, int64_t recen
 
 }  // namespace
 
-StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& o) {
-  ZipVlOptions z;
-  FZ_ASSIGN_OR_RETURN(z.tau, o.Double("tau", z.tau, 1e-6, 1.0));
-  FZ_ASSIGN_OR_RETURN(z.keep_recent, o.Int("keep_recent", z.keep_recent, 0, 1 << 20));
-  FZ_ASSIGN_OR_RETURN(z.probes_recent, o.Int("probes_recent", z.probes_recent, 0, 1 << 20));
-  FZ_ASSIGN_OR_RETURN(z.probes_random, o.Int("probes_random", z.probes_random, 0, 1 << 20));
-  if (z.probes_recent < 1) {
-    // The last token must be a probe: it is what makes c_j >= 1 for every j.
-    return InvalidArgumentError("policy 'zipvl': probes_recent must be at least 1");
-  }
-  FZ_ASSIGN_OR_RETURN(const int64_t per_head, o.Int("per_head", 0, 0, 1));
-  z.per_kv_head = per_head == 1;
-  FZ_ASSIGN_OR_RETURN(const int u_rows, o.Choice("u_rows", {"local", "skip", "attend"}));
-  constexpr URows kURows[] = {URows::kLocal, URows::kSkip, URows::kAttendImportant};
-  z.u_rows = kURows[u_rows];
-  FZ_ASSIGN_OR_RETURN(z.u_window, o.Int("u_window", z.u_window, 1, 1 << 20));
-  FZ_ASSIGN_OR_RETURN(z.u_sinks, o.Int("u_sinks", z.u_sinks, 0, 1 << 20));
-  FZ_ASSIGN_OR_RETURN(z.dense_layers, o.Int("dense_layers", z.dense_layers, 0, 1 << 10));
-  // 16 = the sequence's full-precision format (f16/f32): no quantization for that class.
-  constexpr int kHighBits[] = {4, 2, 16};
-  constexpr int kLowBits[] = {2, 4, 16, 0};
-  FZ_ASSIGN_OR_RETURN(const int high, o.Choice("high_bits", {"4", "2", "16"}));
-  z.high_bits = kHighBits[high];
-  FZ_ASSIGN_OR_RETURN(const int low, o.Choice("low_bits", {"2", "4", "16", "evict"}));
-  z.low_bits = kLowBits[low];
-  FZ_ASSIGN_OR_RETURN(const int64_t window, o.Int("window", z.window, 0, 1 << 20));
-  z.window = static_cast<int>(window);
-  FZ_ASSIGN_OR_RETURN(const int64_t seed, o.Int("seed", 0, 0, INT64_MAX));
-  z.seed = static_cast<uint64_t>(seed);
-  return z;
-}
-
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlPolicy(PolicyOptions& options) {
-  FZ_ASSIGN_OR_RETURN(ZipVlOptions z, ParseZipVlOptions(options));
-  FZ_RETURN_IF_ERROR(options.CheckAllUsed());
-  return std::unique_ptr<CompressionPolicy>(new ZipVlPolicy(z));
-}
-
 kv::KvPrecision ZipVlPolicy::Precision(kv::KvFormat full) const {
   return {full, BitsFormat(options_.high_bits, full), BitsFormat(options_.low_bits, full)};
 }
@@ -85,7 +47,7 @@ Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerP
   const std::vector<int32_t> probes =
       SelectProbes(n, options_.probes_recent, options_.probes_random, options_.seed + calls_++);
   FZ_ASSIGN_OR_RETURN(const ProbeScores scores,
-                      ScoreProbes(*in.q, *in.k, probes, options_.per_kv_head));
+                      ScoreProbes(*in.q, *in.k, probes, options_.per_head));
   const uint8_t rest = options_.low_bits == 0 ? kv::kDrop : kv::kRest;
   plan.classes.assign(static_cast<size_t>(n), rest);
   // The first dense_layers layers keep their selection (the KV classes) but attend densely.
@@ -100,7 +62,7 @@ Status ZipVlPolicy::PlanPrefillLayer(const PrefillLayerInputs& in, PrefillLayerP
         WithRecent(TopIndices(a_norm, AdaptiveCount(a, options_.tau)), n, options_.keep_recent);
     // A page row holds every KV head of a token, so per-head sets are stored as their union.
     for (int32_t i : t) plan.classes[static_cast<size_t>(i)] = kv::kImportant;
-    if (options_.per_kv_head) {
+    if (options_.per_head) {
       plan.important_per_kv_head.push_back(std::move(t));
     } else {
       plan.important = std::move(t);
@@ -129,7 +91,7 @@ Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const Tensor& q_rows, const 
   const int64_t heads = q_rows.numel() / d, rep = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // One query sees the whole window: a_j = Σ_h softmax_h(q_h · k_j)_j, c_j = 1, so ã = a.
-  const int64_t groups = options_.per_kv_head ? kv_heads : 1;
+  const int64_t groups = options_.per_head ? kv_heads : 1;
   std::vector<float> a(static_cast<size_t>(groups * n), 0.f);
   std::vector<float> logits(static_cast<size_t>(n));
   for (int64_t h = 0; h < heads; ++h) {
@@ -147,7 +109,7 @@ Status ZipVlPolicy::ClassifyResidual(int /*layer*/, const Tensor& q_rows, const 
       x = std::exp(x - mx);
       sum += x;
     }
-    float* row = a.data() + (options_.per_kv_head ? g : 0) * n;
+    float* row = a.data() + (options_.per_head ? g : 0) * n;
     for (int64_t j = 0; j < n; ++j)
       row[j] += static_cast<float>(logits[static_cast<size_t>(j)] / sum);
   }

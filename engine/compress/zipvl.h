@@ -20,47 +20,16 @@
 // the tiny video model's answers collapsed (42% -> 12% on synthvid) when the last token, whose
 // logits are sampled, landed in U.
 //
-// Options ("zipvl:key=value,..."): tau (0.975), keep_recent (64), probes_recent (64), probes_random
-// (64), per_head (0|1: per-KV-head selection), u_rows (local|skip|attend), u_window (64) and
-// u_sinks (4) (local: each U row attends to the u_window tokens ending at itself, all of them, plus
-// the first u_sinks tokens; ops::LocalWindowAttention), dense_layers (0: layers [0, N) attend
-// densely in prefill but still classify their tokens for the KV cache), high_bits (4|2|16),
-// low_bits (2|4|16|evict; 16 = the full-precision format, no quantization), window (100, decode
-// recompression interval), seed (probe RNG, 0).
+// Options: ZipVlOptions (policy_config.h), e.g. "zipvl:tau=0.9,u_rows=attend". With u_rows=local
+// each U row attends to the u_window tokens ending at itself, all of them, plus the first u_sinks
+// tokens (ops::LocalWindowAttention).
 #pragma once
 
 #include <memory>
 
 #include "engine/compress/policy.h"
-#include "engine/compress/policy_options.h"
 
 namespace framezip::engine::compress {
-
-struct ZipVlOptions {
-  double tau = 0.975;
-  int64_t keep_recent = 64;
-  int64_t probes_recent = 64;
-  int64_t probes_random = 64;
-  bool per_kv_head = false;
-  // The default: on framezip-tiny-video, skip cost 1.5 points of accuracy (KL 0.022 against
-  // dense), attend cost most of the prefill saving (1.79x at 16k), local kept both (bench/
-  // RESULTS.md, "ZipVL U rows").
-  URows u_rows = URows::kLocal;
-  int64_t u_window = 64;
-  int64_t u_sinks = 4;
-  // Layers [0, dense_layers) attend densely in prefill; their tokens are still classified. On
-  // the 2026-12-01 framezip-tiny-video (4 layers), 2 recovers full accuracy (91.0 % vs 89.2 %):
-  // its running object facts form in layers 0-1 (bench/RESULTS.md). Off by default: on a
-  // 4-layer model it makes half the prefill dense.
-  int64_t dense_layers = 0;
-  int high_bits = 4;  // 4, 2 or 16 (full precision)
-  int low_bits = 2;   // 4, 2, 16 or 0 = evict U (ZipVL v2)
-  int window = 100;
-  uint64_t seed = 0;
-};
-
-// Reads the zipvl keys of `options` (the caller checks there are no others: CheckAllUsed).
-StatusOr<ZipVlOptions> ParseZipVlOptions(PolicyOptions& options);
 
 class ZipVlPolicy final : public CompressionPolicy {
  public:
@@ -86,7 +55,5 @@ class ZipVlPolicy final : public CompressionPolicy {
   ZipVlOptions options_;
   uint64_t calls_ = 0;  // advances the probe seed so chunks and layers draw different probes
 };
-
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlPolicy(PolicyOptions& options);
 
 }  // namespace framezip::engine::compress

@@ -23,11 +23,4 @@ Status ZipVlAttentionPackPolicy::PlanPrefillLayer(const PrefillLayerInputs& in,
   return absl::OkStatus();
 }
 
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlAttentionPackPolicy(PolicyOptions& o) {
-  FZ_ASSIGN_OR_RETURN(const ZipVlOptions zipvl, ParseZipVlOptions(o));
-  FZ_ASSIGN_OR_RETURN(const AttentionPackOptions pack, ParseAttentionPackOptions(o));
-  FZ_RETURN_IF_ERROR(o.CheckAllUsed());
-  return std::unique_ptr<CompressionPolicy>(new ZipVlAttentionPackPolicy(zipvl, pack));
-}
-
 }  // namespace framezip::engine::compress

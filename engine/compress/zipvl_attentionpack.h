@@ -5,16 +5,16 @@
 // classes. Decode reads pages and blocks in one softmax (llm/kv_backend_low_rank.cc); the blocks'
 // value ranks follow the attention EMA, the residual window follows ZipVL.
 //
-// Options: every zipvl key and every attentionpack key ("zipvl+attentionpack:tau=0.9,rank_v=16,
-// factors=int4"); `seed` and `dense_layers` are shared (dense layers attend densely in prefill
-// and keep their tokens in pages). Runs on every device, as attentionpack.
+// Options: ZipVlAttentionPackOptions (policy_config.h), every zipvl and attentionpack option
+// ("zipvl+attentionpack:tau=0.9,rank_v=16,factors=int4"); `seed` and `dense_layers` are shared
+// (dense layers attend densely in prefill and keep their tokens in pages). Runs on every device, as
+// attentionpack.
 #pragma once
 
 #include <memory>
 
 #include "engine/compress/attentionpack.h"
 #include "engine/compress/policy.h"
-#include "engine/compress/policy_options.h"
 #include "engine/compress/zipvl.h"
 
 namespace framezip::engine::compress {
@@ -45,7 +45,5 @@ class ZipVlAttentionPackPolicy final : public CompressionPolicy {
   ZipVlPolicy zipvl_;
   AttentionPackPolicy pack_;
 };
-
-StatusOr<std::unique_ptr<CompressionPolicy>> CreateZipVlAttentionPackPolicy(PolicyOptions& options);
 
 }  // namespace framezip::engine::compress

@@ -201,35 +201,49 @@ kv::PageLayout Decoder::KvLayout(kv::KvFormat format, int page_tokens) const {
                         static_cast<int>(shape_.head_dim), format};
 }
 
-StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(std::string_view policy) const {
+StatusOr<std::unique_ptr<Sequence>> Decoder::SequenceWithPolicy(
+    const compress::PolicyConfig& policy) const {
   auto seq = std::make_unique<Sequence>();
   FZ_ASSIGN_OR_RETURN(seq->policy, compress::CreatePolicy(policy, policy_resources_));
   const int select = seq->policy->RowSelectionLayer();
   if (select >= shape_.layers) {
     return InvalidArgumentError("policy {} selects rows at layer {}; the model has {} layers",
-                                policy, select, shape_.layers);
+                                compress::FormatPolicyConfig(policy), select, shape_.layers);
   }
   return seq;
 }
 
 StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(kv::PagePool* pool,
                                                          std::string_view policy) const {
+  FZ_ASSIGN_OR_RETURN(const compress::PolicyConfig config, compress::ParsePolicyConfig(policy));
+  return NewSequence(pool, config);
+}
+
+StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(const kv::KvPools& pools,
+                                                         kv::KvFormat full,
+                                                         std::string_view policy) const {
+  FZ_ASSIGN_OR_RETURN(const compress::PolicyConfig config, compress::ParsePolicyConfig(policy));
+  return NewSequence(pools, full, config);
+}
+
+StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(
+    kv::PagePool* pool, const compress::PolicyConfig& policy) const {
   FZ_RETURN_IF_ERROR(kv_->CheckPool(pool->layout(), pool->device()));
   FZ_ASSIGN_OR_RETURN(auto seq, SequenceWithPolicy(policy));
   const kv::KvPrecision want = seq->policy->Precision(pool->format());
   for (const kv::KvFormat f : {want.full, want.important, want.rest}) {
     if (f != pool->format()) {
       return InvalidArgumentError("policy {} stores {} pages; this KV pool holds only {} pages",
-                                  policy, kv::KvFormatName(f), kv::KvFormatName(pool->format()));
+                                  compress::FormatPolicyConfig(policy), kv::KvFormatName(f),
+                                  kv::KvFormatName(pool->format()));
     }
   }
   seq->kv = kv::SequenceKv(pool, static_cast<int>(shape_.layers));
   return seq;
 }
 
-StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(const kv::KvPools& pools,
-                                                         kv::KvFormat full,
-                                                         std::string_view policy) const {
+StatusOr<std::unique_ptr<Sequence>> Decoder::NewSequence(
+    const kv::KvPools& pools, kv::KvFormat full, const compress::PolicyConfig& policy) const {
   for (const kv::KvFormat f : pools.formats()) {
     FZ_RETURN_IF_ERROR(kv_->CheckPool(pools.pool(f)->layout(), pools.pool(f)->device()));
   }

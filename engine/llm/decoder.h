@@ -105,14 +105,19 @@ class Decoder {
   kv::PageLayout KvLayout(kv::KvFormat format, int page_tokens = 32) const;
 
   // A fresh, empty sequence whose pages come from `pool` (which must outlive it) and whose
-  // compression policy is `policy` (compress::CreatePolicy names). INVALID_ARGUMENT when the
-  // pool's layout does not fit this model, its pages are on another device than the decoder's,
-  // or the policy is unknown.
+  // compression policy is `policy`. INVALID_ARGUMENT when the pool's layout does not fit this
+  // model, its pages are on another device than the decoder's, or an option is out of range.
   StatusOr<std::unique_ptr<Sequence>> NewSequence(kv::PagePool* pool,
-                                                  std::string_view policy = "none") const;
+                                                  const compress::PolicyConfig& policy) const;
   // A fresh sequence storing each token class in the format the policy's Precision(full) asks
   // for, pages from `pools` (which must outlive it). INVALID_ARGUMENT when a needed format has no
-  // pool (e.g. int2 with head_dim % 32 != 0), the shape does not fit or the policy is unknown.
+  // pool (e.g. int2 with head_dim % 32 != 0), the shape does not fit or an option is out of range.
+  StatusOr<std::unique_ptr<Sequence>> NewSequence(const kv::KvPools& pools, kv::KvFormat full,
+                                                  const compress::PolicyConfig& policy) const;
+  // The same with the policy in the CLI's form ("zipvl:tau=0.9", compress::ParsePolicyConfig);
+  // INVALID_ARGUMENT also for an unknown policy or option.
+  StatusOr<std::unique_ptr<Sequence>> NewSequence(kv::PagePool* pool,
+                                                  std::string_view policy = "none") const;
   StatusOr<std::unique_ptr<Sequence>> NewSequence(const kv::KvPools& pools, kv::KvFormat full,
                                                   std::string_view policy = "none") const;
 
@@ -177,7 +182,8 @@ class Decoder {
   Decoder(DecoderShape shape, Device device) : shape_(std::move(shape)), device_(device) {}
   // A sequence without KV yet, with the policy `policy` made from policy_resources_; its row
   // selection layer checked against the model.
-  StatusOr<std::unique_ptr<Sequence>> SequenceWithPolicy(std::string_view policy) const;
+  StatusOr<std::unique_ptr<Sequence>> SequenceWithPolicy(
+      const compress::PolicyConfig& policy) const;
 
   // One sequence's rows [row0, row0 + rows) in a (possibly batched) prefill chunk.
   struct PrefillPart {

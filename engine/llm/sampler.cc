@@ -87,4 +87,18 @@ StopReason StopCondition::Check(int32_t token, int generated_tokens,
   return StopReason::kNone;
 }
 
+size_t StopCondition::HeldBackBytes(const std::string& text) const {
+  size_t held = 0;
+  for (const std::string& s : params_.stop_strings) {
+    // A whole stop string is never held back: Check ends the turn on it.
+    for (size_t n = std::min(s.size() - (s.empty() ? 0 : 1), text.size()); n > held; --n) {
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        held = n;
+        break;
+      }
+    }
+  }
+  return held;
+}
+
 }  // namespace framezip::engine::llm

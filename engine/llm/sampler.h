@@ -77,6 +77,11 @@ class StopCondition {
   StopReason Check(int32_t token, int generated_tokens, const std::string& generated_text,
                    size_t* text_end) const;
 
+  // While the turn goes on: how many bytes at the end of `generated_text` must not be shown yet
+  // because they are the start of a stop string (the longest such suffix; 0 with no stop
+  // strings). Showing them could leak a stop string that the next tokens complete.
+  size_t HeldBackBytes(const std::string& generated_text) const;
+
   const std::vector<std::string>& stop_strings() const { return params_.stop_strings; }
 
  private:

@@ -25,22 +25,6 @@ double NowMs() {
       .count();
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: those bytes
-// are held back from streaming until it is clear they do not start a stop string.
-size_t HeldBackBytes(const std::string& text, const std::vector<std::string>& stops) {
-  size_t held = 0;
-  for (const std::string& s : stops) {
-    for (size_t n = std::min(s.size() - (s.empty() ? 0 : 1), text.size()); n > held; --n) {
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        held = n;
-        break;
-      }
-    }
-  }
-  return held;
-}
-
-// The KV figures of a turn's stats, from the conversation's cache.
 // The figures of a turn that the sequence and its policy keep: KV held, and what the policy kept,
 // removed and gated.
 void FillKvStats(const llm::Sequence& seq, const model::TextConfig& text, TurnStats& st) {
@@ -191,10 +175,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   return e;
 }
 
-StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view policy) {
+StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(
+    const compress::PolicyConfig& policy) {
   std::unique_ptr<Conversation> c(new Conversation());
-  c->policy_ = policy.empty() ? options_.default_policy : std::string(policy);
-  FZ_ASSIGN_OR_RETURN(c->sequence_, decoder_->NewSequence(*pools_, options_.kv_format, c->policy_));
+  c->policy_ = compress::FormatPolicyConfig(policy);
+  FZ_ASSIGN_OR_RETURN(c->sequence_, decoder_->NewSequence(*pools_, options_.kv_format, policy));
+  return c;
+}
+
+StatusOr<std::unique_ptr<Conversation>> Engine::NewConversation(std::string_view policy) {
+  const std::string given = policy.empty() ? options_.default_policy : std::string(policy);
+  FZ_ASSIGN_OR_RETURN(const compress::PolicyConfig config, compress::ParsePolicyConfig(given));
+  FZ_ASSIGN_OR_RETURN(std::unique_ptr<Conversation> c, NewConversation(config));
+  c->policy_ = given;
   return c;
 }
 
@@ -506,17 +499,19 @@ StepOutput Engine::Accept(Conversation& c, int32_t token) {
   }
   StepOutput out;
   out.finished = reason != llm::StopReason::kNone;
+  out.stop_reason = reason;
   size_t visible;
   if (out.finished) {
     if (reason != llm::StopReason::kStopString) c.raw_text_ += c.detok_->Finish();
     visible = reason == llm::StopReason::kStopString ? text_end : c.raw_text_.size();
   } else {
-    visible = c.raw_text_.size() - HeldBackBytes(c.raw_text_, c.stop_->stop_strings());
+    visible = c.raw_text_.size() - c.stop_->HeldBackBytes(c.raw_text_);
   }
   if (visible > c.emitted_bytes_) {
     out.delta = c.raw_text_.substr(c.emitted_bytes_, visible - c.emitted_bytes_);
     c.emitted_bytes_ = visible;
   }
+  out.withheld_bytes = c.raw_text_.size() - std::min(visible, c.raw_text_.size());
   r.text = c.raw_text_.substr(0, std::min(visible, c.raw_text_.size()));
   r.stats.generated_tokens = generated;
   if (out.finished) {

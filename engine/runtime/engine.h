@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/compress/policy_config.h"
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/page_codec.h"
@@ -181,6 +182,7 @@ class Conversation {
   bool starting() const { return start_ != nullptr; }
   // Tokens of the starting turn's prompt not prefilled yet (0 when not starting).
   int64_t prefill_remaining() const;
+  // The policy as given to NewConversation, or compress::FormatPolicyConfig of it.
   const std::string& policy() const { return policy_; }
   // The turn in progress (or the last one): text so far and stats.
   const TurnResult& current() const { return current_; }
@@ -225,9 +227,18 @@ struct RestoredConversation {
 };
 
 // What Step() reports for one conversation.
+// The engine's stop rule (eos and stop token ids, stop strings, max_new_tokens and the context)
+// is the only one: a server applies `stop_reason` and `delta` as they are.
 struct StepOutput {
   std::string delta;  // new text (may be empty: a partial UTF-8 character or a held-back prefix)
   bool finished = false;
+  // Why the turn ended at this token (kNone while it goes on): kStopToken (an eos or stop token
+  // id, whose text is never shown), kStopString (the text is cut before it) or kMaxTokens.
+  llm::StopReason stop_reason = llm::StopReason::kNone;
+  // Bytes of the generated text that `delta` leaves out: while the turn goes on, a suffix that may
+  // still become a stop string (shown later if it does not); at kStopString, the stop string and
+  // whatever followed it in the same token (never shown).
+  size_t withheld_bytes = 0;
   // A token was sampled. False for a MixedStep prefill chunk that was not its prompt's last, and
   // for an item that did not run.
   bool sampled = true;
@@ -267,7 +278,10 @@ class Engine {
   // Side S of the frames VisualInput expects ([N, 3, S, S]).
   int64_t image_size() const { return config_.vision.image_size; }
 
-  // A new, empty conversation using `policy` ("" = the engine default).
+  // A new, empty conversation using `policy`.
+  StatusOr<std::unique_ptr<Conversation>> NewConversation(const compress::PolicyConfig& policy);
+  // The same with the policy in the CLI's form ("zipvl:tau=0.9", compress::ParsePolicyConfig;
+  // "" = the engine default), which the conversation's stats then report as given.
   StatusOr<std::unique_ptr<Conversation>> NewConversation(std::string_view policy = "");
 
   // The model's context: positions a conversation may use (max_position_embeddings). A turn

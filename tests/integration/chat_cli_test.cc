@@ -1,7 +1,8 @@
 // `framezip chat` against the real framezip-server on the shipped model, as `make demo` runs it:
 // --frames asks the upload for that many uniform frames, later questions reuse the session's KV,
 // a --frames past the server's --max-frames is refused with the field named, and --policy takes
-// the API's options (attentionpack:factor_bits=4); --raw-size uploads a file of RGB24 frames.
+// the options by their one name (attentionpack:factors=int4); --raw-size uploads a file of RGB24
+// frames.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -52,10 +53,10 @@ TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in l
 
   // The engine's own ratio: AttentionPack's factors and the rows Dynamic-LLaVA removed count
   // (the store's tiers alone would call both uncompressed).
-  // Options by the API's field names, as the engine's factors=int4.
+  // Options by their one name, the API's field and the engine's option: factors=int4.
   std::map<std::string, double> ratio;
   for (const std::string policy :
-       {"attentionpack", "attentionpack:factor_bits=4", "dynamic_llava"}) {
+       {"attentionpack", "attentionpack:factors=int4", "dynamic_llava"}) {
     const testing::CliRun compressed = testing::RunFramezipCli(
         "chat --server " + address + " --video " + kClip + " --frames 48 --policy " + policy +
         " --max-tokens 4 --json < " + questions.string());
@@ -65,12 +66,12 @@ TEST_CASE("framezip chat samples --frames from the upload and reuses the KV in l
     ratio[policy] = r["turns"][0]["compression_ratio"].get<double>();
     CHECK(ratio[policy] > 1.2);
   }
-  CHECK(ratio["attentionpack:factor_bits=4"] > ratio["attentionpack"]);  // 4-bit factors
+  CHECK(ratio["attentionpack:factors=int4"] > ratio["attentionpack"]);  // 4-bit factors
   const testing::CliRun unknown_option = testing::RunFramezipCli(
       "chat --server " + address + " --policy attentionpack:rank=4 < /dev/null");
   CHECK(unknown_option.exit_code != 0);
-  CHECK(unknown_option.stderr_text.find("AttentionPackOptions has no option 'rank' (it has: "
-                                        "key_rank, value_rank") != std::string::npos);
+  CHECK(unknown_option.stderr_text.find("policy 'attentionpack' has no option 'rank' (it has: "
+                                        "rank_k, rank_v") != std::string::npos);
 
   // --raw-size: a file of RGB24 frames (as ffmpeg -f rawvideo writes them), uploaded as raw
   // frames that no codec decodes; a size that is not whole frames is refused naming the flag.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "engine/llm/sampler.h"
 #include "fmt/format.h"
 
 namespace framezip::testing {
@@ -30,12 +31,13 @@ uint64_t Fnv1a(const std::vector<uint32_t>& tokens) {
 class FakeModelBackend::Sequence final : public server::BackendSequence {
  public:
   Sequence(FakeModelBackend* owner, std::vector<uint32_t> prompt, uint32_t cached,
-           std::string answer)
+           std::string answer, const engine::llm::SamplingParams& stop)
       : owner_(owner),
         tokens_(std::move(prompt)),
         prompt_size_(tokens_.size()),
         consumed_(cached),
-        answer_(std::move(answer)) {
+        answer_(std::move(answer)),
+        stop_(stop) {
     owner_->live_sequences_.fetch_add(1);
   }
   ~Sequence() override {
@@ -57,6 +59,11 @@ class FakeModelBackend::Sequence final : public server::BackendSequence {
   std::string answer_;
   size_t answered_ = 0;  // answer bytes generated
   uint64_t allocated_ = 0;
+  // The engine's stop rule over the generated text, applied as Engine::Accept applies it.
+  engine::llm::StopCondition stop_;
+  std::string text_;   // generated text (not a stop token's)
+  size_t shown_ = 0;   // bytes of text_ handed to the scheduler
+  int generated_ = 0;  // tokens generated
 };
 
 FakeModelBackend::FakeModelBackend(FakeModelOptions options) : options_(options) {
@@ -146,7 +153,16 @@ StatusOr<server::PreparedTurn> FakeModelBackend::Prepare(const server::TurnReque
   turn.max_new_tokens = max_new;
   turn.seed = request.sampling.seed;
   std::string answer = AnswerFor(prompt, last_user);
-  turn.sequence = std::make_unique<Sequence>(this, std::move(prompt), cached, std::move(answer));
+  engine::llm::SamplingParams stop;
+  stop.max_new_tokens = static_cast<int>(std::max<uint32_t>(max_new, 1));
+  stop.stop_strings = request.sampling.stop;
+  for (uint32_t id : request.sampling.stop_token_ids) {
+    stop.stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  // The fake has nothing to say after its answer: it ends the turn there even with ignore_eos.
+  stop.stop_token_ids.push_back(kEndOfTurn);
+  turn.sequence =
+      std::make_unique<Sequence>(this, std::move(prompt), cached, std::move(answer), stop);
   return turn;
 }
 
@@ -165,15 +181,51 @@ Status FakeModelBackend::Step(std::span<server::StepItem> batch) {
     }
     item.emitted = true;
     seq.Allocate(1);
+    // One byte of the answer per token, then the end-of-turn token.
+    std::string piece;
     if (seq.answered_ < seq.answer_.size()) {
-      const char c = seq.answer_[seq.answered_++];
-      item.token_id = static_cast<unsigned char>(c);
-      item.text = std::string(1, c);
+      piece = std::string(1, seq.answer_[seq.answered_++]);
+      item.token_id = static_cast<unsigned char>(piece[0]);
     } else {
       item.token_id = kEndOfTurn;
-      item.end_of_turn = true;
     }
     seq.tokens_.push_back(item.token_id);
+    ++seq.generated_;
+    // The backend decides, as the engine does: a stop token shows nothing; otherwise the text up
+    // to a stop string, holding back what could still become one.
+    using engine::llm::StopReason;
+    const auto token = static_cast<int32_t>(item.token_id);
+    size_t text_end = std::string::npos;
+    StopReason reason = seq.stop_.Check(token, seq.generated_, seq.text_, &text_end);
+    if (reason != StopReason::kStopToken) {
+      seq.text_ += piece;
+      reason = seq.stop_.Check(token, seq.generated_, seq.text_, &text_end);
+    }
+    size_t visible = seq.text_.size();
+    if (reason == StopReason::kStopString) {
+      visible = text_end;
+    } else if (reason == StopReason::kNone) {
+      visible -= seq.stop_.HeldBackBytes(seq.text_);
+    }
+    if (visible > seq.shown_) {
+      item.text = seq.text_.substr(seq.shown_, visible - seq.shown_);
+      seq.shown_ = visible;
+    }
+    item.withheld_bytes = static_cast<uint32_t>(seq.text_.size() - std::max(visible, seq.shown_));
+    switch (reason) {
+      case StopReason::kNone:
+      case StopReason::kCancelled:
+        break;
+      case StopReason::kStopToken:
+        item.stop = server::StopCause::kStopToken;
+        break;
+      case StopReason::kStopString:
+        item.stop = server::StopCause::kStopString;
+        break;
+      case StopReason::kMaxTokens:
+        item.stop = server::StopCause::kLength;
+        break;
+    }
   }
   return absl::OkStatus();
 }

@@ -307,19 +307,13 @@ StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::str
   return server::VideoChatServer::Start(config, std::move(engine), media);
 }
 
-// "attentionpack:factor_bits=4" -> "attentionpack_factor_bits_4" (a result-name suffix).
+// "attentionpack:factors=int4" -> "attentionpack_factors_int4" (a result-name suffix).
 std::string Label(const std::string& policy) {
   std::string out = policy;
   for (char& c : out) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
   return out;
-}
-
-// The spelling of int4 factors, as the engine's policy specs write it, to the API's.
-std::string ApiPolicy(const std::string& policy) {
-  if (policy == "attentionpack:factors=int4") return "attentionpack:factor_bits=4";
-  return policy;
 }
 
 StatusOr<std::vector<int>> ParsePositiveList(const std::string& flag, const std::string& text) {
@@ -345,7 +339,7 @@ int RunBenchSessions(const std::vector<std::string>& args) {
   std::string device = "cpu";
   std::string video_path;
   std::string frames_list = "64,256";
-  std::string policies_list = "none;kivi;zipvl;attentionpack:factor_bits=4;dynamic_llava";
+  std::string policies_list = "none;kivi;zipvl;attentionpack:factors=int4;dynamic_llava";
   double kv_budget_mib = 32;
   double rate = 4;
   double think_seconds = 0;
@@ -369,8 +363,8 @@ int RunBenchSessions(const std::vector<std::string>& args) {
   flags.Double("kv-budget-mib", &kv_budget_mib, "with --model: the engine's KV budget in MiB");
   flags.String("frames", &frames_list, "comma-separated frame counts per video", "LIST");
   flags.String("policies", &policies_list,
-               "';'-separated policies, each NAME[:FIELD=VALUE,...] as `framezip chat --policy` "
-               "takes them (attentionpack:factors=int4 is read as attentionpack:factor_bits=4)",
+               "';'-separated policies, each NAME[:KEY=VALUE,...] as `framezip chat --policy` "
+               "takes them",
                "LIST");
   flags.Double("arrival-rate", &rate, "sessions arriving per second");
   flags.Double("think-seconds", &think_seconds, "pause between a session's turn 1 and turn 2");
@@ -412,7 +406,7 @@ int RunBenchSessions(const std::vector<std::string>& args) {
     for (std::string item; std::getline(list, item, ';');) {
       if (item.empty()) continue;
       v1::CompressionPolicy p;
-      if (Status s = ParsePolicyFlag(ApiPolicy(item), p); !s.ok()) {
+      if (Status s = ParsePolicyFlag(item, p); !s.ok()) {
         return usage("--policies: " + MessageOf(s));
       }
       policies.push_back(item);

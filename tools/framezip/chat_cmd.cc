@@ -201,9 +201,9 @@ int RunChat(const std::vector<std::string>& args) {
   flags.String("video", &video, "a video (or image) to upload before the first question", "FILE");
   flags.String("token", &token, "bearer token, when the server requires one", "TOKEN");
   flags.String("policy", &policy,
-               "compression policy of the session: none|zipvl|attentionpack|dynamic_llava|fastv|"
-               "kivi, with options of the API's, e.g. attentionpack:factor_bits=4 (default: the "
-               "server's)",
+               "compression policy of the session: NAME[:KEY=VALUE,...], NAME one of none|zipvl|"
+               "attentionpack|zipvl+attentionpack|dynamic_llava|fastv|kivi|kivi4, each KEY an "
+               "option of docs/api.md, e.g. attentionpack:factors=int4 (default: the server's)",
                "POLICY");
   flags.Int("frames", &frames,
             "frames to sample uniformly from --video (0 = the server's default; the server's "

@@ -230,7 +230,8 @@ int RunEval(const std::vector<std::string>& args) {
                "NAME");
   flags.String("split", &split, "split of the suite: test, val or train", "NAME");
   flags.String("data", &data_dir, "directory of the split (default .data/synthvid)", "DIR");
-  flags.String("policy", &opt.policy, "KV compression policy", "P");
+  flags.String("policy", &opt.policy,
+               "KV compression policy, NAME[:KEY=VALUE,...] (options: docs/api.md)", "P");
   flags.Int("limit", &limit, "evaluate the first N items only (0 = all)");
   flags.Int("frames", &opt.frames, "frames sampled uniformly per video (0 = every frame)");
   flags.Int("max-tokens", &opt.max_tokens, "tokens generated at most per answer");

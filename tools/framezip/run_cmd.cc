@@ -40,7 +40,8 @@ int RunRun(const std::vector<std::string>& args) {
   flags.Int("max-tokens", &max_tokens, "tokens to generate at most");
   flags.Int("frames", &frames, "video frames sampled uniformly");
   flags.Int("threads", &threads, "compute threads (0 = all CPUs)");
-  flags.String("policy", &policy, "KV compression policy", "P");
+  flags.String("policy", &policy,
+               "KV compression policy, NAME[:KEY=VALUE,...] (options: docs/api.md)", "P");
   flags.String("kv-format", &kv_format, "KV page format: f16 or f32", "F");
   flags.String("device", &device, "where the engine runs: cpu, cuda or cuda:N", "DEVICE");
   flags.String("weight-format", &weight_format,

@@ -2,6 +2,7 @@
 // continuous batching, cancellation within a step, deadlines, the wait queue and drain.
 #include "server/batch_scheduler.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <future>
@@ -20,6 +21,8 @@ struct Result {
   TurnStats stats;
   int64_t ids = 0;             // token ids received over all deltas
   int64_t id_only_deltas = 0;  // deltas with ids but no text yet
+  std::vector<std::string> deltas;  // each delta's text, in order
+  int done_calls = 0;               // on_done calls (exactly one per turn)
 };
 
 // Collects one turn's callbacks; Wait() blocks the test thread (not an engine thread).
@@ -31,6 +34,7 @@ class Collector {
               result_.ids += static_cast<int64_t>(ids.size());
               if (text.empty() && !ids.empty()) ++result_.id_only_deltas;
               result_.text += text;
+              result_.deltas.push_back(text);
               ++deltas_;
               cv_.notify_all();
             },
@@ -38,6 +42,7 @@ class Collector {
               std::lock_guard lock(mu_);
               result_.status = status;
               result_.stats = std::move(stats);
+              ++result_.done_calls;
               done_ = true;
               cv_.notify_all();
             }};
@@ -189,9 +194,9 @@ TEST_CASE("stop strings and max_tokens end a turn", "[unit][server]") {
     REQUIRE(r.status.ok());
     CHECK(r.text == "You said ");
     CHECK(r.stats.finish_reason == FinishReason::kStop);
-    // Text is held back by the stop string's length less one (4 characters, one per token), so
-    // the first 4 tokens had no deliverable text: they still reached the client as they came,
-    // as ids alone (before, the ids waited for text). Every generated token's id arrived.
+    // Text that may start the stop string is held back ("'abc", 4 characters, one per token), so
+    // those 4 tokens had no deliverable text: they still reached the client as they came, as ids
+    // alone. Every generated token's id arrived.
     CHECK(r.ids == r.stats.generated_tokens);
     CHECK(r.id_only_deltas >= 4);
   }
@@ -204,6 +209,62 @@ TEST_CASE("stop strings and max_tokens end a turn", "[unit][server]") {
     REQUIRE(r.status.ok());
     CHECK(r.text == "You s");
     CHECK(r.stats.finish_reason == FinishReason::kLength);
+  }
+}
+
+// The backend's stop rule (for the fake as for the engine, llm::StopCondition) decides; the
+// scheduler applies its decision once, so a stop string split across tokens is cut once, no
+// held-back byte of it ever reaches the client, and the finish reason is the backend's.
+TEST_CASE("a stop string split across two tokens is honoured once", "[unit][server]") {
+  BatchScheduler scheduler(std::make_unique<testing::FakeModelBackend>(), {});
+  // The fake answers "You said '<question>' (context ...)." one character per token.
+  SECTION("completed: the text ends before it") {
+    Collector c;
+    TurnRequest request = UserTurn("t1", "", {}, "abc");
+    request.sampling.stop = {"sa"};  // "s" and "a" are two tokens
+    REQUIRE(scheduler.Submit(std::move(request), c.Callbacks()).ok());
+    const Result r = c.Wait();
+    REQUIRE(r.status.ok());
+    CHECK(r.done_calls == 1);
+    CHECK(r.text == "You ");
+    CHECK(r.stats.finish_reason == FinishReason::kStop);
+    CHECK(r.stats.generated_tokens == 6);  // "You " and the two tokens of the stop string
+    CHECK(r.ids == 6);
+    for (const std::string& delta : r.deltas) CHECK(delta.find('s') == std::string::npos);
+  }
+  SECTION("not completed: the held-back byte is shown with the next token") {
+    Collector c;
+    TurnRequest request = UserTurn("t1", "", {}, "abc");
+    request.sampling.stop = {"sx"};
+    REQUIRE(scheduler.Submit(std::move(request), c.Callbacks()).ok());
+    const Result r = c.Wait();
+    REQUIRE(r.status.ok());
+    CHECK(r.text.rfind("You said 'abc' (context ", 0) == 0);
+    CHECK(r.stats.finish_reason == FinishReason::kStop);  // the end-of-turn token
+    CHECK(std::find(r.deltas.begin(), r.deltas.end(), "sa") != r.deltas.end());
+  }
+  SECTION("max_tokens on a held-back byte: it is shown, the reason is length") {
+    Collector c;
+    TurnRequest request = UserTurn("t1", "", {}, "abc");
+    request.sampling.stop = {"sx"};
+    request.sampling.max_tokens = 5;  // ends on the "s"
+    REQUIRE(scheduler.Submit(std::move(request), c.Callbacks()).ok());
+    const Result r = c.Wait();
+    REQUIRE(r.status.ok());
+    CHECK(r.done_calls == 1);
+    CHECK(r.text == "You s");
+    CHECK(r.stats.finish_reason == FinishReason::kLength);
+  }
+  SECTION("a stop token id ends the turn without its text") {
+    Collector c;
+    TurnRequest request = UserTurn("t1", "", {}, "abc");
+    request.sampling.stop_token_ids = {static_cast<uint32_t>('s')};
+    REQUIRE(scheduler.Submit(std::move(request), c.Callbacks()).ok());
+    const Result r = c.Wait();
+    REQUIRE(r.status.ok());
+    CHECK(r.text == "You ");
+    CHECK(r.stats.finish_reason == FinishReason::kStop);
+    CHECK(r.ids == 4);  // the stop token's id is not shown
   }
 }
 

@@ -42,6 +42,12 @@ TEST_CASE("config errors name the key or flag", "[unit][server]") {
   auto bad_policy = LoadServerConfig({"--default-policy", "magic"});
   REQUIRE_FALSE(bad_policy.ok());
   CHECK_THAT(std::string(bad_policy.status().message()), Catch::Contains("--default-policy"));
+  // Options as the CLI's --policy writes them; a bad one is named.
+  CHECK(LoadServerConfig({"--default-policy", "zipvl:tau=0.9,low_bits=evict"}).ok());
+  auto bad_option = LoadServerConfig({"--default-policy", "zipvl:tau=2"});
+  REQUIRE_FALSE(bad_option.ok());
+  CHECK_THAT(std::string(bad_option.status().message()),
+             Catch::Contains("--default-policy: policy 'zipvl': tau='2' is not a number in"));
 
   auto bad_format = LoadServerConfig({"--weight-format", "q4_0"});
   REQUIRE_FALSE(bad_format.ok());

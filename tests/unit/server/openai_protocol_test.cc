@@ -104,6 +104,15 @@ TEST_CASE("a chat completions body becomes a GenerateRequest", "[unit][server]")
           .dump());
   REQUIRE(named.ok());
   CHECK(named->generate.policy().kind() == v1::POLICY_KIND_ZIPVL);
+  // ... or with options, as the CLI's --policy writes them.
+  StatusOr<OpenAiChatRequest> with_options = ParseChatCompletionRequest(
+      json({{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+            {"framezip", {{"policy", "attentionpack:factors=int4,rank_v=8"}}}})
+          .dump());
+  REQUIRE(with_options.ok());
+  CHECK(with_options->generate.policy().kind() == v1::POLICY_KIND_ATTENTIONPACK);
+  CHECK(with_options->generate.policy().attentionpack().factors() == v1::FACTORS_INT4);
+  CHECK(with_options->generate.policy().attentionpack().rank_v() == 8);
 }
 
 TEST_CASE("bad chat completions bodies are refused naming the field", "[unit][server]") {

@@ -16,8 +16,7 @@ SessionRecord Record(uint64_t revision) {
   SessionRecord r;
   r.spec.session_id = "s1";
   r.spec.model = "tiny";
-  r.spec.policy.kind = PolicyKind::kZipVl;
-  r.spec.policy.zipvl_tau = 0.9f;
+  r.spec.policy.options = engine::compress::ZipVlOptions{.tau = 0.9};
   r.spec.sampling.max_tokens = 12;
   r.spec.sampling.stop = {"\n\n"};
   r.spec.frames.num_frames = 4;
@@ -60,8 +59,8 @@ TEST_CASE("a shared session record round-trips what the next turn needs", "[unit
   CHECK(b.key == r.key);
   CHECK(b.owner == "alice");
   CHECK(b.revision == 2);
-  CHECK(b.spec.policy.kind == PolicyKind::kZipVl);
-  CHECK(b.spec.policy.zipvl_tau == 0.9f);
+  CHECK(KindOf(b.spec.policy) == PolicyKind::kZipVl);
+  CHECK(std::get<engine::compress::ZipVlOptions>(b.spec.policy.options).tau == 0.9);
   CHECK(b.spec.sampling.stop == r.spec.sampling.stop);
   CHECK(b.spec.labels == r.spec.labels);
   REQUIRE(b.messages.size() == 3);

@@ -1,5 +1,6 @@
-// `--policy NAME:FIELD=VALUE,...` (tools/framezip/policy_flag.h): every option type the API's
-// policy messages use, and each kind of bad input refused with what to write instead.
+// `--policy NAME:KEY=VALUE,...` (tools/framezip/policy_flag.h): the CLI's form parses into the
+// engine's typed options and reaches the API's fields of the same names; bad input is refused
+// naming what it accepts.
 #include "tools/framezip/policy_flag.h"
 
 #include <catch2/catch.hpp>
@@ -10,34 +11,41 @@ namespace {
 
 namespace v1 = framezip::v1;
 
-Status Parse(const std::string& text, v1::CompressionPolicy& out) {
-  return ParsePolicyFlag(text, out);
-}
-
-TEST_CASE("The policy flag sets the kind and its options by the API's field names", "[unit][cli]") {
+TEST_CASE("The policy flag sets the kind and its options by their one name", "[unit][cli]") {
   v1::CompressionPolicy p;
-  REQUIRE(Parse("kivi", p).ok());
+  REQUIRE(ParsePolicyFlag("kivi", p).ok());
   CHECK(p.kind() == v1::POLICY_KIND_KIVI);
-  CHECK_FALSE(p.has_kivi());
+  CHECK(p.kivi().bits() == 2);  // every option set explicitly: the defaults
 
-  p.Clear();
-  REQUIRE(Parse("attentionpack:factor_bits=4,key_rank=8,energy=0.95", p).ok());
+  REQUIRE(ParsePolicyFlag("kivi4", p).ok());
+  CHECK(p.kind() == v1::POLICY_KIND_KIVI);
+  CHECK(p.kivi().bits() == 4);
+
+  REQUIRE(ParsePolicyFlag("attentionpack:factors=int4,rank_k=8,top_fraction=0.5", p).ok());
   CHECK(p.kind() == v1::POLICY_KIND_ATTENTIONPACK);
-  CHECK(p.attentionpack().factor_bits() == 4);
-  CHECK(p.attentionpack().key_rank() == 8);
-  CHECK(p.attentionpack().energy() == Approx(0.95f));
+  CHECK(p.attentionpack().factors() == v1::FACTORS_INT4);
+  CHECK(p.attentionpack().rank_k() == 8);
+  CHECK(p.attentionpack().top_fraction() == Approx(0.5f));
 
-  p.Clear();
-  REQUIRE(Parse("ZipVL:other_mode=evict,per_head_selection=true,tau=0.9", p).ok());
+  REQUIRE(ParsePolicyFlag("zipvl:low_bits=evict,per_head=1,tau=0.9,u_rows=attend", p).ok());
   CHECK(p.kind() == v1::POLICY_KIND_ZIPVL);
-  CHECK(p.zipvl().other_mode() == v1::UNIMPORTANT_TOKEN_MODE_EVICT);
-  CHECK(p.zipvl().per_head_selection());
+  CHECK(p.zipvl().has_low_bits());
+  CHECK(p.zipvl().low_bits() == 0);  // evict
+  CHECK(p.zipvl().per_head());
   CHECK(p.zipvl().tau() == Approx(0.9f));
+  CHECK(p.zipvl().u_rows() == v1::U_ROWS_ATTEND);
+  CHECK_FALSE(p.has_attentionpack());  // the last kind's options only
 
-  p.Clear();
-  REQUIRE(Parse("dynamic_llava:vision_keep_ratio=0.3,gate_generated_tokens=false", p).ok());
-  CHECK(p.dynamic_llava().vision_keep_ratio() == Approx(0.3f));
-  CHECK_FALSE(p.dynamic_llava().gate_generated_tokens());
+  REQUIRE(ParsePolicyFlag("dynamic_llava:vision_keep=0.3,text_gate=off", p).ok());
+  CHECK(p.dynamic_llava().vision_keep() == Approx(0.3f));
+  CHECK(p.dynamic_llava().has_text_gate());
+  CHECK_FALSE(p.dynamic_llava().text_gate());
+  CHECK_FALSE(p.dynamic_llava().has_sparse_layer());  // left to the model's predictors
+
+  REQUIRE(ParsePolicyFlag("zipvl+attentionpack:tau=0.8,rank_v=8", p).ok());
+  CHECK(p.kind() == v1::POLICY_KIND_ZIPVL_ATTENTIONPACK);
+  CHECK(p.zipvl().tau() == Approx(0.8f));
+  CHECK(p.attentionpack().rank_v() == 8);
 }
 
 TEST_CASE("The policy flag refuses bad input, naming what it accepts", "[unit][cli]") {
@@ -45,26 +53,27 @@ TEST_CASE("The policy flag refuses bad input, naming what it accepts", "[unit][c
     std::string text, message;
   };
   const Bad bad = GENERATE(
-      Bad{"", "unknown policy '' (none, zipvl, attentionpack"},
-      Bad{"unspecified", "unknown policy 'unspecified'"},
-      Bad{"bogus:x=1", "unknown policy 'bogus'"}, Bad{"none:x=1", "none takes no options"},
-      Bad{"kivi:", "'' is not FIELD=VALUE"}, Bad{"kivi:bits", "'bits' is not FIELD=VALUE"},
-      Bad{"kivi:=4", "'=4' is not FIELD=VALUE"}, Bad{"kivi:bits=4,", "'' is not FIELD=VALUE"},
-      Bad{"attentionpack:rank=4", "AttentionPackOptions has no option 'rank' (it has: key_rank"},
-      Bad{"kivi:bits=-1", "bits=-1 is not a valid uint32"},
-      Bad{"kivi:bits=99999999999", "bits=99999999999 is not a valid uint32"},
-      Bad{"kivi:bits=4x", "bits=4x is not a valid uint32"},
-      Bad{"zipvl:tau=nan", "tau=nan is not a valid float"},
-      Bad{"zipvl:tau=0.5.5", "tau=0.5.5 is not a valid float"},
-      Bad{"zipvl:per_head_selection=1", "per_head_selection=1 is not a valid bool"},
-      Bad{"zipvl:other_mode=drop", "other_mode=drop is not a valid enum"},
-      Bad{"zipvl:other_mode=", "other_mode= is not a valid enum"});
+      Bad{"bogus:x=1", "--policy: unknown compression policy 'bogus' (known: none, zipvl"},
+      Bad{"none:x=1", "policy 'none' takes no options"},
+      Bad{"kivi:bits", "option 'bits' is not key=value"},
+      Bad{"kivi:=4", "option '=4' is not key=value"},
+      Bad{"attentionpack:rank=4",
+          "policy 'attentionpack' has no option 'rank' (it has: rank_k, rank_v"},
+      Bad{"attentionpack:factor_bits=4", "has no option 'factor_bits'"},
+      Bad{"kivi:bits=-1", "bits='-1' is not one of 2|4"},
+      Bad{"kivi:window=99999999999", "window='99999999999' is not an integer in [1, 1048576]"},
+      Bad{"kivi:window=4x", "window='4x' is not an integer"},
+      Bad{"zipvl:tau=nan", "tau='nan' is not a number in"},
+      Bad{"zipvl:tau=0.5.5", "tau='0.5.5' is not a number in"},
+      Bad{"zipvl:per_head=yes", "per_head='yes' is not 1 or 0"},
+      Bad{"zipvl:u_rows=drop", "u_rows='drop' is not one of local|skip|attend"},
+      Bad{"zipvl:tau=0.9,tau=0.8", "option 'tau' given twice"});
   CAPTURE(bad.text);
   v1::CompressionPolicy p;
-  const Status st = Parse(bad.text, p);
+  const Status st = ParsePolicyFlag(bad.text, p);
   REQUIRE_FALSE(st.ok());
   CHECK(absl::IsInvalidArgument(st));
-  CHECK(std::string(st.message()).find(bad.message) != std::string::npos);
+  CHECK_THAT(std::string(st.message()), Catch::Contains(bad.message));
 }
 
 }  // namespace

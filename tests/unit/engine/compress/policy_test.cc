@@ -30,7 +30,7 @@ TEST_CASE("CreatePolicy parses name:key=value specs and names a bad key", "[unit
   CHECK(zo.tau == 0.97);
   CHECK(zo.probes_recent == 32);
   CHECK(zo.probes_random == 16);
-  CHECK(zo.per_kv_head);
+  CHECK(zo.per_head);
   CHECK(zo.u_rows == URows::kAttendImportant);
   CHECK(zo.low_bits == 0);
   const auto defaults = static_cast<ZipVlPolicy&>(**CreatePolicy("zipvl")).options();

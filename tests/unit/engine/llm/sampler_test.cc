@@ -131,6 +131,12 @@ TEST_CASE("StopCondition stops on stop ids, stop strings and max tokens",
   CHECK(end == 5);
   CHECK(stop.Check(3, 5, "abc", &end) == StopReason::kMaxTokens);
   CHECK(stop.Check(3, 4, "abc", &end) == StopReason::kNone);
+  // Streaming holds back the longest suffix that starts a stop string, never a whole one.
+  CHECK(stop.HeldBackBytes("hello") == 0);
+  CHECK(stop.HeldBackBytes("hello\n") == 1);
+  CHECK(stop.HeldBackBytes("hello\nUse") == 4);
+  CHECK(stop.HeldBackBytes("hello\nUsx") == 0);
+  CHECK(stop.HeldBackBytes("\nUser:") == 0);
   SamplingParams bad;
   bad.do_sample = true;
   bad.temperature = 0;
