@@ -135,6 +135,15 @@ def render_item(spec: Spec):
     return gen.make_item(spec.split, spec.index)
 
 
+def h264_round_trip(frames):
+    """The frames after synthvid's mp4 writer (H.264, crf 18, yuv420p) and its PyAV reader."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "item.mp4")
+        synthvid.write_mp4(path, frames)
+        return synthvid.read_mp4(path)
+
+
 def resize_frames(video_processor, frames) -> "torch.Tensor":
     """uint8 [F, 3, S, S]: the processor's resize with rescale and normalize off."""
     out = video_processor(videos=[frames], do_rescale=False, do_normalize=False,
@@ -146,13 +155,18 @@ def resize_frames(video_processor, frames) -> "torch.Tensor":
 class RenderedChats:
     """Map-style dataset keyed by Spec (DataLoader's batch_sampler hands the specs over)."""
 
-    def __init__(self, tokenizer, video_processor, tpf: int):
+    def __init__(self, tokenizer, video_processor, tpf: int, h264: bool = False):
         self.renderer = Renderer(tokenizer)
         self.video_processor = video_processor
         self.tpf = tpf
+        # h264: the frames take the files' way instead (synthvid's mp4 writer, then its PyAV
+        # reader), for check_render_frames.py; needs PyAV.
+        self.h264 = h264
 
     def __getitem__(self, spec: Spec) -> dict:
         rec, frames = render_item(spec)
+        if self.h264:
+            frames = h264_round_trip(frames)
         F = rec["num_frames"]
         assert frames.shape[0] == F == num_frames(spec.suite, spec.split, spec.index), spec
         turns = turns_of(spec, rec)
@@ -211,6 +225,7 @@ def pack(samples: list, row_tokens: int, pad_id: int) -> dict:
         "position_ids": position_ids,
         "frames": torch.cat([samples[i]["frames"] for i in order]),
         "frames_per_video": [samples[i]["num_frames"] for i in order],
+        "specs": [s["spec"] for s in samples],
         "tasks": [s["task"] for s in samples], "turns": [s["turns"] for s in samples],
         "suites": [s["spec"].suite for s in samples],
         "real_tokens": sum(lengths), "row_tokens": R * L,

@@ -83,10 +83,11 @@ def to_device(batch, device):
     return dict(batch, **{k: batch[k].to(device, non_blocking=True) for k in keys})
 
 
-def evaluate(model, data, specs, args, device, tpf):
+def evaluate(model, data, specs, args, device, tpf, outcomes=None):
     """Teacher-forced exact match of every turn (earlier turns with their correct answers): a
     turn is right iff the argmax at each of its answer positions, <|im_end|> included, is the
-    target, which is what greedy decoding needs to say exactly the answer and stop."""
+    target, which is what greedy decoding needs to say exactly the answer and stop.
+    outcomes, when a dict, gets {(spec, turn): 0|1}."""
     import torch
     model.eval()
     per_task, per_suite, per_turn = {}, {}, {}
@@ -112,6 +113,8 @@ def evaluate(model, data, specs, args, device, tpf):
                 add(per_task, batch["tasks"][i], ok)
                 add(per_suite, batch["suites"][i], ok)
                 add(per_turn, f"{batch['suites'][i]}_t{'2+' if t else '1'}", ok)
+                if outcomes is not None:
+                    outcomes[(batch["specs"][i], t)] = ok
     model.train()
 
     def rate(d):
@@ -211,6 +214,10 @@ def main():
     ap.add_argument("--resume", action="store_true", help="continue from --ckpt-dir/ckpt.pt")
     ap.add_argument("--time-budget-min", type=float, default=7.0,
                     help="wall-clock minutes of training (evaluation and export come on top)")
+    ap.add_argument("--end-by", type=float, default=0.0,
+                    help="Unix time by which training must stop (the budget shrinks to fit; "
+                         "scripts/gpu-train.sh passes its own deadline minus the final "
+                         "evaluation and export)")
     ap.add_argument("--max-steps", type=int, default=10 ** 7)
     ap.add_argument("--ckpt-every-min", type=float, default=2.0)
     ap.add_argument("--eval-every-min", type=float, default=0.0, help="0: at start and end only")
@@ -301,6 +308,10 @@ def main():
     it = iter(rd.loader(data, plan, rd.Packer(args.row_tokens, data.renderer.pad_id),
                         args.workers, cuda))
     budget = args.time_budget_min * 60
+    if args.end_by:
+        budget = min(budget, state["elapsed"] + args.end_by - time.time())
+        if budget <= state["elapsed"]:
+            sys.exit(f"--end-by: no time left to train ({args.end_by - time.time():.0f} s)")
     t_start = time.time() - state["elapsed"]
     last_ckpt = last_eval = time.time()
     acc = {"loss": 0.0, "n": 0, "wait": 0.0, "real": 0, "rows": 0, "frames": 0, "t": time.time()}
@@ -373,6 +384,7 @@ def main():
     train_s = time.time() - t_start
     log(fh, {"type": "end", "step": state["step"], "samples": state["samples"],
              "tokens": state["tokens"], "train_s": round(train_s, 1),
+             "budget_s": round(budget, 1),
              "ended_by": "steps" if state["step"] >= args.max_steps else "time"})
     t = time.time()
     log(fh, {"type": "val", "step": state["step"], "final": True,

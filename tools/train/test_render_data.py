@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Checks of render_data.py and train_render.py's packed forward (CPU, ~20 s).
+
+  .venv/bin/python tools/train/test_render_data.py      # or: pytest tools/train/test_render_data.py
+
+The model checks use a freshly initialised model (fzmodel.py's architecture, a new random seed
+each run), so they hold for any weights, not for one checkpoint's.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import render_data as rd  # noqa: E402
+
+_CACHE = {}
+
+
+def fresh_model():
+    """(model, processor, dataset, tpf) of a random fzmodel.py model, built once per process."""
+    if "m" not in _CACHE:
+        import torch
+        from transformers import LlavaOnevisionForConditionalGeneration
+        import fzmodel
+        torch.set_num_threads(1)
+        tok = fzmodel.wrap_tokenizer(fzmodel.build_tokenizer(fzmodel.ARCH["bpe_vocab"]))
+        processor = fzmodel.build_processor(tok)
+        cfg = fzmodel.build_config(tok)
+        cfg._attn_implementation = "sdpa"
+        seed = random.SystemRandom().randrange(1 << 31)
+        torch.manual_seed(seed)
+        model = LlavaOnevisionForConditionalGeneration(cfg).eval()
+        # A fresh init's logits are nearly flat; larger weights make a wrong mask visible.
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.ndim >= 2:
+                    p.mul_(4.0)
+        tpf = fzmodel.video_tokens_per_frame()
+        _CACHE["m"] = (model, processor, rd.RenderedChats(tok, processor.video_processor, tpf),
+                       tpf, seed)
+    return _CACHE["m"]
+
+
+def test_direct_frames_equal_processor_pixels():
+    """The loader's uint8 frames, normalised on the device, are exactly the processor's
+    pixel_values_videos for the same 128x128 frames."""
+    import torch
+    _, processor, _, _, _ = fresh_model()
+    for spec in (rd.Spec("v2", "val", 5), rd.Spec("v1", "val", 3)):
+        _, raw = rd.render_item(spec)
+        ours = rd.to_chw_float(rd.resize_frames(processor.video_processor, raw),
+                               torch.device("cpu"))
+        ref = processor.video_processor(videos=[raw], return_tensors="pt")["pixel_values_videos"][0]
+        assert ours.shape == ref.shape, (ours.shape, ref.shape)
+        assert torch.equal(ours, ref.float()), (ours - ref).abs().max()
+
+
+def test_pack_layout():
+    """Every chat lands whole in one row, positions restart at 0, the rest is padding with no
+    labels, and frames come in the order of the rows' <video> runs."""
+    import torch
+    rng = random.Random()
+    vid, pad = 7, 0
+    samples = []
+    for i in range(rng.randrange(3, 12)):
+        F = rng.choice([1, 2, 3, 5])
+        pre, post = rng.randrange(1, 6), rng.randrange(2, 9)
+        ids = [100 + i] * pre + [vid] * (F * 4 + 1) + [200 + i] * post
+        labels = [-100] * (len(ids) - 2) + [300 + i, 301 + i]
+        turn_of = [-1] * (len(ids) - 2) + [0, 0]
+        frames = torch.full((F, 3, 2, 2), i, dtype=torch.uint8)
+        samples.append({"spec": rd.Spec("v1", "val", i), "task": "t", "turns": 1,
+                        "num_frames": F, "frames": frames, "ids": ids, "labels": labels,
+                        "turn_of": turn_of})
+    row = rng.randrange(max(len(s["ids"]) for s in samples), 120)
+    b = rd.pack(samples, row, pad)
+    R, L = b["ids"].shape
+    assert L == row and b["real_tokens"] == sum(len(s["ids"]) for s in samples)
+    for i, s in enumerate(samples):
+        where = (b["sample_of"] == i).nonzero()
+        assert where[:, 0].unique().numel() == 1, "a chat spans rows"
+        r, cols = where[0, 0], where[:, 1]
+        assert torch.equal(cols, torch.arange(cols[0], cols[0] + len(s["ids"])))
+        assert b["ids"][r, cols].tolist() == s["ids"]
+        assert b["labels"][r, cols].tolist() == s["labels"]
+        assert torch.equal(b["position_ids"][r, cols], torch.arange(len(s["ids"])))
+    pad_mask = b["sample_of"] < 0
+    assert (b["labels"][pad_mask] == -100).all() and (b["ids"][pad_mask] == pad).all()
+    # Frames: the chat owning each <video> run, row by row, must match the frames' fill value.
+    owners = []
+    for r in range(R):
+        for c in range(L):
+            if b["ids"][r, c] == vid and (c == 0 or b["ids"][r, c - 1] != vid):
+                owners.append(int(b["sample_of"][r, c]))
+    assert [int(f[0, 0, 0, 0]) for f in b["frames"].split(b["frames_per_video"])] == owners
+
+
+def test_packed_forward_matches_transformers():
+    """Chats packed into one row give transformers' own per-chat logits (processor + model on the
+    raw frames); with the chats' position ids not restarted (one causal mask over the row) they
+    do not, so the check can fail."""
+    import torch
+    from train_render import check_packed_forward, packed_logits, to_device
+    model, processor, data, tpf, seed = fresh_model()
+    err = check_packed_forward(model, processor, data, torch.device("cpu"), tpf, count=4)
+    assert err < 1e-3, (err, seed)
+    samples = [data[s] for s in rd.eval_specs(2, 2)]
+    b = rd.pack(samples, sum(len(s["ids"]) for s in samples), data.renderer.pad_id)
+    frames = rd.to_chw_float(b["frames"], torch.device("cpu"))
+    with torch.no_grad():
+        good, _, _ = packed_logits(model, to_device(b, "cpu"), frames, tpf, False)
+        flat = dict(b, position_ids=torch.arange(b["ids"].shape[1])[None])
+        bad, _, _ = packed_logits(model, flat, frames, tpf, False)
+    assert (good - bad).abs().max().item() > 1e-2, "a row-wide causal mask went unnoticed"
+
+
+def test_plan_step():
+    """A step's chats are a pure function of (seed, step), fill the token budget, respect
+    --max-frames and the task weights (weight 0 = never)."""
+    kw = dict(seed=3, tokens=20000, tpf=4, v1_share=0.3)
+    a = rd.plan_step(step=7, **kw)
+    assert a == rd.plan_step(step=7, **kw) and a != rd.plan_step(step=8, **kw)
+    est = sum(rd.num_frames(s.suite, s.split, s.index) * 4 + 1 + rd.TEXT_ESTIMATE[s.suite]
+              for s in a)
+    assert est >= 20000
+    b = rd.plan_step(step=1, max_frames=128, task_weights={"describe": 0.0}, **kw)
+    assert all(rd.num_frames(s.suite, s.split, s.index) <= 128 for s in b)
+    assert not any(s.suite == "v2" and rd.task_of("v2", s.index) == "describe" for s in b)
+
+
+def test_num_frames_matches_generators():
+    """num_frames (no scene drawn) agrees with the rendered items."""
+    rng = random.Random()
+    for suite in ("v1", "v2"):
+        for _ in range(6):
+            spec = rd.Spec(suite, "train", rng.randrange(rd.INDEX_RANGE))
+            rec, frames = rd.render_item(spec)
+            assert rd.num_frames(suite, "train", spec.index) == rec["num_frames"] == len(frames)
+
+
+def test_h264_round_trip_is_close():
+    """The mp4 pipeline's frames stay close to the direct ones after the processor's resize
+    (check_render_frames.py measures the whole val split)."""
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        print("SKIP test_h264_round_trip_is_close: no PyAV here (the mp4 side needs it)")
+        return
+    import numpy as np
+    _, processor, _, _, _ = fresh_model()
+    for spec in (rd.Spec("v2", "val", 1), rd.Spec("v1", "val", 2)):
+        _, raw = rd.render_item(spec)
+        a = rd.resize_frames(processor.video_processor, raw).numpy().astype(np.int16)
+        b = rd.resize_frames(processor.video_processor, rd.h264_round_trip(raw)).numpy()
+        d = np.abs(a - b.astype(np.int16))
+        assert d.mean() < 3.0 and d.max() < 128, (spec, d.mean(), d.max())
+
+
+if __name__ == "__main__":
+    for name, fn in list(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            fn()
+            print("ok", name, flush=True)
