@@ -81,7 +81,7 @@ train_once() {
   local end_by=$(( $(date +%s) + deadline_s - (SECONDS - t0) - 60 ))
   local args=("${src[@]}" --ckpt-dir "$out/ckpt" --export "$export" --time-budget-min "$minutes"
     --end-by "$end_by" --trainable "$trainable" ${lr:+--lr "$lr"} "$@" "${extra[@]}")
-  echo "gpu-train.sh: $PY tools/train/train_render.py ${args[*]}"
+  echo "gpu-train.sh: from $from: $PY tools/train/train_render.py ${args[*]}"
   PYTHONUNBUFFERED=1 timeout $((deadline_s - (SECONDS - t0) - 5)) \
     $nice "$PY" tools/train/train_render.py "${args[@]}"
   local rc=$?
@@ -126,7 +126,7 @@ status=0
 if [ "$rehearse" = 1 ]; then
   nice="nice -n 19"
   toy=(--device cpu --tokens-per-step 4096 --row-tokens 4096 --workers 1 --val-v2 12
-    --val-v1 12 --check-chats 4 --warmup 5 --ckpt-every-min 0.25)
+    --val-v1 12 --check-chats 4 --warmup 5 --ckpt-every-min 0.25 --log-every 1)
   from=$init
   [ "$scratch" = 1 ] && from=scratch
   echo "== rehearsal run 1 (from $from) =="

@@ -192,11 +192,16 @@ def first_fit_decreasing(lengths: list, capacity: int) -> list:
     return rows
 
 
-def pack(samples: list, row_tokens: int, pad_id: int) -> dict:
-    """Chats -> one step's tensors. Rows are `row_tokens` long (or the longest chat); each chat's
-    positions restart at 0 and the padding tail is a chat of its own (labels -100). `frames` are
-    in the order the <video> positions appear row by row, so a masked_scatter of their features
-    (one image_newline after each video) lands on the right chat."""
+def pack(samples: list, row_tokens: int, pad_id: int, tpf: int) -> dict:
+    """Chats -> one step's tensors, all built here on the CPU (in the workers), so that the
+    training step itself has no data-dependent shapes to wait for on the GPU.
+
+    Rows are `row_tokens` long (or the longest chat); each chat's positions restart at 0 and the
+    padding tail is a chat of its own (labels -100). `frames` are in the order the <video> runs
+    appear row by row; `video_index` maps every <video> position, in that order, to its row of
+    [the frames' tpf rows each; image_newline], so one gather builds what LlavaOnevisionModel
+    splices in. `pos` [N, 2] are the (row, position) pairs whose next token is an answer token
+    `tgt`; `key` = chat * 64 + turn; `weight` = 1 / sqrt(the turn's answer tokens)."""
     import torch
     lengths = [len(s["ids"]) for s in samples]
     L = max([row_tokens] + lengths)
@@ -220,11 +225,23 @@ def pack(samples: list, row_tokens: int, pad_id: int) -> dict:
             at += n
             order.append(i)
         position_ids[r, at:] = torch.arange(L - at)
+    frames_per_video = [samples[i]["num_frames"] for i in order]
+    newline = sum(frames_per_video) * tpf
+    index, first = [], 0
+    for F in frames_per_video:
+        index += list(range(first, first + F * tpf)) + [newline]
+        first += F * tpf
+    nxt = labels[:, 1:]
+    pos = (nxt != -100).nonzero()
+    key = sample_of[pos[:, 0], pos[:, 1]] * 64 + turn_of[pos[:, 0], pos[:, 1] + 1]
+    _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
     return {
         "ids": ids, "labels": labels, "turn_of": turn_of, "sample_of": sample_of,
         "position_ids": position_ids,
         "frames": torch.cat([samples[i]["frames"] for i in order]),
-        "frames_per_video": [samples[i]["num_frames"] for i in order],
+        "frames_per_video": frames_per_video, "video_index": torch.tensor(index),
+        "pos": pos, "tgt": nxt[pos[:, 0], pos[:, 1]], "key": key,
+        "weight": counts[inverse].float().rsqrt(),
         "specs": [s["spec"] for s in samples],
         "tasks": [s["task"] for s in samples], "turns": [s["turns"] for s in samples],
         "suites": [s["spec"].suite for s in samples],
@@ -235,12 +252,13 @@ def pack(samples: list, row_tokens: int, pad_id: int) -> dict:
 class Packer:
     """collate_fn for the DataLoader (runs in the workers)."""
 
-    def __init__(self, row_tokens: int, pad_id: int):
+    def __init__(self, row_tokens: int, pad_id: int, tpf: int):
         self.row_tokens = row_tokens
         self.pad_id = pad_id
+        self.tpf = tpf
 
     def __call__(self, samples):
-        return pack(samples, self.row_tokens, self.pad_id)
+        return pack(samples, self.row_tokens, self.pad_id, self.tpf)
 
 
 class StepPlan:

@@ -76,7 +76,7 @@ def test_pack_layout():
                         "num_frames": F, "frames": frames, "ids": ids, "labels": labels,
                         "turn_of": turn_of})
     row = rng.randrange(max(len(s["ids"]) for s in samples), 120)
-    b = rd.pack(samples, row, pad)
+    b = rd.pack(samples, row, pad, 4)
     R, L = b["ids"].shape
     assert L == row and b["real_tokens"] == sum(len(s["ids"]) for s in samples)
     for i, s in enumerate(samples):
@@ -96,6 +96,18 @@ def test_pack_layout():
             if b["ids"][r, c] == vid and (c == 0 or b["ids"][r, c - 1] != vid):
                 owners.append(int(b["sample_of"][r, c]))
     assert [int(f[0, 0, 0, 0]) for f in b["frames"].split(b["frames_per_video"])] == owners
+    # video_index: each run's F * 4 frame rows in order, then the newline row (the last one).
+    newline = len(b["frames"]) * 4
+    expect, first = [], 0
+    for F in b["frames_per_video"]:
+        expect += list(range(first, first + 4 * F)) + [newline]
+        first += 4 * F
+    assert b["video_index"].tolist() == expect
+    assert len(expect) == int((b["ids"] == vid).sum())
+    # Answer positions: the tokens before each labelled one; weights 1/sqrt(turn length).
+    assert torch.equal(b["tgt"], b["labels"][b["pos"][:, 0], b["pos"][:, 1] + 1])
+    assert len(b["tgt"]) == 2 * len(samples)
+    assert torch.allclose(b["weight"], torch.full_like(b["weight"], 2 ** -0.5))
 
 
 def test_packed_forward_matches_transformers():
@@ -108,12 +120,12 @@ def test_packed_forward_matches_transformers():
     err = check_packed_forward(model, processor, data, torch.device("cpu"), tpf, count=4)
     assert err < 1e-3, (err, seed)
     samples = [data[s] for s in rd.eval_specs(2, 2)]
-    b = rd.pack(samples, sum(len(s["ids"]) for s in samples), data.renderer.pad_id)
+    b = rd.pack(samples, sum(len(s["ids"]) for s in samples), data.renderer.pad_id, tpf)
     frames = rd.to_chw_float(b["frames"], torch.device("cpu"))
     with torch.no_grad():
-        good, _, _ = packed_logits(model, to_device(b, "cpu"), frames, tpf, False)
+        good = packed_logits(model, to_device(b, "cpu"), frames, False)
         flat = dict(b, position_ids=torch.arange(b["ids"].shape[1])[None])
-        bad, _, _ = packed_logits(model, flat, frames, tpf, False)
+        bad = packed_logits(model, flat, frames, False)
     assert (good - bad).abs().max().item() > 1e-2, "a row-wide causal mask went unnoticed"
 
 

@@ -32,35 +32,36 @@ import render_data as rd  # noqa: E402
 from train import log  # noqa: E402
 
 
-def answer_positions(labels):
-    """([N, 2] (row, position) whose next token is labelled, [N] those tokens)."""
-    nxt = labels[:, 1:]
-    pos = (nxt != -100).nonzero()
-    return pos, nxt[pos[:, 0], pos[:, 1]]
+def tokens_per_frame(cfg):
+    """Video tokens per frame: the patch grid pooled 2x2 (ceil), as get_video_features pools."""
+    side = cfg.vision_config.image_size // cfg.vision_config.patch_size
+    return ((side + 1) // 2) ** 2
 
 
-def video_rows(model, frames, frames_per_video, tpf, grad):
-    """The decoder's video tokens of every video in a packed step, each followed by
-    image_newline, in frame order: LlavaOnevisionModel.get_video_features on all frames at once
-    (every frame is encoded and pooled on its own, so concatenating videos changes nothing)."""
+def video_rows(model, frames, video_index, grad):
+    """What LlavaOnevisionModel splices into the <video> positions of a packed step, in order:
+    get_video_features on all frames at once (every frame is encoded and pooled on its own, so
+    concatenating videos changes nothing), then image_newline after each video (video_index)."""
     import torch
     cfg = model.config
     with torch.set_grad_enabled(grad):
+        # Positional: transformers 5.17 (the GPU image's) names it pixel_values, 5.24 (our pin)
+        # pixel_values_videos.
         out = model.model.get_video_features(
-            pixel_values_videos=frames[None], vision_feature_layer=cfg.vision_feature_layer,
+            frames[None], vision_feature_layer=cfg.vision_feature_layer,
             vision_feature_select_strategy=cfg.vision_feature_select_strategy)
-    rows = out.pooler_output[0, :-1]
+    # 5.24 appends image_newline to pooler_output, 5.17 does not: keep the frames' rows only.
+    rows = out.pooler_output[0, :frames.shape[0] * tokens_per_frame(cfg)]
     newline = model.model.image_newline[None].to(rows.dtype)
-    parts = rows.split([F * tpf for F in frames_per_video])
-    return torch.cat([t for p in parts for t in (p, newline)])
+    return torch.cat([rows, newline])[video_index]
 
 
-def packed_logits(model, batch, frames, tpf, grad_vision):
-    """Logits at the answer positions of a packed step, and those positions and targets."""
+def packed_logits(model, batch, frames, grad_vision):
+    """Logits at the answer positions batch["pos"] of a packed step (render_data.pack)."""
     inner = model.model
     ids = batch["ids"]
     emb = inner.get_input_embeddings()(ids)
-    rows = video_rows(model, frames, batch["frames_per_video"], tpf, grad_vision)
+    rows = video_rows(model, frames, batch["video_index"], grad_vision)
     is_video = (ids == model.config.video_token_index)[..., None]
     emb = emb.masked_scatter(is_video, rows.to(emb.dtype))
     # No attention mask and no cache: position ids that restart at 0 then give the block-diagonal
@@ -68,18 +69,12 @@ def packed_logits(model, batch, frames, tpf, grad_vision):
     # chats of a row would see each other).
     h = inner.language_model(inputs_embeds=emb, position_ids=batch["position_ids"],
                              use_cache=False).last_hidden_state
-    pos, tgt = answer_positions(batch["labels"])
-    return model.lm_head(h[pos[:, 0], pos[:, 1]]), pos, tgt
-
-
-def turn_keys(batch, pos):
-    """One key per (chat, turn) of each answer position."""
-    return batch["sample_of"][pos[:, 0], pos[:, 1]] * 64 + \
-        batch["turn_of"][pos[:, 0], pos[:, 1] + 1]
+    pos = batch["pos"]
+    return model.lm_head(h[pos[:, 0], pos[:, 1]])
 
 
 def to_device(batch, device):
-    keys = ("ids", "labels", "turn_of", "sample_of", "position_ids")
+    keys = ("ids", "position_ids", "video_index", "pos", "tgt", "weight")
     return dict(batch, **{k: batch[k].to(device, non_blocking=True) for k in keys})
 
 
@@ -98,15 +93,15 @@ def evaluate(model, data, specs, args, device, tpf, outcomes=None):
         c[1] += 1
 
     steps = rd.plan_eval(specs, args.tokens_per_step * 2, tpf)
-    it = rd.loader(data, steps, rd.Packer(args.row_tokens, data.renderer.pad_id), args.workers,
+    it = rd.loader(data, steps, rd.Packer(args.row_tokens, data.renderer.pad_id, tpf), args.workers,
                    device.type == "cuda")
     with torch.no_grad(), autocast(device):
         for batch in it:
             frames = rd.to_chw_float(batch["frames"], device)
             batch = to_device(batch, device)
-            logits, pos, tgt = packed_logits(model, batch, frames, tpf, False)
-            right = (logits.argmax(-1) == tgt).cpu()
-            keys = turn_keys(batch, pos).cpu()
+            logits = packed_logits(model, batch, frames, False)
+            right = (logits.argmax(-1) == batch["tgt"]).cpu()
+            keys = batch["key"]
             for key in keys.unique().tolist():
                 i, t = divmod(key, 64)
                 ok = int(bool(right[keys == key].all()))
@@ -140,32 +135,30 @@ def check_packed_forward(model, processor, data, device, tpf, count=4):
     specs = rd.eval_specs(count - count // 2, count // 2)
     samples = [data[s] for s in specs]
     # All chats in one row with a padding tail: every chat but the first starts mid-row.
-    batch = rd.pack(samples, sum(len(s["ids"]) for s in samples) + 7, data.renderer.pad_id)
+    batch = rd.pack(samples, sum(len(s["ids"]) for s in samples) + 7, data.renderer.pad_id, tpf)
     assert batch["ids"].shape[0] == 1
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
     model.eval()
     worst = 0.0
     with torch.no_grad():
         frames = rd.to_chw_float(batch["frames"], device)
         b = to_device(batch, device)
-        got, pos, _ = packed_logits(model, b, frames, tpf, False)
-        keys = b["sample_of"][pos[:, 0], pos[:, 1]]
+        got = packed_logits(model, b, frames, False)
+        pos = batch["pos"]
+        keys = batch["sample_of"][pos[:, 0], pos[:, 1]]
         for i, spec in enumerate(specs):
             rec, raw = rd.render_item(spec)
             turns = rd.turns_of(spec, rec)
             text = processor.apply_chat_template(template_conversation(turns), tokenize=False)
             inp = processor(text=text, videos=[raw], return_tensors="pt").to(device)
-            mine = b["ids"][b["sample_of"] == i]
+            mine = batch["ids"][batch["sample_of"] == i]
             assert inp["input_ids"][0].tolist() == mine.tolist(), \
                 f"{spec}: packed token ids differ from the processor's"
             ref = model(**inp).logits[0]
             sel = keys == i
-            start = (b["sample_of"][pos[sel][0, 0]] == i).nonzero()[0, 0]
-            err = (got[sel] - ref[pos[sel][:, 1] - start]).abs().max().item()
+            start = (batch["sample_of"][pos[sel][0, 0]] == i).nonzero()[0, 0]
+            err = (got[sel.to(device)] - ref[(pos[sel][:, 1] - start).to(device)]).abs().max().item()
             worst = max(worst, err)
     model.train()
-    torch.backends.cuda.matmul.allow_tf32 = tf32
     assert worst < 1e-3, f"packed forward differs from transformers' forward by {worst}"
     return worst
 
@@ -220,6 +213,7 @@ def main():
                          "evaluation and export)")
     ap.add_argument("--max-steps", type=int, default=10 ** 7)
     ap.add_argument("--ckpt-every-min", type=float, default=2.0)
+    ap.add_argument("--log-every", type=int, default=20, help="steps per train record")
     ap.add_argument("--eval-every-min", type=float, default=0.0, help="0: at start and end only")
     ap.add_argument("--no-eval-at-start", action="store_true")
     ap.add_argument("--tokens-per-step", type=int, default=65536)
@@ -259,16 +253,11 @@ def main():
     if args.workers < 0:
         args.workers = max(1, (os.cpu_count() or 2) - 2)
     torch.set_num_threads(args.threads or (4 if cuda else 1))
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     os.makedirs(args.ckpt_dir, exist_ok=True)
     t_setup = time.time()
     model, processor = load_model(args, device)
-    cfg = model.config
-    side = cfg.vision_config.image_size // cfg.vision_config.patch_size
-    tpf = ((side + 1) // 2) ** 2
+    tpf = tokens_per_frame(model.config)
     data = rd.RenderedChats(processor.tokenizer, processor.video_processor, tpf)
     trainable = set_trainable(model, args.trainable)
     decayed = [p for n, p in trainable if p.ndim >= 2 and "embed" not in n]
@@ -305,7 +294,7 @@ def main():
     plan = rd.StepPlan(state["step"], seed=args.seed, tokens=args.tokens_per_step, tpf=tpf,
                        v1_share=args.v1_share, task_weights=rd.parse_weights(args.task_weights),
                        max_frames=args.max_frames)
-    it = iter(rd.loader(data, plan, rd.Packer(args.row_tokens, data.renderer.pad_id),
+    it = iter(rd.loader(data, plan, rd.Packer(args.row_tokens, data.renderer.pad_id, tpf),
                         args.workers, cuda))
     budget = args.time_budget_min * 60
     if args.end_by:
@@ -342,13 +331,11 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         with autocast(device):
-            logits, pos, tgt = packed_logits(model, b, frames, tpf, grad_vision)
-        ce = torch.nn.functional.cross_entropy(logits.float(), tgt, reduction="none")
+            logits = packed_logits(model, b, frames, grad_vision)
+        ce = torch.nn.functional.cross_entropy(logits.float(), b["tgt"], reduction="none")
         # A turn's tokens weigh 1/sqrt(its length): a 50-token description counts ~7 one-word
         # answers (train_v2.py).
-        _, inverse, counts = torch.unique(turn_keys(b, pos), return_inverse=True,
-                                          return_counts=True)
-        w = counts[inverse].float().rsqrt()
+        w = b["weight"]
         loss = (w * ce).sum() / w.sum()
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([q for _, q in trainable], 1.0)
@@ -362,7 +349,7 @@ def main():
         acc["real"] += batch["real_tokens"]
         acc["rows"] += batch["row_tokens"]
         acc["frames"] += len(batch["frames"])
-        if state["step"] % 20 == 0:
+        if state["step"] % args.log_every == 0:
             dt = time.time() - acc["t"]
             log(fh, {"type": "train", "step": state["step"], "samples": state["samples"],
                      "loss": round(float(acc["loss"]) / acc["n"], 5), "lr": round(lr, 7),
