@@ -295,3 +295,46 @@ def to_chw_float(frames_u8, device):
     processor's fused rescale (1/255) + normalize (mean = std = 0.5) (README.md, step 2)."""
     x = frames_u8.to(device, non_blocking=True).float()
     return (x - 127.5) / 127.5
+
+
+def main():
+    """Padding of the packed rows for a step size, from the chats' exact lengths (scenes drawn,
+    no frames): `render_data.py --tokens-per-step 65536 --row-tokens 4096 --steps 20`."""
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--model", default="models/framezip-tiny-video")
+    ap.add_argument("--tokens-per-step", type=int, default=65536)
+    ap.add_argument("--row-tokens", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--v1-share", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+    renderer = Renderer(AutoTokenizer.from_pretrained(args.model))
+    tpf = 4
+    real = rows = chats = naive = 0
+    per_step_rows = []
+    for step in range(args.steps):
+        specs = plan_step(args.seed, step, args.tokens_per_step, tpf, args.v1_share)
+        lengths = []
+        for s in specs:
+            gen = synthvid2 if s.suite == "v2" else synthvid
+            rec, _ = gen.make_item(s.split, s.index, render_frames=False)
+            lengths.append(len(renderer.render(turns_of(s, rec), rec["num_frames"] * tpf + 1)[0]))
+        L = max([args.row_tokens] + lengths)
+        n_rows = len(first_fit_decreasing(lengths, L))
+        real += sum(lengths)
+        rows += n_rows * L
+        naive += len(lengths) * max(lengths)  # one chat a row, padded to the longest
+        chats += len(specs)
+        per_step_rows.append(n_rows)
+    print(json.dumps({"tokens_per_step": args.tokens_per_step, "row_tokens": args.row_tokens,
+                      "steps": args.steps, "chats_per_step": round(chats / args.steps, 1),
+                      "real_tokens_per_step": round(real / args.steps),
+                      "rows_per_step": per_step_rows, "padding": round(1 - real / rows, 4),
+                      "padding_one_chat_a_row": round(1 - real / naive, 4)}))
+
+
+if __name__ == "__main__":
+    main()
