@@ -145,11 +145,20 @@ def h264_round_trip(frames):
 
 
 def resize_frames(video_processor, frames) -> "torch.Tensor":
-    """uint8 [F, 3, S, S]: the processor's resize with rescale and normalize off."""
-    out = video_processor(videos=[frames], do_rescale=False, do_normalize=False,
+    """uint8 [F, 3, S, S]: the processor's resize with rescale and normalize off.
+
+    The resize is most of a worker's time, and synthvid's still stretches repeat a frame
+    exactly (static backgrounds, integer positions), so each run of equal frames is resized once:
+    the processor resizes every frame on its own, so the result is the same tensor."""
+    import numpy as np
+    import torch
+    new_run = np.ones(len(frames), bool)
+    for t in range(1, len(frames)):
+        new_run[t] = not np.array_equal(frames[t], frames[t - 1])
+    out = video_processor(videos=[frames[new_run]], do_rescale=False, do_normalize=False,
                           return_tensors="pt")["pixel_values_videos"][0]
     assert str(out.dtype) == "torch.uint8", out.dtype
-    return out
+    return out[torch.from_numpy(np.cumsum(new_run) - 1)]
 
 
 class RenderedChats:
