@@ -309,7 +309,10 @@ def main():
         return max(state["step"] / args.max_steps, (time.time() - t_start) / budget)
 
     def checkpoint(final=False):
-        state["elapsed"] = time.time() - t_start
+        # The final checkpoint keeps the training time (the validation before it is not spent
+        # on the budget of a resumed run).
+        if not final:
+            state["elapsed"] = time.time() - t_start
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state,
                     "args": vars(args)}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
@@ -368,7 +371,7 @@ def main():
                      **evaluate(model, data, val_specs, args, device, tpf)})
             last_eval = time.time()
     del it  # stops the render workers before the evaluation starts its own
-    train_s = time.time() - t_start
+    train_s = state["elapsed"] = time.time() - t_start
     log(fh, {"type": "end", "step": state["step"], "samples": state["samples"],
              "tokens": state["tokens"], "train_s": round(train_s, 1),
              "budget_s": round(budget, 1),
