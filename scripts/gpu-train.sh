@@ -126,7 +126,7 @@ status=0
 if [ "$rehearse" = 1 ]; then
   nice="nice -n 19"
   toy=(--device cpu --tokens-per-step 4096 --row-tokens 4096 --workers 1 --val-v2 12
-    --val-v1 12 --check-chats 4 --warmup 5 --ckpt-every-min 0.25 --log-every 1)
+    --val-v1 12 --check-chats 4 --warmup 5 --ckpt-every-min 0.25 --eval-every-min 0.2 --log-every 1)
   from=$init
   [ "$scratch" = 1 ] && from=scratch
   echo "== rehearsal run 1 (from $from) =="
@@ -149,7 +149,7 @@ from=$init
 [ "$scratch" = 1 ] && from=scratch
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
-  train_once "$OUT" "$from" "$budget_min" --device cuda
+  train_once "$OUT" "$from" "$budget_min" --device cuda --eval-every-min 2.5
   status=$?
   echo "gpu-train.sh: exit $status in $((SECONDS - t0)) s"
   exit "$status"

@@ -129,8 +129,12 @@ def autocast(device):
 def check_packed_forward(model, processor, data, device, tpf, count=4):
     """The packed, pre-rendered forward must equal transformers' own forward (the processor on
     the 128x128 frames, then the model) on a few val chats: same tokens, logits within 1e-3 in
-    fp32 (autocast off, TF32 off). Returns the largest |difference|."""
+    fp32 on the CPU, 1e-2 on CUDA (autocast off, TF32 off; the two paths batch the frames and
+    rows differently, so their reductions differ). A wrong mask or splice is off by far more
+    (test_render_data.py). Returns the largest |difference|."""
     import torch
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     from chat_render import template_conversation
     specs = rd.eval_specs(count - count // 2, count // 2)
     samples = [data[s] for s in specs]
@@ -159,7 +163,9 @@ def check_packed_forward(model, processor, data, device, tpf, count=4):
             err = (got[sel.to(device)] - ref[(pos[sel][:, 1] - start).to(device)]).abs().max().item()
             worst = max(worst, err)
     model.train()
-    assert worst < 1e-3, f"packed forward differs from transformers' forward by {worst}"
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    limit = 1e-2 if device.type == "cuda" else 1e-3
+    assert worst < limit, f"packed forward differs from transformers' forward by {worst}"
     return worst
 
 
@@ -251,7 +257,10 @@ def main():
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     if args.workers < 0:
-        args.workers = max(1, (os.cpu_count() or 2) - 2)
+        # The cores this process may use (a container can report the host's count), at most 16
+        # (the GPU machine's), less the main process and the pin-memory thread.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+        args.workers = max(1, min(cores, 16) - 2)
     torch.set_num_threads(args.threads or (4 if cuda else 1))
     torch.manual_seed(args.seed)
     os.makedirs(args.ckpt_dir, exist_ok=True)
