@@ -144,12 +144,14 @@ def h264_round_trip(frames):
         return synthvid.read_mp4(path)
 
 
-def resize_frames(video_processor, frames) -> "torch.Tensor":
-    """uint8 [F, 3, S, S]: the processor's resize with rescale and normalize off.
+def resize_runs(video_processor, frames):
+    """(uint8 [U, 3, S, S], index [F]): the processor's resize (rescale and normalize off) of
+    each run of equal frames once, and which of them every frame is.
 
-    The resize is most of a worker's time, and synthvid's still stretches repeat a frame
-    exactly (static backgrounds, integer positions), so each run of equal frames is resized once:
-    the processor resizes every frame on its own, so the result is the same tensor."""
+    synthvid's still stretches repeat a frame exactly (static backgrounds, integer positions):
+    about 3 frames in 10 differ from the one before. The processor resizes every frame on its
+    own, so resized[index] is what it gives for all frames; the workers' resize, the copy to
+    the GPU and the vision tower each do a third of the work."""
     import numpy as np
     import torch
     new_run = np.ones(len(frames), bool)
@@ -158,7 +160,13 @@ def resize_frames(video_processor, frames) -> "torch.Tensor":
     out = video_processor(videos=[frames[new_run]], do_rescale=False, do_normalize=False,
                           return_tensors="pt")["pixel_values_videos"][0]
     assert str(out.dtype) == "torch.uint8", out.dtype
-    return out[torch.from_numpy(np.cumsum(new_run) - 1)]
+    return out, torch.from_numpy(np.cumsum(new_run) - 1)
+
+
+def resize_frames(video_processor, frames) -> "torch.Tensor":
+    """uint8 [F, 3, S, S]: the processor's resize of every frame (resize_runs, expanded)."""
+    runs, index = resize_runs(video_processor, frames)
+    return runs[index]
 
 
 class RenderedChats:
@@ -181,8 +189,9 @@ class RenderedChats:
         turns = turns_of(spec, rec)
         ids, labels, turn_of, _ = self.renderer.render(turns, F * self.tpf + 1)
         task = rec["task"] if spec.suite == "v2" else "v1_" + rec["task"]
+        runs, index = resize_runs(self.video_processor, frames)
         return {"spec": spec, "task": task, "turns": len(turns), "num_frames": F,
-                "frames": resize_frames(self.video_processor, frames),
+                "frames": runs, "frame_index": index,
                 "ids": ids, "labels": labels, "turn_of": turn_of}
 
 
@@ -206,8 +215,9 @@ def pack(samples: list, row_tokens: int, pad_id: int, tpf: int) -> dict:
     training step itself has no data-dependent shapes to wait for on the GPU.
 
     Rows are `row_tokens` long (or the longest chat); each chat's positions restart at 0 and the
-    padding tail is a chat of its own (labels -100). `frames` are in the order the <video> runs
-    appear row by row; `video_index` maps every <video> position, in that order, to its row of
+    padding tail is a chat of its own (labels -100). `frames` are the videos' distinct frames
+    (resize_runs) and `frame_index` every frame's, in the order the <video> runs appear row by
+    row; `video_index` maps every <video> position, in that order, to its row of
     [the frames' tpf rows each; image_newline], so one gather builds what LlavaOnevisionModel
     splices in. `pos` [N, 2] are the (row, position) pairs whose next token is an answer token
     `tgt`; `key` = chat * 64 + turn; `weight` = 1 / sqrt(the turn's answer tokens)."""
@@ -235,6 +245,10 @@ def pack(samples: list, row_tokens: int, pad_id: int, tpf: int) -> dict:
             order.append(i)
         position_ids[r, at:] = torch.arange(L - at)
     frames_per_video = [samples[i]["num_frames"] for i in order]
+    run_starts, distinct = [], 0
+    for i in order:
+        run_starts.append(distinct)
+        distinct += len(samples[i]["frames"])
     newline = sum(frames_per_video) * tpf
     index, first = [], 0
     for F in frames_per_video:
@@ -248,6 +262,8 @@ def pack(samples: list, row_tokens: int, pad_id: int, tpf: int) -> dict:
         "ids": ids, "labels": labels, "turn_of": turn_of, "sample_of": sample_of,
         "position_ids": position_ids,
         "frames": torch.cat([samples[i]["frames"] for i in order]),
+        "frame_index": torch.cat([samples[i]["frame_index"] + first_run
+                                  for i, first_run in zip(order, run_starts)]),
         "frames_per_video": frames_per_video, "video_index": torch.tensor(index),
         "pos": pos, "tgt": nxt[pos[:, 0], pos[:, 1]], "key": key,
         "weight": counts[inverse].float().rsqrt(),

@@ -73,10 +73,14 @@ def test_pack_layout():
         ids = [100 + i] * pre + [vid] * (F * 4 + 1) + [200 + i] * post
         labels = [-100] * (len(ids) - 2) + [300 + i, 301 + i]
         turn_of = [-1] * (len(ids) - 2) + [0, 0]
-        frames = torch.full((F, 3, 2, 2), i, dtype=torch.uint8)
+        # Distinct frames hold (chat, run); frame_index repeats some of them.
+        runs = rng.randrange(1, F + 1)
+        frames = torch.stack([torch.full((3, 2, 2), 16 * i + u, dtype=torch.uint8)
+                              for u in range(runs)])
+        index = torch.tensor(sorted(rng.choices(range(runs), k=F - runs) + list(range(runs))))
         samples.append({"spec": rd.Spec("v1", "val", i), "task": "t", "turns": 1,
-                        "num_frames": F, "frames": frames, "ids": ids, "labels": labels,
-                        "turn_of": turn_of})
+                        "num_frames": F, "frames": frames, "frame_index": index, "ids": ids,
+                        "labels": labels, "turn_of": turn_of})
     row = rng.randrange(max(len(s["ids"]) for s in samples), 120)
     b = rd.pack(samples, row, pad, 4)
     R, L = b["ids"].shape
@@ -97,9 +101,14 @@ def test_pack_layout():
         for c in range(L):
             if b["ids"][r, c] == vid and (c == 0 or b["ids"][r, c - 1] != vid):
                 owners.append(int(b["sample_of"][r, c]))
-    assert [int(f[0, 0, 0, 0]) for f in b["frames"].split(b["frames_per_video"])] == owners
+    every = b["frames"][b["frame_index"]]
+    videos = every.split(b["frames_per_video"])
+    assert [int(f[0, 0, 0, 0]) // 16 for f in videos] == owners
+    for f in videos:
+        i = int(f[0, 0, 0, 0]) // 16
+        assert torch.equal(f, samples[i]["frames"][samples[i]["frame_index"]])
     # video_index: each run's F * 4 frame rows in order, then the newline row (the last one).
-    newline = len(b["frames"]) * 4
+    newline = len(b["frame_index"]) * 4
     expect, first = [], 0
     for F in b["frames_per_video"]:
         expect += list(range(first, first + 4 * F)) + [newline]

@@ -38,10 +38,11 @@ def tokens_per_frame(cfg):
     return ((side + 1) // 2) ** 2
 
 
-def video_rows(model, frames, video_index, grad):
+def video_rows(model, frames, frame_index, video_index, grad):
     """What LlavaOnevisionModel splices into the <video> positions of a packed step, in order:
-    get_video_features on all frames at once (every frame is encoded and pooled on its own, so
-    concatenating videos changes nothing), then image_newline after each video (video_index)."""
+    get_video_features on the step's distinct frames at once (every frame is encoded and pooled
+    on its own, so concatenating videos, or encoding a repeated frame once, changes nothing),
+    each frame's rows (frame_index), then image_newline after each video (video_index)."""
     import torch
     cfg = model.config
     with torch.set_grad_enabled(grad):
@@ -51,7 +52,9 @@ def video_rows(model, frames, video_index, grad):
             frames[None], vision_feature_layer=cfg.vision_feature_layer,
             vision_feature_select_strategy=cfg.vision_feature_select_strategy)
     # 5.24 appends image_newline to pooler_output, 5.17 does not: keep the frames' rows only.
-    rows = out.pooler_output[0, :frames.shape[0] * tokens_per_frame(cfg)]
+    tpf = tokens_per_frame(cfg)
+    rows = out.pooler_output[0, :frames.shape[0] * tpf]
+    rows = rows.view(frames.shape[0], tpf, -1)[frame_index].flatten(0, 1)
     newline = model.model.image_newline[None].to(rows.dtype)
     return torch.cat([rows, newline])[video_index]
 
@@ -61,7 +64,7 @@ def packed_logits(model, batch, frames, grad_vision):
     inner = model.model
     ids = batch["ids"]
     emb = inner.get_input_embeddings()(ids)
-    rows = video_rows(model, frames, batch["video_index"], grad_vision)
+    rows = video_rows(model, frames, batch["frame_index"], batch["video_index"], grad_vision)
     is_video = (ids == model.config.video_token_index)[..., None]
     emb = emb.masked_scatter(is_video, rows.to(emb.dtype))
     # No attention mask and no cache: position ids that restart at 0 then give the block-diagonal
@@ -74,7 +77,7 @@ def packed_logits(model, batch, frames, grad_vision):
 
 
 def to_device(batch, device):
-    keys = ("ids", "position_ids", "video_index", "pos", "tgt", "weight")
+    keys = ("ids", "position_ids", "frame_index", "video_index", "pos", "tgt", "weight")
     return dict(batch, **{k: batch[k].to(device, non_blocking=True) for k in keys})
 
 
@@ -312,7 +315,8 @@ def main():
             sys.exit(f"--end-by: no time left to train ({args.end_by - time.time():.0f} s)")
     t_start = time.time() - state["elapsed"]
     last_ckpt = last_eval = time.time()
-    acc = {"loss": 0.0, "n": 0, "wait": 0.0, "real": 0, "rows": 0, "frames": 0, "t": time.time()}
+    acc = {"loss": 0.0, "n": 0, "wait": 0.0, "real": 0, "rows": 0, "frames": 0, "distinct": 0,
+           "t": time.time()}
 
     def progress():
         return max(state["step"] / args.max_steps, (time.time() - t_start) / budget)
@@ -360,7 +364,8 @@ def main():
         acc["n"] += 1
         acc["real"] += batch["real_tokens"]
         acc["rows"] += batch["row_tokens"]
-        acc["frames"] += len(batch["frames"])
+        acc["frames"] += len(batch["frame_index"])
+        acc["distinct"] += len(batch["frames"])
         if state["step"] % args.log_every == 0:
             dt = time.time() - acc["t"]
             log(fh, {"type": "train", "step": state["step"], "samples": state["samples"],
@@ -368,10 +373,11 @@ def main():
                      "grad_norm": round(float(gn), 4),
                      "padding": round(1 - acc["real"] / acc["rows"], 4),
                      "tokens_per_s": round(acc["real"] / dt), "frames_per_s": round(acc["frames"] / dt),
+                     "distinct_frames": round(acc["distinct"] / acc["frames"], 4),
                      "data_wait": round(acc["wait"] / dt, 3),
                      "elapsed_s": round(time.time() - t_start, 1), "progress": round(p, 4)})
             acc = {"loss": 0.0, "n": 0, "wait": 0.0, "real": 0, "rows": 0, "frames": 0,
-                   "t": time.time()}
+                   "distinct": 0, "t": time.time()}
         if time.time() - last_ckpt > args.ckpt_every_min * 60:
             checkpoint()
             last_ckpt = time.time()
