@@ -59,7 +59,7 @@ def main():
     ap.add_argument("--v2", type=int, default=240)
     ap.add_argument("--v1", type=int, default=300)
     ap.add_argument("--pixel-items", type=int, default=60,
-                    help="items (half v2, half v1) whose pixels are compared")
+                    help="items (half v2, half v1) whose pixels are compared (0: none)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -76,10 +76,10 @@ def main():
     tpf = ((side + 1) // 2) ** 2
     t = time.time()
     half = args.pixel_items // 2
-    report = {"model": args.model,
-              "pixels": pixel_stats(rd.eval_specs(half, args.pixel_items - half),
-                                    processor.video_processor),
-              "pixel_items": args.pixel_items}
+    report = {"model": args.model, "pixel_items": args.pixel_items}
+    if args.pixel_items:
+        report["pixels"] = pixel_stats(rd.eval_specs(half, args.pixel_items - half),
+                                       processor.video_processor)
     report["pixels_s"] = round(time.time() - t, 1)
     print(json.dumps(report), flush=True)
     ev_args = argparse.Namespace(tokens_per_step=4096, row_tokens=4096, workers=args.workers)
