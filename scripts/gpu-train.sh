@@ -110,8 +110,8 @@ late = train[len(train) // 2:]  # the second half: workers warm
 if late:
     mean = lambda k: sum(r[k] for r in late) / len(late)
     print(f"second half: {mean('tokens_per_s'):.0f} tokens/s, {mean('frames_per_s'):.0f} "
-          f"frames/s, padding {mean('padding'):.3f}, data wait {mean('data_wait'):.3f}, "
-          f"loss {late[-1]['loss']}")
+          f"frames/s ({mean('distinct_frames'):.3f} distinct), padding {mean('padding'):.3f}, "
+          f"data wait {mean('data_wait'):.3f}, loss {late[-1]['loss']}")
 for v in vals:
     print(f"val step {v['step']}: {v['acc']} over {v['turns']} turns; {v['per_suite']}; "
           f"{v['per_turn']}")

@@ -334,8 +334,14 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--v1-share", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--render", type=int, default=0, metavar="N",
+                    help="also render, resize and pack the first N steps in this one process, "
+                         "as a worker does, and report its throughput")
     args = ap.parse_args()
-    from transformers import AutoTokenizer
+    import time
+    import torch
+    from transformers import AutoProcessor, AutoTokenizer
+    torch.set_num_threads(1)
     renderer = Renderer(AutoTokenizer.from_pretrained(args.model))
     tpf = 4
     real = rows = chats = naive = 0
@@ -354,7 +360,23 @@ def main():
         naive += len(lengths) * max(lengths)  # one chat a row, padded to the longest
         chats += len(specs)
         per_step_rows.append(n_rows)
-    print(json.dumps({"tokens_per_step": args.tokens_per_step, "row_tokens": args.row_tokens,
+    worker = {}
+    if args.render:
+        proc = AutoProcessor.from_pretrained(args.model)
+        data = RenderedChats(proc.tokenizer, proc.video_processor, tpf)
+        t, frames, distinct, toks = time.time(), 0, 0, 0
+        for step in range(args.render):
+            b = pack([data[s] for s in plan_step(args.seed, step, args.tokens_per_step, tpf,
+                                                 args.v1_share)],
+                     args.row_tokens, renderer.pad_id, tpf)
+            frames += len(b["frame_index"])
+            distinct += len(b["frames"])
+            toks += b["real_tokens"]
+        dt = time.time() - t
+        worker = {"worker_frames_per_s": round(frames / dt), "worker_tokens_per_s": round(toks / dt),
+                  "worker_s_per_step": round(dt / args.render, 2),
+                  "distinct_frames": round(distinct / frames, 4)}
+    print(json.dumps({**worker, "tokens_per_step": args.tokens_per_step, "row_tokens": args.row_tokens,
                       "steps": args.steps, "chats_per_step": round(chats / args.steps, 1),
                       "real_tokens_per_step": round(real / args.steps),
                       "rows_per_step": per_step_rows, "padding": round(1 - real / rows, 4),
