@@ -119,11 +119,40 @@ def plan_eval(specs: list, tokens: int, tpf: int) -> list:
     return out
 
 
-def turns_of(spec: Spec, rec: dict) -> list:
-    """[(question, answer)]: every turn of a v2 item; a v1 item's question with 0-3 sampled
-    follow-ups (training) or alone (evaluation)."""
+def scene_questions(rec: dict) -> list:
+    """Questions every v2 scene answers besides its own, in synthvid2's own wording and meaning
+    (an appearance is a maximal run of visible frames; first = earlier onset): how many times
+    each object appears (count_long's question), and which of two objects appears first
+    (order_far's; the two differ in shape and onset). Objects sharing a colour and shape are
+    left out, so every question names one object."""
+    objs = rec["objects"]
+    pairs = [(o["color"], o["shape"]) for o in objs]
+    named = [o for o, p in zip(objs, pairs) if pairs.count(p) == 1]
+    out = [(synthvid2.QUESTION["count_long"].format(color=o["color"], shape=o["shape"]),
+            str(len(o["appearances"]))) for o in named]
+    for a in named:
+        for b in named:
+            onset_a, onset_b = a["appearances"][0][0], b["appearances"][0][0]
+            if a["shape"] != b["shape"] and onset_a < onset_b:
+                for x, y in ((a, b), (b, a)):
+                    out.append((synthvid2.QUESTION["order_far"].format(
+                        color_a=x["color"], shape_a=x["shape"], color_b=y["color"],
+                        shape_b=y["shape"]), a["shape"]))
+    return out
+
+
+def turns_of(spec: Spec, rec: dict, extra_turns: int = 0) -> list:
+    """[(question, answer)]: every turn of a v2 item (in training, plus up to extra_turns
+    training-only scene_questions after them); a v1 item's question with 0-3 sampled follow-ups
+    (training) or alone (evaluation)."""
     if spec.suite == "v2":
-        return [(t["question"], t["answer"]) for t in rec["turns"]]
+        turns = [(t["question"], t["answer"]) for t in rec["turns"]]
+        if extra_turns and spec.turn_seed >= 0:
+            asked = {q for q, _ in turns}
+            pool = [qa for qa in scene_questions(rec) if qa[0] not in asked]
+            rng = random.Random(spec.turn_seed)
+            turns += rng.sample(pool, min(extra_turns, len(pool)))
+        return turns
     if spec.turn_seed < 0:
         return [(rec["question"], rec["answer"])]
     return sample_turns(random.Random(spec.turn_seed), rec)
@@ -172,8 +201,10 @@ def resize_frames(video_processor, frames) -> "torch.Tensor":
 class RenderedChats:
     """Map-style dataset keyed by Spec (DataLoader's batch_sampler hands the specs over)."""
 
-    def __init__(self, tokenizer, video_processor, tpf: int, h264: bool = False):
+    def __init__(self, tokenizer, video_processor, tpf: int, h264: bool = False,
+                 extra_turns: int = 0):
         self.renderer = Renderer(tokenizer)
+        self.extra_turns = extra_turns
         self.video_processor = video_processor
         self.tpf = tpf
         # h264: the frames take the files' way instead (synthvid's mp4 writer, then its PyAV
@@ -186,7 +217,7 @@ class RenderedChats:
             frames = h264_round_trip(frames)
         F = rec["num_frames"]
         assert frames.shape[0] == F == num_frames(spec.suite, spec.split, spec.index), spec
-        turns = turns_of(spec, rec)
+        turns = turns_of(spec, rec, self.extra_turns)
         ids, labels, turn_of, _ = self.renderer.render(turns, F * self.tpf + 1)
         task = rec["task"] if spec.suite == "v2" else "v1_" + rec["task"]
         runs, index = resize_runs(self.video_processor, frames)

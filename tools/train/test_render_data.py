@@ -15,6 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import render_data as rd  # noqa: E402
+import synthvid2  # noqa: E402  (render_data put tools/synthvid on the path)
 
 _CACHE = {}
 
@@ -162,6 +163,36 @@ def test_num_frames_matches_generators():
             spec = rd.Spec(suite, "train", rng.randrange(rd.INDEX_RANGE))
             rec, frames = rd.render_item(spec)
             assert rd.num_frames(suite, "train", spec.index) == rec["num_frames"] == len(frames)
+
+
+def test_scene_questions_agree_with_the_generator():
+    """The training-only questions ask what synthvid2's own questions ask and answer them the
+    same: every count_long and order_far item's question is among its scene_questions with its
+    answer, and so is a multiturn session's count about its object."""
+    rng = random.Random()
+    checked = {"count_long": 0, "order_far": 0, "multiturn": 0}
+    while min(checked.values()) < 8:
+        spec = rd.Spec("v2", "train", rng.randrange(rd.INDEX_RANGE), rng.randrange(1 << 30))
+        task = rd.task_of("v2", spec.index)
+        if task not in checked:
+            continue
+        rec, _ = synthvid2.make_item(spec.split, spec.index, render_frames=False)
+        pool = dict(rd.scene_questions(rec))
+        if task == "multiturn":
+            color, shape = rec["meta"]["target"]
+            q = synthvid2.QUESTION["count_long"].format(color=color, shape=shape)
+            want = str(len(rec["meta"]["appearances"]))
+            assert pool[q] == want, (spec, q, pool[q], want)
+        else:
+            t = rec["turns"][0]
+            assert pool.get(t["question"]) == t["answer"], (spec, t, pool.get(t["question"]))
+        checked[task] += 1
+        turns = rd.turns_of(spec, rec, extra_turns=3)
+        assert turns[:len(rec["turns"])] == [(t["question"], t["answer"]) for t in rec["turns"]]
+        assert len(turns) <= len(rec["turns"]) + 3
+        assert all(pool[q] == a for q, a in turns[len(rec["turns"]):])
+        # Evaluation chats (turn_seed -1) get no extra turns.
+        assert len(rd.turns_of(rd.Spec("v2", "val", spec.index), rec, 3)) == len(rec["turns"])
 
 
 def test_h264_round_trip_is_close():

@@ -240,6 +240,10 @@ def main():
                          "at 0.5), so v1's questions are not forgotten")
     ap.add_argument("--task-weights", default="", help="v2 task sampling weights, e.g. "
                                                        "'after=2,count_long=2' (others 1)")
+    ap.add_argument("--extra-turns", type=int, default=0,
+                    help="training-only questions added after each v2 chat's own turns "
+                         "(render_data.scene_questions: counts and orders of its objects), so a "
+                         "rendered video teaches more answers; 0 = off")
     ap.add_argument("--max-frames", type=int, default=0, help="train only on videos up to this "
                                                                "many frames (0: all)")
     ap.add_argument("--val-v2", type=int, default=240)
@@ -270,7 +274,8 @@ def main():
     t_setup = time.time()
     model, processor = load_model(args, device)
     tpf = tokens_per_frame(model.config)
-    data = rd.RenderedChats(processor.tokenizer, processor.video_processor, tpf)
+    data = rd.RenderedChats(processor.tokenizer, processor.video_processor, tpf,
+                            extra_turns=args.extra_turns)
     trainable = set_trainable(model, args.trainable)
     decayed = [p for n, p in trainable if p.ndim >= 2 and "embed" not in n]
     other = [p for n, p in trainable if not (p.ndim >= 2 and "embed" not in n)]
