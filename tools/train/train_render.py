@@ -11,8 +11,8 @@ mp4, PyAV or cache is needed, which is what a GPU machine that gets only the wor
   train_render.py --init-from models/framezip-tiny-video --ckpt-dir RUN --export EXPORT \\
       --time-budget-min 7 --device auto
 
-On CUDA: bf16 autocast (weights and optimizer state stay fp32), fused AdamW, TF32 matmuls,
-uint8 frames pinned and normalised on the GPU. Chats of any length share rows (render_data.pack),
+On CUDA: bf16 autocast (weights and optimizer state stay fp32), fused AdamW, uint8 frames (each
+run of equal frames once) pinned and normalised on the GPU. Chats of any length share rows (render_data.pack),
 so a step is a fixed token budget. At start, the packed forward is checked against transformers'
 own forward (processor + model on the raw frames) on a few val chats; at the end (and at every
 checkpoint) the model is exported in bf16 (export.py: the shipped folder's layout).
@@ -228,7 +228,8 @@ def main():
     ap.add_argument("--tokens-per-step", type=int, default=65536)
     ap.add_argument("--row-tokens", type=int, default=4096,
                     help="packed row length (a 512-frame chat, the longest, is ~2150)")
-    ap.add_argument("--workers", type=int, default=-1, help="render processes (-1: cores - 2)")
+    ap.add_argument("--workers", type=int, default=-1, help="render processes (-1: the usable cores, "
+                                                          "at most 16, less 2)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads in the main process "
                                                            "(0: 1 on the CPU, 4 with CUDA)")
     ap.add_argument("--trainable", default="decoder", choices=["decoder", "projector", "all"])
