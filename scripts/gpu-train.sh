@@ -26,7 +26,7 @@
 # (torchvision for the video processor); no PyAV, no network, nothing carried for the default
 # run. A continued run needs the earlier export carried (tools/train/README.md, "GPU run").
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 t0=$SECONDS
 deadline_s=510
 rehearse=0
@@ -83,7 +83,7 @@ train_once() {
     --end-by "$end_by" --trainable "$trainable" ${lr:+--lr "$lr"} "$@" "${extra[@]}")
   echo "gpu-train.sh: from $from: $PY tools/train/train_render.py ${args[*]}"
   PYTHONUNBUFFERED=1 timeout $((deadline_s - (SECONDS - t0) - 5)) \
-    $nice "$PY" tools/train/train_render.py "${args[@]}"
+    "${nice[@]}" "$PY" tools/train/train_render.py "${args[@]}"
   local rc=$?
   # A run cut short still leaves its last checkpoint's export.
   if [ -f "$export/config.json" ]; then
@@ -121,10 +121,10 @@ EOF
   return "$rc"
 }
 
-nice=""
+nice=()
 status=0
 if [ "$rehearse" = 1 ]; then
-  nice="nice -n 19"
+  nice=(nice -n 19)
   toy=(--device cpu --tokens-per-step 4096 --row-tokens 4096 --workers 1 --val-v2 12
     --val-v1 12 --check-chats 4 --warmup 5 --ckpt-every-min 0.25 --eval-every-min 0.2 --log-every 1)
   from=$init
