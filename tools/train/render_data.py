@@ -122,14 +122,18 @@ def plan_eval(specs: list, tokens: int, tpf: int) -> list:
 def scene_questions(rec: dict) -> list:
     """Questions every v2 scene answers besides its own, in synthvid2's own wording and meaning
     (an appearance is a maximal run of visible frames; first = earlier onset): how many times
-    each object appears (count_long's question), and which of two objects appears first
-    (order_far's; the two differ in shape and onset). Objects sharing a colour and shape are
-    left out, so every question names one object."""
+    an object that comes back appears (count_long's question), and which of two objects
+    appears first (order_far's; the two differ in shape and onset). Objects sharing a colour
+    and shape are left out, so every question names one object.
+
+    Objects seen once are not counted: they are most objects of a scene (89 % of the count
+    questions would answer "1", where count_long's own answers are spread over 1-6), and with
+    them a 12-minute run learned to say "1" (count_long val 50 % -> 20 %, bench/RESULTS.md)."""
     objs = rec["objects"]
     pairs = [(o["color"], o["shape"]) for o in objs]
     named = [o for o, p in zip(objs, pairs) if pairs.count(p) == 1]
     out = [(synthvid2.QUESTION["count_long"].format(color=o["color"], shape=o["shape"]),
-            str(len(o["appearances"]))) for o in named]
+            str(len(o["appearances"]))) for o in named if len(o["appearances"]) > 1]
     for a in named:
         for b in named:
             onset_a, onset_b = a["appearances"][0][0], b["appearances"][0][0]
