@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import shutil
 import sys
@@ -36,6 +37,11 @@ def export_model(model, processor, out_dir, extra_files=()):
     os.makedirs(out_dir, exist_ok=True)
     m = copy.deepcopy(model).to(torch.bfloat16)
     m.config.dtype = "bfloat16"
+    # A model loaded with from_pretrained(dtype=float32) carries that dtype in its sub-configs
+    # too; the weights written here are bf16 throughout.
+    for sub in (m.config.text_config, m.config.vision_config):
+        if getattr(sub, "dtype", None) is not None:
+            sub.dtype = "bfloat16"
     m.generation_config = GenerationConfig(
         eos_token_id=processor.tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=processor.tokenizer.convert_tokens_to_ids("<|endoftext|>"),
@@ -51,6 +57,18 @@ def export_model(model, processor, out_dir, extra_files=()):
     # Also the classic per-processor files of the hub repos.
     processor.image_processor.to_json_file(os.path.join(tmp, "preprocessor_config.json"))
     processor.video_processor.to_json_file(os.path.join(tmp, "video_preprocessor_config.json"))
+    # A processor loaded from a folder saves where it came from (transformers 5.24): not part of
+    # the model.
+    tc = os.path.join(tmp, "tokenizer_config.json")
+    with open(tc) as f:
+        cfg = json.load(f)
+    junk = [k for k in ("is_local", "local_files_only") if k in cfg]
+    if junk:
+        for k in junk:
+            del cfg[k]
+        with open(tc, "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True, ensure_ascii=False)
+            f.write("\n")
     for f in extra_files:
         if os.path.exists(f):
             shutil.copy(f, tmp)
