@@ -29,8 +29,8 @@ StepCounts StepCounts::operator-(const StepCounts& earlier) const {
 StepCounts ReadStepCounts() {
   const Totals& t = TheTotals();
   constexpr auto kRelaxed = std::memory_order_relaxed;
-  return StepCounts{t.launches.load(kRelaxed),       t.host_syncs.load(kRelaxed),
-                    t.host_to_device.load(kRelaxed), t.device_to_host.load(kRelaxed),
+  return StepCounts{t.launches.load(kRelaxed),         t.host_syncs.load(kRelaxed),
+                    t.host_to_device.load(kRelaxed),   t.device_to_host.load(kRelaxed),
                     t.device_to_device.load(kRelaxed), t.plan_uploads.load(kRelaxed)};
 }
 

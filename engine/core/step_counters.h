@@ -15,8 +15,8 @@
 namespace framezip::engine {
 
 struct StepCounts {
-  int64_t launches = 0;      // device kernels (and cuBLAS calls) enqueued
-  int64_t host_syncs = 0;    // the host waited for the device (a synchronous copy, a stream wait)
+  int64_t launches = 0;        // device kernels (and cuBLAS calls) enqueued
+  int64_t host_syncs = 0;      // the host waited for the device (a synchronous copy, a stream wait)
   int64_t host_to_device = 0;  // copies from host to device memory
   int64_t device_to_host = 0;  // copies from device to host memory
   int64_t device_to_device = 0;

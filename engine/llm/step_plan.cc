@@ -98,8 +98,8 @@ Status KvBackend::PlanDecode(std::span<Sequence* const> seqs, std::span<const in
                           static_cast<int>(shape_.head_dim)};
     FZ_ASSIGN_OR_RETURN(plan.attention_[static_cast<size_t>(l)],
                         ops::PlanPagedDecode(device_, kv, shape_.heads, arena));
-    workspace_floats = std::max(workspace_floats,
-                                plan.attention_[static_cast<size_t>(l)].workspace_floats);
+    workspace_floats =
+        std::max(workspace_floats, plan.attention_[static_cast<size_t>(l)].workspace_floats);
   }
 
   // One device buffer: the arena, then the workspace; one copy into it from staging memory.
@@ -116,17 +116,15 @@ Status KvBackend::PlanDecode(std::span<Sequence* const> seqs, std::span<const in
   plan.staging_bytes_ = staging.bytes;
   plan.staging_owner_ = staging_.get();
   std::memcpy(plan.staging_.get(), arena.data(), arena.size());
-  FZ_RETURN_IF_ERROR(UploadStepPlan(plan.device_.raw_data(), device_, plan.staging_.get(),
-                                    arena.size()));
+  FZ_RETURN_IF_ERROR(
+      UploadStepPlan(plan.device_.raw_data(), device_, plan.staging_.get(), arena.size()));
   auto* base = static_cast<std::byte*>(plan.device_.raw_data());
-  plan.workspace_ =
-      workspace_floats > 0 ? reinterpret_cast<float*>(base + arena_bytes) : nullptr;
+  plan.workspace_ = workspace_floats > 0 ? reinterpret_cast<float*>(base + arena_bytes) : nullptr;
   FZ_ASSIGN_OR_RETURN(plan.positions_,
                       Tensor::FromBuffer(Buffer::View(base, arena_bytes, device_), positions_at,
                                          {static_cast<int64_t>(positions.size())}, DType::kI32));
-  FZ_ASSIGN_OR_RETURN(plan.token_ids_,
-                      Tensor::FromBuffer(Buffer::View(base, arena_bytes, device_), ids_at, {b},
-                                         DType::kI32));
+  FZ_ASSIGN_OR_RETURN(plan.token_ids_, Tensor::FromBuffer(Buffer::View(base, arena_bytes, device_),
+                                                          ids_at, {b}, DType::kI32));
   return absl::OkStatus();
 }
 

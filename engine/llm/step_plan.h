@@ -64,11 +64,11 @@ class DecodeStepPlan {
  private:
   friend class KvBackend;
   StepReservation reservation_;
-  std::vector<std::byte> host_;   // the arena as built on the host
+  std::vector<std::byte> host_;    // the arena as built on the host
   std::shared_ptr<void> staging_;  // host memory it is uploaded from (page-locked for a GPU)
   size_t staging_bytes_ = 0;
   KvBackend::StagingCache* staging_owner_ = nullptr;  // takes staging_ back
-  Tensor device_;                  // the arena on the device, then the workspace
+  Tensor device_;                                     // the arena on the device, then the workspace
   float* workspace_ = nullptr;
   Tensor positions_, token_ids_;
   std::vector<int32_t> host_token_ids_;

@@ -43,9 +43,9 @@ Status WriteKvPageRunsCuda(Device device, std::span<const KvPageRun> runs, int64
     p.count = static_cast<int32_t>(count);
     for (size_t i = 0; i < count; ++i) {
       const KvPageRun& r = runs[first + i];
-      p.runs[i] = cuda::KvPageRunDesc{r.k, r.v, r.src_row, r.rows,
-                                      r.kind == KvSlotKind::kF32 ? cuda::FloatKind::kF32
-                                                                 : cuda::FloatKind::kF16};
+      p.runs[i] = cuda::KvPageRunDesc{
+          r.k, r.v, r.src_row, r.rows,
+          r.kind == KvSlotKind::kF32 ? cuda::FloatKind::kF32 : cuda::FloatKind::kF16};
     }
     FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchKvPageRuns(p, nullptr), "WriteKvPageRuns"));
   }

@@ -60,7 +60,8 @@ cudaError_t LaunchGatherSpans(const GatherSpansParams& params, cudaStream_t stre
     most = params.spans[i].num_tokens > most ? params.spans[i].num_tokens : most;
   }
   if (most == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(params.count), static_cast<unsigned>(most < 64 ? most : 64));
+  const dim3 grid(static_cast<unsigned>(params.count),
+                  static_cast<unsigned>(most < 64 ? most : 64));
   GatherSpansKernel<<<grid, 128, 0, stream>>>(params);
   return cudaGetLastError();
 }

@@ -38,8 +38,8 @@ Twin MakeTwin(const model::TextConfig& config, const llm::RandomDecoderWeights& 
   Twin t;
   t.decoder = *runtime::CreateDecoder(config, weights.weights);
   t.decoder->set_step_plans(plans);
-  t.pools = *kv::KvPools::Create(t.decoder->KvLayout(full, 8), kv::StorableFormats(),
-                                 int64_t{64} << 20);
+  t.pools =
+      *kv::KvPools::Create(t.decoder->KvLayout(full, 8), kv::StorableFormats(), int64_t{64} << 20);
   return t;
 }
 
@@ -61,15 +61,17 @@ std::vector<float> KvContents(const Sequence& s, const DecoderShape& shape) {
   return out;
 }
 
-TEST_CASE("A planned decode step gives the eager step's logits and KV bit for bit", "[step_plan]") {
+TEST_CASE("A planned decode step gives the eager step's logits and KV bit for bit",
+          "[unit][engine][llm]") {
   SetComputeThreads(2);
   std::mt19937_64 rng(testing::TestSeed());
   const model::TextConfig config = testing::TinyQwen2Config();
   const auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
-  const auto [policy, full] = GENERATE(std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF16},
-                                       std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF32},
-                                       std::pair<const char*, kv::KvFormat>{"kivi:window=4", kv::KvFormat::kF16},
-                                       std::pair<const char*, kv::KvFormat>{"zipvl", kv::KvFormat::kF16});
+  const auto [policy, full] =
+      GENERATE(std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF16},
+               std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF32},
+               std::pair<const char*, kv::KvFormat>{"kivi:window=4", kv::KvFormat::kF16},
+               std::pair<const char*, kv::KvFormat>{"zipvl", kv::KvFormat::kF16});
   CAPTURE(policy, kv::KvFormatName(full));
   Twin planned = MakeTwin(config, weights, full, true);
   Twin eager = MakeTwin(config, weights, full, false);
@@ -116,7 +118,7 @@ class DecidesDuringTheStep final : public compress::CompressionPolicy {
   int writes = 0;
 };
 
-TEST_CASE("Policies that decide during a step run it eagerly", "[step_plan]") {
+TEST_CASE("Policies that decide during a step run it eagerly", "[unit][engine][llm]") {
   std::mt19937_64 rng(testing::TestSeed());
   const model::TextConfig config = testing::TinyQwen2Config();
   const auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
@@ -155,7 +157,7 @@ StepCounts CountsOfOneDecodeStep(int layers, int batch) {
 }
 
 TEST_CASE("A decode step's copies and synchronisations do not grow with layers or sequences",
-          "[step_plan]") {
+          "[unit][engine][llm]") {
   SetComputeThreads(2);
   const StepCounts base = CountsOfOneDecodeStep(2, 1);
   CAPTURE(base.launches, base.host_syncs, base.host_to_device, base.device_to_host);

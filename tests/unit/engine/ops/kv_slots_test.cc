@@ -1,12 +1,12 @@
-// WriteKvSlots and WriteKvPageRuns on every device present (device_cases.h): a batch's K/V rows stored into slots of
-// f32 and f16 pages given by a slot table in the device's memory (as a step plan uploads it), in
-// an order unrelated to the rows'. f32 slots hold the rows exactly; f16 slots hold each value
-// rounded to nearest even, exactly (the reference rounds the f64 values the same way); slots the
-// table does not name are left as they were.
+// WriteKvSlots and WriteKvPageRuns on every device present (device_cases.h): a batch's K/V rows
+// stored into slots of f32 and f16 pages given by a slot table in the device's memory (as a step
+// plan uploads it), in an order unrelated to the rows'. f32 slots hold the rows exactly; f16 slots
+// hold each value rounded to nearest even, exactly (the reference rounds the f64 values the same
+// way); slots the table does not name are left as they were.
 #include "engine/ops/kv_slots.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -51,9 +51,9 @@ TEST_CASE("WriteKvSlots stores each row in its slot, f32 exactly and f16 rounded
                         table.size() * sizeof(ops::KvSlot))
                   .ok());
       const Tensor k_on = On(k.tensor, device), v_on = On(v.tensor, device);
-      const Status st = ops::WriteKvSlots(
-          device, static_cast<const ops::KvSlot*>(table_on_device.raw_data()), rows, channels,
-          k_on.data<float>(), v_on.data<float>());
+      const Status st =
+          ops::WriteKvSlots(device, static_cast<const ops::KvSlot*>(table_on_device.raw_data()),
+                            rows, channels, k_on.data<float>(), v_on.data<float>());
       INFO(st.ToString());
       REQUIRE(st.ok());
       const Tensor got_k = *keys.To(Device::Cpu()), got_v = *values.To(Device::Cpu());
@@ -69,8 +69,10 @@ TEST_CASE("WriteKvSlots stores each row in its slot, f32 exactly and f16 rounded
         written[static_cast<size_t>(slot)] = true;
         for (int64_t c = 0; c < channels; ++c) {
           CAPTURE(i, slot, c);
-          REQUIRE(value_at(got_k, slot * channels + c) == want_k[static_cast<size_t>(i * channels + c)]);
-          REQUIRE(value_at(got_v, slot * channels + c) == want_v[static_cast<size_t>(i * channels + c)]);
+          REQUIRE(value_at(got_k, slot * channels + c) ==
+                  want_k[static_cast<size_t>(i * channels + c)]);
+          REQUIRE(value_at(got_v, slot * channels + c) ==
+                  want_v[static_cast<size_t>(i * channels + c)]);
         }
       }
       for (int64_t slot = 0; slot < slots_per_page * rows; ++slot) {
@@ -82,8 +84,7 @@ TEST_CASE("WriteKvSlots stores each row in its slot, f32 exactly and f16 rounded
   }
 }
 
-TEST_CASE("WriteKvPageRuns stores runs of rows into page slots, f32 exactly and f16 rounded, on "
-          "every device",
+TEST_CASE("WriteKvPageRuns stores runs of rows in page slots exactly on every device",
           "[unit][engine][ops][devices]") {
   std::mt19937_64 rng(testing::TestSeed());
   const int64_t channels = 64;
