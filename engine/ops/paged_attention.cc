@@ -8,23 +8,30 @@
 #include "engine/ops/op_checks.h"
 
 namespace framezip::engine::ops {
+namespace {
+
+// q and out: defined f32 [B, H, d] of one shape on one device, out not aliasing q.
+Status CheckQueryAndOut(std::string_view op, const Tensor& q, const Tensor& out) {
+  FZ_RETURN_IF_ERROR(CheckDefined(op, "q", q));
+  FZ_RETURN_IF_ERROR(CheckDefined(op, "out", out));
+  FZ_RETURN_IF_ERROR(CheckDType(op, "q", q, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckDType(op, "out", out, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckRank(op, "q", q, 3));
+  FZ_RETURN_IF_ERROR(CheckSameShape(op, "q", q, "out", out));
+  FZ_RETURN_IF_ERROR(CheckOnDevice(op, q.device(), {&out}));
+  if (out.raw_data() == q.raw_data()) return InvalidArgumentError("{}: out must not alias q", op);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, float scale) {
   constexpr std::string_view kOp = "PagedDecodeAttention";
-  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "q", q));
-  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "out", out));
-  FZ_RETURN_IF_ERROR(CheckDType(kOp, "q", q, DType::kF32));
-  FZ_RETURN_IF_ERROR(CheckDType(kOp, "out", out, DType::kF32));
-  FZ_RETURN_IF_ERROR(CheckRank(kOp, "q", q, 3));
-  FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "q", q, "out", out));
-  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {&out}));
+  FZ_RETURN_IF_ERROR(CheckQueryAndOut(kOp, q, out));
   FZ_RETURN_IF_ERROR(CheckPagedKv(kOp, kv, q.dim(0)));
   if (q.dim(1) % kv.num_kv_heads != 0 || q.dim(2) != kv.head_dim) {
     return InvalidArgumentError("PagedDecodeAttention: q has {} heads × {} dims, the KV {} × {}",
                                 q.dim(1), q.dim(2), kv.num_kv_heads, kv.head_dim);
-  }
-  if (out.raw_data() == q.raw_data()) {
-    return InvalidArgumentError("PagedDecodeAttention: out must not alias q");
   }
   if (q.device().is_cpu()) return PagedDecodeAttentionCpu(q, kv, scale, out);
   // CUDA: q and out on the GPU, every span's pointers device pointers (the GPU page pool's).
@@ -88,18 +95,11 @@ Status PagedDecodeAttentionPlanned(const Tensor& q, const PagedDecodePlan& plan,
                                    const std::byte* arena, float* workspace, Tensor& out,
                                    float scale) {
   constexpr std::string_view kOp = "PagedDecodeAttention (planned)";
-  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "q", q));
-  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "out", out));
-  FZ_RETURN_IF_ERROR(CheckDType(kOp, "q", q, DType::kF32));
-  FZ_RETURN_IF_ERROR(CheckDType(kOp, "out", out, DType::kF32));
-  FZ_RETURN_IF_ERROR(CheckRank(kOp, "q", q, 3));
-  FZ_RETURN_IF_ERROR(CheckSameShape(kOp, "q", q, "out", out));
-  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {&out}));
+  FZ_RETURN_IF_ERROR(CheckQueryAndOut(kOp, q, out));
   if (q.dim(0) != plan.batch || q.dim(1) != plan.heads || q.dim(2) != plan.head_dim) {
     return InvalidArgumentError("{}: q is {}, the plan was made for [{}, {}, {}]", kOp,
                                 ShapeString(q.shape()), plan.batch, plan.heads, plan.head_dim);
   }
-  if (out.raw_data() == q.raw_data()) return InvalidArgumentError("{}: out must not alias q", kOp);
   if (arena == nullptr) return InvalidArgumentError("{}: no plan arena", kOp);
   if (q.device().is_cpu()) {
     const auto* spans = reinterpret_cast<const KvSpan*>(arena + plan.offset);
