@@ -28,17 +28,14 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
 StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes);
 
 // `bytes` from page-locked `src` (AllocateStagingHost's) to `dst` on `device`, queued on
-// framezip's own stream for the device (every later kernel of the device is ordered after it),
-// with no host wait; a memcpy on the CPU. Counted as one host-to-device copy. `src` must not
+// framezip's stream of the device, where the ops launch, so every later op reads what it wrote;
+// no host wait; a memcpy on the CPU. Counted as one host-to-device copy. `src` must not
 // change until the copy is done (RecordStepFence after it, WaitStepFence before reuse).
 Status UploadAsync(void* dst, Device device, const void* src, size_t bytes);
 
-// A step's one upload: `bytes` from `src` (AllocateStagingHost's) to `dst` on `device`, queued on
-// framezip's own stream for the device, which every later kernel of the device is ordered after
-// (the legacy default stream waits for it); no host wait. On the CPU a memcpy into the step's
-// device-side copy, so the CPU runs exactly the code a GPU does. Counted as one host-to-device copy
-// and one plan upload. `src` must not change until the device has read it: the step's read-back
-// of its results (a host synchronisation) guarantees that before the next plan is built.
+// A step's one upload: UploadAsync, counted as a plan upload too. On the CPU a memcpy into the
+// step's device-side copy, so the CPU runs exactly the code a GPU does. The step plan keeps `src`
+// until a fence after the upload has passed (engine/llm/staging_cache.h).
 Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes);
 
 // A point in framezip's step stream for `device`: it has passed once the device has done what was
@@ -48,8 +45,8 @@ StatusOr<std::shared_ptr<void>> RecordStepFence(Device device);
 // host wait, counted as a host synchronisation.
 Status WaitStepFence(Device device, const std::shared_ptr<void>& fence);
 
-// Zero-fills `bytes` at `dst`. On a GPU the memset is queued on the default stream, where every op
-// launches, so later ops see the zeros without a host wait.
+// Zero-fills `bytes` at `dst`. On a GPU the memset is queued on framezip's stream of the device,
+// where every op launches, so later ops see the zeros without a host wait.
 Status ZeroBytes(void* dst, Device device, size_t bytes);
 
 }  // namespace framezip::engine

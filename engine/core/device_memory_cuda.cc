@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "engine/core/cuda_raw_allocator.h"
+#include "engine/core/cuda_stream_cuda.h"
 #include "engine/core/device_memory.h"
 #include "engine/core/step_counters.h"
 
@@ -37,13 +38,14 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-// Device Buffers come from one caching allocator per device (caching_device_allocator.h) on
-// stream 0, the legacy default stream every op launches on, so stream order alone makes reuse
-// safe. cudaMalloc and cudaFree synchronise the device and cost tens of microseconds, and one
-// decode step of the whole-model path allocates about ten temporaries per layer.
-// FRAMEZIP_NO_CUDA_MEMORY_CACHING=1 turns the cache off (every Buffer its own cudaMalloc), as
-// PYTORCH_NO_CUDA_MEMORY_CACHING does: compute-sanitizer's memcheck can then see an overrun past
-// a temporary, which inside a cached segment would land in a neighbouring block unnoticed.
+// Device Buffers come from one caching allocator per device (caching_device_allocator.h), its
+// blocks tagged stream 0. The ops launch on framezip's blocking stream (cuda_stream_cuda.h), which
+// CUDA orders with the legacy default stream, so stream order alone makes reuse safe. cudaMalloc
+// and cudaFree synchronise the device and cost tens of microseconds, and one decode step of the
+// whole-model path allocates about ten temporaries per layer. FRAMEZIP_NO_CUDA_MEMORY_CACHING=1
+// turns the cache off (every Buffer its own cudaMalloc), as PYTORCH_NO_CUDA_MEMORY_CACHING does:
+// compute-sanitizer's memcheck can then see an overrun past a temporary, which inside a cached
+// segment would land in a neighbouring block unnoticed.
 bool MemoryCachingDisabled() {
   static const bool disabled = [] {
     const char* env = std::getenv("FRAMEZIP_NO_CUDA_MEMORY_CACHING");
@@ -128,21 +130,31 @@ StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes)
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
 
-// framezip's stream per device: a blocking stream (cudaStreamDefault), so the legacy default
-// stream, where the ops still launch, waits for what is queued here before its next kernel.
-static StatusOr<cudaStream_t> StepStreamFor(Device device) {
+StatusOr<cudaStream_t> FramezipStream(int index) {
   static std::mutex mu;
   static auto* streams = new std::map<int, cudaStream_t>();  // never destroyed, as the allocators
   std::lock_guard<std::mutex> lock(mu);
-  auto it = streams->find(device.index);
+  auto it = streams->find(index);
   if (it != streams->end()) return it->second;
-  DeviceGuard guard(device.index);
+  DeviceGuard guard(index);
   cudaStream_t stream = nullptr;
   FZ_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamDefault),
-                              "cudaStreamCreate (step stream)"));
-  streams->emplace(device.index, stream);
+                              "cudaStreamCreate (framezip stream)"));
+  streams->emplace(index, stream);
   return stream;
 }
+
+cudaStream_t CurrentFramezipStream() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  StatusOr<cudaStream_t> stream = FramezipStream(device);
+  return stream.ok() ? *stream : nullptr;
+}
+
+static StatusOr<cudaStream_t> StepStreamFor(Device device) { return FramezipStream(device.index); }
 
 Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
   CountPlanUpload();
@@ -173,7 +185,8 @@ StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {
     cudaEventDestroy(event);
     return recorded;
   }
-  return std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  return std::shared_ptr<void>(event,
+                               [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
 
 Status WaitStepFence(Device device, const std::shared_ptr<void>& fence) {
@@ -192,8 +205,9 @@ Status ZeroBytes(void* dst, Device device, size_t bytes) {
     std::memset(dst, 0, bytes);
     return absl::OkStatus();
   }
-  DeviceGuard guard(device.index);  // the default stream of the tensor's own device
-  return FromCuda(cudaMemsetAsync(dst, 0, bytes, nullptr), "cudaMemsetAsync");
+  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));
+  DeviceGuard guard(device.index);  // the stream of the tensor's own device, where the ops run
+  return FromCuda(cudaMemsetAsync(dst, 0, bytes, stream), "cudaMemsetAsync");
 }
 
 }  // namespace framezip::engine

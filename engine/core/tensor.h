@@ -25,7 +25,7 @@ class Tensor {
 
   // Allocates an uninitialised tensor.
   static StatusOr<Tensor> Empty(Shape shape, DType dtype, Device device = Device::Cpu());
-  // Allocates and zero-fills (on a GPU: a memset queued on the default stream).
+  // Allocates and zero-fills (on a GPU: a memset queued on framezip's stream of the device).
   static StatusOr<Tensor> Zeros(Shape shape, DType dtype, Device device = Device::Cpu());
   // Wraps memory owned elsewhere (mmapped weights); `data` must outlive every copy.
   static Tensor View(void* data, Shape shape, DType dtype, Device device = Device::Cpu());

@@ -25,7 +25,7 @@ Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y) {
   p.y = static_cast<float*>(y.raw_data());
   p.n = y.numel();
   p.form = approximation == GeluApproximation::kErf ? cuda::GeluForm::kErf : cuda::GeluForm::kTanh;
-  return LaunchStatus(cuda::LaunchGelu(p, nullptr), "Gelu");
+  return LaunchStatus(cuda::LaunchGelu(p, CurrentFramezipStream()), "Gelu");
 }
 
 Status QuickGeluCuda(const Tensor& x, Tensor& y) {
@@ -35,17 +35,17 @@ Status QuickGeluCuda(const Tensor& x, Tensor& y) {
   p.y = static_cast<float*>(y.raw_data());
   p.n = y.numel();
   p.form = cuda::GeluForm::kQuick;
-  return LaunchStatus(cuda::LaunchGelu(p, nullptr), "QuickGelu");
+  return LaunchStatus(cuda::LaunchGelu(p, CurrentFramezipStream()), "QuickGelu");
 }
 
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y) {
   ScopedCudaDevice scope(gate.device());
-  return LaunchStatus(cuda::LaunchSiluMul(Binary(gate, up, y), nullptr), "SiluMul");
+  return LaunchStatus(cuda::LaunchSiluMul(Binary(gate, up, y), CurrentFramezipStream()), "SiluMul");
 }
 
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y) {
   ScopedCudaDevice scope(a.device());
-  return LaunchStatus(cuda::LaunchAdd(Binary(a, b, y), nullptr), "Add");
+  return LaunchStatus(cuda::LaunchAdd(Binary(a, b, y), CurrentFramezipStream()), "Add");
 }
 
 }  // namespace framezip::engine::ops

@@ -71,7 +71,8 @@ Status TensorCoreAttention(const Tensor& q, const Tensor& k, const Tensor& v,
   p.causal = params.causal;
   p.q_offset = params.q_offset;
   p.pipelined = true;
-  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchAttentionMma(p, nullptr), "Attention (tensor cores)"));
+  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchAttentionMma(p, CurrentFramezipStream()),
+                                  "Attention (tensor cores)"));
   if (padded == d) return absl::OkStatus();
   return CopyRowSlices(out.device(), out.numel() / d, d,
                        {.data = static_cast<const float*>(wide.raw_data()), .stride = padded},
@@ -114,7 +115,7 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                           q.device()));
     p.key_limit = static_cast<const int32_t*>(limits.raw_data());
   }
-  return LaunchStatus(cuda::LaunchAttention(p, nullptr), "Attention");
+  return LaunchStatus(cuda::LaunchAttention(p, CurrentFramezipStream()), "Attention");
 }
 
 }  // namespace framezip::engine::ops

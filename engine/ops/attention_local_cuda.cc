@@ -43,7 +43,7 @@ Status LocalWindowAttentionCuda(const Tensor& q, const Tensor& k, const Tensor& 
   p.window = params.window;
   p.sinks = params.sinks;
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return LaunchStatus(cuda::LaunchLocalWindowAttention(p, nullptr), kOp);
+  return LaunchStatus(cuda::LaunchLocalWindowAttention(p, CurrentFramezipStream()), kOp);
 }
 
 }  // namespace framezip::engine::ops

@@ -20,7 +20,7 @@ Status BilinearResizeCuda(const Tensor& in, Tensor& out, ImageLayout layout) {
   p.w_in = in.dim(first ? 3 : 2);
   p.h_out = out.dim(first ? 2 : 1);
   p.w_out = out.dim(first ? 3 : 2);
-  return LaunchStatus(cuda::LaunchBilinearResize(p, nullptr), "BilinearResize");
+  return LaunchStatus(cuda::LaunchBilinearResize(p, CurrentFramezipStream()), "BilinearResize");
 }
 
 }  // namespace framezip::engine::ops

@@ -1,5 +1,5 @@
 // Cast on the GPU: adapter to engine/kernels/cuda/cast.cuh. Like every op it returns once the
-// kernel is queued on the device's default stream (a later copy to the host waits for it).
+// kernel is queued on framezip's stream of the device (a later copy to the host waits for it).
 #include "engine/kernels/cuda/cast.cuh"
 #include "engine/ops/cast_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -14,7 +14,7 @@ Status CastCuda(const Tensor& in, Tensor& out) {
   params.n = in.numel();
   params.in_kind = KindOf(in.dtype());
   params.out_kind = KindOf(out.dtype());
-  return LaunchStatus(cuda::LaunchCast(params, nullptr), "Cast");
+  return LaunchStatus(cuda::LaunchCast(params, CurrentFramezipStream()), "Cast");
 }
 
 }  // namespace framezip::engine::ops

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "engine/core/cuda_stream_cuda.h"
+
 namespace framezip::engine::ops {
 namespace {
 
@@ -45,7 +47,8 @@ StatusOr<cublasHandle_t> CublasHandleForCurrentDevice() {
     cublasHandle_t created = nullptr;
     FZ_RETURN_IF_ERROR(CublasStatus(cublasCreate(&created), "cublasCreate"));
     // Default math mode: f32 GEMMs stay full f32 (no TF32), the contract of the CPU reference.
-    FZ_RETURN_IF_ERROR(CublasStatus(cublasSetStream(created, nullptr), "cublasSetStream"));
+    FZ_RETURN_IF_ERROR(
+        CublasStatus(cublasSetStream(created, CurrentFramezipStream()), "cublasSetStream"));
     handle = created;
   }
   return handle;

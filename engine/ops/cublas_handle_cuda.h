@@ -14,7 +14,7 @@
 
 namespace framezip::engine::ops {
 
-// The calling thread's handle for the current CUDA device, bound to the default stream.
+// The calling thread's handle for the current CUDA device, bound to framezip's stream of it.
 StatusOr<cublasHandle_t> CublasHandleForCurrentDevice();
 
 // OK for CUBLAS_STATUS_SUCCESS; RESOURCE_EXHAUSTED for an allocation failure; INTERNAL otherwise.

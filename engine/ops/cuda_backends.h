@@ -1,8 +1,9 @@
 // CUDA entry points of the ops in this folder (x_cuda.cc files, adapting Tensor to the raw-pointer
 // launchers of engine/kernels/cuda). The dispatchers in x.cc call them after checking every
 // argument and that the device is usable; in builds without CUDA, cuda_unavailable.cc answers
-// UNIMPLEMENTED instead. Kernels run on the device's default stream; an op returns once its work
-// is queued (a later copy to the host waits for it).
+// UNIMPLEMENTED instead. Kernels run on framezip's stream of the device
+// (engine/core/cuda_stream_cuda.h); an op returns once its work is queued (a later copy to the host
+// waits for it).
 #pragma once
 
 #include <span>

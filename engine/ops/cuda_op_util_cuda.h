@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "engine/core/cuda_status_cuda.h"
+#include "engine/core/cuda_stream_cuda.h"
 #include "engine/core/device_memory.h"
 #include "engine/core/step_counters.h"
 #include "engine/core/tensor.h"

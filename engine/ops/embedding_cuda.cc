@@ -33,7 +33,7 @@ Status EmbeddingCheckedCuda(const Tensor& table, const Tensor& ids, Tensor& out)
   p.out = static_cast<float*>(out.raw_data());
   p.count = ids.dim(0);
   p.hidden = table.dim(1);
-  return LaunchStatus(cuda::LaunchEmbedding(p, nullptr), "Embedding");
+  return LaunchStatus(cuda::LaunchEmbedding(p, CurrentFramezipStream()), "Embedding");
 }
 
 }  // namespace framezip::engine::ops

@@ -47,7 +47,7 @@ Status QuantizeKvPagesCuda(const Tensor& k, const Tensor& v, int64_t page_tokens
   p.page_tokens = static_cast<int>(page_tokens);
   p.bits = bits;
   p.pages = static_cast<void* const*>(table.raw_data());
-  return LaunchStatus(cuda::LaunchQuantizePages(p, nullptr), kOp);
+  return LaunchStatus(cuda::LaunchQuantizePages(p, CurrentFramezipStream()), kOp);
 }
 
 }  // namespace framezip::engine::ops

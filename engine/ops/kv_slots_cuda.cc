@@ -26,7 +26,7 @@ Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_
   p.v = v;
   p.rows = rows;
   p.channels = channels;
-  return LaunchStatus(cuda::LaunchKvSlotWrite(p, nullptr), "WriteKvSlots");
+  return LaunchStatus(cuda::LaunchKvSlotWrite(p, CurrentFramezipStream()), "WriteKvSlots");
 }
 
 Status WriteKvPageRunsCuda(Device device, std::span<const KvPageRun> runs, int64_t channels,
@@ -47,7 +47,8 @@ Status WriteKvPageRunsCuda(Device device, std::span<const KvPageRun> runs, int64
           r.k, r.v, r.src_row, r.rows,
           r.kind == KvSlotKind::kF32 ? cuda::FloatKind::kF32 : cuda::FloatKind::kF16};
     }
-    FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchKvPageRuns(p, nullptr), "WriteKvPageRuns"));
+    FZ_RETURN_IF_ERROR(
+        LaunchStatus(cuda::LaunchKvPageRuns(p, CurrentFramezipStream()), "WriteKvPageRuns"));
   }
   return absl::OkStatus();
 }

@@ -43,7 +43,7 @@ Status AddBiasRows(const Tensor& bias, int64_t m, int64_t n, Tensor& y) {
   p.bias_kind = KindOf(bias.dtype());
   p.rows = m;
   p.n = n;
-  return LaunchStatus(cuda::LaunchAddBias(p, nullptr), "Linear (bias)");
+  return LaunchStatus(cuda::LaunchAddBias(p, CurrentFramezipStream()), "Linear (bias)");
 }
 
 }  // namespace
@@ -55,7 +55,8 @@ Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   if (m == 0 || n == 0) return absl::OkStatus();
   ScopedCudaDevice scope(x.device());
   if (k == 0) {  // an empty sum: y is the bias, or zero
-    FZ_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), nullptr), "Linear"));
+    FZ_RETURN_IF_ERROR(CudaStatus(
+        cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), CurrentFramezipStream()), "Linear"));
     return bias.defined() ? AddBiasRows(bias, m, n, y) : absl::OkStatus();
   }
   FZ_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandleForCurrentDevice());
@@ -71,7 +72,8 @@ Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
     cast.n = x.numel();
     cast.in_kind = cuda::FloatKind::kF32;
     cast.out_kind = KindOf(weight.dtype());
-    FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchCast(cast, nullptr), "Linear (rounding x)"));
+    FZ_RETURN_IF_ERROR(
+        LaunchStatus(cuda::LaunchCast(cast, CurrentFramezipStream()), "Linear (rounding x)"));
     a = x_rounded.raw_data();
   }
   // Row-major y[M,N] = x[M,K]·W[N,K]ᵀ is column-major yᵀ[N,M] = W·xᵀ with W read transposed.
@@ -96,7 +98,9 @@ Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c)
   }
   if (batch == 0) return absl::OkStatus();
   ScopedCudaDevice scope(a.device());
-  if (k == 0) return CudaStatus(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), nullptr), "MatMul");
+  if (k == 0)
+    return CudaStatus(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), CurrentFramezipStream()),
+                      "MatMul");
   FZ_ASSIGN_OR_RETURN(cublasHandle_t handle, CublasHandleForCurrentDevice());
   // Column-major cᵀ[N,M] = op(b)ᵀ·aᵀ per entry: b row-major [K,N] is column-major [N,K] (ld N) as
   // is; b row-major [N,K] is column-major [K,N] (ld K) and is read transposed. A shared rank-2 b

@@ -98,7 +98,7 @@ Status EncodeLowRankFactorCuda(const Tensor& values, FactorView::Format format, 
   }
   FZ_RETURN_IF_ERROR(CheckDeviceUsable(values.device()));
   ScopedCudaDevice scope(values.device());
-  return LaunchStatus(cuda::LaunchEncodeFactor(p, nullptr), kEncode);
+  return LaunchStatus(cuda::LaunchEncodeFactor(p, CurrentFramezipStream()), kEncode);
 }
 
 Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
@@ -159,7 +159,7 @@ Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
   p.sum = sum.data<float>();
   p.out = out.data<float>();
   p.scratch = scratch.data<float>();
-  const cudaError_t err = cuda::LaunchLowRankAttend(p, nullptr);
+  const cudaError_t err = cuda::LaunchLowRankAttend(p, CurrentFramezipStream());
   CountLaunches(1);
   if (err == cudaErrorInvalidValue) {
     return InvalidArgumentError(
@@ -168,7 +168,7 @@ Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
         kOp, heads, d, rank_k, rank_v, shared);
   }
   // The scratch tensors are freed when this returns; the allocator orders the free after the
-  // queued kernels on the default stream.
+  // queued kernels on framezip's stream.
   return CudaStatus(err, kOp);
 }
 

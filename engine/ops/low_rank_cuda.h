@@ -50,7 +50,7 @@ Status EncodeLowRankFactorCuda(const Tensor& values, FactorView::Format format, 
 // (kv::LowRankBlock); a rank above R_v is read as R_v.
 // Errors: INVALID_ARGUMENT for what CheckLowRankBlockShape refuses, a tensor of the wrong shape,
 // type or device, or a shape the kernel cannot hold in shared memory; UNIMPLEMENTED in builds
-// without CUDA. Returns once the work is queued on the device's default stream.
+// without CUDA. Returns once the work is queued on framezip's stream of the device.
 Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
                               const LowRankAttentionShape& shape, const RopeParams& rope,
                               float scale, Tensor& weights, Tensor& max, Tensor& sum, Tensor& out);

@@ -50,8 +50,8 @@ StatusOr<cusolverDnHandle_t> CusolverHandleForCurrentDevice() {
   if (handles[device] == nullptr) {
     cusolverDnHandle_t created = nullptr;
     FZ_RETURN_IF_ERROR(CusolverStatus(cusolverDnCreate(&created), "cusolverDnCreate"));
-    FZ_RETURN_IF_ERROR(
-        CusolverStatus(cusolverDnSetStream(created, nullptr), "cusolverDnSetStream"));
+    FZ_RETURN_IF_ERROR(CusolverStatus(cusolverDnSetStream(created, CurrentFramezipStream()),
+                                      "cusolverDnSetStream"));
     handles[device] = created;
   }
   return handles[device];
@@ -160,10 +160,12 @@ StatusOr<DeviceLowRankFactors> RandomizedSvdCuda(const Tensor& a,
   s.work = work.data<float>();
   s.tau = s.work + s.lwork;
   s.info = info.data<int32_t>();
-  FZ_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(s.info, 0, sizeof(int) * slots, nullptr), kOp));
-  const int finite_slot = slots - 1;
   FZ_RETURN_IF_ERROR(
-      LaunchStatus(cuda::LaunchCountNonFinite(s.a, rows * cols, s.info + finite_slot, nullptr), kOp));
+      CudaStatus(cudaMemsetAsync(s.info, 0, sizeof(int) * slots, CurrentFramezipStream()), kOp));
+  const int finite_slot = slots - 1;
+  FZ_RETURN_IF_ERROR(LaunchStatus(
+      cuda::LaunchCountNonFinite(s.a, rows * cols, s.info + finite_slot, CurrentFramezipStream()),
+      kOp));
 
   // Ω [n, r] exactly as the CPU op draws it (same engine, distribution and order).
   std::vector<float> omega_host(static_cast<size_t>(s.n) * s.r);

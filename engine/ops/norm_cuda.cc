@@ -23,7 +23,8 @@ cuda::NormParams Params(const Tensor& x, const Tensor& weight, float eps, Tensor
 
 Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
   ScopedCudaDevice scope(x.device());
-  return LaunchStatus(cuda::LaunchRmsNorm(Params(x, weight, eps, y), nullptr), "RmsNorm");
+  return LaunchStatus(cuda::LaunchRmsNorm(Params(x, weight, eps, y), CurrentFramezipStream()),
+                      "RmsNorm");
 }
 
 Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
@@ -31,7 +32,7 @@ Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, f
   ScopedCudaDevice scope(residual.device());
   cuda::NormParams p = Params(x, weight, eps, y);
   p.residual = static_cast<float*>(residual.raw_data());
-  return LaunchStatus(cuda::LaunchRmsNorm(p, nullptr), "AddRmsNorm");
+  return LaunchStatus(cuda::LaunchRmsNorm(p, CurrentFramezipStream()), "AddRmsNorm");
 }
 
 Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
@@ -42,7 +43,7 @@ Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
     p.bias = beta.raw_data();
     p.bias_kind = KindOf(beta.dtype());
   }
-  return LaunchStatus(cuda::LaunchLayerNorm(p, nullptr), "LayerNorm");
+  return LaunchStatus(cuda::LaunchLayerNorm(p, CurrentFramezipStream()), "LayerNorm");
 }
 
 Status SoftmaxCuda(const Tensor& x, Tensor& y) {
@@ -52,7 +53,7 @@ Status SoftmaxCuda(const Tensor& x, Tensor& y) {
   p.y = static_cast<float*>(y.raw_data());
   p.n = x.dim(-1);
   p.rows = p.n == 0 ? 0 : x.numel() / p.n;
-  return LaunchStatus(cuda::LaunchSoftmax(p, nullptr), "Softmax");
+  return LaunchStatus(cuda::LaunchSoftmax(p, CurrentFramezipStream()), "Softmax");
 }
 
 }  // namespace framezip::engine::ops

@@ -77,12 +77,11 @@ Status PlanPagedDecodeCuda(Device device, const PagedKv& kv, int64_t heads,
   }
   std::vector<cuda::PagedWorkItem> items;
   std::vector<int32_t> item_offsets;
-  cuda::BuildPagedWorkItems(span_tokens.data(), kv.seq_offsets.data(),
-                            static_cast<int>(kv.batch()),
-                            cuda::ChoosePagedTokensPerItem(total_tokens, kv.num_kv_heads,
-                                                           static_cast<int>(heads),
-                                                           SmCountOf(device)),
-                            items, item_offsets);
+  cuda::BuildPagedWorkItems(
+      span_tokens.data(), kv.seq_offsets.data(), static_cast<int>(kv.batch()),
+      cuda::ChoosePagedTokensPerItem(total_tokens, kv.num_kv_heads, static_cast<int>(heads),
+                                     SmCountOf(device)),
+      items, item_offsets);
   const size_t desc_bytes = AlignUp(descs.size() * sizeof(cuda::PagedSpanDesc));
   const size_t item_bytes = AlignUp(items.size() * sizeof(cuda::PagedWorkItem));
   const size_t off_bytes = AlignUp(item_offsets.size() * sizeof(int32_t));
@@ -94,8 +93,8 @@ Status PlanPagedDecodeCuda(Device device, const PagedKv& kv, int64_t heads,
   std::memcpy(at + desc_bytes + item_bytes, item_offsets.data(),
               item_offsets.size() * sizeof(int32_t));
   plan.num_items = static_cast<int32_t>(items.size());
-  plan.workspace_floats = cuda::PagedDecodeWorkspaceFloats(
-      plan.num_items, static_cast<int>(heads), static_cast<int>(d));
+  plan.workspace_floats = cuda::PagedDecodeWorkspaceFloats(plan.num_items, static_cast<int>(heads),
+                                                           static_cast<int>(d));
   return absl::OkStatus();
 }
 
@@ -103,8 +102,10 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
                                        const std::byte* arena, float* workspace, float scale,
                                        Tensor& out) {
   const int64_t d = plan.head_dim;
-  const size_t desc_bytes = AlignUp(static_cast<size_t>(plan.num_spans) * sizeof(cuda::PagedSpanDesc));
-  const size_t item_bytes = AlignUp(static_cast<size_t>(plan.num_items) * sizeof(cuda::PagedWorkItem));
+  const size_t desc_bytes =
+      AlignUp(static_cast<size_t>(plan.num_spans) * sizeof(cuda::PagedSpanDesc));
+  const size_t item_bytes =
+      AlignUp(static_cast<size_t>(plan.num_items) * sizeof(cuda::PagedWorkItem));
   const std::byte* at = arena + plan.offset;
   ScopedCudaDevice scope(q.device());
   cuda::PagedDecodeLaunch p;
@@ -120,7 +121,8 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
   p.kv_heads = plan.num_kv_heads;
   p.head_dim = static_cast<int>(d);
   p.scale = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(d));
-  return LaunchStatus(cuda::LaunchPagedDecodeAttention(p, nullptr), "PagedDecodeAttention", 2);
+  return LaunchStatus(cuda::LaunchPagedDecodeAttention(p, CurrentFramezipStream()),
+                      "PagedDecodeAttention", 2);
 }
 
 // Unplanned: the same plan built into a temporary arena, staged with the workspace in one device

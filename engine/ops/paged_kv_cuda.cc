@@ -35,7 +35,8 @@ Status GatherPagedKvCuda(const PagedKv& kv, int64_t b, Device device, float* k, 
       d.format = static_cast<int32_t>(s.format);  // 0 f32, 1 f16, 2 int4, 3 int2 (checked)
       row += s.num_tokens;
     }
-    FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchGatherSpans(p, nullptr), "GatherPagedKv"));
+    FZ_RETURN_IF_ERROR(
+        LaunchStatus(cuda::LaunchGatherSpans(p, CurrentFramezipStream()), "GatherPagedKv"));
   }
   return absl::OkStatus();
 }

@@ -37,7 +37,7 @@ Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& param
   p.head_dim = params.head_dim;
   const std::vector<float> inv = RopeInverseFrequencies(params);
   for (size_t i = 0; i < inv.size(); ++i) p.inv_freq[i] = inv[i];
-  return LaunchStatus(cuda::LaunchRope(p, nullptr), "ApplyRope");
+  return LaunchStatus(cuda::LaunchRope(p, CurrentFramezipStream()), "ApplyRope");
 }
 
 }  // namespace framezip::engine::ops

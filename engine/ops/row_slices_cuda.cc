@@ -32,7 +32,7 @@ Status CopyRowSlicesCuda(Device device, int64_t count, int64_t width, const Sour
   p.dst_rows = RowsOrNull(dst_rows);
   p.rows = count;
   p.width = width;
-  return LaunchStatus(cuda::LaunchCopyRowSlices(p, nullptr), "CopyRowSlices");
+  return LaunchStatus(cuda::LaunchCopyRowSlices(p, CurrentFramezipStream()), "CopyRowSlices");
 }
 
 }  // namespace framezip::engine::ops

@@ -112,7 +112,7 @@ Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
   p.row_params = dev_params;
   p.penalized = dev_penalized;
   p.tokens = dev_tokens;
-  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchSample(p, nullptr), "SampleTokens"));
+  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchSample(p, CurrentFramezipStream()), "SampleTokens"));
   return CopyBytes(tokens.data(), Device::Cpu(), dev_tokens, device, tokens_bytes);
 }
 

@@ -60,7 +60,7 @@ Status ProbeScoresCuda(const Tensor& q, const Tensor& k, std::span<const int32_t
   p.a = static_cast<float*>(a.raw_data());
   p.a_norm = static_cast<float*>(a_norm.raw_data());
   p.counts = static_cast<int32_t*>(counts.raw_data());
-  return LaunchStatus(cuda::LaunchProbeScores(p, nullptr), kOp);
+  return LaunchStatus(cuda::LaunchProbeScores(p, CurrentFramezipStream()), kOp);
 }
 
 StatusOr<int64_t> TopPCuda(const Tensor& a, const Tensor& a_norm, double tau, Tensor& indices) {
@@ -88,7 +88,7 @@ StatusOr<int64_t> TopPCuda(const Tensor& a, const Tensor& a_norm, double tau, Te
   p.workspace = ws.raw_data();  // device allocations are 256-byte aligned
   p.count = static_cast<int32_t*>(ws.raw_data()) + ws_bytes / sizeof(int32_t);
   p.indices = static_cast<int32_t*>(indices.raw_data());
-  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchTopP(p, nullptr), kOp));
+  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchTopP(p, CurrentFramezipStream()), kOp));
   int32_t count = 0;
   FZ_RETURN_IF_ERROR(CopyBytes(&count, Device::Cpu(), p.count, a.device(), sizeof(count)));
   return static_cast<int64_t>(count);
@@ -114,7 +114,8 @@ Status SparsePrefillCuda(const Tensor& q, const Tensor& k, const Tensor& v, cons
     return UnimplementedError("{}: head_dim {} > {}", kOp, d, cuda::kAttentionMaxHeadDim);
   }
   ScopedCudaDevice scope(q.device());
-  FZ_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), nullptr), kOp));
+  FZ_RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), CurrentFramezipStream()), kOp));
   if (p == 0) return absl::OkStatus();
   // Compacted rows: Q[T] [p, H, d], K[T] and V[T] [p, G, d], and the compacted output.
   FZ_ASSIGN_OR_RETURN(Tensor qc, Tensor::Empty({p, heads, d}, DType::kF32, q.device()));
@@ -122,18 +123,18 @@ Status SparsePrefillCuda(const Tensor& q, const Tensor& k, const Tensor& v, cons
   FZ_ASSIGN_OR_RETURN(Tensor vc, Tensor::Empty({p, g, d}, DType::kF32, q.device()));
   FZ_ASSIGN_OR_RETURN(Tensor oc, Tensor::Empty({p, heads, d}, DType::kF32, q.device()));
   const auto* idx = static_cast<const int32_t*>(indices.raw_data());
-  FZ_RETURN_IF_ERROR(
-      LaunchStatus(cuda::LaunchGatherRows(static_cast<const float*>(q.raw_data()), heads * d, idx, p,
-                                        static_cast<float*>(qc.raw_data()), nullptr),
-                 kOp));
-  FZ_RETURN_IF_ERROR(
-      LaunchStatus(cuda::LaunchGatherRows(static_cast<const float*>(k.raw_data()), g * d, idx, p,
-                                        static_cast<float*>(kc.raw_data()), nullptr),
-                 kOp));
-  FZ_RETURN_IF_ERROR(
-      LaunchStatus(cuda::LaunchGatherRows(static_cast<const float*>(v.raw_data()), g * d, idx, p,
-                                        static_cast<float*>(vc.raw_data()), nullptr),
-                 kOp));
+  FZ_RETURN_IF_ERROR(LaunchStatus(
+      cuda::LaunchGatherRows(static_cast<const float*>(q.raw_data()), heads * d, idx, p,
+                             static_cast<float*>(qc.raw_data()), CurrentFramezipStream()),
+      kOp));
+  FZ_RETURN_IF_ERROR(LaunchStatus(
+      cuda::LaunchGatherRows(static_cast<const float*>(k.raw_data()), g * d, idx, p,
+                             static_cast<float*>(kc.raw_data()), CurrentFramezipStream()),
+      kOp));
+  FZ_RETURN_IF_ERROR(LaunchStatus(
+      cuda::LaunchGatherRows(static_cast<const float*>(v.raw_data()), g * d, idx, p,
+                             static_cast<float*>(vc.raw_data()), CurrentFramezipStream()),
+      kOp));
   cuda::AttentionParams ap;
   ap.q = static_cast<const float*>(qc.raw_data());
   ap.k = static_cast<const float*>(kc.raw_data());
@@ -147,10 +148,11 @@ Status SparsePrefillCuda(const Tensor& q, const Tensor& k, const Tensor& v, cons
   ap.head_dim = static_cast<int>(d);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(d));
   ap.causal = true;
-  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchAttention(ap, nullptr), kOp));
-  return LaunchStatus(cuda::LaunchScatterRows(static_cast<const float*>(oc.raw_data()), heads * d,
-                                            idx, p, static_cast<float*>(out.raw_data()), nullptr),
-                    kOp);
+  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchAttention(ap, CurrentFramezipStream()), kOp));
+  return LaunchStatus(
+      cuda::LaunchScatterRows(static_cast<const float*>(oc.raw_data()), heads * d, idx, p,
+                              static_cast<float*>(out.raw_data()), CurrentFramezipStream()),
+      kOp);
 }
 
 StatusOr<int64_t> ZipvlSparsePrefillCuda(const Tensor& q, const Tensor& k, const Tensor& v,
