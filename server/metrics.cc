@@ -141,6 +141,12 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
                                "KV commits deferred to the session's next commit or the drain "
                                "because the commit queue was full (a slow store).")
                            .Register(r);
+  chains_lost_ = &BuildCounter()
+                      .Name("framezip_kv_chains_lost_total")
+                      .Help(
+                          "Sessions found whose KV the store no longer held (restarted empty, "
+                          "flushed, failed over or evicted); each is committed again whole.")
+                      .Register(r);
   commits_coalesced_ = &BuildCounter()
                             .Name("framezip_kv_commits_coalesced_total")
                             .Help(
@@ -281,6 +287,11 @@ void ServerMetrics::SetStoreHealth(const KvStoreHealth& health) {
   if (health.commits_coalesced > reported_coalesced_) {
     coalesced.Increment(static_cast<double>(health.commits_coalesced - reported_coalesced_));
   }
+  auto& chains_lost = chains_lost_->Add(Labels());
+  if (health.chains_lost > reported_chains_lost_) {
+    chains_lost.Increment(static_cast<double>(health.chains_lost - reported_chains_lost_));
+  }
+  reported_chains_lost_ = std::max(reported_chains_lost_, health.chains_lost);
   reported_deferred_ = std::max(reported_deferred_, health.commits_deferred);
   reported_coalesced_ = std::max(reported_coalesced_, health.commits_coalesced);
   reported_failed_commits_ = std::max(reported_failed_commits_, health.failed_commits);

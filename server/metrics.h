@@ -23,7 +23,8 @@
 //   framezip_kv_restore_seconds{tier}      histogram
 // plus framezip_requests_total{rpc,code}, the outcome of every RPC; framezip_kv_store_up (gauge,
 // 1 while the session KV store serves) and framezip_kv_store_commits_total{result} (ok, failed);
-// framezip_sessions_not_durable (gauge, sessions whose KV the store does not fully hold);
+// framezip_sessions_not_durable (gauge, sessions whose KV the store does not fully hold) and
+// framezip_kv_chains_lost_total (counter, sessions found whose KV the store had lost);
 // framezip_kv_commit_queue_depth (gauge), framezip_kv_commits_deferred_total and
 // framezip_kv_commits_coalesced_total (counters): the commit queue off the step thread;
 // framezip_upload_buffer_bytes (gauge, bytes reserved by uploads in progress).
@@ -111,11 +112,13 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>* commit_queue_depth_;
   prometheus::Family<prometheus::Counter>* commits_deferred_;
   prometheus::Family<prometheus::Counter>* commits_coalesced_;
+  prometheus::Family<prometheus::Counter>* chains_lost_;
   prometheus::Family<prometheus::Gauge>* upload_bytes_;
   uint64_t reported_commits_ = 0;            // guarded by kv_mu_
   uint64_t reported_failed_commits_ = 0;     // guarded by kv_mu_
   uint64_t reported_deferred_ = 0;           // guarded by kv_mu_
   uint64_t reported_coalesced_ = 0;          // guarded by kv_mu_
+  uint64_t reported_chains_lost_ = 0;        // guarded by kv_mu_
   std::unique_ptr<MetricsHttpServer> http_;  // stopped first in the destructor
   std::mutex kv_mu_;
   std::set<std::pair<KvTier, KvPrecision>> kv_series_;  // guarded by kv_mu_

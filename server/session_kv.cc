@@ -240,6 +240,7 @@ Status SessionKv::CommitToStore(const std::string& session_key) {
   if (!lost) {
     FZ_ASSIGN_OR_RETURN(const bool present, kv_cache_->ChainPresent(session_key));
     if (!present) {
+      chains_lost_.fetch_add(1, std::memory_order_relaxed);
       FZ_LOG_WARN(
           "session '{}': its KV is no longer in the store (restarted empty, flushed, failed over "
           "or evicted); committing its whole conversation as a full segment",
@@ -369,10 +370,39 @@ void SessionKv::CheckChains() {
     // A commit that ended meanwhile may have started the chain over: this answer is stale.
     if (*present || state.busy || state.chain_serial != due[i].serial) continue;
     state.chain_lost = true;
+    chains_lost_.fetch_add(1, std::memory_order_relaxed);
     FZ_LOG_WARN(
         "session '{}': its KV is no longer in the store (restarted empty, flushed, failed over or "
-        "evicted): not durable until its next commit writes it again",
+        "evicted): committing its whole conversation again",
         SessionIdOfKey(due[i].key));
+  }
+  RecommitLostChains();
+}
+
+void SessionKv::RecommitLostChains() {
+  // Idle sessions whose chain is lost are written again now, not at their next turn (which may
+  // never come): a pod that dies later would lose them although the store is back. Off this
+  // thread when there is a commit queue; a session already waiting there is not queued twice.
+  std::vector<std::string> lost;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, state] : sessions_) {
+      if (state.chain_lost && !state.busy && !state.released && state.conversation != nullptr &&
+          state.messages_fed > 0 && (commit_queue_ == nullptr || !commit_queue_->Pending(key))) {
+        lost.push_back(key);
+      }
+    }
+  }
+  if (lost.empty()) return;
+  // Not while the store cannot be reached (each try would export a whole conversation in vain).
+  if (!kv_cache_->ChainPresent(lost.front()).ok()) return;
+  for (const std::string& key : lost) {
+    if (commit_queue_ != nullptr) {
+      (void)commit_queue_->Enqueue(key);  // refused when full: the next check tries again
+    } else if (Status s = CommitToStore(key); !s.ok()) {
+      FZ_LOG_WARN("session '{}': its KV could not be committed again yet: {}",
+                  SessionIdOfKey(key), MessageOf(s));
+    }
   }
 }
 
@@ -645,6 +675,7 @@ KvStoreHealth SessionKv::Health() {
     health.commits_deferred = c.refused;
     health.commits_coalesced = c.coalesced;
   }
+  health.chains_lost = chains_lost_.load(std::memory_order_relaxed);
   CheckChains();  // also after a failed commit: the store may be back, lacking the chains
   std::lock_guard lock(mu_);
   for (const auto& [key, state] : sessions_) {

@@ -20,8 +20,10 @@
 //   whether it still holds the session's chain; when it does not (framezip-kvstore restarted
 //   empty, its Redis flushed or failed over, blocks evicted) the session starts its chain over
 //   with one full segment of its whole conversation, so one commit makes it durable again. Health
-//   (housekeeping) checks idle sessions' chains the same way, a bounded number per call, and
-//   counts the sessions whose KV the store does not hold (KvStoreHealth::sessions_not_durable).
+//   (housekeeping) checks idle sessions' chains the same way, a bounded number per call, commits
+//   the idle ones it finds lost again at once (through the commit queue), and counts the sessions
+//   whose KV the store does not hold (KvStoreHealth::sessions_not_durable) and those found lost
+//   (KvStoreHealth::chains_lost).
 // - Flush (drain): the queue, then every session still behind the store.
 //
 // Without a store (config kvstore "none") only the conversations are kept.
@@ -31,6 +33,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -149,13 +152,17 @@ class SessionKv {
   // 0 of a new chain (mu_ held; the caller releases the old chain's blocks).
   static void StartChainOver(SessionState& state);
   // Health's check of idle sessions' chains (at most kChainChecksPerCall sessions, those checked
-  // longest ago first); marks the ones the store lost.
+  // longest ago first); marks the ones the store lost, then RecommitLostChains.
   void CheckChains();
+  // Every idle session whose chain is lost, committed again as one full segment (through the
+  // commit queue when there is one), so it is durable again without waiting for its next turn.
+  void RecommitLostChains();
   std::string CompressionConfig(const engine::runtime::Conversation& conversation) const;
 
   engine::runtime::Engine* const engine_;
   mutable std::mutex mu_;
   std::map<std::string, SessionState> sessions_;  // guarded by mu_
+  std::atomic<uint64_t> chains_lost_{0};          // sessions found whose chain was lost
   std::condition_variable export_cv_;             // some session's `exporting` ended
   std::unique_ptr<SessionKvCache> kv_cache_;
   size_t kv_max_block_bytes_ = size_t{4} << 20;

@@ -55,6 +55,9 @@ struct KvStoreHealth {
   uint64_t commit_queue_depth = 0;
   uint64_t commits_deferred = 0;
   uint64_t commits_coalesced = 0;
+  // Since start: sessions found whose chain the store no longer held (restarted empty, flushed,
+  // failed over, evicted); each is committed again as one full segment.
+  uint64_t chains_lost = 0;
 };
 
 // Whether a session's KV would survive the loss of this replica (GetSession's kv_durability;

@@ -1,10 +1,11 @@
 // Durability of sessions' KV after the store loses it, with real processes: a framezip-server
 // (the shipped model) whose sessions live in a framezip-kvstore that is killed during a turn and
 // restarted empty, and, in the second case, a framezip-kvstore whose only tier is a Redis that is
-// killed and restarted empty. After the restart the server's gauge of non-durable sessions rises
-// and GetSession says so; one turn (one commit) on each session writes its whole KV again, the
-// gauge falls back to 0, and a new replica restores every session from the store with the answer
-// one server without a store gives. And a store that answers every Put late: commits wait in the
+// killed and restarted empty. After the restart the server finds every session's chain gone
+// (framezip_kv_chains_lost_total, the log) and, without any new turn, commits each whole again:
+// the store holds their blocks, every session is durable and the gauge of non-durable sessions
+// is back to 0; later turns commit on top, and a new replica restores every session from the
+// store with the answer one server without a store gives. And a store that answers every Put late: commits wait in the
 // bounded queue off the step thread, overflow is deferred (counted), and the drain writes all.
 #include <grpcpp/grpcpp.h>
 
@@ -76,6 +77,12 @@ std::unique_ptr<kvstore::service::RemoteStore> Client(const std::string& address
   return std::move(client).value();
 }
 
+double ChainsLost(const ServerProcess& server) {
+  const std::string metrics = HttpGet(server.metrics_port(), "/metrics");
+  const auto v = kvstore::test::MetricValue(metrics, "framezip_kv_chains_lost_total{");
+  return v ? *v : -1;
+}
+
 double NotDurable(const ServerProcess& server) {
   const std::string metrics = HttpGet(server.metrics_port(), "/metrics");
   const auto v = kvstore::test::MetricValue(metrics, "framezip_sessions_not_durable{");
@@ -125,14 +132,24 @@ void RunLoss(const std::filesystem::path& dir, const std::string& clip, const An
   REQUIRE(r.status.error_message() == "");
   got.text[kSessions[0]].push_back(r.text);
 
-  // The server notices that the store lost the idle sessions' KV: the gauge rises, GetSession
-  // says so (and the log).
-  CHECK(WaitUntil([&] { return NotDurable(a) >= 2; }, 20s));
+  // The server notices that the store lost the idle sessions' KV (lost-1's own commit finds its
+  // chain gone too) and commits each session whole again, with no turn asking it to: every
+  // session durable, their blocks back in the store, the gauge at 0.
+  CHECK(WaitUntil([&] { return ChainsLost(a) >= 2; }, 20s));
   INFO("server log: " << a.Log());
-  CHECK(Durability(on_a, kSessions[1]) == v1::KV_DURABILITY_NOT_DURABLE);
   CHECK(a.Log().find("its KV is no longer in the store") != std::string::npos);
+  CHECK(WaitUntil(
+      [&] {
+        for (const std::string& id : kSessions) {
+          if (Durability(on_a, id) != v1::KV_DURABILITY_DURABLE) return false;
+        }
+        return NotDurable(a) == 0;
+      },
+      20s));
+  CHECK(store_blocks() >= kSessions.size());
+  CHECK(a.Log().find("durable again") != std::string::npos);
 
-  // One turn each: one commit makes each session durable again, its whole KV in the store.
+  // A turn each: its commit goes on top of the chain written again.
   for (const std::string& id : kSessions) {
     const uint64_t blocks = store_blocks();
     got.text[id].push_back(AskOk(on_a, id, kAfter));
@@ -140,7 +157,6 @@ void RunLoss(const std::filesystem::path& dir, const std::string& clip, const An
     CHECK(store_blocks() > blocks);
   }
   CHECK(WaitUntil([&] { return NotDurable(a) == 0; }, 10s));
-  CHECK(a.Log().find("durable again") != std::string::npos);
 
   // A new replica restores each session from the store alone: cached, and the same answers.
   ServerProcess b(dir, "b", args);
