@@ -45,6 +45,7 @@ Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
     return EmbeddingCuda(table, ids, out);  // validates the ids itself (they are on the GPU)
   }
   FZ_RETURN_IF_ERROR(CheckIdsInVocabulary(ids.data<int32_t>(), ids.dim(0), table.dim(0)));
+  CountLaunches(1);
   return EmbeddingCpu(table, ids, out);
 }
 

@@ -33,7 +33,10 @@ Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, flo
     return InvalidArgumentError("PagedDecodeAttention: q has {} heads × {} dims, the KV {} × {}",
                                 q.dim(1), q.dim(2), kv.num_kv_heads, kv.head_dim);
   }
-  if (q.device().is_cpu()) return PagedDecodeAttentionCpu(q, kv, scale, out);
+  if (q.device().is_cpu()) {
+    CountLaunches(1);  // counted as the GPU's launch is, so planned and eager steps compare
+    return PagedDecodeAttentionCpu(q, kv, scale, out);
+  }
   // CUDA: q and out on the GPU, every span's pointers device pointers (the GPU page pool's).
   FZ_RETURN_IF_ERROR(CheckDeviceUsable(q.device()));
   return PagedDecodeAttentionCuda(q, kv, scale, out);

@@ -18,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "engine/core/step_counters.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/page_pool.h"
@@ -310,6 +311,17 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     if (batch == 16) {
       // Continuous batching's point: one step reads the weights once for every sequence.
       report.Add("decode_batch16_over_batch1", batch / per_step / batch1_tokens_per_s, "x", 4.0);
+      // What one step hands its device (engine/core/step_counters.h): on the CPU, the planned
+      // step's one upload and its per-layer launches (0 plans: FRAMEZIP_EAGER_STEPS=1).
+      const engine::StepCountScope scope;
+      if (auto l = step(); !l.ok()) return fail(l.status());
+      const engine::StepCounts c = scope.Elapsed();
+      report.Add("decode_batch16_step_plans_per_step", static_cast<double>(c.plan_uploads),
+                 "count");
+      report.Add("decode_batch16_copies_per_step", static_cast<double>(c.copies()), "count");
+      report.Add("decode_batch16_host_syncs_per_step", static_cast<double>(c.host_syncs),
+                 "count");
+      report.Add("decode_batch16_launches_per_step", static_cast<double>(c.launches), "count");
     }
     if (batch == 1) {
       batch1_tokens_per_s = batch / per_step;
