@@ -341,7 +341,7 @@ void SessionKv::StartChainOver(SessionState& state) {
   ++state.chain_serial;
 }
 
-void SessionKv::CheckChains() {
+void SessionKv::CheckChains(bool store_up) {
   struct Due {
     Clock::time_point checked;
     std::string key;
@@ -376,7 +376,9 @@ void SessionKv::CheckChains() {
         "evicted): committing its whole conversation again",
         SessionIdOfKey(due[i].key));
   }
-  RecommitLostChains();
+  // Not while the store cannot take them (unreachable, a tier down): each try would export a
+  // whole conversation in vain, on every housekeeping pass.
+  if (store_up) RecommitLostChains();
 }
 
 void SessionKv::RecommitLostChains() {
@@ -393,9 +395,6 @@ void SessionKv::RecommitLostChains() {
       }
     }
   }
-  if (lost.empty()) return;
-  // Not while the store cannot be reached (each try would export a whole conversation in vain).
-  if (!kv_cache_->ChainPresent(lost.front()).ok()) return;
   for (const std::string& key : lost) {
     if (commit_queue_ != nullptr) {
       (void)commit_queue_->Enqueue(key);  // refused when full: the next check tries again
@@ -676,7 +675,9 @@ KvStoreHealth SessionKv::Health() {
     health.commits_coalesced = c.coalesced;
   }
   health.chains_lost = chains_lost_.load(std::memory_order_relaxed);
-  CheckChains();  // also after a failed commit: the store may be back, lacking the chains
+  // Also after a failed commit: the store may be back, lacking the chains (and a commit that
+  // succeeds is what clears the failure).
+  CheckChains(health.tiers_up);
   std::lock_guard lock(mu_);
   for (const auto& [key, state] : sessions_) {
     if (!state.released && DurabilityOf(key, state) == KvDurability::kNotDurable) {

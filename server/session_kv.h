@@ -152,8 +152,9 @@ class SessionKv {
   // 0 of a new chain (mu_ held; the caller releases the old chain's blocks).
   static void StartChainOver(SessionState& state);
   // Health's check of idle sessions' chains (at most kChainChecksPerCall sessions, those checked
-  // longest ago first); marks the ones the store lost, then RecommitLostChains.
-  void CheckChains();
+  // longest ago first); marks the ones the store lost, then, when the store is up (reachable,
+  // every tier available), RecommitLostChains.
+  void CheckChains(bool store_up);
   // Every idle session whose chain is lost, committed again as one full segment (through the
   // commit queue when there is one), so it is durable again without waiting for its next turn.
   void RecommitLostChains();

@@ -203,12 +203,14 @@ KvStoreHealth SessionKvCache::Health() {
   StatusOr<kvstore::StoreStats> stats = store_->Stats();
   if (!stats.ok()) {
     health.serving = false;
+    health.tiers_up = false;
     health.reason = fmt::format("the KV store cannot be reached: {}", MessageOf(stats.status()));
     return health;
   }
   for (const kvstore::TierStats& tier : stats->tiers) {
     if (!tier.available) {
       health.serving = false;
+      health.tiers_up = false;
       health.reason =
           fmt::format("the KV store's {} tier is unavailable", kvstore::TierName(tier.tier));
       return health;

@@ -44,6 +44,7 @@ struct EngineLoad {
 struct KvStoreHealth {
   bool configured = false;      // false: no store (kvstore none), nothing to report
   bool serving = true;          // reachable, every tier up, and the last commit succeeded
+  bool tiers_up = true;         // reachable and every tier up (whatever the last commit did)
   std::string reason;           // why not, when not serving
   uint64_t commits = 0;         // segments committed since start
   uint64_t failed_commits = 0;  // commits the store refused or could not take
