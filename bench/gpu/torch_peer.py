@@ -54,13 +54,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# Row names (write_latest.py reads them; tests/tools/test_write_latest.py checks they match).
-EAGER_PREFILL_ROW = "torch eager Qwen2-0.5B-shaped prefill bf16 T={ctx}"
-EAGER_DECODE_ROW = "torch eager Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}"
-STATIC_PREFILL_ROW = "torch static-cache Qwen2-0.5B-shaped prefill bf16 T={ctx}"
-GRAPH_DECODE_ROW = "torch static-cache CUDA-graph Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}"
-SDPA_ROW = "torch SDPA causal {dtype} {label} T={t}"
-VISION_ROW = "torch eager SigLIP-so400m (OV) bf16, 384 px, {frames} frames in batches of 8"
+# Row names, shared with write_latest.py.
+from peer_rows import (EAGER_DECODE_ROW, EAGER_PREFILL_ROW, GRAPH_DECODE_ROW, SDPA_ROW,
+                       STATIC_PREFILL_ROW, VISION_ROW)
 DECODE_BATCHES = (1, 16, 64)
 
 

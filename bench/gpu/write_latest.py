@@ -98,13 +98,9 @@ OURS_PAGED_DECODE = "decode attention {label} batch {batch} ctx {ctx} {format} [
 OURS_ATTENTIONPACK = ("AttentionPack decode, one sequence, ctx {ctx} visual tokens, rank 32 "
                       "{format} factors speed vs dense f16 paged decode [tensor cores]")
 OURS_STEP_COUNT = "end-to-end decode batch 16 {what} per step"
-# torch_peer.py's rows (its constants of the same names; the test checks they agree).
-EAGER_PREFILL_ROW = "torch eager Qwen2-0.5B-shaped prefill bf16 T={ctx}"
-EAGER_DECODE_ROW = "torch eager Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}"
-STATIC_PREFILL_ROW = "torch static-cache Qwen2-0.5B-shaped prefill bf16 T={ctx}"
-GRAPH_DECODE_ROW = "torch static-cache CUDA-graph Qwen2-0.5B-shaped decode bf16 batch {batch} ctx {ctx}"
-SDPA_ROW = "torch SDPA causal {dtype} {label} T={t}"
-VISION_ROW = "torch eager SigLIP-so400m (OV) bf16, 384 px, {frames} frames in batches of 8"
+# torch_peer.py's rows.
+from peer_rows import (EAGER_DECODE_ROW, EAGER_PREFILL_ROW, GRAPH_DECODE_ROW, SDPA_ROW,
+                       STATIC_PREFILL_ROW, VISION_ROW)
 HEADS_05B = "Qwen2-0.5B heads 14/2 d64"
 HEADS_7B = "Qwen2-7B heads 28/4 d128"
 

@@ -154,8 +154,6 @@ cudaStream_t CurrentFramezipStream() {
   return stream.ok() ? *stream : nullptr;
 }
 
-static StatusOr<cudaStream_t> StepStreamFor(Device device) { return FramezipStream(device.index); }
-
 Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
   CountPlanUpload();
   return UploadAsync(dst, device, src, bytes);
@@ -167,7 +165,7 @@ Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
     if (bytes != 0) std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
-  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, StepStreamFor(device));
+  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));
   DeviceGuard guard(device.index);
   return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
                   "cudaMemcpyAsync (upload)");
@@ -175,7 +173,7 @@ Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
 
 StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {
   if (device.is_cpu()) return std::shared_ptr<void>();
-  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, StepStreamFor(device));
+  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));
   DeviceGuard guard(device.index);
   cudaEvent_t event = nullptr;
   FZ_RETURN_IF_ERROR(

@@ -16,6 +16,11 @@ namespace {
 
 size_t Index(KvFormat f) { return static_cast<size_t>(f); }
 
+// How the KV write ops store into a dense pool's pages (f32 or f16).
+ops::KvSlotKind SlotKindOf(DType dtype) {
+  return dtype == DType::kF32 ? ops::KvSlotKind::kF32 : ops::KvSlotKind::kF16;
+}
+
 }  // namespace
 
 SequenceKv::SequenceKv(PagePool* pool, int num_layers)
@@ -178,8 +183,7 @@ Status SequenceKv::AppendDenseRun(Layer& l, KvFormat f, const float* k, const fl
   PagePool* p = pool(f);
   const int64_t row = p->layout().channels();
   const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(p->dtype());
-  const ops::KvSlotKind kind =
-      p->dtype() == DType::kF32 ? ops::KvSlotKind::kF32 : ops::KvSlotKind::kF16;
+  const ops::KvSlotKind kind = SlotKindOf(p->dtype());
   int32_t& open = l.open[Index(f)];
   // The slots first (pages taken, positions and counts recorded), then every page's run written
   // in one op (one launch on a GPU, not two per page). Should a page run out part-way, the tokens
@@ -238,7 +242,7 @@ StatusOr<ops::KvSlot> SequenceKv::AppendDecodeSlot(int layer, int32_t position) 
   ops::KvSlot slot;
   slot.k = static_cast<char*>(p.Keys(page.id)) + offset;
   slot.v = static_cast<char*>(p.Values(page.id)) + offset;
-  slot.kind = p.dtype() == DType::kF32 ? ops::KvSlotKind::kF32 : ops::KvSlotKind::kF16;
+  slot.kind = SlotKindOf(p.dtype());
   l.slot_positions[static_cast<size_t>(open) * page_tokens_ + page.num_tokens] = position;
   ++page.num_tokens;
   ++l.num_tokens;

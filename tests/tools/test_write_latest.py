@@ -15,7 +15,7 @@ the two rows it names, recomputed here from the files; decode compared at the sa
 batch only (batch 16 at 4096, not the 1024-context row beside it); a key whose row is missing
 (decode at batch 64 on our side) or not finite left out, its stale value removed and the key
 named on stderr; keys of reports not given kept; the eval minimum over the policies that
-measured agreement. And torch_peer.py's row-name constants equal write_latest.py's (read from
+measured agreement. And both scripts take the peer's row names from bench/gpu/peer_rows.py (read from
 its source: no torch needed).
 """
 
@@ -219,7 +219,8 @@ with tempfile.TemporaryDirectory() as d:
           r.stderr)
 
 
-# torch_peer.py's row names, read from its source (it imports torch; this test must not).
+# The peer's row names live in one module that both scripts import (read from the sources:
+# torch_peer.py imports torch, this test must not).
 def constants(path):
     tree = ast.parse(open(path).read())
     return {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
@@ -227,13 +228,19 @@ def constants(path):
             and isinstance(n.value, ast.Constant)}
 
 
-peer_names = constants(os.path.join(ROOT, "bench", "gpu", "torch_peer.py"))
-writer_names = constants(WRITER)
-check("torch_peer.py names its rows with constants", len(peer_names) >= 6, str(peer_names))
-check("write_latest.py reads torch_peer.py's row names",
-      all(writer_names.get(k) == v for k, v in peer_names.items()),
-      str({k: (v, writer_names.get(k)) for k, v in peer_names.items()
-           if writer_names.get(k) != v}))
+def imported_rows(path):
+    tree = ast.parse(open(path).read())
+    return {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "peer_rows"
+            for a in n.names}
+
+
+row_names = constants(os.path.join(ROOT, "bench", "gpu", "peer_rows.py"))
+check("peer_rows.py names the peer's rows", len(row_names) >= 6, str(row_names))
+for script in ("torch_peer.py", "write_latest.py"):
+    path = os.path.join(ROOT, "bench", "gpu", script)
+    check(f"{script} takes every row name from peer_rows.py and defines none itself",
+          imported_rows(path) == set(row_names) and not constants(path),
+          f"imports {sorted(imported_rows(path))}, defines {sorted(constants(path))}")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

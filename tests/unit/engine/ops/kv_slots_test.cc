@@ -19,6 +19,12 @@
 namespace framezip::engine::test {
 namespace {
 
+// Element e of a page buffer (f32 or f16) on the host, as f64.
+double ValueAt(const Tensor& t, int64_t e) {
+  return t.dtype() == DType::kF32 ? double{t.data<float>()[e]}
+                                  : double{F16ToF32(t.data<Float16>()[e])};
+}
+
 TEST_CASE("WriteKvSlots stores each row in its slot, f32 exactly and f16 rounded, on every device",
           "[unit][engine][ops][devices]") {
   std::mt19937_64 rng(testing::TestSeed());
@@ -59,26 +65,22 @@ TEST_CASE("WriteKvSlots stores each row in its slot, f32 exactly and f16 rounded
       const Tensor got_k = *keys.To(Device::Cpu()), got_v = *values.To(Device::Cpu());
       const std::vector<double> want_k = RoundedTo(k.values, page_dtype);
       const std::vector<double> want_v = RoundedTo(v.values, page_dtype);
-      auto value_at = [&](const Tensor& t, int64_t e) -> double {
-        return page_dtype == DType::kF32 ? double{t.data<float>()[e]}
-                                         : double{F16ToF32(t.data<Float16>()[e])};
-      };
       std::vector<bool> written(static_cast<size_t>(slots_per_page * rows), false);
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t slot = order[static_cast<size_t>(i)];
         written[static_cast<size_t>(slot)] = true;
         for (int64_t c = 0; c < channels; ++c) {
           CAPTURE(i, slot, c);
-          REQUIRE(value_at(got_k, slot * channels + c) ==
+          REQUIRE(ValueAt(got_k, slot * channels + c) ==
                   want_k[static_cast<size_t>(i * channels + c)]);
-          REQUIRE(value_at(got_v, slot * channels + c) ==
+          REQUIRE(ValueAt(got_v, slot * channels + c) ==
                   want_v[static_cast<size_t>(i * channels + c)]);
         }
       }
       for (int64_t slot = 0; slot < slots_per_page * rows; ++slot) {
         if (written[static_cast<size_t>(slot)]) continue;
         CAPTURE(slot);
-        REQUIRE(std::isnan(value_at(got_k, slot * channels)));  // still the poison
+        REQUIRE(std::isnan(ValueAt(got_k, slot * channels)));  // still the poison
       }
     });
   }
@@ -133,10 +135,6 @@ TEST_CASE("WriteKvPageRuns stores runs of rows in page slots exactly on every de
       const Tensor got_k = *keys.To(Device::Cpu()), got_v = *values.To(Device::Cpu());
       const std::vector<double> want_k = RoundedTo(k.values, page_dtype);
       const std::vector<double> want_v = RoundedTo(v.values, page_dtype);
-      auto value_at = [&](const Tensor& t, int64_t e) -> double {
-        return page_dtype == DType::kF32 ? double{t.data<float>()[e]}
-                                         : double{F16ToF32(t.data<Float16>()[e])};
-      };
       for (int64_t r = 0; r < num_runs; ++r) {
         const ops::KvPageRun& run = runs[static_cast<size_t>(r)];
         const int64_t slot0 = starts[static_cast<size_t>(r)];
@@ -144,12 +142,12 @@ TEST_CASE("WriteKvPageRuns stores runs of rows in page slots exactly on every de
           for (int64_t c = 0; c < channels; ++c) {
             CAPTURE(r, t, c);
             const size_t want_at = static_cast<size_t>((run.src_row + t) * channels + c);
-            REQUIRE(value_at(got_k, (slot0 + t) * channels + c) == want_k[want_at]);
-            REQUIRE(value_at(got_v, (slot0 + t) * channels + c) == want_v[want_at]);
+            REQUIRE(ValueAt(got_k, (slot0 + t) * channels + c) == want_k[want_at]);
+            REQUIRE(ValueAt(got_v, (slot0 + t) * channels + c) == want_v[want_at]);
           }
         }
         // The slots after the run's own stay as they were.
-        REQUIRE(std::isnan(value_at(got_k, (slot0 + run.rows) * channels)));
+        REQUIRE(std::isnan(ValueAt(got_k, (slot0 + run.rows) * channels)));
       }
     });
   }
