@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "media/anyres_tiles.h"
 #include "media/av_input.h"
 #include "media/deadline.h"
 #include "media/file_access.h"
@@ -309,15 +310,25 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
     FZ_ASSIGN_OR_RETURN(const RgbImage image,
                         internal::DecodeStillImage(bytes.view, sniff, limits));
     out.info = ImageInfo(sniff, image.width, image.height);
-    const auto [h, w] = PreprocessedSize(preprocess, image.width, image.height);
-    FZ_RETURN_IF_ERROR(CheckOutputSize(1, h, w, limits));
-    out.frames.num_frames = 1;
-    out.frames.height = h;
-    out.frames.width = w;
-    out.frames.data.resize(out.frames.FrameSize());
-    PreprocessImage(image.View(), preprocess, h, w, out.frames.data.data());
-    out.timestamps_s = {0.0};
-    out.targets_s = {0.0};
+    if (preprocess.anyres_pinpoints.empty()) {
+      const auto [h, w] = PreprocessedSize(preprocess, image.width, image.height);
+      FZ_RETURN_IF_ERROR(CheckOutputSize(1, h, w, limits));
+      out.frames.num_frames = 1;
+      out.frames.height = h;
+      out.frames.width = w;
+      out.frames.data.resize(out.frames.FrameSize());
+      PreprocessImage(image.View(), preprocess, h, w, out.frames.data.data());
+    } else {
+      const AnyresTiling tiling = PlanAnyresTiles(preprocess, image.width, image.height);
+      FZ_RETURN_IF_ERROR(CheckOutputSize(tiling.num_frames(), tiling.tile, tiling.tile, limits));
+      out.frames.num_frames = tiling.num_frames();
+      out.frames.height = out.frames.width = tiling.tile;
+      out.frames.data.resize(out.frames.FrameSize() * static_cast<size_t>(tiling.num_frames()));
+      PreprocessAnyresImage(image.View(), preprocess, tiling, out.frames.data.data());
+    }
+    // Every tile of an image is the image at t = 0.
+    out.timestamps_s.assign(static_cast<size_t>(out.frames.num_frames), 0.0);
+    out.targets_s = out.timestamps_s;
   } else {
     FZ_ASSIGN_OR_RETURN(auto decoder, internal::VideoDecoder::Open(src.bytes, limits, &deadline));
     out.info = decoder->info();

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "media/content_hash.h"
@@ -104,7 +105,15 @@ struct PreprocessSpec {
   std::array<float, 3> mean = {0.5f, 0.5f, 0.5f};  // in RGB order
   std::array<float, 3> std = {0.5f, 0.5f, 0.5f};   // in RGB order
   ChannelOrder channel_order = ChannelOrder::kRgb;
+  // Still images only: LLaVA-OneVision's anyres tiles (media/anyres_tiles.h), candidate canvases
+  // as (height, width) pixels. An image then gives 1 + tiles frames of height x width: the whole
+  // image first, then the canvas's tiles row-major. Needs kExact with height == width (the tile
+  // side) and every canvas a multiple of it; no pad_to_square or crop. Empty: one frame.
+  std::vector<std::pair<int64_t, int64_t>> anyres_pinpoints;
 };
+
+// The most anyres canvases a spec may list (LLaVA-OneVision's own list has 36).
+inline constexpr size_t kMaxAnyresPinpoints = 256;
 
 // What a request may cost. Exceeding one is an error naming the limit, the value and the limit.
 // Defaults suit a server taking uploads up to a two-hour 4K lecture.

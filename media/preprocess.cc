@@ -61,6 +61,27 @@ Status ValidatePreprocessSpec(const PreprocessSpec& spec) {
     FZ_RETURN_IF_ERROR(check_side("crop_height", spec.crop_height));
     FZ_RETURN_IF_ERROR(check_side("crop_width", spec.crop_width));
   }
+  if (!spec.anyres_pinpoints.empty()) {
+    if (spec.resize != ResizeMode::kExact || spec.height != spec.width || spec.pad_to_square ||
+        spec.crop_height != 0 || spec.crop_width != 0) {
+      return InvalidArgumentError(
+          "preprocess anyres_pinpoints need an exact square resize (height = width, the tile "
+          "side) without pad_to_square or crop");
+    }
+    if (spec.anyres_pinpoints.size() > kMaxAnyresPinpoints) {
+      return InvalidArgumentError("preprocess anyres_pinpoints has {} entries; the limit is {}",
+                                  spec.anyres_pinpoints.size(), kMaxAnyresPinpoints);
+    }
+    for (const auto& [h, w] : spec.anyres_pinpoints) {
+      if (h < 1 || w < 1 || h > kMaxSide || w > kMaxSide || h % spec.height != 0 ||
+          w % spec.height != 0) {
+        return InvalidArgumentError(
+            "preprocess anyres_pinpoints entry [{}, {}] is not a multiple of the tile side {} in "
+            "[1, {}]",
+            h, w, spec.height, kMaxSide);
+      }
+    }
+  }
   if (!std::isfinite(spec.rescale_factor)) {
     return InvalidArgumentError("preprocess rescale_factor is not finite");
   }

@@ -123,6 +123,12 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   // Visual tokens as the engine expands them (LLaVA-OneVision video: the patch grid pooled 2x2
   // per frame plus one newline per video; images: the selected patches plus a newline).
   m.vision.tokens_per_image = static_cast<uint32_t>(engine::vision::BaseImageTokenCount(c));
+  if (TilesImage(c, /*sole_image=*/true)) {
+    m.vision.sole_image_tokens = [c, base = m.vision.tokens_per_image](uint32_t h, uint32_t w) {
+      const StatusOr<int64_t> n = engine::vision::AnyresImageTokenCount(c, h, w);
+      return n.ok() ? static_cast<uint32_t>(*n) : base;
+    };
+  }
   StatusOr<int64_t> one_frame = engine::vision::VideoTokenCount(c, 1);
   StatusOr<int64_t> two_frames = engine::vision::VideoTokenCount(c, 2);
   if (one_frame.ok() && two_frames.ok()) {
@@ -181,8 +187,22 @@ StatusOr<PreparedTurn> EngineBackend::Prepare(const TurnRequest& request, KvRese
 Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_new, Sequence& seq,
                                      PreparedTurn& turn) {
   const auto t0 = Clock::now();
-  const media::PreprocessSpec spec =
+  // An image is tiled (anyres) when it is the only one of the turn's new messages, as the
+  // processor tiles the only image of a sample (server/preprocess_spec.h).
+  size_t images = 0;
+  for (size_t i = first_new; i < request.messages.size(); ++i) {
+    for (const ContentPart& part : request.messages[i].content) {
+      if (part.media_id.empty()) continue;
+      auto it = std::find_if(request.media.begin(), request.media.end(),
+                             [&](const MediaInfo& mi) { return mi.media_id == part.media_id; });
+      if (it != request.media.end() && it->kind == MediaKind::kImage) ++images;
+    }
+  }
+  const bool sole_image = images == 1;
+  const media::PreprocessSpec video_spec =
       PreprocessSpecFor(engine_->preprocessor(), engine_->image_size());
+  const media::PreprocessSpec image_spec =
+      ImagePreprocessSpecFor(engine_->preprocessor(), engine_->config(), sole_image);
   for (size_t i = first_new; i < request.messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
     rt::Message out;
@@ -200,6 +220,8 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       const std::filesystem::path path(it->path);
       // The sampling and limits the upload was validated with, so this decode does not fail
       // where the upload passed; in the media workers.
+      const bool image = it->kind == MediaKind::kImage;
+      const media::PreprocessSpec& spec = image ? image_spec : video_spec;
       const media::FrameSamplingSpec sampling = ChatSampling(*it);
       media::MediaLimits limits = media_limits_;
       limits.max_frames = std::max(limits.max_frames, sampling.num_frames);
@@ -216,11 +238,18 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       std::copy(fb.data.begin(), fb.data.end(), pixels.data<float>());
       seq.media_hashes_.push_back(MediaHashBytes(it->content_hash));
       rt::VisualInput visual;
-      visual.kind = it->kind == MediaKind::kImage ? rt::VisualInput::Kind::kImage
-                                                  : rt::VisualInput::Kind::kVideo;
+      visual.kind = image ? rt::VisualInput::Kind::kImage : rt::VisualInput::Kind::kVideo;
       visual.pixels = std::move(pixels);
+      if (image && TilesImage(engine_->config(), sole_image)) {
+        visual.original_height = decoded->info.height;
+        visual.original_width = decoded->info.width;
+      }
       out.visuals.push_back(std::move(visual));
-      turn.visual_tokens_before_pruning += it->visual_tokens;
+      // The upload counted an image as its turn's only one (tiled); one of several is one tile.
+      turn.visual_tokens_before_pruning +=
+          image && !TilesImage(engine_->config(), sole_image)
+              ? static_cast<uint32_t>(engine::vision::BaseImageTokenCount(engine_->config()))
+              : it->visual_tokens;
     }
     seq.messages_.push_back(std::move(out));
   }

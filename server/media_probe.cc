@@ -85,7 +85,10 @@ void PlanFrames(const FrameSpec& frames, const VisionDescription& vision, uint32
   info.frame_timestamps.clear();
   if (info.kind == MediaKind::kImage) {
     info.frame_timestamps.push_back(0);
-    info.visual_tokens = vision.tokens_per_image;
+    // An upload does not know its turn: counted as a turn's only image, the larger count.
+    info.visual_tokens = vision.sole_image_tokens
+                             ? vision.sole_image_tokens(info.height, info.width)
+                             : vision.tokens_per_image;
     return;
   }
   const double start = std::max(0.0, frames.start_seconds);

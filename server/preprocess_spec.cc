@@ -19,4 +19,27 @@ media::PreprocessSpec PreprocessSpecFor(const engine::model::PreprocessorConfig&
   return spec;
 }
 
+bool TilesImage(const engine::model::LlavaConfig& config, bool sole_image) {
+  return sole_image && config.arch == engine::model::LlavaArch::kLlavaOnevision;
+}
+
+media::PreprocessSpec ImagePreprocessSpecFor(const engine::model::PreprocessorConfig& pre,
+                                             const engine::model::LlavaConfig& config,
+                                             bool sole_image) {
+  media::PreprocessSpec spec = PreprocessSpecFor(pre, config.vision.image_size);
+  if (config.arch != engine::model::LlavaArch::kLlavaOnevision) return spec;
+  if (TilesImage(config, sole_image)) {
+    // The processor's own pinpoints first, as the chat template counts tokens with them.
+    spec.anyres_pinpoints =
+        !pre.image_grid_pinpoints.empty() ? pre.image_grid_pinpoints : config.image_grid_pinpoints;
+    return spec;
+  }
+  // pad_to_square's background: tuple(int(x * 255) for x in image_mean).
+  spec.pad_to_square = true;
+  for (int c = 0; c < 3; ++c)
+    spec.pad_rgb[c] =
+        static_cast<uint8_t>(255.0 * (pre.image_mean.size() == 3 ? pre.image_mean[c] : 0.0));
+  return spec;
+}
+
 }  // namespace framezip::server

@@ -15,4 +15,16 @@ namespace framezip::server {
 media::PreprocessSpec PreprocessSpecFor(const engine::model::PreprocessorConfig& pre,
                                         int64_t image_size);
 
+// The spec of a still image, as transformers' LlavaOnevisionImageProcessor prepares it: an image
+// that is the only one of its turn (`sole_image`) is cut into anyres tiles (base tile first; the
+// engine needs its original size to reassemble them); each image of a turn with several is padded
+// to a square of the mean colour and sent as one tile. Other architectures take one tile as
+// PreprocessSpecFor does.
+media::PreprocessSpec ImagePreprocessSpecFor(const engine::model::PreprocessorConfig& pre,
+                                             const engine::model::LlavaConfig& config,
+                                             bool sole_image);
+
+// Whether ImagePreprocessSpecFor tiles the image (and the engine then needs its original size).
+bool TilesImage(const engine::model::LlavaConfig& config, bool sole_image);
+
 }  // namespace framezip::server

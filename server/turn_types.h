@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -181,6 +182,9 @@ struct VisionDescription {
   uint32_t tokens_per_video_frame = 0;
   uint32_t tokens_per_video = 0;  // per video besides its frames (LLaVA-OneVision's newline)
   uint32_t tokens_per_image = 0;
+  // Tokens of an image of (height, width) original pixels that is the only one of its turn, which
+  // LLaVA-OneVision cuts into anyres tiles (server/preprocess_spec.h); unset: tokens_per_image.
+  std::function<uint32_t(uint32_t height, uint32_t width)> sole_image_tokens = nullptr;
   uint32_t default_num_frames = 0;
 };
 

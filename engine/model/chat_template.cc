@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/anyres_canvas.h"
 #include "engine/model/json_util.h"
 
 namespace framezip::engine::model {
@@ -204,26 +205,6 @@ VisualTokenLayout VisualTokenLayout::ForModel(const LlavaConfig& config,
     l.fixed_image_tokens = g * g + (config.vision.has_class_embedding() ? 1 : 0);
   }
   return l;
-}
-
-std::pair<int64_t, int64_t> SelectBestResolution(
-    int64_t height, int64_t width, std::span<const std::pair<int64_t, int64_t>> pinpoints) {
-  std::pair<int64_t, int64_t> best{0, 0};
-  int64_t best_eff = 0;
-  double best_waste = INFINITY;
-  for (auto [h, w] : pinpoints) {
-    const double scale = std::min(static_cast<double>(w) / width, static_cast<double>(h) / height);
-    const auto dw = static_cast<int64_t>(width * scale);
-    const auto dh = static_cast<int64_t>(height * scale);
-    const int64_t eff = std::min(dw * dh, width * height);
-    const double waste = static_cast<double>(h * w - eff);
-    if (eff > best_eff || (eff == best_eff && waste < best_waste)) {
-      best_eff = eff;
-      best_waste = waste;
-      best = {h, w};
-    }
-  }
-  return best;
 }
 
 int64_t NumImageTokens(const VisualTokenLayout& l, int64_t height, int64_t width,

@@ -94,11 +94,6 @@ struct VisualTokenLayout {
   static VisualTokenLayout ForModel(const LlavaConfig& config, const PreprocessorConfig& pre);
 };
 
-// transformers' select_best_resolution: the pinpoint (height, width) that keeps the most
-// effective pixels of an (h, w) image, least waste on ties, first on exact ties.
-std::pair<int64_t, int64_t> SelectBestResolution(
-    int64_t height, int64_t width, std::span<const std::pair<int64_t, int64_t>> pinpoints);
-
 // Placeholder tokens for one image of original size (height, width); `multi_image_sample` when
 // its prompt has several images given as a nested list (single-tile path: tokens_per_tile + 1).
 int64_t NumImageTokens(const VisualTokenLayout& layout, int64_t height, int64_t width,

@@ -6,7 +6,7 @@
 #include <limits>
 #include <tuple>
 
-#include "engine/model/chat_template.h"
+#include "common/anyres_canvas.h"
 
 namespace framezip::engine::vision {
 
@@ -39,9 +39,10 @@ StatusOr<std::pair<int64_t, int64_t>> SelectBestResolution(
     return InvalidArgumentError("anyres: image size {}x{} must be positive", height, width);
   }
   if (pinpoints.empty()) return InvalidArgumentError("anyres: image_grid_pinpoints is empty");
-  // One implementation of transformers' select_best_resolution, shared with the chat template's
-  // token counting, so placeholder counts and tile layouts can never disagree.
-  return model::SelectBestResolution(height, width, pinpoints);
+  // One implementation of transformers' select_best_resolution (common/anyres_canvas.h), shared
+  // with the chat template's token counting and the media stage's tiling, so placeholder counts,
+  // tiles and feature layouts can never disagree.
+  return framezip::SelectBestResolution(height, width, pinpoints);
 }
 
 StatusOr<AnyresLayout> ComputeAnyresLayout(const model::LlavaConfig& config, int64_t height,

@@ -162,6 +162,11 @@ std::vector<uint8_t> EncodeRequest(const WorkRequest& q) {
   for (float m : p.mean) w.Put(m);
   for (float s : p.std) w.Put(s);
   w.Put(static_cast<uint8_t>(p.channel_order));
+  w.Put<uint32_t>(static_cast<uint32_t>(p.anyres_pinpoints.size()));
+  for (const auto& [height, width] : p.anyres_pinpoints) {
+    w.Put<int32_t>(static_cast<int32_t>(height));
+    w.Put<int32_t>(static_cast<int32_t>(width));
+  }
   const MediaLimits& l = q.limits;
   w.Put<int64_t>(l.max_bytes);
   w.Put<double>(l.max_duration_s);
@@ -211,6 +216,12 @@ StatusOr<WorkRequest> DecodeRequest(std::span<const uint8_t> bytes) {
     const uint8_t order = r.Get<uint8_t>();
     if (!EnumInRange(order, ChannelOrder::kBgr)) r.Fail("unknown channel order");
     p.channel_order = static_cast<ChannelOrder>(order);
+    const uint32_t pinpoints = r.Get<uint32_t>();
+    if (pinpoints > kMaxAnyresPinpoints) r.Fail("too many anyres pinpoints");
+    for (uint32_t i = 0; r.ok() && i < pinpoints; ++i) {
+      const int32_t h = r.Get<int32_t>();
+      p.anyres_pinpoints.emplace_back(h, r.Get<int32_t>());
+    }
     MediaLimits& l = q.limits;
     l.max_bytes = r.Get<int64_t>();
     l.max_duration_s = r.Get<double>();

@@ -26,7 +26,7 @@
 namespace framezip::media::worker {
 
 inline constexpr uint32_t kWireMagic = 0x574d5a46;  // "FZMW"
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 // Largest message either side accepts.
 inline constexpr size_t kMaxMessageBytes = 256 * 1024;
 inline constexpr size_t kMaxWireString = 4096;

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -366,6 +367,69 @@ std::string HealthOf(const server::VideoChatServer& server, const std::string& s
   const grpc::Status status = stub->Check(&context, request, &response);
   if (!status.ok()) return "error: " + status.error_message();
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+// tools/golden/gen_image_turn_golden.py: one PNG, the shipped model's question about it, and what
+// transformers' processor and model made of them.
+nlohmann::json ImageTurnGolden() {
+  std::ifstream in(SourceDir() / "tests/data/golden/framezip-tiny-video-image/turn.json");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+TEST_CASE("real model: a single image is cut into anyres tiles and answered as transformers does",
+          "[integration][server][golden]") {
+  const nlohmann::json golden = ImageTurnGolden();
+  auto server = StartRealServer(RealModelConfig());
+  ChatClient client(StubFor(*server));
+  v1::CreateSessionRequest request;  // no system prompt: the golden's prompt has none
+  request.mutable_sampling()->set_temperature(0);
+  request.mutable_sampling()->set_max_tokens(8);
+  v1::Session session;
+  REQUIRE(client.CreateSession(request, &session).error_message() == "");
+  v1::Media media;
+  const grpc::Status uploaded =
+      client.Upload(session.session_id(),
+                    ReadAll(SourceDir() / "tests/data/golden/framezip-tiny-video-image/input.png"),
+                    &media, std::nullopt, 64 * 1024, "image/png");
+  REQUIRE(uploaded.error_message() == "");
+  CHECK(media.kind() == v1::MEDIA_KIND_IMAGE);
+  // The upload plans the tiles' placeholders (base tile, unpadded grid, a newline per row), not
+  // one base-resolution tile's.
+  CHECK(media.visual_tokens() == golden["image_tokens"].get<uint32_t>());
+
+  const TurnResult r = client.Ask(session.session_id(), golden["question"].get<std::string>());
+  INFO(r.status.error_message());
+  REQUIRE(r.status.ok());
+  REQUIRE(r.stats);
+  CHECK(r.stats->prompt_tokens() == golden["input_ids"].size());
+  CHECK(r.stats->visual_tokens_before_pruning() == golden["image_tokens"].get<uint32_t>());
+  // The reply's first token has a margin of several logits in the golden (greedy_margins); the
+  // answer is the item's.
+  CHECK(golden["greedy_margins"][0].get<double>() > 1.0);
+  CHECK(r.text == golden["reply_text"].get<std::string>());
+
+  // Two images in one turn: each padded to a square and sent as one tile, as the processor does
+  // for a multi-image sample (GetModelInfo's tokens_per_image each).
+  v1::Session two;
+  REQUIRE(client.CreateSession(request, &two).error_message() == "");
+  const std::string png =
+      ReadAll(SourceDir() / "tests/data/golden/framezip-tiny-video-image/input.png");
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(client.Upload(two.session_id(), png, &media, std::nullopt, 64 * 1024, "image/png")
+                .error_message() == "");
+  }
+  v1::ModelInfo info;
+  grpc::ClientContext info_context;
+  REQUIRE(StubFor(*server)->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  const TurnResult both = client.Ask(two.session_id(), "What color is the cross?");
+  INFO(both.status.error_message());
+  REQUIRE(both.status.ok());
+  REQUIRE(both.stats);
+  CHECK(both.stats->visual_tokens_before_pruning() == 2 * info.vision().tokens_per_image());
+  CHECK(both.stats->prompt_tokens() ==
+        golden["input_ids"].size() - golden["image_tokens"].get<uint32_t>() +
+            2 * info.vision().tokens_per_image() + 1);
 }
 
 TEST_CASE("real model: a 426x240 clip and a 2x2 clip decode in the workers and get answers",

@@ -82,15 +82,21 @@ int RunRun(const std::vector<std::string>& args) {
 
   engine::runtime::Message message;
   message.text = prompt;
-  if (!video.empty() || !image.empty()) {
+  if (!video.empty()) {
     const auto spec = server::PreprocessSpecFor((*eng)->preprocessor(), (*eng)->image_size());
-    auto pixels = DecodeVideoFrames(video.empty() ? image : video, video.empty() ? 1 : frames, spec);
-    if (!pixels.ok()) return fail(Annotate(pixels.status(), "decoding the media"));
+    auto pixels = DecodeVideoFrames(video, frames, spec);
+    if (!pixels.ok()) return fail(Annotate(pixels.status(), "decoding the video"));
     engine::runtime::VisualInput v;
-    v.kind = video.empty() ? engine::runtime::VisualInput::Kind::kImage
-                           : engine::runtime::VisualInput::Kind::kVideo;
+    v.kind = engine::runtime::VisualInput::Kind::kVideo;
     v.pixels = *pixels;
     message.visuals.push_back(v);
+  } else if (!image.empty()) {
+    // The prompt's only image: anyres tiles, as the model's processor cuts them.
+    const auto spec = server::ImagePreprocessSpecFor((*eng)->preprocessor(), (*eng)->config(),
+                                                     /*sole_image=*/true);
+    auto input = DecodeImageInput(image, spec);
+    if (!input.ok()) return fail(Annotate(input.status(), "decoding the image"));
+    message.visuals.push_back(*std::move(input));
   }
   auto conv = (*eng)->NewConversation();
   if (!conv.ok()) return fail(conv.status());

@@ -12,7 +12,7 @@ Writes to tests/data/golden/media/:
 The C++ test (tests/unit/media/preprocess_golden_test.cc) runs media's preprocessing on the same
 PNGs with the matching PreprocessSpec and compares within 1e-2 per value.
 
-Sizes are small (32x32 outputs, a few KB each) so the committed goldens stay well under 500 KB;
+Sizes are small (32x32 outputs, at most ten tiles per case) so the committed goldens stay under 1 MB;
 the arithmetic is the same at 384x384. Each image is chosen to hit one path: downscaling
 (antialiased support), upscaling, and non-square aspect ratios for CLIP's shortest-edge + crop.
 """
@@ -26,7 +26,8 @@ from PIL import Image
 import torch
 import torchvision
 import transformers
-from transformers import (CLIPImageProcessor, CLIPImageProcessorPil, LlavaOnevisionVideoProcessor,
+from transformers import (CLIPImageProcessor, CLIPImageProcessorPil, LlavaOnevisionImageProcessor,
+                          LlavaOnevisionImageProcessorPil, LlavaOnevisionVideoProcessor,
                           SiglipImageProcessor, SiglipImageProcessorPil)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -98,6 +99,31 @@ def main():
                   "backend": "torchvision", "args": video_args,
                   "inputs": [f"inputs/video_frame{i}.png" for i in range(4)],
                   **save("llava_onevision_video.f32", pv)})
+
+    # LLaVA-OneVision's anyres tiles of a single image (base tile first, then the canvas's tiles
+    # row-major), with 32-pixel tiles and canvases of up to 3x3 tiles like the real 384-pixel
+    # list. Two more images, made after the video so the earlier inputs keep their bytes: one
+    # much larger than any canvas (downscaled to fit) and one tall.
+    for name, (w, h) in (("large_150x110", (150, 110)), ("tall_40x100", (40, 100))):
+        Image.fromarray(make_image(rng, w, h)).save(OUT / "inputs" / f"{name}.png")
+        loaded[name] = np.array(Image.open(OUT / "inputs" / f"{name}.png").convert("RGB"))
+    anyres_args = dict(size={"height": 32, "width": 32}, image_mean=SIGLIP_MEAN,
+                       image_std=SIGLIP_MEAN,
+                       image_grid_pinpoints=[[32 * h, 32 * w] for h in (1, 2, 3) for w in (1, 2, 3)])
+    # Every image through the default (torchvision) backend; one through the PIL one, whose
+    # resampling the SigLIP cases above already cover.
+    for backend, cls, names in (("torchvision", LlavaOnevisionImageProcessor, list(loaded)),
+                                ("pil", LlavaOnevisionImageProcessorPil, ["wide_80x30"])):
+        processor = cls(**anyres_args)
+        for name in names:
+            img = loaded[name]
+            out = processor(images=Image.fromarray(img), return_tensors="np")
+            pv = out["pixel_values"][0]  # [1 + tiles, 3, 32, 32]
+            assert [int(x) for x in out["image_sizes"][0]] == list(img.shape[:2])
+            cases.append({"name": f"anyres_{backend}_{name}", "processor": type(processor).__name__,
+                          "backend": backend, "args": anyres_args,
+                          "inputs": [f"inputs/{name}.png"],
+                          **save(f"anyres_{backend}_{name}.f32", pv)})
 
     manifest = {
         "generator": "tools/golden/gen_media_goldens.py",

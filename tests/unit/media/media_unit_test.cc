@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "media/anyres_tiles.h"
 #include "media/file_access.h"
 #include "media/frame_sampling.h"
 #include "media/media.h"
@@ -167,6 +168,80 @@ TEST_CASE("preprocessing arithmetic: normalize, channel order, pad, crop", "[uni
   PreprocessImage(img.View(), crop, 2, 2, c.data());
   CHECK(c[0] == 10);
   CHECK(c[1] == 200);
+}
+
+TEST_CASE("anyres tiling: canvas, fitted size, centred padding, tile order", "[unit][media]") {
+  PreprocessSpec spec;
+  spec.height = spec.width = 4;
+  spec.rescale_factor = 1.0;
+  spec.mean = {0, 0, 0};
+  spec.std = {1, 1, 1};
+  spec.anyres_pinpoints = {{4, 4}, {4, 8}, {8, 4}, {8, 8}};
+  REQUIRE(ValidatePreprocessSpec(spec).ok());
+  // 6 wide x 2 tall: the 4x8 canvas keeps the most pixels; the width limits the scale (8/6), so
+  // the height is ceil(2 * 8/6) = 3 and one row of padding goes below (divmod: the odd one down).
+  const AnyresTiling t = PlanAnyresTiles(spec, 6, 2);
+  CHECK(t.canvas_height == 4);
+  CHECK(t.canvas_width == 8);
+  CHECK(t.resized_height == 3);
+  CHECK(t.resized_width == 8);
+  CHECK(t.tiles_down == 1);
+  CHECK(t.tiles_across == 2);
+  CHECK(t.num_frames() == 3);
+
+  // Left half red (200, 0, 0), right half blue (0, 0, 100): after the fit, the first tile is red
+  // and the second blue down to row 2, and row 3 of both is the zero padding.
+  RgbImage img;
+  img.width = 6;
+  img.height = 2;
+  for (int y = 0; y < 2; ++y) {
+    for (int x = 0; x < 6; ++x) {
+      const uint8_t px[3] = {static_cast<uint8_t>(x < 3 ? 200 : 0), 0,
+                             static_cast<uint8_t>(x < 3 ? 0 : 100)};
+      img.pixels.insert(img.pixels.end(), px, px + 3);
+    }
+  }
+  std::vector<float> out(static_cast<size_t>(t.num_frames()) * 3 * 4 * 4, -1.f);
+  PreprocessAnyresImage(img.View(), spec, t, out.data());
+  auto at = [&](int frame, int c, int y, int x) { return out[((frame * 3 + c) * 4 + y) * 4 + x]; };
+  CHECK(at(1, 0, 0, 0) == 200);  // tile 1, red plane, top-left
+  CHECK(at(1, 2, 1, 1) == 0);
+  CHECK(at(2, 2, 1, 3) == 100);  // tile 2, blue plane
+  CHECK(at(2, 0, 1, 3) == 0);
+  for (int frame : {1, 2}) {
+    for (int x = 0; x < 4; ++x) CHECK(at(frame, 0, 3, x) + at(frame, 2, 3, x) == 0);
+  }
+  // The base tile is the whole image squashed to 4x4: red on the left, blue on the right.
+  CHECK(at(0, 0, 0, 0) > 150);
+  CHECK(at(0, 2, 3, 3) > 75);
+
+  // A tall image: 2 wide x 6 tall goes on the 8x4 canvas, 8 rows by ceil(2 * 8/6) = 3 columns,
+  // and its one column of padding goes right (divmod(4 - 3, 2) = (0, 1)).
+  const AnyresTiling tall = PlanAnyresTiles(spec, 2, 6);
+  CHECK(tall.canvas_height == 8);
+  CHECK(tall.canvas_width == 4);
+  CHECK(tall.resized_width == 3);
+  CHECK(tall.num_frames() == 3);
+}
+
+TEST_CASE("anyres specs are refused unless square exact tiles divide every canvas",
+          "[unit][media]") {
+  PreprocessSpec spec;
+  spec.height = spec.width = 32;
+  spec.anyres_pinpoints = {{32, 64}, {64, 32}};
+  CHECK(ValidatePreprocessSpec(spec).ok());
+  PreprocessSpec bad = spec;
+  bad.anyres_pinpoints.push_back({48, 32});
+  CHECK_THAT(MessageOf(ValidatePreprocessSpec(bad)), Catch::Contains("[48, 32]"));
+  bad = spec;
+  bad.width = 16;
+  CHECK_THAT(MessageOf(ValidatePreprocessSpec(bad)), Catch::Contains("anyres_pinpoints"));
+  bad = spec;
+  bad.pad_to_square = true;
+  CHECK(ValidatePreprocessSpec(bad).code() == absl::StatusCode::kInvalidArgument);
+  bad = spec;
+  bad.anyres_pinpoints.assign(kMaxAnyresPinpoints + 1, {32, 32});
+  CHECK_THAT(MessageOf(ValidatePreprocessSpec(bad)), Catch::Contains("limit"));
 }
 
 TEST_CASE("resampling: identity at the same size, constant images stay constant", "[unit][media]") {

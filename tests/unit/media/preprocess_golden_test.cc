@@ -1,10 +1,12 @@
 // media's preprocessing against Hugging Face's own processors (SigLIP and CLIP image processors,
-// torchvision and PIL backends, and the LLaVA-OneVision video processor). Goldens come from
+// torchvision and PIL backends, and the LLaVA-OneVision video processor and its image processor's
+// anyres tiles). Goldens come from
 // tools/golden/gen_media_goldens.py (manifest.json records the versions); inputs are committed
 // PNGs read through media's own image path. Tolerance: 1e-2 per value.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 #include "media/media.h"
 #include "tests/testing/temp_dir.h"
@@ -47,8 +49,9 @@ PreprocessSpec Clip(Resampler r) {
   return s;
 }
 
-// Runs media on one committed input PNG and compares with `golden` starting at `offset`.
-void CompareOne(const std::string& input, const PreprocessSpec& spec,
+// Runs media on one committed input PNG and compares with `golden` starting at `offset`; returns
+// how many floats media produced.
+size_t CompareOne(const std::string& input, const PreprocessSpec& spec,
                 const std::vector<float>& golden, size_t offset) {
   auto decoded = DecodeMedia(MediaSource::FromFile(GoldenDir(), input), {}, spec, {});
   INFO(input << ": " << (decoded.ok() ? "" : MessageOf(decoded.status())));
@@ -69,6 +72,7 @@ void CompareOne(const std::string& input, const PreprocessSpec& spec,
                      << golden[offset + worst] << "), mean " << sum_diff / got.size());
   CHECK(max_diff <= 1e-2);
   CHECK(sum_diff / static_cast<double>(got.size()) < 1e-3);
+  return got.size();
 }
 
 TEST_CASE("preprocessing matches transformers' SigLIP and CLIP image processors",
@@ -98,6 +102,29 @@ TEST_CASE("preprocessing matches transformers' LLaVA-OneVision video processor",
   for (int f = 0; f < 4; ++f) {
     CompareOne("inputs/video_frame" + std::to_string(f) + ".png", Siglip(Resampler::kTorchvision),
                golden, static_cast<size_t>(f) * 3 * 32 * 32);
+  }
+}
+
+TEST_CASE("anyres tiles match transformers' LLaVA-OneVision image processor", "[golden][media]") {
+  // 32-pixel tiles, canvases of 1..3 x 1..3 tiles (gen_media_goldens.py's image_grid_pinpoints).
+  std::vector<std::pair<int64_t, int64_t>> pinpoints;
+  for (int64_t h = 1; h <= 3; ++h) {
+    for (int64_t w = 1; w <= 3; ++w) pinpoints.emplace_back(32 * h, 32 * w);
+  }
+  // (image, backend, tiles): the base tile plus the chosen canvas's, as the processor emits them.
+  const std::tuple<const char*, const char*, size_t> cases[] = {
+      {"down_67x45", "torchvision", 7},  {"up_19x27", "torchvision", 2},
+      {"wide_80x30", "torchvision", 4},  {"large_150x110", "torchvision", 10},
+      {"tall_40x100", "torchvision", 7}, {"wide_80x30", "pil", 4}};
+  for (const auto& [image, backend, tiles] : cases) {
+    DYNAMIC_SECTION(backend << " " << image) {
+      PreprocessSpec spec = Siglip(std::string(backend) == "pil" ? Resampler::kPil
+                                                                  : Resampler::kTorchvision);
+      spec.anyres_pinpoints = pinpoints;
+      const auto golden = ReadF32(std::string("anyres_") + backend + "_" + image + ".f32");
+      REQUIRE(golden.size() == tiles * 3 * 32 * 32);
+      CHECK(CompareOne(std::string("inputs/") + image + ".png", spec, golden, 0) == golden.size());
+    }
   }
 }
 

@@ -27,6 +27,7 @@ TEST_CASE("media worker messages round-trip", "[unit][media]") {
   q.op = WorkOp::kDecode;
   q.sampling.num_frames = 7;
   q.preprocess.height = 336;
+  q.preprocess.anyres_pinpoints = {{336, 672}, {1008, 336}};
   q.limits.max_frames = 9;
   q.has_content_hash = true;
   q.content_hash[3] = 0xab;
@@ -35,6 +36,7 @@ TEST_CASE("media worker messages round-trip", "[unit][media]") {
   CHECK(back->op == WorkOp::kDecode);
   CHECK(back->sampling.num_frames == 7);
   CHECK(back->preprocess.height == 336);
+  CHECK(back->preprocess.anyres_pinpoints == q.preprocess.anyres_pinpoints);
   CHECK(back->limits.max_frames == 9);
   CHECK(back->content_hash == q.content_hash);
 
