@@ -13,8 +13,8 @@
 #include "engine/core/step_counters.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
-#include "engine/llm/random_weights.h"
 #include "engine/ops/sample.h"
+#include "engine/synthetic/random_decoder_weights.h"
 #include "engine/vision/vision_tower.h"
 
 namespace framezip::benchgpu {

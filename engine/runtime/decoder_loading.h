@@ -8,7 +8,6 @@
 #include "common/status.h"
 #include "engine/core/device.h"
 #include "engine/llm/decoder.h"
-#include "engine/llm/random_weights.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 
@@ -29,13 +28,5 @@ StatusOr<llm::DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights&
 StatusOr<std::unique_ptr<llm::Decoder>> CreateDecoder(const model::TextConfig& config,
                                                       llm::DecoderWeights weights,
                                                       Device device = Device::Cpu());
-
-// The text config of Qwen2-0.5B (llava-onevision-qwen2-0.5b's language model).
-model::TextConfig Qwen2_0_5BConfig();
-
-// Random weights of `config`'s shape (llm::MakeRandomDecoderWeights), with its biases and tying.
-StatusOr<llm::RandomDecoderWeights> MakeRandomDecoderWeights(const model::TextConfig& config,
-                                                             DType dtype, uint64_t seed,
-                                                             float stddev = 0.02f);
 
 }  // namespace framezip::engine::runtime

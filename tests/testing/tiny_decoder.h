@@ -8,14 +8,15 @@
 #include <random>
 
 #include "engine/core/tensor.h"
-#include "engine/llm/random_weights.h"
 #include "engine/model/config.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/synthetic/random_decoder_weights.h"
+#include "engine/synthetic/random_model_weights.h"
 #include "tests/testing/random.h"
 
 namespace framezip::testing {
 
-// Qwen2-0.5B's architecture (engine/llm/random_weights.h) shrunk: 3 layers, hidden 128, MLP 96,
+// Qwen2-0.5B's architecture (engine/synthetic/random_decoder_weights.h) shrunk: 3 layers, hidden 128, MLP 96,
 // 4 query heads over 2 KV heads of 32 channels (int4/int2 pages need 32-channel groups),
 // RoPE θ 1e4.
 inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {

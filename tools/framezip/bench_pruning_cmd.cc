@@ -16,6 +16,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/synthetic/random_model_weights.h"
 #include "tools/bench/bench_report.h"
 #include "tools/framezip/cli_util.h"
 #include "tools/framezip/subcommands.h"

@@ -30,7 +30,7 @@
 
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
-#include "engine/llm/random_weights.h"
+#include "engine/synthetic/random_decoder_weights.h"
 #include "tests/testing/random.h"
 #include "tests/unit/engine/cuda_test_util.h"
 

@@ -5,8 +5,9 @@
 
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
-#include "engine/llm/random_weights.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/synthetic/random_decoder_weights.h"
+#include "engine/synthetic/random_model_weights.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 

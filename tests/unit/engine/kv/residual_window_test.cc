@@ -7,8 +7,9 @@
 #include "engine/compress/policy.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
-#include "engine/llm/random_weights.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/synthetic/random_decoder_weights.h"
+#include "engine/synthetic/random_model_weights.h"
 #include "tests/testing/random.h"
 
 namespace framezip::engine {

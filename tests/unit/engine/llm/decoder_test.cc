@@ -8,10 +8,11 @@
 
 #include "engine/core/half.h"
 #include "engine/core/thread_pool.h"
-#include "engine/llm/random_weights.h"
 #include "engine/ops/gemm_amx.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/runtime/weight_format.h"
+#include "engine/synthetic/random_decoder_weights.h"
+#include "engine/synthetic/random_model_weights.h"
 #include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 

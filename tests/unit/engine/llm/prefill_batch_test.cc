@@ -10,9 +10,10 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
-#include "engine/llm/random_weights.h"
 #include "engine/ops/gemm_amx.h"
 #include "engine/runtime/decoder_loading.h"
+#include "engine/synthetic/random_decoder_weights.h"
+#include "engine/synthetic/random_model_weights.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 

@@ -13,8 +13,8 @@
 #include "engine/ops/attention.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
-#include "engine/vision/random_weights.h"
-#include "engine/vision/vision_bench.h"
+#include "engine/synthetic/random_vision_weights.h"
+#include "engine/synthetic/vision_bench.h"
 
 namespace {
 

@@ -7,11 +7,11 @@
 #include <cstring>
 
 #include "engine/ops/gemm_amx.h"
+#include "engine/synthetic/random_vision_weights.h"
+#include "engine/synthetic/vision_bench.h"
 #include "engine/vision/anyres.h"
 #include "engine/vision/llava_vision.h"
 #include "engine/vision/projector.h"
-#include "engine/vision/random_weights.h"
-#include "engine/vision/vision_bench.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/random.h"
 #include "tests/unit/engine/vision/vision_reference.h"

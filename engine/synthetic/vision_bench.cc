@@ -1,11 +1,11 @@
-#include "engine/vision/vision_bench.h"
+#include "engine/synthetic/vision_bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <random>
 
-#include "engine/vision/random_weights.h"
+#include "engine/synthetic/random_vision_weights.h"
 #include "engine/vision/vision_tower.h"
 
 namespace framezip::engine::vision {

@@ -1,4 +1,4 @@
-#include "engine/vision/random_weights.h"
+#include "engine/synthetic/random_vision_weights.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "engine/llm/random_weights.h"
+#include "engine/synthetic/random_decoder_weights.h"
 
 #include <cmath>
 
