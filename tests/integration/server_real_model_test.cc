@@ -10,6 +10,7 @@
 //     one engine step with the decode token of another turn, and dropping a turn part-way
 //     through its prompt frees its pages.
 // Short clips and 4 frames keep each turn well under a second on a CPU.
+#include <absl/strings/escaping.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -29,6 +30,7 @@
 #include "server/engine_backend.h"
 #include "server/engine_factory.h"
 #include "server/media_backend_factory.h"
+#include "tests/integration/http_test_client.h"
 #include "tests/integration/server_test_util.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/temp_dir.h"
@@ -380,7 +382,9 @@ nlohmann::json ImageTurnGolden() {
 TEST_CASE("real model: a single image is cut into anyres tiles and answered as transformers does",
           "[integration][server][golden]") {
   const nlohmann::json golden = ImageTurnGolden();
-  auto server = StartRealServer(RealModelConfig());
+  server::ServerConfig config = RealModelConfig();
+  config.openai_listen = "127.0.0.1:0";
+  auto server = StartRealServer(config);
   ChatClient client(StubFor(*server));
   v1::CreateSessionRequest request;  // no system prompt: the golden's prompt has none
   request.mutable_sampling()->set_temperature(0);
@@ -409,12 +413,31 @@ TEST_CASE("real model: a single image is cut into anyres tiles and answered as t
   CHECK(golden["greedy_margins"][0].get<double>() > 1.0);
   CHECK(r.text == golden["reply_text"].get<std::string>());
 
+  // The same image as a data: URL through the OpenAI-compatible API.
+  const std::string png =
+      ReadAll(SourceDir() / "tests/data/golden/framezip-tiny-video-image/input.png");
+  const nlohmann::json body = {
+      {"max_tokens", 8},
+      {"temperature", 0},
+      {"messages",
+       {{{"role", "user"},
+         {"content",
+          {{{"type", "image_url"},
+            {"image_url", {{"url", "data:image/png;base64," + absl::Base64Escape(png)}}}},
+           {{"type", "text"}, {"text", golden["question"]}}}}}}}};
+  HttpCall call;
+  call.body = body.dump();
+  const HttpReply http = Http(server->openai_port(), call);
+  INFO(http.body);
+  REQUIRE(http.status == 200);
+  const nlohmann::json answer = nlohmann::json::parse(http.body);
+  CHECK(answer["usage"]["prompt_tokens"] == golden["input_ids"].size());
+  CHECK(answer["choices"][0]["message"]["content"] == golden["reply_text"]);
+
   // Two images in one turn: each padded to a square and sent as one tile, as the processor does
   // for a multi-image sample (GetModelInfo's tokens_per_image each).
   v1::Session two;
   REQUIRE(client.CreateSession(request, &two).error_message() == "");
-  const std::string png =
-      ReadAll(SourceDir() / "tests/data/golden/framezip-tiny-video-image/input.png");
   for (int i = 0; i < 2; ++i) {
     REQUIRE(client.Upload(two.session_id(), png, &media, std::nullopt, 64 * 1024, "image/png")
                 .error_message() == "");
