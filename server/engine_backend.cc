@@ -225,6 +225,10 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       const media::FrameSamplingSpec sampling = ChatSampling(*it);
       media::MediaLimits limits = media_limits_;
       limits.max_frames = std::max(limits.max_frames, sampling.num_frames);
+      // An image's tiles are frames of the reply, not sampled ones: never refused by the cap.
+      if (image && !spec.anyres_pinpoints.empty()) {
+        limits.max_frames = std::max(limits.max_frames, MaxAnyresFrames(spec));
+      }
       media::DecodeOptions decode_options;
       decode_options.cancel = request.cancel_flag.get();
       StatusOr<media::DecodedMedia> decoded =

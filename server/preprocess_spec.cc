@@ -1,5 +1,7 @@
 #include "server/preprocess_spec.h"
 
+#include <algorithm>
+
 namespace framezip::server {
 
 media::PreprocessSpec PreprocessSpecFor(const engine::model::PreprocessorConfig& pre,
@@ -17,6 +19,14 @@ media::PreprocessSpec PreprocessSpecFor(const engine::model::PreprocessorConfig&
   spec.interpolation =
       pre.resample == 2 ? media::Interpolation::kBilinear : media::Interpolation::kBicubic;
   return spec;
+}
+
+int MaxAnyresFrames(const media::PreprocessSpec& spec) {
+  int64_t most = 0;
+  for (const auto& [h, w] : spec.anyres_pinpoints) {
+    most = std::max(most, (h / spec.height) * (w / spec.height));
+  }
+  return static_cast<int>(1 + most);
 }
 
 bool TilesImage(const engine::model::LlavaConfig& config, bool sole_image) {

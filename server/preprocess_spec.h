@@ -24,6 +24,10 @@ media::PreprocessSpec ImagePreprocessSpecFor(const engine::model::PreprocessorCo
                                              const engine::model::LlavaConfig& config,
                                              bool sole_image);
 
+// The most frames an image can give under `spec` (1 + the largest canvas's tiles; 1 without
+// anyres): what a cap on frames per request must let through for an image.
+int MaxAnyresFrames(const media::PreprocessSpec& spec);
+
 // Whether ImagePreprocessSpecFor tiles the image (and the engine then needs its original size).
 bool TilesImage(const engine::model::LlavaConfig& config, bool sole_image);
 

@@ -384,6 +384,9 @@ TEST_CASE("real model: a single image is cut into anyres tiles and answered as t
   const nlohmann::json golden = ImageTurnGolden();
   server::ServerConfig config = RealModelConfig();
   config.openai_listen = "127.0.0.1:0";
+  // A cap on sampled frames below the image's tiles (5): tiles are not sampled frames.
+  config.max_frames = 4;
+  REQUIRE(golden["tiles"].get<int>() > config.max_frames);
   auto server = StartRealServer(config);
   ChatClient client(StubFor(*server));
   v1::CreateSessionRequest request;  // no system prompt: the golden's prompt has none
