@@ -132,10 +132,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   ~Connection() override { --server_->connections; }
 
-  void ForceClose() override {
-    beast::error_code ignored;
-    stream_.socket().close(ignored);
-  }
+  // Closes the socket and cancels the stream's expiry timer: every pending operation then
+  // completes (aborted) and releases this connection. Closing only the socket left the timer's
+  // wait holding it, and through it the server, in a cycle that outlived the server.
+  void ForceClose() override { stream_.close(); }
 
   void Start(bool over_limit) {
     if (over_limit) {
@@ -700,6 +700,10 @@ void OpenAiHttpServer::Stop() {
   }
   impl_->ioc.stop();
   impl_->thread.join();
+  // Completions still queued (aborted operations) hold connections, which hold the server: run
+  // them here, so nothing outlives Stop.
+  impl_->ioc.restart();
+  impl_->ioc.poll();
 }
 
 }  // namespace framezip::server

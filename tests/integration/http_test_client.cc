@@ -59,18 +59,17 @@ HttpReply Http(int port, const HttpCall& call,
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     reply.headers[name] = std::string(field.value());
   }
-  if (on_data) {
-    auto on_chunk = [&](std::uint64_t, beast::string_view body, beast::error_code& e) {
-      const std::string data(body);
-      reply.body += data;
-      if (!on_data(data)) {
-        reply.dropped = true;
-        e = net::error::operation_aborted;
-      }
-      return body.size();
-    };
-    parser.on_chunk_body(on_chunk);
-  }
+  // The parser keeps a reference to this callback, so it lives as long as the parser does.
+  auto on_chunk = [&](std::uint64_t, beast::string_view body, beast::error_code& e) {
+    const std::string data(body);
+    reply.body += data;
+    if (!on_data(data)) {
+      reply.dropped = true;
+      e = net::error::operation_aborted;
+    }
+    return body.size();
+  };
+  if (on_data) parser.on_chunk_body(on_chunk);
   while (!parser.is_done()) {
     http::read_some(stream, buffer, parser, ec);
     if (ec) break;
