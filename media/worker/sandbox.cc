@@ -13,16 +13,18 @@
 namespace framezip::media::worker {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
+// AddressSanitizer and ThreadSanitizer reserve terabytes of shadow memory: an address-space
+// limit would stop them before main.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kShadowMemorySanitizer = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kShadowMemorySanitizer = true;
 #else
-constexpr bool kAddressSanitizer = false;
+constexpr bool kShadowMemorySanitizer = false;
 #endif
 #else
-constexpr bool kAddressSanitizer = false;
+constexpr bool kShadowMemorySanitizer = false;
 #endif
 
 Status SetLimit(int resource, rlim_t soft, rlim_t hard, const char* name) {
@@ -108,8 +110,7 @@ StatusOr<ReadyMessage> ApplySandbox(const SandboxLimits& limits) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   FZ_RETURN_IF_ERROR(SetLimit(RLIMIT_CORE, 0, 0, "RLIMIT_CORE"));
   FZ_RETURN_IF_ERROR(SetLimit(RLIMIT_NOFILE, 64, 64, "RLIMIT_NOFILE"));
-  if (limits.memory_bytes > 0 && !kAddressSanitizer) {
-    // AddressSanitizer reserves terabytes of shadow memory: a sanitizer build skips this one.
+  if (limits.memory_bytes > 0 && !kShadowMemorySanitizer) {
     FZ_RETURN_IF_ERROR(
         SetLimit(RLIMIT_AS, limits.memory_bytes, limits.memory_bytes, "RLIMIT_AS"));
     applied.memory_limit = true;

@@ -40,6 +40,7 @@ std::vector<std::string> WorkerEnvironment() {
     const std::string kv = *e;
     if (kv.rfind("ASAN_OPTIONS=", 0) == 0) asan = kv.substr(13) + ":" + asan;
     if (kv.rfind("UBSAN_OPTIONS=", 0) == 0) ubsan = kv.substr(14) + ":" + ubsan;
+    if (kv.rfind("TSAN_OPTIONS=", 0) == 0) env.push_back(kv);  // its suppressions (make test-tsan)
   }
   env.push_back("ASAN_OPTIONS=" + asan);
   env.push_back("UBSAN_OPTIONS=" + ubsan);
