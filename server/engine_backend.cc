@@ -123,7 +123,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   // Visual tokens as the engine expands them (LLaVA-OneVision video: the patch grid pooled 2x2
   // per frame plus one newline per video; images: the selected patches plus a newline).
   m.vision.tokens_per_image = static_cast<uint32_t>(engine::vision::BaseImageTokenCount(c));
-  if (TilesImage(c, /*sole_image=*/true)) {
+  if (!ImagePreprocessSpecFor(b->engine_->preprocessor(), c, /*sole_image=*/true)
+           .anyres_pinpoints.empty()) {
     m.vision.sole_image_tokens = [c, base = m.vision.tokens_per_image](uint32_t h, uint32_t w) {
       const StatusOr<int64_t> n = engine::vision::AnyresImageTokenCount(c, h, w);
       return n.ok() ? static_cast<uint32_t>(*n) : base;
@@ -203,6 +204,8 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       PreprocessSpecFor(engine_->preprocessor(), engine_->image_size());
   const media::PreprocessSpec image_spec =
       ImagePreprocessSpecFor(engine_->preprocessor(), engine_->config(), sole_image);
+  // Whether this turn's image is cut into tiles (the engine then needs its original size).
+  const bool tiled = !image_spec.anyres_pinpoints.empty();
   for (size_t i = first_new; i < request.messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
     rt::Message out;
@@ -226,7 +229,7 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       media::MediaLimits limits = media_limits_;
       limits.max_frames = std::max(limits.max_frames, sampling.num_frames);
       // An image's tiles are frames of the reply, not sampled ones: never refused by the cap.
-      if (image && !spec.anyres_pinpoints.empty()) {
+      if (image && tiled) {
         limits.max_frames = std::max(limits.max_frames, MaxAnyresFrames(spec));
       }
       media::DecodeOptions decode_options;
@@ -244,16 +247,23 @@ Status EngineBackend::DecodeNewMedia(const TurnRequest& request, size_t first_ne
       rt::VisualInput visual;
       visual.kind = image ? rt::VisualInput::Kind::kImage : rt::VisualInput::Kind::kVideo;
       visual.pixels = std::move(pixels);
-      if (image && TilesImage(engine_->config(), sole_image)) {
+      uint32_t visual_tokens = it->visual_tokens;
+      if (image) {
+        visual_tokens =
+            static_cast<uint32_t>(engine::vision::BaseImageTokenCount(engine_->config()));
+      }
+      if (image && tiled) {
         visual.original_height = decoded->info.height;
         visual.original_width = decoded->info.width;
+        // An extreme aspect ratio can leave no feature row after unpadding: refused here, naming
+        // the media, before any prefill.
+        StatusOr<int64_t> tokens = engine::vision::AnyresImageTokenCount(
+            engine_->config(), decoded->info.height, decoded->info.width);
+        if (!tokens.ok()) return Annotate(tokens.status(), fmt::format("image '{}'", it->name));
+        visual_tokens = static_cast<uint32_t>(*tokens);
       }
       out.visuals.push_back(std::move(visual));
-      // The upload counted an image as its turn's only one (tiled); one of several is one tile.
-      turn.visual_tokens_before_pruning +=
-          image && !TilesImage(engine_->config(), sole_image)
-              ? static_cast<uint32_t>(engine::vision::BaseImageTokenCount(engine_->config()))
-              : it->visual_tokens;
+      turn.visual_tokens_before_pruning += visual_tokens;
     }
     seq.messages_.push_back(std::move(out));
   }

@@ -29,16 +29,12 @@ int MaxAnyresFrames(const media::PreprocessSpec& spec) {
   return static_cast<int>(1 + most);
 }
 
-bool TilesImage(const engine::model::LlavaConfig& config, bool sole_image) {
-  return sole_image && config.arch == engine::model::LlavaArch::kLlavaOnevision;
-}
-
 media::PreprocessSpec ImagePreprocessSpecFor(const engine::model::PreprocessorConfig& pre,
                                              const engine::model::LlavaConfig& config,
                                              bool sole_image) {
   media::PreprocessSpec spec = PreprocessSpecFor(pre, config.vision.image_size);
   if (config.arch != engine::model::LlavaArch::kLlavaOnevision) return spec;
-  if (TilesImage(config, sole_image)) {
+  if (sole_image) {
     // The processor's own pinpoints first, as the chat template counts tokens with them.
     spec.anyres_pinpoints =
         !pre.image_grid_pinpoints.empty() ? pre.image_grid_pinpoints : config.image_grid_pinpoints;

@@ -28,7 +28,4 @@ media::PreprocessSpec ImagePreprocessSpecFor(const engine::model::PreprocessorCo
 // anyres): what a cap on frames per request must let through for an image.
 int MaxAnyresFrames(const media::PreprocessSpec& spec);
 
-// Whether ImagePreprocessSpecFor tiles the image (and the engine then needs its original size).
-bool TilesImage(const engine::model::LlavaConfig& config, bool sole_image);
-
 }  // namespace framezip::server

@@ -85,8 +85,11 @@ StatusOr<AnyresLayout> ComputeAnyresLayout(const model::LlavaConfig& config, int
   }
   const int64_t h = a.row1 - a.row0, w = a.col1 - a.col0;
   if (h <= 0 || w <= 0) {
-    return InternalError("anyres: unpadding {}x{} for image {}x{} left nothing", a.grid_h, a.grid_w,
-                         height, width);
+    // The input's fault (an extreme aspect ratio), not ours: the caller can pad the image.
+    return InvalidArgumentError(
+        "anyres: an image of {}x{} (height x width) keeps no feature row or column after unpadding "
+        "its {}x{} grid; pad it to a less extreme aspect ratio",
+        height, width, a.grid_h, a.grid_w);
   }
   const double ratio =
       std::sqrt(static_cast<double>(h * w) / static_cast<double>(config.anyres_max_tiles * G * G));

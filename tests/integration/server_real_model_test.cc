@@ -437,6 +437,19 @@ TEST_CASE("real model: a single image is cut into anyres tiles and answered as t
   CHECK(answer["usage"]["prompt_tokens"] == golden["input_ids"].size());
   CHECK(answer["choices"][0]["message"]["content"] == golden["reply_text"]);
 
+  // A 1-pixel-wide, 4000-pixel-tall strip leaves no feature row after unpadding: its turn is
+  // refused with INVALID_ARGUMENT naming the image, and the server goes on.
+  v1::Session strip;
+  REQUIRE(client.CreateSession(request, &strip).error_message() == "");
+  REQUIRE(client.Upload(strip.session_id(),
+                        ReadAll(SourceDir() / "tests/data/images/strip_1x4000.png"), &media,
+                        std::nullopt, 64 * 1024, "image/png")
+              .error_message() == "");
+  const TurnResult refused = client.Ask(strip.session_id(), "What color is it?");
+  CHECK(refused.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.status.error_message(), Catch::Contains("image '"));
+  CHECK_THAT(refused.status.error_message(), Catch::Contains("4000x1 (height x width)"));
+
   // Two images in one turn: each padded to a square and sent as one tile, as the processor does
   // for a multi-image sample (GetModelInfo's tokens_per_image each).
   v1::Session two;
