@@ -280,6 +280,8 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
   FZ_ASSIGN_OR_RETURN(const OpenedSource src, OpenSource(source, limits));
   FZ_ASSIGN_OR_RETURN(const std::vector<uint8_t> head, ReadRange(src, 0, 64 * 1024));
   const SniffResult sniff = SniffMedia(head);
+  const FrameData::Storage storage =
+      options.frames_in_memfd ? FrameData::Storage::kMemfd : FrameData::Storage::kHeap;
 
   DecodedMedia out;
   if (HasRawFramesMagic(head)) {
@@ -295,7 +297,7 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
     frames.num_frames = static_cast<int>(n);
     frames.height = h;
     frames.width = w;
-    frames.data.resize(frames.FrameSize() * n);
+    FZ_RETURN_IF_ERROR(frames.data.Resize(frames.FrameSize() * n, storage));
     FZ_RETURN_IF_ERROR(SampleRawFrames(
         src, raw, out.targets_s, deadline,
         [&](size_t i, const ImageView& rgb, double time_s) -> Status {
@@ -316,14 +318,15 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
       out.frames.num_frames = 1;
       out.frames.height = h;
       out.frames.width = w;
-      out.frames.data.resize(out.frames.FrameSize());
+      FZ_RETURN_IF_ERROR(out.frames.data.Resize(out.frames.FrameSize(), storage));
       PreprocessImage(image.View(), preprocess, h, w, out.frames.data.data());
     } else {
       const AnyresTiling tiling = PlanAnyresTiles(preprocess, image.width, image.height);
       FZ_RETURN_IF_ERROR(CheckOutputSize(tiling.num_frames(), tiling.tile, tiling.tile, limits));
       out.frames.num_frames = tiling.num_frames();
       out.frames.height = out.frames.width = tiling.tile;
-      out.frames.data.resize(out.frames.FrameSize() * static_cast<size_t>(tiling.num_frames()));
+      FZ_RETURN_IF_ERROR(out.frames.data.Resize(
+          out.frames.FrameSize() * static_cast<size_t>(tiling.num_frames()), storage));
       PreprocessAnyresImage(image.View(), preprocess, tiling, out.frames.data.data());
     }
     // Every tile of an image is the image at t = 0.
@@ -347,7 +350,7 @@ StatusOr<DecodedMedia> DecodeMedia(const MediaSource& source, const FrameSamplin
             frames.num_frames = static_cast<int>(n);
             frames.height = h;
             frames.width = w;
-            frames.data.resize(frames.FrameSize() * n);
+            FZ_RETURN_IF_ERROR(frames.data.Resize(frames.FrameSize() * n, storage));
           }
           PreprocessImage(rgb, preprocess, frames.height, frames.width,
                           frames.data.data() + frames.FrameSize() * i);

@@ -35,6 +35,9 @@ struct DecodeOptions {
   // The content hash when the caller already has it (computed by ProbeMedia at upload time):
   // skips hashing, which for a large file means reading all of it once more.
   std::optional<ContentHash> known_content_hash;
+  // The frames go into a memfd (FrameData::Storage::kMemfd), for a media worker to hand to the
+  // server without a copy.
+  bool frames_in_memfd = false;
 };
 
 // Metadata only: opens the container (or reads the image header), checks every limit that the

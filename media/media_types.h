@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "media/content_hash.h"
+#include "media/frame_data.h"
 
 namespace framezip::media {
 
@@ -157,7 +158,7 @@ struct FrameBatch {
   int channels = 3;
   int height = 0;
   int width = 0;
-  std::vector<float> data;
+  FrameData data;
 
   size_t FrameSize() const { return static_cast<size_t>(channels) * height * width; }
   const float* Frame(int i) const { return data.data() + FrameSize() * i; }

@@ -15,10 +15,11 @@ WorkResponse FromStatus(const Status& status) {
   return r;
 }
 
-WorkResponse Run(const WorkRequest& request, int media_fd, std::vector<float>* frames) {
+WorkResponse Run(const WorkRequest& request, int media_fd, FrameData* frames) {
   const MediaSource source = MediaSource::FromFd(media_fd);
   DecodeOptions options;
   if (request.has_content_hash) options.known_content_hash = request.content_hash;
+  options.frames_in_memfd = true;  // handed to the server as they lie
   WorkResponse response;
   switch (request.op) {
     case WorkOp::kProbe: {
@@ -50,7 +51,7 @@ WorkResponse Run(const WorkRequest& request, int media_fd, std::vector<float>* f
 
 }  // namespace
 
-WorkResponse HandleRequest(const WorkRequest& request, int media_fd, std::vector<float>* frames) {
+WorkResponse HandleRequest(const WorkRequest& request, int media_fd, FrameData* frames) {
   try {
     return Run(request, media_fd, frames);
   } catch (const std::bad_alloc&) {

@@ -11,8 +11,8 @@ namespace framezip::media::worker {
 
 // `media_fd`: the media, a readable regular file or memfd. For a decode that succeeds the
 // response has has_frames set and the frames' shape, and `frames` holds the floats (moved out of
-// the result, for the caller to hand over in a memfd). Never throws: std::bad_alloc (the worker's
-// memory limit) becomes RESOURCE_EXHAUSTED, any other exception INTERNAL.
-WorkResponse HandleRequest(const WorkRequest& request, int media_fd, std::vector<float>* frames);
+// the result, in a memfd for the caller to seal and hand over). Never throws: std::bad_alloc (the
+// worker's memory limit) becomes RESOURCE_EXHAUSTED, any other exception INTERNAL.
+WorkResponse HandleRequest(const WorkRequest& request, int media_fd, FrameData* frames);
 
 }  // namespace framezip::media::worker

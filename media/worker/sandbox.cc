@@ -70,33 +70,52 @@ constexpr int kDenied[] = {
     SCMP_SYS(io_uring_enter), SCMP_SYS(io_uring_register), SCMP_SYS(personality),
     SCMP_SYS(quotactl), SCMP_SYS(syslog), SCMP_SYS(vhangup), SCMP_SYS(lookup_dcookie)};
 
-Status InstallFilter() {
+// Syscalls the zygote itself needs from kDenied: it forks the workers and hands the server a
+// pidfd of each. Every worker it forks loads the whole filter on top of the zygote's.
+bool ZygoteNeeds(int sys) {
+  return sys == SCMP_SYS(fork) || sys == SCMP_SYS(vfork) || sys == SCMP_SYS(pidfd_open);
+}
+
+enum class FilterFor { kZygote, kWorker };
+
+Status InstallFilter(FilterFor role) {
   scmp_filter_ctx raw = seccomp_init(SCMP_ACT_ALLOW);
   if (raw == nullptr) return InternalError("media worker: seccomp_init failed");
   std::unique_ptr<scmp_filter_ctx, SeccompDeleter> ctx(new scmp_filter_ctx(raw));
   for (int sys : kDenied) {
     // A syscall this kernel/architecture does not know is resolved as negative: skip it.
     if (sys < 0) continue;
+    if (role == FilterFor::kZygote && ZygoteNeeds(sys)) continue;
     const int rc = seccomp_rule_add(raw, SCMP_ACT_ERRNO(EPERM), sys, 0);
     if (rc != 0 && rc != -EDOM) {
       return InternalError("media worker: seccomp rule for syscall {} failed: {}", sys,
                            std::strerror(-rc));
     }
   }
-  // Threads only: clone without CLONE_THREAD would be a new process.
-  int rc = seccomp_rule_add(raw, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                            SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
-  if (rc != 0) return InternalError("media worker: seccomp clone rule failed: {}", std::strerror(-rc));
+  int rc = 0;
+  if (role == FilterFor::kWorker) {
+    // Threads only: clone without CLONE_THREAD would be a new process.
+    rc = seccomp_rule_add(raw, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+    if (rc != 0) {
+      return InternalError("media worker: seccomp clone rule failed: {}", std::strerror(-rc));
+    }
+  }
   // clone3 passes its flags in memory a filter cannot read: refuse it as unknown, so the C
   // library falls back to clone, which the rule above checks.
   rc = seccomp_rule_add(raw, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   if (rc != 0 && rc != -EDOM) {
     return InternalError("media worker: seccomp clone3 rule failed: {}", std::strerror(-rc));
   }
-  // A thread may only signal threads of its own process (abort() and raise() use tgkill).
-  rc = seccomp_rule_add(raw, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
-                        SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(getpid())));
-  if (rc != 0) return InternalError("media worker: seccomp tgkill rule failed: {}", std::strerror(-rc));
+  // A worker's thread may only signal threads of its own process (abort() and raise() use
+  // tgkill). Not in the zygote's filter: it would hold every worker to the zygote's pid.
+  if (role == FilterFor::kWorker) {
+    rc = seccomp_rule_add(raw, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
+                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(getpid())));
+    if (rc != 0) {
+      return InternalError("media worker: seccomp tgkill rule failed: {}", std::strerror(-rc));
+    }
+  }
   rc = seccomp_load(raw);
   if (rc != 0) return InternalError("media worker: seccomp_load failed: {}", std::strerror(-rc));
   return absl::OkStatus();
@@ -104,12 +123,26 @@ Status InstallFilter() {
 
 }  // namespace
 
-StatusOr<ReadyMessage> ApplySandbox(const SandboxLimits& limits) {
-  ReadyMessage applied;
+StatusOr<bool> ApplyZygoteSandbox() {
   // Die with the server, and never core-dump what may hold another tenant's frames.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   FZ_RETURN_IF_ERROR(SetLimit(RLIMIT_CORE, 0, 0, "RLIMIT_CORE"));
   FZ_RETURN_IF_ERROR(SetLimit(RLIMIT_NOFILE, 64, 64, "RLIMIT_NOFILE"));
+  // Best effort: an empty network namespace needs CAP_SYS_ADMIN or unprivileged user
+  // namespaces. The seccomp filter refuses sockets either way.
+  const bool network_namespace = unshare(CLONE_NEWNET) == 0;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    return InternalError("media worker: PR_SET_NO_NEW_PRIVS failed: {}", std::strerror(errno));
+  }
+  FZ_RETURN_IF_ERROR(InstallFilter(FilterFor::kZygote));
+  return network_namespace;
+}
+
+StatusOr<ReadyMessage> ApplyWorkerSandbox(const SandboxLimits& limits, bool network_namespace) {
+  ReadyMessage applied;
+  applied.network_namespace = network_namespace;
+  // A fork's death signal is reset: the worker dies with the zygote (which dies with the server).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (limits.memory_bytes > 0 && !kShadowMemorySanitizer) {
     FZ_RETURN_IF_ERROR(
         SetLimit(RLIMIT_AS, limits.memory_bytes, limits.memory_bytes, "RLIMIT_AS"));
@@ -117,17 +150,12 @@ StatusOr<ReadyMessage> ApplySandbox(const SandboxLimits& limits) {
   }
   if (limits.cpu_seconds > 0) {
     // SIGXCPU at the soft limit (the pool reports it), SIGKILL a few seconds later regardless.
+    // A fork starts its CPU time at zero, so the limit is this request's.
     FZ_RETURN_IF_ERROR(
         SetLimit(RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5, "RLIMIT_CPU"));
     applied.cpu_limit = true;
   }
-  // Best effort: an empty network namespace needs CAP_SYS_ADMIN or unprivileged user
-  // namespaces. The seccomp filter refuses sockets either way.
-  applied.network_namespace = unshare(CLONE_NEWNET) == 0;
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    return InternalError("media worker: PR_SET_NO_NEW_PRIVS failed: {}", std::strerror(errno));
-  }
-  FZ_RETURN_IF_ERROR(InstallFilter());
+  FZ_RETURN_IF_ERROR(InstallFilter(FilterFor::kWorker));
   applied.seccomp = true;
   return applied;
 }

@@ -10,7 +10,9 @@
 // Threads stay allowed (FFmpeg's frame threads): clone without CLONE_THREAD is refused, clone3
 // answers ENOSYS so the C library falls back to clone.
 //
-// Call once, early, from the worker's main thread before any other thread starts.
+// In two steps, because workers are forked from a zygote (media/worker/zygote.h): the zygote locks
+// itself down with everything but the per-request limits and the refusal of new processes, and
+// each fork adds those before it reads a request. Filters stack, so a worker is held by both.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +27,14 @@ struct SandboxLimits {
   uint32_t cpu_seconds = 0;   // 0 = no CPU limit
 };
 
-// What was applied (ReadyMessage). An error only when a required step fails (a limit cannot be
-// set, the filter cannot be loaded where libseccomp is present).
-StatusOr<ReadyMessage> ApplySandbox(const SandboxLimits& limits);
+// The zygote's part, from its main thread before any other starts: no core files, few
+// descriptors, death with the server, no new privileges, the network namespace (whether one was
+// made is returned), and the filter without the process rules (it must fork). An error when a
+// required step fails.
+StatusOr<bool> ApplyZygoteSandbox();
+
+// A forked worker's part, before it reads a request: death with the zygote, RLIMIT_AS, RLIMIT_CPU
+// and the whole filter. Returns what the worker runs under, for its Ready message.
+StatusOr<ReadyMessage> ApplyWorkerSandbox(const SandboxLimits& limits, bool network_namespace);
 
 }  // namespace framezip::media::worker

@@ -141,6 +141,66 @@ StatusOr<ReadyMessage> DecodeReady(std::span<const uint8_t> bytes) {
   return m;
 }
 
+std::vector<uint8_t> EncodeFork() { return Writer(MessageKind::kFork).Take(); }
+
+Status DecodeFork(std::span<const uint8_t> bytes) {
+  Reader r(bytes);
+  if (!r.Header(MessageKind::kFork) || !r.AtEnd()) {
+    return InvalidArgumentError("malformed fork message ({})", r.ok() ? "trailing bytes" : r.why());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint8_t> EncodeForked(const ForkedMessage& f) {
+  Writer w(MessageKind::kForked);
+  w.Put<int32_t>(f.pid);
+  w.Put<int32_t>(f.error);
+  return w.Take();
+}
+
+std::vector<uint8_t> EncodeExited(const ExitedMessage& e) {
+  Writer w(MessageKind::kExited);
+  w.Put<int32_t>(e.pid);
+  w.Put<int32_t>(e.wait_status);
+  return w.Take();
+}
+
+StatusOr<MessageKind> ZygoteMessageKind(std::span<const uint8_t> bytes) {
+  for (MessageKind kind : {MessageKind::kForked, MessageKind::kExited}) {
+    Reader r(bytes);
+    if (r.Header(kind)) return kind;
+  }
+  return InternalError("malformed message from the media workers' zygote (header)");
+}
+
+StatusOr<ForkedMessage> DecodeForked(std::span<const uint8_t> bytes) {
+  Reader r(bytes);
+  ForkedMessage m;
+  if (r.Header(MessageKind::kForked)) {
+    m.pid = r.Get<int32_t>();
+    m.error = r.Get<int32_t>();
+  }
+  if (!r.ok() || !r.AtEnd() || (m.pid <= 0 && m.error == 0)) {
+    return InternalError("malformed forked message from the media workers' zygote ({})",
+                         r.ok() ? "fields" : r.why());
+  }
+  return m;
+}
+
+StatusOr<ExitedMessage> DecodeExited(std::span<const uint8_t> bytes) {
+  Reader r(bytes);
+  ExitedMessage m;
+  if (r.Header(MessageKind::kExited)) {
+    m.pid = r.Get<int32_t>();
+    m.wait_status = r.Get<int32_t>();
+  }
+  if (!r.ok() || !r.AtEnd() || m.pid <= 0) {
+    return InternalError("malformed exited message from the media workers' zygote ({})",
+                         r.ok() ? "fields" : r.why());
+  }
+  return m;
+}
+
 std::vector<uint8_t> EncodeRequest(const WorkRequest& q) {
   Writer w(MessageKind::kRequest);
   w.Put(static_cast<uint8_t>(q.op));

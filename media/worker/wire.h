@@ -7,6 +7,12 @@
 //   worker -> server  Response  the status, the media's info, frame times and decode stats; for a
 //                               decode, the preprocessed frames in a sealed memfd (SCM_RIGHTS)
 //
+// and between the server and the zygote that forks the workers (media/worker/zygote.h):
+//
+//   server -> zygote  Fork      fork a worker whose channel is the attached socket
+//   zygote -> server  Forked    its pid (or why no process), its pidfd attached
+//   zygote -> server  Exited    a worker the zygote reaped, and its wait status
+//
 // Encoding: a 4-byte magic, a version, the message kind, then fixed-width little-endian fields
 // and length-prefixed strings. The server treats every Response as hostile (the worker has just
 // parsed untrusted bytes and may be compromised): DecodeResponse bounds every count, string and
@@ -26,13 +32,20 @@
 namespace framezip::media::worker {
 
 inline constexpr uint32_t kWireMagic = 0x574d5a46;  // "FZMW"
-inline constexpr uint16_t kWireVersion = 2;
+inline constexpr uint16_t kWireVersion = 3;
 // Largest message either side accepts.
 inline constexpr size_t kMaxMessageBytes = 256 * 1024;
 inline constexpr size_t kMaxWireString = 4096;
 inline constexpr int kMaxWireFrames = 4096;
 
-enum class MessageKind : uint16_t { kReady = 1, kRequest = 2, kResponse = 3 };
+enum class MessageKind : uint16_t {
+  kReady = 1,
+  kRequest = 2,
+  kResponse = 3,
+  kFork = 4,
+  kForked = 5,
+  kExited = 6,
+};
 
 struct ReadyMessage {
   bool seccomp = false;       // the syscall filter is installed
@@ -61,6 +74,25 @@ struct WorkResponse {
 
 std::vector<uint8_t> EncodeReady(const ReadyMessage& ready);
 StatusOr<ReadyMessage> DecodeReady(std::span<const uint8_t> bytes);
+
+// The zygote's side of the protocol. The zygote never parses media, so its messages are trusted
+// as much as the worker binary is; they are still bounds-checked.
+struct ForkedMessage {
+  int32_t pid = -1;   // the worker's pid; -1 when fork failed
+  int32_t error = 0;  // errno of the failed fork
+};
+struct ExitedMessage {
+  int32_t pid = -1;
+  int32_t wait_status = 0;  // as waitpid reports it
+};
+std::vector<uint8_t> EncodeFork();
+Status DecodeFork(std::span<const uint8_t> bytes);
+std::vector<uint8_t> EncodeForked(const ForkedMessage& forked);
+std::vector<uint8_t> EncodeExited(const ExitedMessage& exited);
+// The kind of a zygote's message (kForked or kExited), to pick its decoder; INTERNAL otherwise.
+StatusOr<MessageKind> ZygoteMessageKind(std::span<const uint8_t> bytes);
+StatusOr<ForkedMessage> DecodeForked(std::span<const uint8_t> bytes);
+StatusOr<ExitedMessage> DecodeExited(std::span<const uint8_t> bytes);
 
 std::vector<uint8_t> EncodeRequest(const WorkRequest& request);
 // INVALID_ARGUMENT for anything malformed (the worker answers with it).

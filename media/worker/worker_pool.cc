@@ -3,10 +3,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,34 +18,10 @@
 #include "media/file_access.h"
 #include "media/worker/socket_io.h"
 
-extern char** environ;
-
 namespace framezip::media::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Environment a worker gets: nothing of the server's (tokens, credentials) but what sanitizer
-// runtimes read.
-std::vector<std::string> WorkerEnvironment() {
-  // In sanitizer builds, a worker that a file makes misbehave must end the way an unsanitized one
-  // would, by a signal the pool classifies as a crash: fatal signals are left to the kernel and
-  // a sanitizer report ends in SIGABRT (not exit code 1). Workers _exit under a seccomp filter,
-  // so a leak check at exit (it needs ptrace) is off. Harmless without sanitizers.
-  std::string asan = "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:"
-                     "abort_on_error=1:detect_leaks=0";
-  std::string ubsan = "abort_on_error=1";
-  std::vector<std::string> env = {"LSAN_OPTIONS=detect_leaks=0"};
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string kv = *e;
-    if (kv.rfind("ASAN_OPTIONS=", 0) == 0) asan = kv.substr(13) + ":" + asan;
-    if (kv.rfind("UBSAN_OPTIONS=", 0) == 0) ubsan = kv.substr(14) + ":" + ubsan;
-    if (kv.rfind("TSAN_OPTIONS=", 0) == 0) env.push_back(kv);  // its suppressions (make test-tsan)
-  }
-  env.push_back("ASAN_OPTIONS=" + asan);
-  env.push_back("UBSAN_OPTIONS=" + ubsan);
-  return env;
-}
 
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -97,26 +73,6 @@ StatusOr<WorkerInput> InputFor(const MediaSource& source, const MediaLimits& lim
   return InvalidArgumentError("unknown media source");
 }
 
-// Reads the sealed frames memfd into `frames`, which must hold exactly `floats` values.
-Status ReadFrames(int fd, int64_t floats, std::vector<float>* frames) {
-  struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_size != floats * static_cast<int64_t>(sizeof(float))) {
-    return InternalError("malformed reply from the media worker (frame buffer size)");
-  }
-  frames->resize(static_cast<size_t>(floats));
-  auto* out = reinterpret_cast<char*>(frames->data());
-  int64_t done = 0;
-  const int64_t total = st.st_size;
-  while (done < total) {
-    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(total - done), done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return InternalError("reading the media worker's frames failed");
-    done += n;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {}
@@ -127,7 +83,8 @@ StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Start(WorkerPoolOptions option
   FZ_ASSIGN_OR_RETURN(Worker first, pool->Spawn());
   pool->idle_.push_back(first);
   FZ_LOG_INFO(
-      "media workers: {} at most, each one request, sandbox: seccomp {}, memory limit {}, CPU "
+      "media workers: {} at most, each one request, forked from a zygote, sandbox: seccomp {}, "
+      "memory limit {}, CPU "
       "limit {}, network namespace {}",
       pool->options_.max_workers, pool->sandbox_.seccomp ? "on" : "off",
       pool->sandbox_.memory_limit ? "on" : "off (sanitizer build)",
@@ -161,48 +118,49 @@ WorkerPoolStats WorkerPool::stats() const {
   return stats_;
 }
 
+ZygoteOptions WorkerPool::ZygoteOptionsFor() const {
+  return {.binary = options_.worker_binary,
+          .memory_bytes = options_.memory_bytes,
+          .cpu_seconds = options_.cpu_seconds,
+          .answer_timeout = options_.start_timeout};
+}
+
+StatusOr<std::shared_ptr<Zygote>> WorkerPool::LiveZygote() {
+  std::lock_guard lock(zygote_mu_);
+  if (zygote_ == nullptr || !zygote_->alive()) {
+    FZ_ASSIGN_OR_RETURN(zygote_, Zygote::Start(ZygoteOptionsFor()));
+    std::lock_guard stats_lock(mu_);
+    ++stats_.zygotes_started;
+  }
+  return zygote_;
+}
+
 StatusOr<WorkerPool::Worker> WorkerPool::Spawn() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return UnavailableError("media workers: socketpair failed: {}", std::strerror(errno));
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, sv[1], 3);  // dup2 clears FD_CLOEXEC on 3
-  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // The server blocks termination signals on its threads; a worker starts with none blocked and
-  // every signal at its default action, so SIGXCPU ends it.
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-
   const std::string binary = options_.worker_binary.string();
-  std::vector<std::string> args = {binary, "--memory-bytes", std::to_string(options_.memory_bytes),
-                                   "--cpu-seconds", std::to_string(options_.cpu_seconds)};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env = WorkerEnvironment();
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(sv[1]);
-  if (rc != 0) {
-    ::close(sv[0]);
-    return UnavailableError("media workers: cannot start '{}': {} (set --media-worker)", binary,
-                            std::strerror(rc));
+  StatusOr<ForkedWorker> forked = UnavailableError("not tried");
+  std::shared_ptr<Zygote> zygote;
+  // A zygote that died since the last fork is replaced once.
+  for (int attempt = 0; attempt < 2 && !forked.ok(); ++attempt) {
+    StatusOr<std::shared_ptr<Zygote>> live = LiveZygote();
+    if (!live.ok()) {
+      forked = live.status();
+      break;
+    }
+    zygote = *live;
+    forked = zygote->Fork(sv[1]);
   }
-  Worker worker{pid, sv[0]};
+  ::close(sv[1]);
+  if (!forked.ok()) {
+    ::close(sv[0]);
+    return UnavailableError(
+        "media workers: no worker from '{}' ({}); the zygote's stderr is in the server's log",
+        binary, MessageOf(forked.status()));
+  }
+  Worker worker{forked->pid, forked->pidfd, sv[0], std::move(zygote)};
   pollfd pfd{worker.socket, POLLIN, 0};
   const int ready = ::poll(&pfd, 1, static_cast<int>(options_.start_timeout.count()));
   StatusOr<ReceivedMessage> message =
@@ -225,14 +183,21 @@ StatusOr<WorkerPool::Worker> WorkerPool::Spawn() {
   return worker;
 }
 
+void WorkerPool::Signal(const Worker& worker, int sig) {
+  if (worker.pid <= 0) return;
+  if (worker.pidfd >= 0) {
+    ::syscall(SYS_pidfd_send_signal, worker.pidfd, sig, nullptr, 0);
+  } else {
+    ::kill(worker.pid, sig);  // a kernel without pidfds
+  }
+}
+
 void WorkerPool::Kill(Worker& worker) {
   if (worker.socket >= 0) ::close(worker.socket);
-  if (worker.pid > 0) {
-    ::kill(worker.pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
+  Signal(worker, SIGKILL);
+  // The zygote reaps it; nobody asks how it ended.
+  if (worker.zygote != nullptr && worker.pid > 0) worker.zygote->Forget(worker.pid);
+  if (worker.pidfd >= 0) ::close(worker.pidfd);
   worker = Worker{};
 }
 
@@ -275,22 +240,23 @@ StatusOr<WorkerPool::Worker> WorkerPool::Take() {
 }
 
 Status WorkerPool::DeathStatus(Worker& worker) {
-  // It closed its end; give it a moment to finish dying before deciding how it ended.
-  int status = 0;
-  pid_t got = 0;
-  for (int i = 0; i < 200 && got == 0; ++i) {
-    got = ::waitpid(worker.pid, &status, WNOHANG);
-    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (got == 0) {
-    ::kill(worker.pid, SIGKILL);
-    while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+  // It closed its end; give it a moment to finish dying (the zygote reaps it and reports how it
+  // ended) before stopping it.
+  std::optional<int> ended;
+  if (worker.zygote != nullptr) {
+    ended = worker.zygote->WaitExit(worker.pid, std::chrono::seconds(1));
+    if (!ended) {
+      Signal(worker, SIGKILL);
+      ended = worker.zygote->WaitExit(worker.pid, std::chrono::seconds(5));
     }
   }
+  const int status = ended.value_or(0);
+  const bool got = ended.has_value();
   ::close(worker.socket);
+  if (worker.pidfd >= 0) ::close(worker.pidfd);
   worker = Worker{};
   std::lock_guard lock(mu_);
-  if (got > 0 && WIFSIGNALED(status)) {
+  if (got && WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     if (sig == SIGXCPU) {
       ++stats_.limit_hits;
@@ -312,7 +278,7 @@ Status WorkerPool::DeathStatus(Worker& worker) {
         SignalName(sig));
   }
   ++stats_.crashes;
-  if (got > 0 && WIFEXITED(status)) {
+  if (got && WIFEXITED(status)) {
     return InternalError("the media worker exited with code {} before replying",
                          WEXITSTATUS(status));
   }
@@ -320,7 +286,7 @@ Status WorkerPool::DeathStatus(Worker& worker) {
 }
 
 StatusOr<WorkResponse> WorkerPool::Run(const WorkRequest& request, const MediaSource& source,
-                                       const DecodeOptions& options, std::vector<float>* frames) {
+                                       const DecodeOptions& options, FrameData* frames) {
   FZ_ASSIGN_OR_RETURN(WorkerInput input, InputFor(source, request.limits));
   auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
   {
@@ -343,8 +309,13 @@ StatusOr<WorkResponse> WorkerPool::Run(const WorkRequest& request, const MediaSo
   } release{this};
 
   FZ_ASSIGN_OR_RETURN(Worker worker, Take());
-  if (Status s = SendMessage(worker.socket, EncodeRequest(request), input.fd); !s.ok()) {
-    return DeathStatus(worker);
+  const std::vector<uint8_t> request_bytes = EncodeRequest(request);
+  if (!SendMessage(worker.socket, request_bytes, input.fd).ok()) {
+    // An idle worker that died before its request (its zygote went with it): the request never
+    // reached it, so a fresh one takes it.
+    Kill(worker);
+    FZ_ASSIGN_OR_RETURN(worker, Spawn());
+    if (!SendMessage(worker.socket, request_bytes, input.fd).ok()) return DeathStatus(worker);
   }
   const auto deadline = Clock::now() +
                         std::chrono::duration_cast<Clock::duration>(
@@ -388,11 +359,16 @@ StatusOr<WorkResponse> WorkerPool::Run(const WorkRequest& request, const MediaSo
     }
     const FrameBatch& f = response->result.frames;
     const int64_t floats = int64_t{f.num_frames} * f.channels * f.height * f.width;
-    if (Status s = ReadFrames(frames_fd.get(), floats, frames); !s.ok()) {
+    // Read where the worker wrote them: a read-only mapping of its sealed memfd.
+    StatusOr<FrameData> mapped =
+        FrameData::MapSealedMemfd(frames_fd.get(), static_cast<size_t>(floats));
+    if (!mapped.ok()) {
       std::lock_guard lock(mu_);
       ++stats_.bad_replies;
-      return s;
+      return InternalError("malformed reply from the media worker ({})",
+                           MessageOf(mapped.status()));
     }
+    *frames = *std::move(mapped);
   } else if (request.op == WorkOp::kDecode) {
     return InternalError("malformed reply from the media worker (no frames)");
   }
@@ -427,7 +403,7 @@ StatusOr<DecodedMedia> WorkerPool::Decode(const MediaSource& source,
     request.has_content_hash = true;
     request.content_hash = *options.known_content_hash;
   }
-  std::vector<float> frames;
+  FrameData frames;
   FZ_ASSIGN_OR_RETURN(WorkResponse response, Run(request, source, options, &frames));
   FZ_RETURN_IF_ERROR(ResponseStatus(response));
   response.result.frames.data = std::move(frames);

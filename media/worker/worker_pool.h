@@ -5,10 +5,11 @@
 //   auto pool = WorkerPool::Start({.worker_binary = "/usr/bin/framezip-media-worker"});
 //   StatusOr<DecodedMedia> d = (*pool)->Decode(source, sampling, spec, limits);
 //
-// Each request runs in a fresh process: the pool keeps up to `max_workers` workers started and
-// sandboxed ahead of time (so a request does not wait for a process to start), hands a request to
-// one with the media as a file descriptor, reads the reply (frames through a sealed memfd), then
-// kills and reaps that worker; a background thread starts its replacement. At most `max_workers`
+// Each request runs in a fresh process, forked from a zygote that has the decoders loaded
+// (media/worker/zygote.h): the pool keeps up to `max_workers` workers forked and sandboxed ahead
+// of time (so a request does not wait for one), hands a request to one with the media as a file
+// descriptor, reads the reply (frames through a sealed memfd), then kills that worker; a
+// background thread forks its replacement. At most `max_workers`
 // requests decode at once; more wait their turn (or until cancelled).
 //
 // Errors, besides the media stage's own (media/media.h), which workers send back as they are:
@@ -37,6 +38,7 @@
 
 #include "media/media_backend.h"
 #include "media/worker/wire.h"
+#include "media/worker/zygote.h"
 
 namespace framezip::media::worker {
 
@@ -56,6 +58,7 @@ struct WorkerPoolStats {
   uint64_t limit_hits = 0;   // CPU or memory limit
   uint64_t bad_replies = 0;  // malformed replies
   uint64_t started = 0;      // workers started
+  uint64_t zygotes_started = 0;  // 1, and one more each time the last one died
 };
 
 class WorkerPool final : public MediaBackend {
@@ -82,18 +85,24 @@ class WorkerPool final : public MediaBackend {
  private:
   struct Worker {
     pid_t pid = -1;
+    int pidfd = -1;
     int socket = -1;
+    std::shared_ptr<Zygote> zygote;  // that forked it, reaps it, and knows how it ended
   };
   explicit WorkerPool(WorkerPoolOptions options);
+  ZygoteOptions ZygoteOptionsFor() const;
+  // The zygote, started again if the last one died.
+  StatusOr<std::shared_ptr<Zygote>> LiveZygote();
   // A new sandboxed worker, Ready.
   StatusOr<Worker> Spawn();
-  static void Kill(Worker& worker);  // SIGKILL, reap, close
+  static void Signal(const Worker& worker, int sig);
+  static void Kill(Worker& worker);  // SIGKILL and close; the zygote reaps it
   // A ready worker for one request (an idle one, or a fresh one).
   StatusOr<Worker> Take();
   void RefillLoop();
   // Runs `request` on `source` in a worker; fills `frames` for a decode.
   StatusOr<WorkResponse> Run(const WorkRequest& request, const MediaSource& source,
-                             const DecodeOptions& options, std::vector<float>* frames);
+                             const DecodeOptions& options, FrameData* frames);
   // The status of a worker that closed its socket without replying (it is reaped here).
   Status DeathStatus(Worker& worker);
 
@@ -108,6 +117,9 @@ class WorkerPool final : public MediaBackend {
   bool stopping_ = false;
   WorkerPoolStats stats_;
   std::thread refill_;
+
+  std::mutex zygote_mu_;
+  std::shared_ptr<Zygote> zygote_;
 };
 
 }  // namespace framezip::media::worker

@@ -1,13 +1,17 @@
-// The life of one media worker process (framezip-media-worker), started by the server's
-// WorkerPool (media/worker/worker_pool.h) with its end of a SOCK_SEQPACKET socket as
-// descriptor 3:
+// The life of the media worker processes (framezip-media-worker), started once by the server's
+// WorkerPool (media/worker/zygote.h) with its end of a SOCK_SEQPACKET socket as descriptor 3:
 //
 //   framezip-media-worker [--memory-bytes N] [--cpu-seconds S]
 //
-// It applies its sandbox (media/worker/sandbox.h), says Ready, receives one Request with the
+// The process is a zygote: it loads the decoders' libraries once, locks itself down
+// (media/worker/sandbox.h, ApplyZygoteSandbox), and then only forks. For each Fork message it
+// forks a worker whose channel is the socket the message carried, answers Forked with the
+// worker's pid and a pidfd, and later Exited with the worker's wait status once it has reaped it.
+// A worker adds its own limits and the whole filter, says Ready, receives one Request with the
 // media's descriptor, runs it (media/worker/handle_request.h), sends the Response (frames in a
-// sealed memfd) and exits with _exit: the process is never reused, so nothing one request left
-// behind (a corrupted heap, another tenant's frames) can reach the next. Not for people to run.
+// sealed memfd) and exits with _exit: a worker is never reused, so nothing one request left
+// behind (a corrupted heap, another tenant's frames) can reach the next. The zygote never reads
+// media. Not for people to run.
 #pragma once
 
 #include <functional>
@@ -24,7 +28,8 @@ inline constexpr int kChannelFd = 3;
 using RequestHook =
     std::function<std::optional<WorkResponse>(const WorkRequest& request, int media_fd)>;
 
-// Never returns: the worker exits with _exit (0 after replying; 3 when the sandbox fails).
+// Never returns: the zygote exits with _exit when the server closes its channel (3 when its
+// sandbox fails); each worker with _exit (0 after replying, 3 when its sandbox fails).
 [[noreturn]] int RunWorker(int argc, char** argv, const RequestHook& hook = nullptr);
 
 }  // namespace framezip::media::worker

@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto decoded_request = DecodeRequest(EncodeRequest(request));
   if (!decoded_request.ok()) __builtin_trap();
 
-  std::vector<float> frames;
+  FrameData frames;
   const WorkResponse response = HandleRequest(*decoded_request, fd, &frames);
   auto parsed = DecodeResponse(EncodeResponse(response), request.limits);
   if (!parsed.ok()) __builtin_trap();  // the server must accept what an honest worker sends

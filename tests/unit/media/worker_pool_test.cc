@@ -1,12 +1,19 @@
 // The sandboxed media workers (media/worker/worker_pool.h): they decode exactly what the media
 // stage decodes in process, pass its errors through, run under their limits and syscall filter,
 // and a worker that crashes, hangs, spins, hogs memory or lies fails only its own request.
+#include "media/worker/worker_pool.h"
+
+#include <signal.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "media/media.h"
-#include "media/worker/worker_pool.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/unit/media/media_test_util.h"
 
@@ -198,6 +205,70 @@ TEST_CASE("media workers run under their limits and syscall filter", "[unit][med
   // What an exploited decoder would try first: each one refused by the filter.
   CHECK(MessageOf(s) ==
         "socket=EPERM open=EPERM creat=EPERM fork=EPERM exec=EPERM kill=EPERM");
+}
+
+// The processes whose parent is `parent` (from /proc/PID/stat's fourth field).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // it ended meanwhile
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') children.push_back(std::stoi(name));
+  }
+  return children;
+}
+
+TEST_CASE("workers are forked from one zygote, and a zygote that dies is replaced",
+          "[unit][media]") {
+  auto pool = StartPool(Options());
+  const auto video = ReadFileBytes(Generate(
+      "zygote.mp4", {"-f", "lavfi", "-i", "testsrc2=s=64x48:r=10:d=1", "-c:v", "libx264"}));
+  FrameSamplingSpec sampling;
+  sampling.num_frames = 2;
+  auto decode = [&] {
+    return pool->Decode(MediaSource::FromBytes(video), sampling, RawPixels(), MediaLimits{});
+  };
+  for (int i = 0; i < 3; ++i) REQUIRE(decode().ok());
+  CHECK(pool->stats().zygotes_started == 1);
+  CHECK(pool->stats().started >= 4);  // the first worker, and one for each request
+
+  // The zygote is this process's one child; the workers waiting for requests are its children.
+  const std::vector<pid_t> zygotes = ChildrenOf(getpid());
+  REQUIRE(zygotes.size() == 1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ChildrenOf(zygotes[0]).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::vector<pid_t> idle_workers = ChildrenOf(zygotes[0]);
+  CHECK_FALSE(idle_workers.empty());
+
+  // Killed, it takes its idle workers with it; the next request gets a fresh zygote's worker.
+  REQUIRE(::kill(zygotes[0], SIGKILL) == 0);
+  auto gone = [](pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    return !std::getline(stat, line) || line.find(") Z") != std::string::npos;
+  };
+  for (pid_t pid : idle_workers) {
+    while (!gone(pid) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(gone(pid));
+  }
+  StatusOr<DecodedMedia> after = decode();
+  INFO((after.ok() ? "" : MessageOf(after.status())));
+  CHECK(after.ok());
+  CHECK(pool->stats().zygotes_started == 2);
+  CHECK(pool->stats().crashes == 0);
 }
 
 TEST_CASE("a worker binary that cannot start is a clear error", "[unit][media]") {

@@ -3,6 +3,7 @@
 // truncation, trailing bytes) without undefined behaviour on the way.
 #include <catch2/catch.hpp>
 #include <climits>
+#include <cstring>
 
 #include "media/worker/wire.h"
 #include "tests/testing/temp_dir.h"
@@ -77,9 +78,45 @@ TEST_CASE("crafted media worker replies are refused", "[unit][media]") {
   bad_magic[0] ^= 1;
   CHECK(refused(bad_magic));
   // The fuzzer's finding: an overflow computing the frame buffer's size from hostile dimensions.
-  CHECK(refused(testing::ReadFileBytes(framezip::testing::SourceDir() /
-                                       "tests/fuzz/corpus/media_worker_reply/"
-                                       "regression_frame_shape_overflow")));
+  // Stamped with this build's version, so it reaches the shape check rather than the header's.
+  std::vector<uint8_t> overflow = testing::ReadFileBytes(
+      framezip::testing::SourceDir() /
+      "tests/fuzz/corpus/media_worker_reply/regression_frame_shape_overflow");
+  REQUIRE(overflow.size() > 6);
+  std::memcpy(overflow.data() + 4, &kWireVersion, sizeof(kWireVersion));
+  const Status overflow_status = DecodeResponse(overflow, limits).status();
+  CHECK(overflow_status.code() == absl::StatusCode::kInternal);
+  CHECK_THAT(MessageOf(overflow_status), !Catch::Contains("version"));
+}
+
+TEST_CASE("zygote messages round-trip and malformed ones are refused", "[unit][media]") {
+  REQUIRE(DecodeFork(EncodeFork()).ok());
+  CHECK_FALSE(DecodeFork(EncodeReady(ReadyMessage{})).ok());
+
+  const std::vector<uint8_t> forked = EncodeForked({.pid = 4242, .error = 0});
+  REQUIRE(ZygoteMessageKind(forked).ok());
+  CHECK(*ZygoteMessageKind(forked) == MessageKind::kForked);
+  StatusOr<ForkedMessage> f = DecodeForked(forked);
+  REQUIRE(f.ok());
+  CHECK(f->pid == 4242);
+  StatusOr<ForkedMessage> failed = DecodeForked(EncodeForked({.pid = -1, .error = 11}));
+  REQUIRE(failed.ok());
+  CHECK(failed->error == 11);
+  // Neither a pid nor the reason there is none.
+  CHECK_FALSE(DecodeForked(EncodeForked({.pid = -1, .error = 0})).ok());
+
+  const std::vector<uint8_t> exited = EncodeExited({.pid = 77, .wait_status = 9});
+  CHECK(*ZygoteMessageKind(exited) == MessageKind::kExited);
+  StatusOr<ExitedMessage> e = DecodeExited(exited);
+  REQUIRE(e.ok());
+  CHECK(e->pid == 77);
+  CHECK(e->wait_status == 9);
+  CHECK_FALSE(DecodeExited(EncodeExited({.pid = 0, .wait_status = 0})).ok());
+  std::vector<uint8_t> trailing = exited;
+  trailing.push_back(1);
+  CHECK_FALSE(DecodeExited(trailing).ok());
+  CHECK_FALSE(DecodeExited({exited.begin(), exited.end() - 1}).ok());
+  CHECK_FALSE(ZygoteMessageKind(EncodeResponse(WorkResponse{})).ok());
 }
 
 }  // namespace
