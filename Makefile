@@ -45,9 +45,11 @@ test-asan: deps
 # The threaded parts whose code ThreadSanitizer can see end to end: the server's scheduler,
 # sessions, commit queue, shared sessions and uploads (server_unit_test), the KV store's tiers,
 # its gRPC service and its daemon with Redis. Debian's gRPC, Abseil and protobuf are not
-# instrumented: tests/sanitizers/tsan.supp leaves out reports through them. The media workers
-# (FFmpeg, OpenCV) and the tests that upload through them are not in this set (docs/DEVELOPING.md).
-TSAN_TESTS := server_unit_test kvstore_test kvstore_service_test kvstore_integration_test
+# instrumented: tests/sanitizers/tsan.supp leaves out reports through them, and through FFmpeg and
+# OpenCV's codecs. The media worker pool (its refill and zygote threads, forked workers) is in;
+# the whole-server integration tests are not (docs/DEVELOPING.md).
+TSAN_TESTS := server_unit_test media_worker_test kvstore_test kvstore_service_test \
+  kvstore_integration_test
 test-tsan: deps
 	@cmake --preset tsan > build-tsan.configure.log 2>&1 || { cat build-tsan.configure.log; exit 1; }
 	@cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
