@@ -200,7 +200,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniTile(
   }
 }
 
-// R rows of x × one 16-column block (two ymm of 8 columns): the sign trick, exact.
+// R rows of x × one 16-column block (two ymm of 8 columns): the sign trick, exact. VPMADDUBSW
+// multiplies unsigned by signed bytes, so the weights' magnitudes (|q| ≤ 128: a checkpoint's
+// quantiser may use -128) are the unsigned side and x, given the weights' signs, the signed side
+// (|x| ≤ 127, so the sign never overflows); a pair sums to at most 2 · 128 · 127 < 2¹⁵.
 template <int R>
 __attribute__((target("avx2,fma"))) void Avx2Tile(const int8_t* xq, int64_t kp,
                                                   const float* x_scale, const PackedInt8Weight& w,
@@ -214,11 +217,12 @@ __attribute__((target("avx2,fma"))) void Avx2Tile(const int8_t* xq, int64_t kp,
   for (int64_t t = 0; t < quads; ++t) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+    // |-128| is 0x80, which VPMADDUBSW reads as the unsigned 128.
+    const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1);
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_set1_epi32(Quad(xq + r * kp + 4 * t));
-      const __m256i ax = _mm256_abs_epi8(xv);
-      const __m256i p0 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv));
-      const __m256i p1 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv));
+      const __m256i p0 = _mm256_maddubs_epi16(aw0, _mm256_sign_epi8(xv, w0));
+      const __m256i p1 = _mm256_maddubs_epi16(aw1, _mm256_sign_epi8(xv, w1));
       acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
       acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
     }

@@ -1,15 +1,16 @@
 // The CPU kernels of Linear with int8 weights (ops/quantize_int8.h): y = x · Wᵀ where W is
-// symmetric int8 per output channel (W[j][k] ≈ q[j][k] · w_scale[j]) and x is quantised the same
-// way per row just before the product (x[i][k] ≈ xq[i][k] · x_scale[i]). The integer sums are
-// exact (|Σ| ≤ K · 127² < 2³¹ for K < 133 000), so every kernel below gives the same int32 sum
+// symmetric int8 per output channel (W[j][k] ≈ q[j][k] · w_scale[j], q in [-128, 127]: framezip's
+// quantiser stays within ±127, a checkpoint's may use -128) and x is quantised per row just
+// before the product (x[i][k] ≈ xq[i][k] · x_scale[i], |xq| ≤ 127). The integer sums are exact
+// (|Σ| ≤ K · 128 · 127 < 2³¹ for K < 132 000), so every kernel below gives the same int32 sum
 // and differs only in the one f32 rounding of sum · x_scale · w_scale + bias.
 //
 // Kernels (chosen at run time; tests force each one the machine can run):
 //   kAmx:        AMX-INT8 TDPBSSD on 16×64 tiles, 32×32 output blocks (prefill, vision rows);
 //   kAvx512Vnni: VPDPBUSD on zmm, x offset by +128 to u8 and a per-column correction
 //                -128 · Σ_k q[j][k] (exact);
-//   kAvx2:       VPMADDUBSW + VPMADDWD with the sign trick (|x| · sign(x)·w; |x| ≤ 127 keeps every
-//                pair sum below 2¹⁵, so nothing saturates: exact);
+//   kAvx2:       VPMADDUBSW + VPMADDWD with the sign trick (|w| · sign(w)·x; |w| ≤ 128 and
+//                |x| ≤ 127 keep every pair sum below 2¹⁵, so nothing saturates: exact);
 //   kScalar:     portable loops, the fallback without AVX2.
 //
 // Layouts (all padding is zero weight, so it adds nothing):

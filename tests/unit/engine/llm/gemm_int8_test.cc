@@ -123,6 +123,10 @@ Problem MakeProblem(int64_t m, int64_t n, int64_t k, std::mt19937_64& rng) {
   auto w = ops::QuantizeWeightInt8(F32Tensor(RandomRows(n, k, rng, 0.05f), {n, k}));
   REQUIRE(w.ok());
   p.w = *std::move(w);
+  // -128 where a checkpoint's quantiser puts it (compressed-tensors divides by 127.5, so a
+  // channel's most negative weight may land there): in every third row, at a random column.
+  std::uniform_int_distribution<int64_t> column(0, k - 1);
+  for (int64_t j = 0; j < n; j += 3) p.w.q.data<int8_t>()[j * k + column(rng)] = -128;
   SizePackedInt8Weight(n, k, p.packed);
   PackInt8Weight(p.w.q.data<int8_t>(), p.w.scale.data<float>(), 0, p.packed.col_blocks / 2,
                  p.packed);  // in two calls, as tasks would
