@@ -108,7 +108,10 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.context_tokens = static_cast<uint32_t>(c.text.max_position_embeddings);
   m.vocab_size = static_cast<uint32_t>(c.text.vocab_size);
   m.weight_dtype = c.torch_dtype;
-  m.weight_format = std::string(rt::WeightFormatName(options.weight_format));
+  // A checkpoint stored in int8 runs int8 whatever --weight-format asks of 16-bit weights.
+  m.weight_format = c.stored_quantization == engine::model::StoredQuantization::kInt8PerChannel
+                        ? std::string(rt::WeightFormatName(rt::WeightFormat::kInt8))
+                        : std::string(rt::WeightFormatName(options.weight_format));
   m.device = config.device;
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,

@@ -147,7 +147,8 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
   if (!device.is_cpu() && ((!w.layers.empty() && w.layers[0].q_proj.dtype() == DType::kI8) ||
                            w.lm_head.dtype() == DType::kI8)) {
     return UnimplementedError(
-        "decoder: int8 weights run on the CPU only for now (weight format bf16 on {})",
+        "decoder: int8 weights (--weight-format int8, or a checkpoint stored in int8) run on the "
+        "CPU only for now (bf16 weights on {})",
         DeviceName(device));
   }
   std::unique_ptr<Decoder> d(new Decoder(s, device));

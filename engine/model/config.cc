@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/model/json_util.h"
+#include "engine/model/stored_quantization.h"
 
 namespace framezip::engine::model {
 
@@ -314,25 +315,19 @@ StatusOr<LlavaConfig> ParseLlavaConfig(std::string_view json_text, std::string_v
     return InvalidArgumentError("{}: expected a JSON object, got {}", file_name,
                                 JsonTypeName(root));
   }
-  // A checkpoint stored quantised (bitsandbytes, GPTQ, AWQ, compressed-tensors, FP8, ...) has
-  // weights the loader would misread: refused, naming its method. framezip quantises an
-  // unquantised checkpoint at load instead (--weight-format int8, engine/runtime/weight_format.h).
+  // A checkpoint stored quantised: compressed-tensors int8 per channel is loaded; any other
+  // method or layout would be misread and is refused, naming it (stored_quantization.h).
+  StoredQuantization stored_quantization = StoredQuantization::kNone;
   for (const Json* holder :
        {&root, root.contains("text_config") ? &root["text_config"] : nullptr}) {
     if (holder == nullptr || !holder->is_object() || !holder->contains("quantization_config")) {
       continue;
     }
-    const Json& q = (*holder)["quantization_config"];
-    const auto field = [&](const char* name) -> std::string {
-      return q.is_object() && q.contains(name) && q[name].is_string() ? q[name].get<std::string>()
-                                                                      : "?";
-    };
-    return UnimplementedError(
-        "{}: quantization_config (quant_method '{}', format '{}'): checkpoints stored quantised "
-        "are not loaded; use the unquantised checkpoint with --weight-format int8",
-        file_name, field("quant_method"), field("format"));
+    FZ_ASSIGN_OR_RETURN(stored_quantization,
+                        ParseStoredQuantization((*holder)["quantization_config"], file_name));
   }
   LlavaConfig c;
+  c.stored_quantization = stored_quantization;
   FZ_ASSIGN_OR_RETURN(std::optional<std::string> model_type,
                       OptionalString(root, "model_type", at));
   if (!model_type) return InvalidArgumentError("{}: missing required field model_type", file_name);

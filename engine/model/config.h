@@ -137,6 +137,13 @@ struct GenerationIds {
 };
 
 // The whole model: LLaVA wrapper + towers.
+// How a checkpoint stores its Linears' weights (config.json's quantization_config, parsed by
+// stored_quantization.h).
+enum class StoredQuantization {
+  kNone,            // f32 / f16 / bf16
+  kInt8PerChannel,  // compressed-tensors int8 weights with one scale per output channel
+};
+
 struct LlavaConfig {
   LlavaArch arch = LlavaArch::kLlavaOnevision;
   std::string model_type;  // as written in config.json
@@ -169,6 +176,8 @@ struct LlavaConfig {
   // text config; v5 forwards it to the top level). A top-level true also ties (v5 semantics).
   bool tie_word_embeddings = false;
   std::string torch_dtype;  // "float16", "bfloat16", ... (informational; weights carry dtype)
+  // How the checkpoint stores its Linears' weights (quantization_config; stored_quantization.h).
+  StoredQuantization stored_quantization = StoredQuantization::kNone;
 
   GenerationIds generation;
 

@@ -1,9 +1,11 @@
 #include "engine/model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "common/logging.h"
+#include "engine/core/half.h"
 
 namespace framezip::engine::model {
 
@@ -58,6 +60,10 @@ std::vector<ExpectedTensor> ExpectedTensors(const LlavaConfig& c) {
   auto add = [&out](std::string name, Shape shape, bool required = true) {
     out.push_back({std::move(name), std::move(shape), required});
   };
+  auto add_projection = [&out](std::string name, Shape shape) {
+    out.push_back({std::move(name), std::move(shape), /*required=*/true,
+                   /*decoder_projection=*/true});
+  };
   // Vision tower.
   const VisionConfig& v = c.vision;
   const int64_t d = v.hidden_size;
@@ -101,20 +107,20 @@ std::vector<ExpectedTensor> ExpectedTensors(const LlavaConfig& c) {
   add(TextName("embed_tokens.weight"), {t.vocab_size, h});
   for (int64_t i = 0; i < t.num_hidden_layers; ++i) {
     add(TextLayerName(i, "input_layernorm.weight"), {h});
-    add(TextLayerName(i, "self_attn.q_proj.weight"), {t.q_dim(), h});
-    add(TextLayerName(i, "self_attn.k_proj.weight"), {t.kv_dim(), h});
-    add(TextLayerName(i, "self_attn.v_proj.weight"), {t.kv_dim(), h});
+    add_projection(TextLayerName(i, "self_attn.q_proj.weight"), {t.q_dim(), h});
+    add_projection(TextLayerName(i, "self_attn.k_proj.weight"), {t.kv_dim(), h});
+    add_projection(TextLayerName(i, "self_attn.v_proj.weight"), {t.kv_dim(), h});
     if (t.qkv_bias) {
       add(TextLayerName(i, "self_attn.q_proj.bias"), {t.q_dim()});
       add(TextLayerName(i, "self_attn.k_proj.bias"), {t.kv_dim()});
       add(TextLayerName(i, "self_attn.v_proj.bias"), {t.kv_dim()});
     }
-    add(TextLayerName(i, "self_attn.o_proj.weight"), {h, t.q_dim()});
+    add_projection(TextLayerName(i, "self_attn.o_proj.weight"), {h, t.q_dim()});
     if (t.o_bias) add(TextLayerName(i, "self_attn.o_proj.bias"), {h});
     add(TextLayerName(i, "post_attention_layernorm.weight"), {h});
-    add(TextLayerName(i, "mlp.gate_proj.weight"), {t.intermediate_size, h});
-    add(TextLayerName(i, "mlp.up_proj.weight"), {t.intermediate_size, h});
-    add(TextLayerName(i, "mlp.down_proj.weight"), {h, t.intermediate_size});
+    add_projection(TextLayerName(i, "mlp.gate_proj.weight"), {t.intermediate_size, h});
+    add_projection(TextLayerName(i, "mlp.up_proj.weight"), {t.intermediate_size, h});
+    add_projection(TextLayerName(i, "mlp.down_proj.weight"), {h, t.intermediate_size});
     if (t.mlp_bias) {
       add(TextLayerName(i, "mlp.gate_proj.bias"), {t.intermediate_size});
       add(TextLayerName(i, "mlp.up_proj.bias"), {t.intermediate_size});
@@ -124,6 +130,64 @@ std::vector<ExpectedTensor> ExpectedTensors(const LlavaConfig& c) {
   add(TextName("norm.weight"), {h});
   add(std::string(kLmHead), {t.vocab_size, h}, /*required=*/!c.tie_word_embeddings);
   return out;
+}
+
+// The per-channel scales of int8 projection `e` (compressed-tensors: `<linear>.weight_scale`,
+// [N, 1] or [N], f32/f16/bf16), as an owned f32 [N] tensor named `<e.name>_scale`. A zero
+// point, if stored, must be all zeros: the weights are symmetric.
+Status ModelWeights::BindInt8Scale(
+    const ExpectedTensor& e,
+    const std::map<std::string, std::string, std::less<>>& canonical_to_stored,
+    const SafetensorsModel& files, ModelWeights& w) {
+  const int64_t n = e.shape[0];
+  const std::string scale_name = e.name + "_scale";
+  const auto it = canonical_to_stored.find(scale_name);
+  if (it == canonical_to_stored.end()) {
+    return InvalidArgumentError("tensor {} is int8 but {} is missing", e.name, scale_name);
+  }
+  FZ_ASSIGN_OR_RETURN(const Tensor stored, files.Get(it->second));
+  const Shape& shape = stored.shape();
+  if (shape != Shape{n} && shape != Shape{n, 1}) {
+    return InvalidArgumentError("tensor {} has shape {}, expected [{}, 1] or [{}] (in {})",
+                                scale_name, ShapeString(stored.shape()), n, n,
+                                files.FileOf(it->second));
+  }
+  FZ_ASSIGN_OR_RETURN(Tensor scale, Tensor::Empty({n}, DType::kF32));
+  float* out = scale.data<float>();
+  for (int64_t j = 0; j < n; ++j) {
+    switch (stored.dtype()) {
+      case DType::kF32:
+        out[j] = stored.data<float>()[j];
+        break;
+      case DType::kBF16:
+        out[j] = BF16ToF32(stored.data<BFloat16>()[j]);
+        break;
+      case DType::kF16:
+        out[j] = F16ToF32(stored.data<Float16>()[j]);
+        break;
+      default:
+        return InvalidArgumentError("tensor {} has dtype {}, expected F32, F16 or BF16 (in {})",
+                                    scale_name, DTypeName(stored.dtype()),
+                                    files.FileOf(it->second));
+    }
+    if (!(out[j] >= 0) || !std::isfinite(out[j])) {
+      return InvalidArgumentError("tensor {}: scale {} of channel {} is not a finite value >= 0",
+                                  scale_name, out[j], j);
+    }
+  }
+  const std::string zero_point = e.name + "_zero_point";
+  if (const auto zp = canonical_to_stored.find(zero_point); zp != canonical_to_stored.end()) {
+    FZ_ASSIGN_OR_RETURN(const Tensor z, files.Get(zp->second));
+    const auto* bytes = static_cast<const uint8_t*>(z.raw_data());
+    if (!std::all_of(bytes, bytes + z.nbytes(), [](uint8_t b) { return b == 0; })) {
+      return UnimplementedError(
+          "tensor {} holds non-zero zero points: asymmetric int8 weights are not loaded",
+          zero_point);
+    }
+  }
+  w.tensors_.emplace(scale_name, std::move(scale));
+  w.stored_names_.emplace(scale_name, it->second);
+  return absl::OkStatus();
 }
 
 StatusOr<ModelWeights> ModelWeights::Load(const std::filesystem::path& dir,
@@ -164,9 +228,14 @@ StatusOr<ModelWeights> ModelWeights::Bind(const LlavaConfig& config,
     FZ_CHECK(info != nullptr);
     const std::string shown =
         it->second == e.name ? e.name : fmt::format("{} (stored as {})", e.name, it->second);
-    if (info->dtype_name != "F32" && info->dtype_name != "F16" && info->dtype_name != "BF16") {
-      return InvalidArgumentError("tensor {} has dtype {}, expected F32, F16 or BF16 (in {})",
-                                  shown, info->dtype_name, files.FileOf(it->second));
+    const bool int8 = info->dtype_name == "I8" && e.decoder_projection &&
+                      config.stored_quantization == StoredQuantization::kInt8PerChannel;
+    if (info->dtype_name != "F32" && info->dtype_name != "F16" && info->dtype_name != "BF16" &&
+        !int8) {
+      return InvalidArgumentError(
+          "tensor {} has dtype {}, expected F32, F16 or BF16 (int8 only for the decoder's "
+          "projections of a compressed-tensors int8 checkpoint) (in {})",
+          shown, info->dtype_name, files.FileOf(it->second));
     }
     if (info->shape != e.shape) {
       return InvalidArgumentError("tensor {} has shape {}, expected {} (in {})", shown,
@@ -176,6 +245,7 @@ StatusOr<ModelWeights> ModelWeights::Bind(const LlavaConfig& config,
     FZ_ASSIGN_OR_RETURN(Tensor t, files.Get(it->second));
     w.tensors_.emplace(e.name, std::move(t));
     w.stored_names_.emplace(e.name, it->second);
+    if (int8) FZ_RETURN_IF_ERROR(BindInt8Scale(e, canonical_to_stored, files, w));
   }
   const Tensor& embed = w.tensors_.at(TextName("embed_tokens.weight"));
   if (config.tie_word_embeddings) w.tensors_.emplace(std::string(kLmHead), embed);

@@ -65,6 +65,9 @@ struct ExpectedTensor {
   std::string name;  // canonical
   Shape shape;
   bool required = true;  // false: checked only if present (post_layernorm, a tied lm_head)
+  // One of the decoder's seven projections: int8 in a compressed-tensors checkpoint
+  // (stored_quantization.h), with its scales bound as `<name>_scale`, f32 [N].
+  bool decoder_projection = false;
 };
 // Every tensor the forward pass of `config` needs, in module order.
 std::vector<ExpectedTensor> ExpectedTensors(const LlavaConfig& config);
@@ -119,6 +122,11 @@ class ModelWeights {
   std::string StoredName(std::string_view canonical_name) const;
 
  private:
+  static Status BindInt8Scale(
+      const ExpectedTensor& e,
+      const std::map<std::string, std::string, std::less<>>& canonical_to_stored,
+      const SafetensorsModel& files, ModelWeights& w);
+
   std::map<std::string, Tensor, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> stored_names_;
   DType dtype_ = DType::kF32;

@@ -49,20 +49,37 @@ StatusOr<llm::DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights&
   d.lm_head = head != nullptr ? *head : d.embed_tokens;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const model::TextLayerWeights t = weights.TextLayer(l);
-    d.layers.push_back(llm::LayerWeights{
-        .input_layernorm = t.input_layernorm,
-        .q_proj = t.q_proj, .q_bias = t.q_bias,
-        .k_proj = t.k_proj, .k_bias = t.k_bias,
-        .v_proj = t.v_proj, .v_bias = t.v_bias,
-        .o_proj = t.o_proj, .o_bias = t.o_bias,
-        .post_attention_layernorm = t.post_attention_layernorm,
-        .gate_proj = t.gate_proj, .gate_bias = t.gate_bias,
-        .up_proj = t.up_proj, .up_bias = t.up_bias,
-        .down_proj = t.down_proj, .down_bias = t.down_bias,
-        // Scales only for a checkpoint stored in int8 (none is read yet) or after
-        // QuantizeDecoderProjections (runtime/weight_format.h).
-        .q_scale = {}, .k_scale = {}, .v_scale = {}, .o_scale = {},
-        .gate_scale = {}, .up_scale = {}, .down_scale = {}});
+    // A compressed-tensors int8 checkpoint's projections come with their scales
+    // (model/stored_quantization.h); a 16-bit one gets them from QuantizeDecoderProjections
+    // (runtime/weight_format.h) when int8 is asked for.
+    const auto scale = [&](std::string_view projection) {
+      const Tensor* s =
+          weights.Find(model::TextLayerName(l, fmt::format("{}.weight_scale", projection)));
+      return s != nullptr ? *s : Tensor();
+    };
+    d.layers.push_back(llm::LayerWeights{.input_layernorm = t.input_layernorm,
+                                         .q_proj = t.q_proj,
+                                         .q_bias = t.q_bias,
+                                         .k_proj = t.k_proj,
+                                         .k_bias = t.k_bias,
+                                         .v_proj = t.v_proj,
+                                         .v_bias = t.v_bias,
+                                         .o_proj = t.o_proj,
+                                         .o_bias = t.o_bias,
+                                         .post_attention_layernorm = t.post_attention_layernorm,
+                                         .gate_proj = t.gate_proj,
+                                         .gate_bias = t.gate_bias,
+                                         .up_proj = t.up_proj,
+                                         .up_bias = t.up_bias,
+                                         .down_proj = t.down_proj,
+                                         .down_bias = t.down_bias,
+                                         .q_scale = scale("self_attn.q_proj"),
+                                         .k_scale = scale("self_attn.k_proj"),
+                                         .v_scale = scale("self_attn.v_proj"),
+                                         .o_scale = scale("self_attn.o_proj"),
+                                         .gate_scale = scale("mlp.gate_proj"),
+                                         .up_scale = scale("mlp.up_proj"),
+                                         .down_scale = scale("mlp.down_proj")});
   }
   return d;
 }

@@ -11,6 +11,9 @@
 //         weights and decode reads all of it every step, so keeping it 16-bit would leave decode
 //         reading 0.63 GB a token instead of 0.50 (llama.cpp's Q8_0 quantises it as well).
 //   fp8:  E4M3 weights for Hopper GPUs (sm_90); not built yet: refused with UNIMPLEMENTED.
+// A checkpoint stored in int8 (compressed-tensors, model/stored_quantization.h) arrives with its
+// projections int8 already: they run as stored under every format (int8 quantises only what is
+// still 16-bit, such as the head), on the CPU only.
 #pragma once
 
 #include <string_view>

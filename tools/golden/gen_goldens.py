@@ -305,6 +305,15 @@ def forward_goldens(model_dir, processor, model, arch, seed, synthvid_spec=None,
     return tensors, meta
 
 
+def quantization_versions() -> dict:
+    """compressed-tensors' version where it is installed (it reads quantised checkpoints)."""
+    try:
+        import compressed_tensors
+    except ImportError:
+        return {}
+    return {"compressed_tensors": compressed_tensors.__version__}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -345,7 +354,16 @@ def main():
         from transformers import LlavaForConditionalGeneration as Llava
         from transformers import LlavaOnevisionForConditionalGeneration as OV
         cls = OV if arch == "llava_onevision" else Llava
-        model = cls.from_pretrained(args.model, dtype="auto", attn_implementation="eager").eval()
+        extra = {}
+        with open(os.path.join(args.model, "config.json")) as f:
+            quantization = json.load(f).get("quantization_config") or {}
+        if quantization.get("quant_method") == "compressed-tensors":
+            # Decompressed at load (W = q · scale, in the model's dtype) and run dense, each
+            # quantised Linear fake-quantising its input as the scheme declares (int8 per token).
+            from transformers import CompressedTensorsConfig
+            extra["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+        model = cls.from_pretrained(args.model, dtype="auto", attn_implementation="eager",
+                                    **extra).eval()
         dtype = str(next(model.parameters()).dtype)
         tensors, meta = forward_goldens(args.model, processor, model, arch, args.seed,
                                        args.synthvid, args.frames)
@@ -359,7 +377,7 @@ def main():
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__,
                      "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
-                     "numpy": np.__version__},
+                     "numpy": np.__version__, **quantization_versions()},
         "command": " ".join(["tools/golden/gen_goldens.py"] + sys.argv[1:]),
     })
     print(f"wrote goldens for {args.model} to {args.out}")

@@ -181,7 +181,7 @@ TEST_CASE("config: errors name the file and the field", "[unit][engine]") {
   auto quantised = ParseLlavaConfig(R"({"model_type": "llava_onevision",
       "quantization_config": {"quant_method": "compressed-tensors", "format": "int-quantized"}})");
   CHECK(quantised.status().code() == absl::StatusCode::kUnimplemented);
-  CHECK_THAT(MessageOf(quantised.status()), Catch::Contains("compressed-tensors") &&
+  CHECK_THAT(MessageOf(quantised.status()), Catch::Contains("config_groups") &&
                                                 Catch::Contains("int-quantized") &&
                                                 Catch::Contains("--weight-format int8"));
   auto gptq = ParseLlavaConfig(R"({"model_type": "llava_onevision",
@@ -195,6 +195,60 @@ TEST_CASE("config: errors name the file and the field", "[unit][engine]") {
 
   auto missing = LoadLlavaConfig("/nonexistent/dir");
   CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("config: a compressed-tensors int8 per-channel checkpoint is read, other layouts refused",
+          "[unit][engine]") {
+  // The config compressed-tensors itself wrote (tools/golden/gen_int8_checkpoint.py).
+  const Json written =
+      test::LoadJson(test::GoldenDir("framezip-tiny-video-int8/model/config.json"));
+  auto parse = [](const Json& j) { return ParseLlavaConfig(j.dump()); };
+  auto accepted = parse(written);
+  INFO((accepted.ok() ? "" : MessageOf(accepted.status())));
+  REQUIRE(accepted.ok());
+  CHECK(accepted->stored_quantization == StoredQuantization::kInt8PerChannel);
+  auto plain = LoadLlavaConfig(ModelDir("tiny-ov-qwen2-f32"));
+  REQUIRE(plain.ok());
+  CHECK(plain->stored_quantization == StoredQuantization::kNone);
+  // Weights-only (W8A16): no input_activations.
+  Json weights_only = written;
+  weights_only["quantization_config"]["config_groups"]["group_0"].erase("input_activations");
+  CHECK(parse(weights_only).ok());
+
+  // Each change names the field that is not loaded, and its value.
+  struct Change {
+    const char* pointer;  // JSON pointer under quantization_config
+    Json value;
+    const char* named;
+  };
+  const Change changes[] = {
+      {"/quant_method", "gptq", "gptq"},
+      {"/format", "pack-quantized", "quantization_config.format is \"pack-quantized\""},
+      {"/format", "float-quantized", "float-quantized"},
+      {"/config_groups/group_0/weights/num_bits", 4, "weights.num_bits is 4"},
+      {"/config_groups/group_0/weights/type", "float", "weights.type is \"float\""},
+      {"/config_groups/group_0/weights/symmetric", false, "weights.symmetric is false"},
+      {"/config_groups/group_0/weights/strategy", "group", "weights.strategy is \"group\""},
+      {"/config_groups/group_0/weights/group_size", 128, "weights.group_size is 128"},
+      {"/config_groups/group_0/input_activations/dynamic", false,
+       "input_activations.dynamic is false"},
+      {"/config_groups/group_0/input_activations/strategy", "tensor",
+       "input_activations.strategy is \"tensor\""},
+      {"/config_groups/group_0/targets", Json::array({"Linear", "Embedding"}), "targets"},
+      {"/config_groups/group_0/output_activations", Json::object({{"num_bits", 8}}),
+       "output_activations"},
+      {"/kv_cache_scheme", Json::object({{"num_bits", 8}}), "kv_cache_scheme"},
+      {"/sparsity_config", Json::object({{"format", "sparse-bitmask"}}), "sparsity_config"},
+      {"/quantization_status", "frozen", "quantization_status is \"frozen\""},
+  };
+  for (const Change& c : changes) {
+    Json j = written;
+    j["quantization_config"][Json::json_pointer(c.pointer)] = c.value;
+    const Status s = parse(j).status();
+    CAPTURE(c.pointer, MessageOf(s));
+    CHECK(s.code() == absl::StatusCode::kUnimplemented);
+    CHECK_THAT(MessageOf(s), Catch::Contains(c.named));
+  }
 }
 
 TEST_CASE("preprocessor config: OV values and CLIP defaults", "[unit][engine]") {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "engine/core/half.h"
 #include "tests/unit/engine/model/model_test_util.h"
 
 namespace framezip::engine::model {
@@ -20,10 +21,10 @@ LlavaConfig Config(const std::string& name) {
 
 // Copies every tensor of a model under new names (rename returns "" to drop a tensor) and
 // optionally replaces some tensors.
-void RewriteModel(const std::string& name, const std::filesystem::path& out,
-                  const std::function<std::string(const std::string&)>& rename,
-                  const std::map<std::string, Tensor>& replace = {}) {
-  auto m = SafetensorsModel::Open(ModelDir(name));
+void RewriteModelAt(const std::filesystem::path& from, const std::filesystem::path& out,
+                    const std::function<std::string(const std::string&)>& rename,
+                    const std::map<std::string, Tensor>& replace = {}) {
+  auto m = SafetensorsModel::Open(from);
   REQUIRE(m.ok());
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const std::string& n : m->Names()) {
@@ -39,6 +40,12 @@ void RewriteModel(const std::string& name, const std::filesystem::path& out,
     tensors.emplace_back(to, *t);
   }
   REQUIRE(WriteSafetensors(out / "model.safetensors", tensors).ok());
+}
+
+void RewriteModel(const std::string& name, const std::filesystem::path& out,
+                  const std::function<std::string(const std::string&)>& rename,
+                  const std::map<std::string, Tensor>& replace = {}) {
+  RewriteModelAt(ModelDir(name), out, rename, replace);
 }
 
 TEST_CASE("weights: canonical names for every layout transformers has written", "[unit][engine]") {
@@ -190,6 +197,77 @@ TEST_CASE("weights: the first problem is named", "[unit][engine]") {
     auto bad = LoadLlavaConfig(dir.path());
     CHECK(bad.status().code() == absl::StatusCode::kUnimplemented);
     CHECK_THAT(MessageOf(bad.status()), Catch::Contains("model_type 'paligemma'"));
+  }
+}
+
+TEST_CASE("weights: a compressed-tensors int8 checkpoint binds its projections with their scales",
+          "[unit][engine]") {
+  const std::filesystem::path int8_dir = test::GoldenDir("framezip-tiny-video-int8/model");
+  auto config = LoadLlavaConfig(int8_dir);
+  REQUIRE(config.ok());
+  auto w = ModelWeights::Load(int8_dir, *config);
+  INFO((w.ok() ? "" : MessageOf(w.status())));
+  REQUIRE(w.ok());
+  auto stored = SafetensorsModel::Open(int8_dir);
+  REQUIRE(stored.ok());
+  const std::string up = "language_model.model.layers.1.mlp.up_proj.weight";
+  const TextLayerWeights layer = w->TextLayer(1);
+  CHECK(layer.up_proj.dtype() == DType::kI8);
+  CHECK(w->TextLayer(0).q_proj.dtype() == DType::kI8);
+  CHECK(w->Get(VisionLayerName(0, "mlp.fc1.weight")).dtype() == DType::kBF16);  // ignored: bf16
+  const Tensor& scale = w->Get(TextLayerName(1, "mlp.up_proj.weight_scale"));
+  const Tensor want = *stored->Get(up + "_scale");  // bf16 [N, 1]
+  REQUIRE(scale.dtype() == DType::kF32);
+  REQUIRE(scale.shape() == Shape{want.shape()[0]});
+  for (int64_t j = 0; j < scale.shape()[0]; ++j) {
+    REQUIRE(scale.data<float>()[j] == BF16ToF32(want.data<BFloat16>()[j]));
+  }
+
+  testing::TempDir dir;
+  const auto keep = [](const std::string& n) { return n; };
+  SECTION("a projection without its scales") {
+    RewriteModelAt(int8_dir, dir.path(),
+                   [&](const std::string& n) { return n == up + "_scale" ? "" : n; });
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("is int8 but model.language_model.layers.1.mlp.up_proj."
+                               "weight_scale is missing"));
+  }
+  SECTION("scales of the wrong shape") {
+    auto bad = Tensor::Zeros({3, 1}, DType::kBF16);
+    REQUIRE(bad.ok());
+    RewriteModelAt(int8_dir, dir.path(), keep, {{up + "_scale", *bad}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("has shape [3, 1], expected [384, 1] or [384]"));
+  }
+  SECTION("asymmetric: a non-zero zero point") {
+    auto m = SafetensorsModel::Open(int8_dir);
+    REQUIRE(m.ok());
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const auto& n : m->Names()) tensors.emplace_back(n, *m->Get(n));
+    auto zp = Tensor::Zeros({384, 1}, DType::kI8);
+    REQUIRE(zp.ok());
+    zp->data<int8_t>()[7] = 3;
+    tensors.emplace_back(up + "_zero_point", *zp);
+    REQUIRE(WriteSafetensors(dir / "model.safetensors", tensors).ok());
+    const Status s = ModelWeights::Load(dir.path(), *config).status();
+    CHECK(s.code() == absl::StatusCode::kUnimplemented);
+    CHECK_THAT(MessageOf(s), Catch::Contains("asymmetric"));
+  }
+  SECTION("int8 where the checkpoint may not have it") {
+    auto i8 = Tensor::Zeros({128, 128}, DType::kI8);
+    REQUIRE(i8.ok());
+    // The projector is not one of the decoder's projections.
+    RewriteModelAt(int8_dir, dir.path(), keep, {{"multi_modal_projector.linear_2.weight", *i8}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("dtype I8") && Catch::Contains("int8 only for the decoder's"));
+    // A checkpoint whose config declares no quantisation.
+    const LlavaConfig plain = Config("tiny-ov-qwen2-f32");
+    auto q = Tensor::Zeros({64, 64}, DType::kI8);
+    REQUIRE(q.ok());
+    RewriteModel("tiny-ov-qwen2-f32", dir.path(), keep,
+                 {{"language_model.model.layers.0.self_attn.q_proj.weight", *q}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), plain).status()),
+               Catch::Contains("dtype I8"));
   }
 }
 
