@@ -232,6 +232,26 @@ def quantize_q8_0(model: str, out: str) -> None:
         raise RuntimeError(f"llama_model_quantize failed on {model}")
 
 
+def disable_extra_buffer_types() -> None:
+    """Every model llama.cpp loads from here on keeps its weights as the GGUF stores them: no
+    extra CPU buffer types (its AMX tiles and repacked Q8_0/Q4_0 layouts), so Q8_0 runs on its
+    AVX512-VNNI / AVX2 dot products. For CPUs where those paths fail (llama-cpp-python 0.3.36's
+    first decode of a Q8_0 model segfaults in them on a Sapphire Rapids-class Xeon with AMX)."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as C
+
+    default = C.llama_model_default_params
+
+    def without_extra_buffer_types():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    # The Llama class and this script both call it through the module.
+    C.llama_model_default_params = without_extra_buffer_types
+    llama_cpp.llama_model_default_params = without_extra_buffer_types
+
+
 def llama_round(model: str, mmproj: str, threads: int, decode_steps: int) -> dict:
     """One round of llama.cpp figures: prefill 512 / 2048, decode batch 1 at depth 512 (f16 and
     4-bit KV) and 2048, decode of 16 sequences together, and one vision frame (none when
@@ -340,7 +360,12 @@ def main() -> int:
     ap.add_argument("--formats", default="f16,q8_0",
                     help="llama.cpp weight formats, each beside framezip's: f16 (bf16), q8_0 (int8)")
     ap.add_argument("--skip-vision", action="store_true", help="leave out the vision frame")
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="llama.cpp without its extra CPU buffer types (AMX, repacked weights): "
+                         "its VNNI/AVX2 paths, for CPUs where the others crash")
     args = ap.parse_args()
+    if args.no_extra_bufts:
+        disable_extra_buffer_types()
     formats = args.formats.split(",")
     for f in formats:
         if f not in FRAMEZIP_FORMAT:
@@ -402,6 +427,7 @@ def main() -> int:
                            "ratio": med(fz[f], key) / med(llama[f], key)}
     import llama_cpp
     result = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
+              "llama_cpp_extra_buffer_types": not args.no_extra_bufts,
               "llama_cpp_python": llama_cpp.__version__,
               "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
               "figures": table}
