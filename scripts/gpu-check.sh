@@ -34,7 +34,8 @@
 #   staging, libraries, frame pack and verdicts are checked before a lease; exits 2),
 #   --server-only (only the server stage: framezip-server on the device behind framezip-kvstore,
 #   the demo's three questions from raw frames, `framezip bench server` at 1/16/64 sessions and
-#   `framezip bench sessions` in a fixed KV budget (64 MiB on the shipped model), figures into
+#   `framezip bench sessions` in a fixed KV budget (64 MiB on the shipped model), `framezip bench
+#   server` again on the LLaVA-OneVision-0.5B shape with random weights, figures into
 #   $OUT/latest.json and summary.txt; with --rehearse, on the CPU at small sizes),
 #   --stage-server (stage only its binaries, libraries and raw demo frames; --prepare does it
 #   too),
@@ -554,8 +555,10 @@ stage_server() {
 # $out/latest.json (bench/gpu/write_latest.py, merged over bench/gpu/latest.json) and a section
 # for bench/RESULTS.md at the end of summary.txt. With --rehearse it runs on the CPU at small sizes
 # (c1 and c2, a 2 MiB budget, 8-frame videos, two policies) to prove the plumbing, and writes
-# nothing under bench/. The 0.5B shape (SigLIP-so400m + Qwen2-0.5B, random weights) is not run:
-# framezip-server loads model directories, and there is none of that shape.
+# nothing under bench/. Then the LLaVA-OneVision-0.5B shape (SigLIP-so400m + Qwen2-0.5B, random
+# weights), written by tools/make_tiny_model.py --size 0.5b with transformers' own classes:
+# `framezip bench server` at the same levels on 8 frames (its answers are noise, its timings the
+# 0.5B model's), while time is left.
 run_server_stage() {
   local bin_dir="" d
   for d in "$unpacked/server/bin" "$e2e_build/bin" build-cpu/bin; do
@@ -593,6 +596,7 @@ run_server_stage() {
     local name=$1
     shift
     local port_file="$work/$name.${#pids[@]}.port"
+    rm -f "$port_file"  # an earlier server's, after stop_all emptied pids
     "${run_libs[@]}" "$bin_dir/$name" "$@" --listen 127.0.0.1:0 --port-file "$port_file" \
       --metrics-listen "" >>"$work/$name.log" 2>&1 &
     pids+=($!)
@@ -610,6 +614,51 @@ run_server_stage() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
     pids=()
+  }
+  # The 0.5B shape: its model directory written here (about 40 s and 1.8 GB), a server on it
+  # without a KV store, and the bench. Skipped, saying so, when the step cannot get its time.
+  run_server_05b() {
+    local big="$work/llava-ov-0.5b-random" budget
+    budget=$(step_limit 240)
+    if [ "$budget" -lt 120 ]; then
+      note "SKIP server stage on the 0.5B shape: $budget s left of the step"
+      return 0
+    fi
+    # torch and transformers: the device image's Python, or here the repository's .venv.
+    local py=python3
+    [ -x .venv/bin/python ] && py=.venv/bin/python
+    if ! timeout 120 "$py" tools/make_tiny_model.py --arch ov-qwen2 --dtype bf16 --size 0.5b \
+      --seed 0 --out "$big" >>"$out/cuda-tests.txt" 2>&1; then
+      note "FAIL server stage: tools/make_tiny_model.py --size 0.5b (tail in cuda-tests.txt)"
+      status=1
+      return 0
+    fi
+    if ! serve framezip-server --model "$big" --device "$device" --kvstore none --max-frames 64 \
+      --max-running 64 --max-waiting 256 --max-running-per-principal 0 \
+      --max-queued-tokens-per-principal 0; then
+      note "FAIL server stage: framezip-server did not start on the 0.5B shape (tail in" \
+        "cuda-tests.txt)"
+      tail -20 "$work/framezip-server.log" >>"$out/cuda-tests.txt"
+      status=1
+      stop_all
+      rm -rf "$big"
+      return 0
+    fi
+    "${run_libs[@]}" timeout "$(step_limit 180)" "$bin_dir/framezip" bench server \
+      --server "127.0.0.1:$served_port" --video "$server_clip" --frames 8 \
+      --concurrency "$levels" --max-tokens "$bench_tokens" --json \
+      >"$work/bench-server-05b.json" 2>>"$out/cuda-tests.txt"
+    local rc=$?
+    if [ "$rc" = 0 ]; then
+      note "PASS framezip bench server on the 0.5B shape at $levels sessions on $device:" \
+        "$(grep -E '^(decode_tok_s_c|turn[12]_ttft_p50_c1)' "$work/bench-server-05b.json" |
+          tr '\n' ';')"
+    else
+      note "FAIL framezip bench server on the 0.5B shape (exit $rc)"
+      status=1
+    fi
+    stop_all
+    rm -rf "$big"
   }
   local model=models/framezip-tiny-video kv_port port
   echo "---- server stage: $bin_dir on $device ----" >>"$out/cuda-tests.txt"
@@ -680,6 +729,7 @@ PY
     status=1
   fi
   stop_all
+  run_server_05b
   # Sessions in a fixed budget: no KV store, so the budget refuses rather than evicts.
   if serve framezip-server --model "$model" --device "$device" --kvstore none \
     --kv-budget-bytes $((budget_mib * 1024 * 1024)) --max-frames 256 --max-running 64 \
@@ -703,8 +753,8 @@ PY
     status=1
   fi
   stop_all
-  grep -hv '^{' "$work/bench-server.json" "$work/bench-sessions.json" \
-    >>"$out/cuda-tests.txt" 2>/dev/null
+  grep -hv '^{' "$work/bench-server.json" "$work/bench-server-05b.json" \
+    "$work/bench-sessions.json" >>"$out/cuda-tests.txt" 2>/dev/null
   local device_name
   device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   [ "$rehearse" = 1 ] && device_name="REHEARSAL on the CPU: $(lscpu | sed -n 's/^Model name: *//p')"
@@ -714,6 +764,8 @@ PY
     --sessions-kv-budget-mib "$budget_mib")
   [ -n "$right" ] && args+=(--demo-right "$right" --demo-turn2-ttft-ms "$turn2_ms")
   [ -s "$work/bench-server.json" ] && args+=(--server-report "$work/bench-server.json")
+  [ -s "$work/bench-server-05b.json" ] &&
+    args+=(--server-05b-report "$work/bench-server-05b.json")
   [ -s "$work/bench-sessions.json" ] && args+=(--sessions-report "$work/bench-sessions.json")
   if python3 bench/gpu/write_latest.py "${args[@]}"; then
     {

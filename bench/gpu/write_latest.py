@@ -7,7 +7,8 @@ keys it produces are replaced. Usage (scripts/gpu-check.sh: the server stage, an
 benchmarks):
 
   write_latest.py OUT.json --device "NVIDIA H100 ..." [--base bench/gpu/latest.json]
-      [--server-report bench-server.json] [--sessions-report bench-sessions.json]
+      [--server-report bench-server.json] [--server-05b-report bench-server-05b.json]
+      [--sessions-report bench-sessions.json]
       [--demo-right 3/3] [--demo-turn2-ttft-ms 12.5] [--sessions-kv-budget-mib 64]
       [--bench-gpu-report bench-gpu.json] [--torch-peer-report torch-peer.json]
       [--eval-report gpu-eval.jsonl ...]
@@ -239,6 +240,17 @@ def server_figures(values):
     return out
 
 
+def server_05b_figures(values):
+    """The 0.5B shape's serving figures (random weights: timings only): c16 over c1 as for the
+    shipped model, and the turn-1 / turn-2 TTFT p50 at one session in ms."""
+    out = {k.replace("server_", "server_05b_", 1): v for k, v in server_figures(values).items()}
+    for turn in (1, 2):
+        value = values.get(f"turn{turn}_ttft_p50_c1")
+        if value is not None:
+            out[f"server_05b_turn{turn}_ttft_ms"] = value * 1000.0
+    return out
+
+
 def sessions_figures(values):
     resident, decode = {}, {}
     for name, value in values.items():
@@ -262,6 +274,8 @@ def main():
     p.add_argument("--device", required=True)
     p.add_argument("--base", help="latest.json to start from (default: OUT itself if it exists)")
     p.add_argument("--server-report")
+    p.add_argument("--server-05b-report",
+                   help="`framezip bench server --json` on the LLaVA-OneVision-0.5B shape")
     p.add_argument("--sessions-report")
     p.add_argument("--demo-right")
     p.add_argument("--demo-turn2-ttft-ms", type=float)
@@ -291,6 +305,8 @@ def main():
         latest["server_turn2_ttft_ms"] = args.demo_turn2_ttft_ms
     if args.server_report:
         latest.update(server_figures(results(args.server_report)))
+    if args.server_05b_report:
+        latest.update(server_05b_figures(results(args.server_05b_report)))
     if args.sessions_report:
         latest.update(sessions_figures(results(args.sessions_report)))
         if args.sessions_kv_budget_mib is not None:

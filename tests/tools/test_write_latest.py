@@ -58,6 +58,9 @@ with tempfile.TemporaryDirectory() as d:
     report(server, "server", {"decode_tok_s_c1": 10.0, "decode_tok_s_c16": 90.0,
                               "decode_tok_s_all_running_c1": 12.0,
                               "decode_tok_s_all_running_c16": 96.0})
+    server_05b = os.path.join(d, "server-05b.json")
+    report(server_05b, "server", {"decode_tok_s_c1": 20.0, "decode_tok_s_c16": 200.0,
+                                  "turn1_ttft_p50_c1": 0.5, "turn2_ttft_p50_c1": 0.025})
     sessions = os.path.join(d, "sessions.json")
     report(sessions, "sessions", {"sessions_resident_none_f64": 12.0,
                                   "sessions_resident_kivi_f64": 36.0,
@@ -66,7 +69,7 @@ with tempfile.TemporaryDirectory() as d:
                                   "turn2_ttft_p99_kivi_f64": 0.1})
     out = os.path.join(d, "latest.json")
     r = run(out, "--device", "NVIDIA H100", "--base", base, "--server-report", server,
-            "--sessions-report", sessions, "--demo-right", "3/3", "--demo-turn2-ttft-ms", "4.5",
+            "--server-05b-report", server_05b, "--sessions-report", sessions, "--demo-right", "3/3", "--demo-turn2-ttft-ms", "4.5",
             "--sessions-kv-budget-mib", "64")
     check("writes latest.json", r.returncode == 0, r.stderr)
     j = json.load(open(out)) if r.returncode == 0 else {}
@@ -76,6 +79,10 @@ with tempfile.TemporaryDirectory() as d:
           not j.get("date", "").startswith("2000"), str(j.get("date")))
     check("c16 over c1 from the all-running window", abs(j.get("server_c16_over_c1", 0) - 8.0)
           < 1e-9, str(j.get("server_c16_over_c1")))
+    check("the 0.5B shape's figures under their own keys",
+          abs(j.get("server_05b_c16_over_c1", 0) - 10.0) < 1e-9 and
+          abs(j.get("server_05b_turn1_ttft_ms", 0) - 500.0) < 1e-9 and
+          abs(j.get("server_05b_turn2_ttft_ms", 0) - 25.0) < 1e-9, str(j))
     check("demo figures", j.get("server_demo_right") == "3/3" and
           j.get("server_turn2_ttft_ms") == 4.5, str(j))
     check("sessions_resident per policy and frames",
