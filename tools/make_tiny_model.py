@@ -207,6 +207,14 @@ def build(args) -> None:
         model = LlavaForConditionalGeneration(config)
 
     randomize(model, args.seed)
+    if args.size == "0.5b":
+        # The 0.5B shape pads the embedding far past its small tokenizer (152000 rows, ~400
+        # tokens). Random padding rows would win the tied head's argmax nearly every step, and
+        # their ids decode to no text, so an OpenAI stream would carry nothing until its end.
+        # Zero rows (never produced, as a trained checkpoint's padding nearly is) keep greedy
+        # decoding on real tokens. The tiny presets keep their rows, so their goldens stand.
+        with torch.no_grad():
+            model.get_input_embeddings().weight[n_tok:].zero_()
     model = model.to(dtype).eval()
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out)
