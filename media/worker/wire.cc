@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 namespace framezip::media::worker {
 namespace {
@@ -151,18 +152,42 @@ Status DecodeFork(std::span<const uint8_t> bytes) {
   return absl::OkStatus();
 }
 
-std::vector<uint8_t> EncodeForked(const ForkedMessage& f) {
-  Writer w(MessageKind::kForked);
-  w.Put<int32_t>(f.pid);
-  w.Put<int32_t>(f.error);
+namespace {
+
+// The zygote's replies: a kind and two int32 fields.
+std::vector<uint8_t> EncodeTwoInts(MessageKind kind, int32_t first, int32_t second) {
+  Writer w(kind);
+  w.Put<int32_t>(first);
+  w.Put<int32_t>(second);
   return w.Take();
 }
 
+// INTERNAL naming `what` unless the message is `kind` with exactly two int32 fields that `valid`
+// accepts.
+StatusOr<std::pair<int32_t, int32_t>> DecodeTwoInts(std::span<const uint8_t> bytes,
+                                                    MessageKind kind, const char* what,
+                                                    bool (*valid)(int32_t, int32_t)) {
+  Reader r(bytes);
+  std::pair<int32_t, int32_t> fields{-1, 0};
+  if (r.Header(kind)) {
+    fields.first = r.Get<int32_t>();
+    fields.second = r.Get<int32_t>();
+  }
+  if (!r.ok() || !r.AtEnd() || !valid(fields.first, fields.second)) {
+    return InternalError("malformed {} message from the media workers' zygote ({})", what,
+                         r.ok() ? "fields" : r.why());
+  }
+  return fields;
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeForked(const ForkedMessage& f) {
+  return EncodeTwoInts(MessageKind::kForked, f.pid, f.error);
+}
+
 std::vector<uint8_t> EncodeExited(const ExitedMessage& e) {
-  Writer w(MessageKind::kExited);
-  w.Put<int32_t>(e.pid);
-  w.Put<int32_t>(e.wait_status);
-  return w.Take();
+  return EncodeTwoInts(MessageKind::kExited, e.pid, e.wait_status);
 }
 
 StatusOr<MessageKind> ZygoteMessageKind(std::span<const uint8_t> bytes) {
@@ -174,31 +199,19 @@ StatusOr<MessageKind> ZygoteMessageKind(std::span<const uint8_t> bytes) {
 }
 
 StatusOr<ForkedMessage> DecodeForked(std::span<const uint8_t> bytes) {
-  Reader r(bytes);
-  ForkedMessage m;
-  if (r.Header(MessageKind::kForked)) {
-    m.pid = r.Get<int32_t>();
-    m.error = r.Get<int32_t>();
-  }
-  if (!r.ok() || !r.AtEnd() || (m.pid <= 0 && m.error == 0)) {
-    return InternalError("malformed forked message from the media workers' zygote ({})",
-                         r.ok() ? "fields" : r.why());
-  }
-  return m;
+  // A pid, or the errno of a fork that made none.
+  FZ_ASSIGN_OR_RETURN(const auto fields, DecodeTwoInts(bytes, MessageKind::kForked, "forked",
+                                                       [](int32_t pid, int32_t error) {
+                                                         return pid > 0 || error != 0;
+                                                       }));
+  return ForkedMessage{.pid = fields.first, .error = fields.second};
 }
 
 StatusOr<ExitedMessage> DecodeExited(std::span<const uint8_t> bytes) {
-  Reader r(bytes);
-  ExitedMessage m;
-  if (r.Header(MessageKind::kExited)) {
-    m.pid = r.Get<int32_t>();
-    m.wait_status = r.Get<int32_t>();
-  }
-  if (!r.ok() || !r.AtEnd() || m.pid <= 0) {
-    return InternalError("malformed exited message from the media workers' zygote ({})",
-                         r.ok() ? "fields" : r.why());
-  }
-  return m;
+  FZ_ASSIGN_OR_RETURN(const auto fields,
+                      DecodeTwoInts(bytes, MessageKind::kExited, "exited",
+                                    [](int32_t pid, int32_t) { return pid > 0; }));
+  return ExitedMessage{.pid = fields.first, .wait_status = fields.second};
 }
 
 std::vector<uint8_t> EncodeRequest(const WorkRequest& q) {
@@ -369,11 +382,10 @@ StatusOr<WorkResponse> DecodeResponse(std::span<const uint8_t> bytes, const Medi
     i.has_audio = r.Get<uint8_t>() != 0;
     i.size_bytes = r.Get<int64_t>();
     r.GetBytes(i.content_hash.data(), i.content_hash.size());
-    if (i.width < 0 || i.height < 0 || i.width > limits.max_width ||
-        i.height > limits.max_height || i.size_bytes < 0 || i.size_bytes > limits.max_bytes ||
-        !std::isfinite(i.duration_s) || i.duration_s < 0 || !std::isfinite(i.fps) || i.fps < 0 ||
-        i.frame_count < 0 || (i.rotation_degrees % 90) != 0 || i.rotation_degrees < 0 ||
-        i.rotation_degrees >= 360) {
+    if (i.width < 0 || i.height < 0 || i.width > limits.max_width || i.height > limits.max_height ||
+        i.size_bytes < 0 || i.size_bytes > limits.max_bytes || !std::isfinite(i.duration_s) ||
+        i.duration_s < 0 || !std::isfinite(i.fps) || i.fps < 0 || i.frame_count < 0 ||
+        (i.rotation_degrees % 90) != 0 || i.rotation_degrees < 0 || i.rotation_degrees >= 360) {
       r.Fail("media info out of range");
     }
     FrameBatch& f = s.result.frames;
@@ -398,8 +410,8 @@ StatusOr<WorkResponse> DecodeResponse(std::span<const uint8_t> bytes, const Medi
     if (s.has_frames) {
       // Each dimension is bounded before they are multiplied (the product then fits in 64 bits).
       const bool dims_ok = f.num_frames >= 1 && f.num_frames <= limits.max_frames &&
-                           f.channels == 3 && f.height >= 1 && f.width >= 1 &&
-                           f.height <= 16384 && f.width <= 16384;
+                           f.channels == 3 && f.height >= 1 && f.width >= 1 && f.height <= 16384 &&
+                           f.width <= 16384;
       if (!dims_ok ||
           int64_t{f.num_frames} * f.channels * f.height * f.width *
                   static_cast<int64_t>(sizeof(float)) >
