@@ -106,6 +106,10 @@ Zygote::~Zygote() {
   Stop();
   if (reader_.joinable()) reader_.join();
   ::close(channel_);
+  // Answers nobody took (a Fork that timed out): their pidfds.
+  for (const StatusOr<ForkedWorker>& answer : answers_) {
+    if (answer.ok() && answer->pidfd >= 0) ::close(answer->pidfd);
+  }
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
