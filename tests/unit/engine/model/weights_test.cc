@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "engine/core/half.h"
 #include "tests/unit/engine/model/model_test_util.h"
@@ -238,6 +239,16 @@ TEST_CASE("weights: a compressed-tensors int8 checkpoint binds its projections w
     RewriteModelAt(int8_dir, dir.path(), keep, {{up + "_scale", *bad}});
     CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
                Catch::Contains("has shape [3, 1], expected [384, 1] or [384]"));
+  }
+  SECTION("a negative or NaN scale") {
+    Tensor bad = *Tensor::Empty({384, 1}, DType::kF32);
+    std::fill_n(bad.data<float>(), 384, 0.01f);
+    const float value = GENERATE(-0.5f, std::numeric_limits<float>::quiet_NaN(),
+                                 std::numeric_limits<float>::infinity());
+    bad.data<float>()[200] = value;
+    RewriteModelAt(int8_dir, dir.path(), keep, {{up + "_scale", bad}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("of channel 200 is not a finite value >= 0"));
   }
   SECTION("asymmetric: a non-zero zero point") {
     auto m = SafetensorsModel::Open(int8_dir);
