@@ -35,7 +35,8 @@
 #   --server-only (only the server stage: framezip-server on the device behind framezip-kvstore,
 #   the demo's three questions from raw frames, `framezip bench server` at 1/16/64 sessions and
 #   `framezip bench sessions` in a fixed KV budget (64 MiB on the shipped model), `framezip bench
-#   server` again on the LLaVA-OneVision-0.5B shape with random weights, figures into
+#   server` and `bench sessions` (2 GiB) again on the LLaVA-OneVision-0.5B shape with random
+#   weights, figures into
 #   $OUT/latest.json and summary.txt; with --rehearse, on the CPU at small sizes),
 #   --stage-server (stage only its binaries, libraries and raw demo frames; --prepare does it
 #   too),
@@ -658,6 +659,38 @@ run_server_stage() {
       status=1
     fi
     stop_all
+    # Sessions in a fixed budget on the 0.5B shape, none against AttentionPack int4. 2 GiB, not
+    # the 40 GiB its KV per token was sized for: at 64 frames a session holds ~150 MiB of f16 KV,
+    # so 40 GiB would take ~270 uncompressed and over 1000 compressed sessions, minutes of
+    # prefill past the stage's time; 2 GiB keeps the ratio with a twentieth of the sessions.
+    local budget_05b_mib=2048 frames_05b=64 policies_05b="none;attentionpack:factors=int4"
+    local rate_05b=$rate max_05b=1000
+    if [ "$rehearse" = 1 ]; then
+      budget_05b_mib=12 frames_05b=2 rate_05b=1 max_05b=4
+    fi
+    if [ "$(step_limit 240)" -lt 90 ]; then
+      note "SKIP framezip bench sessions on the 0.5B shape: $(step_limit 240) s left of the step"
+    elif serve framezip-server --model "$big" --device "$device" --kvstore none \
+      --kv-budget-bytes $((budget_05b_mib * 1024 * 1024)) --max-frames 256 --max-running 64 \
+      --max-waiting 8192 --max-sessions 4096 --max-running-per-principal 0 \
+      --max-queued-tokens-per-principal 0 "${workers[@]}"; then
+      "${run_libs[@]}" timeout "$(step_limit 240)" "$bin_dir/framezip" bench sessions \
+        --server "127.0.0.1:$served_port" --frames "$frames_05b" --policies "$policies_05b" \
+        --arrival-rate "$rate_05b" --max-sessions "$max_05b" --max-tokens 8 --json \
+        >"$work/bench-sessions-05b.json" 2>>"$out/cuda-tests.txt"
+      rc=$?
+      if [ "$rc" = 0 ]; then
+        note "PASS framezip bench sessions on the 0.5B shape in ${budget_05b_mib} MiB on $device:" \
+          "$(grep -E '^sessions_resident' "$work/bench-sessions-05b.json" | tr '\n' ';')"
+      else
+        note "FAIL framezip bench sessions on the 0.5B shape (exit $rc)"
+        status=1
+      fi
+    else
+      note "FAIL server stage: the budgeted framezip-server did not start on the 0.5B shape"
+      status=1
+    fi
+    stop_all
     rm -rf "$big"
   }
   local model=models/framezip-tiny-video kv_port port
@@ -754,7 +787,7 @@ PY
   fi
   stop_all
   grep -hv '^{' "$work/bench-server.json" "$work/bench-server-05b.json" \
-    "$work/bench-sessions.json" >>"$out/cuda-tests.txt" 2>/dev/null
+    "$work/bench-sessions-05b.json" "$work/bench-sessions.json" >>"$out/cuda-tests.txt" 2>/dev/null
   local device_name
   device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   [ "$rehearse" = 1 ] && device_name="REHEARSAL on the CPU: $(lscpu | sed -n 's/^Model name: *//p')"
@@ -764,8 +797,10 @@ PY
     --sessions-kv-budget-mib "$budget_mib")
   [ -n "$right" ] && args+=(--demo-right "$right" --demo-turn2-ttft-ms "$turn2_ms")
   [ -s "$work/bench-server.json" ] && args+=(--server-report "$work/bench-server.json")
-  [ -s "$work/bench-server-05b.json" ] &&
+  grep -qs '^{' "$work/bench-server-05b.json" &&
     args+=(--server-05b-report "$work/bench-server-05b.json")
+  grep -qs '^{' "$work/bench-sessions-05b.json" &&
+    args+=(--sessions-05b-report "$work/bench-sessions-05b.json")
   [ -s "$work/bench-sessions.json" ] && args+=(--sessions-report "$work/bench-sessions.json")
   if python3 bench/gpu/write_latest.py "${args[@]}"; then
     {

@@ -8,7 +8,7 @@ benchmarks):
 
   write_latest.py OUT.json --device "NVIDIA H100 ..." [--base bench/gpu/latest.json]
       [--server-report bench-server.json] [--server-05b-report bench-server-05b.json]
-      [--sessions-report bench-sessions.json]
+      [--sessions-report bench-sessions.json] [--sessions-05b-report bench-sessions-05b.json]
       [--demo-right 3/3] [--demo-turn2-ttft-ms 12.5] [--sessions-kv-budget-mib 64]
       [--bench-gpu-report bench-gpu.json] [--torch-peer-report torch-peer.json]
       [--eval-report gpu-eval.jsonl ...]
@@ -277,6 +277,8 @@ def main():
     p.add_argument("--server-05b-report",
                    help="`framezip bench server --json` on the LLaVA-OneVision-0.5B shape")
     p.add_argument("--sessions-report")
+    p.add_argument("--sessions-05b-report",
+                   help="`framezip bench sessions --json` on the LLaVA-OneVision-0.5B shape")
     p.add_argument("--demo-right")
     p.add_argument("--demo-turn2-ttft-ms", type=float)
     p.add_argument("--sessions-kv-budget-mib", type=float)
@@ -311,6 +313,9 @@ def main():
         latest.update(sessions_figures(results(args.sessions_report)))
         if args.sessions_kv_budget_mib is not None:
             latest["sessions_kv_budget_mib"] = args.sessions_kv_budget_mib
+    if args.sessions_05b_report:
+        latest.update({k.replace("sessions_", "sessions_05b_", 1): v for k, v in
+                       sessions_figures(results(args.sessions_05b_report)).items()})
     ours = Rows("--bench-gpu-report", args.bench_gpu_report,
                 results(args.bench_gpu_report) if args.bench_gpu_report else None)
     peer = Rows("--torch-peer-report", args.torch_peer_report,

@@ -67,9 +67,14 @@ with tempfile.TemporaryDirectory() as d:
                                   "sessions_resident_none_f256": 3.0,
                                   "decode_tok_s_kivi_f64": 4.5,
                                   "turn2_ttft_p99_kivi_f64": 0.1})
+    sessions_05b = os.path.join(d, "sessions-05b.json")
+    report(sessions_05b, "sessions", {"sessions_resident_none_f64": 27.0,
+                                      "sessions_resident_zipvl_f64": 110.0,
+                                      "decode_tok_s_zipvl_f64": 800.0})
     out = os.path.join(d, "latest.json")
     r = run(out, "--device", "NVIDIA H100", "--base", base, "--server-report", server,
-            "--server-05b-report", server_05b, "--sessions-report", sessions, "--demo-right", "3/3", "--demo-turn2-ttft-ms", "4.5",
+            "--server-05b-report", server_05b, "--sessions-05b-report", sessions_05b,
+            "--sessions-report", sessions, "--demo-right", "3/3", "--demo-turn2-ttft-ms", "4.5",
             "--sessions-kv-budget-mib", "64")
     check("writes latest.json", r.returncode == 0, r.stderr)
     j = json.load(open(out)) if r.returncode == 0 else {}
@@ -83,6 +88,10 @@ with tempfile.TemporaryDirectory() as d:
           abs(j.get("server_05b_c16_over_c1", 0) - 10.0) < 1e-9 and
           abs(j.get("server_05b_turn1_ttft_ms", 0) - 500.0) < 1e-9 and
           abs(j.get("server_05b_turn2_ttft_ms", 0) - 25.0) < 1e-9, str(j))
+    check("the 0.5B shape's sessions under their own keys",
+          j.get("sessions_05b_resident") == {"none": {"64": 27}, "zipvl": {"64": 110}} and
+          j.get("sessions_05b_decode_tok_s") == {"zipvl": {"64": 800.0}} and
+          j.get("sessions_resident", {}).get("kivi") == {"64": 36}, str(j))
     check("demo figures", j.get("server_demo_right") == "3/3" and
           j.get("server_turn2_ttft_ms") == 4.5, str(j))
     check("sessions_resident per policy and frames",
