@@ -23,6 +23,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A worker that ended with its zygote, not by anything of its request.
+constexpr std::string_view kLostWithZygote = "the media worker was lost with its zygote";
+Status LostWithZygoteError() { return UnavailableError("{}", kLostWithZygote); }
+bool IsLostWithZygote(const Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable && MessageOf(s) == kLostWithZygote;
+}
+
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
@@ -252,6 +259,12 @@ Status WorkerPool::DeathStatus(Worker& worker) {
   }
   const int status = ended.value_or(0);
   const bool got = ended.has_value();
+  if (!got && worker.zygote != nullptr && !worker.zygote->alive()) {
+    ::close(worker.socket);
+    if (worker.pidfd >= 0) ::close(worker.pidfd);
+    worker = Worker{};
+    return LostWithZygoteError();
+  }
   ::close(worker.socket);
   if (worker.pidfd >= 0) ::close(worker.pidfd);
   worker = Worker{};
@@ -308,41 +321,53 @@ StatusOr<WorkResponse> WorkerPool::Run(const WorkRequest& request, const MediaSo
     }
   } release{this};
 
-  FZ_ASSIGN_OR_RETURN(Worker worker, Take());
   const std::vector<uint8_t> request_bytes = EncodeRequest(request);
-  if (!SendMessage(worker.socket, request_bytes, input.fd).ok()) {
-    // An idle worker that died before its request (its zygote went with it): the request never
-    // reached it, so a fresh one takes it.
-    Kill(worker);
-    FZ_ASSIGN_OR_RETURN(worker, Spawn());
-    if (!SendMessage(worker.socket, request_bytes, input.fd).ok()) return DeathStatus(worker);
-  }
   const auto deadline = Clock::now() +
                         std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(request.limits.max_decode_s)) +
                         options_.reply_grace;
-  for (;;) {
-    if (cancelled()) {
-      Kill(worker);
-      return CancelledError("media decoding was cancelled");
+  Worker worker;
+  StatusOr<ReceivedMessage> message = UnavailableError("no worker yet");
+  // A worker lost with its zygote (an idle one found dead, or one killed under the request) is not
+  // the media's doing, since the zygote never reads media: the request goes once more to a worker
+  // of the zygote started in its place.
+  for (int attempt = 0;; ++attempt) {
+    FZ_ASSIGN_OR_RETURN(worker, attempt == 0 ? Take() : Spawn());
+    Status lost = absl::OkStatus();
+    if (!SendMessage(worker.socket, request_bytes, input.fd).ok()) {
+      // An idle worker that died before its request: the request never reached it.
+      if (attempt == 0) {
+        Kill(worker);
+        continue;
+      }
+      lost = DeathStatus(worker);
+    } else {
+      for (;;) {
+        if (cancelled()) {
+          Kill(worker);
+          return CancelledError("media decoding was cancelled");
+        }
+        if (Clock::now() >= deadline) {
+          Kill(worker);
+          std::lock_guard lock(mu_);
+          ++stats_.timeouts;
+          return DeadlineExceededError(
+              "media decoding did not finish within {:.0f} s (max_decode_s); the decoder was "
+              "stopped",
+              request.limits.max_decode_s);
+        }
+        pollfd pfd{worker.socket, POLLIN, 0};
+        const int ready = ::poll(&pfd, 1, 50);
+        if (ready > 0) break;
+        if (ready < 0 && errno != EINTR) return DeathStatus(worker);
+      }
+      message = ReceiveMessage(worker.socket, kMaxMessageBytes);
+      if (message.ok() && !message->bytes.empty()) break;
+      if (message.ok() && message->fd >= 0) ::close(message->fd);
+      lost = DeathStatus(worker);
     }
-    if (Clock::now() >= deadline) {
-      Kill(worker);
-      std::lock_guard lock(mu_);
-      ++stats_.timeouts;
-      return DeadlineExceededError(
-          "media decoding did not finish within {:.0f} s (max_decode_s); the decoder was stopped",
-          request.limits.max_decode_s);
-    }
-    pollfd pfd{worker.socket, POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, 50);
-    if (ready > 0) break;
-    if (ready < 0 && errno != EINTR) return DeathStatus(worker);
-  }
-  StatusOr<ReceivedMessage> message = ReceiveMessage(worker.socket, kMaxMessageBytes);
-  if (!message.ok() || message->bytes.empty()) {
-    if (message.ok() && message->fd >= 0) ::close(message->fd);
-    return DeathStatus(worker);
+    if (attempt == 0 && IsLostWithZygote(lost)) continue;
+    return lost;
   }
   ScopedFd frames_fd(message->fd);
   Kill(worker);  // single use: it has replied, it goes
