@@ -73,18 +73,14 @@ float* FrameData::data() {
   return values_;
 }
 
-void FrameData::resize(size_t n) {
-  std::vector<float> grown(n, 0.0f);
-  std::copy_n(values_, std::min(n, size_), grown.data());
-  heap_ = std::move(grown);
-  mapping_.reset();
-  size_ = n;
-  PointAtStorage();
-}
-
 Status FrameData::Resize(size_t n, Storage storage) {
   if (storage == Storage::kHeap || n == 0) {
-    resize(n);
+    std::vector<float> grown(n, 0.0f);
+    std::copy_n(values_, std::min(n, size_), grown.data());
+    heap_ = std::move(grown);
+    mapping_.reset();
+    size_ = n;
+    PointAtStorage();
     return absl::OkStatus();
   }
   auto mapping = std::make_shared<Mapping>();

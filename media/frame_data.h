@@ -45,10 +45,9 @@ class FrameData {
   float operator[](size_t i) const { return values_[i]; }
 
   // `n` values in new storage of the given kind: the first min(size(), n) kept, the rest 0.
-  // A memfd that cannot be made is RESOURCE_EXHAUSTED.
+  // A memfd that cannot be made is RESOURCE_EXHAUSTED (a heap that cannot grow throws bad_alloc,
+  // as a vector's would).
   Status Resize(size_t n, Storage storage = Storage::kHeap);
-  // Heap storage only, for callers that cannot fail (allocation failure throws bad_alloc).
-  void resize(size_t n);
   void clear() { *this = FrameData(); }
 
   // The memfd holding these frames, sealed against any change, for another process to map; the

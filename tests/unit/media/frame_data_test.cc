@@ -85,12 +85,12 @@ TEST_CASE("a frame buffer that is not sealed or not the declared size is refused
 TEST_CASE("heap frames resize keeping their values and copy deeply", "[unit][media]") {
   const std::vector<float> values = RandomValues(100);
   FrameData a;
-  a.resize(values.size());
+  REQUIRE(a.Resize(values.size()).ok());
   Fill(a, values);
   FrameData b = a;
   CHECK(b == a);
   CHECK(b.data() != a.data());
-  b.resize(150);
+  REQUIRE(b.Resize(150).ok());
   CHECK(std::equal(b.begin(), b.begin() + 100, values.begin()));
   CHECK(std::all_of(b.begin() + 100, b.end(), [](float x) { return x == 0.0f; }));
   // A memfd's writable frames copy to the heap, so a copy never writes into the worker's buffer.
