@@ -7,7 +7,8 @@
 
 namespace framezip::engine {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8 };
+// kF8E4M3: FP8 E4M3 (engine/core/float8.h), stored only: weights of FP8 checkpoints.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kF8E4M3 };
 
 // Bytes per element.
 constexpr size_t DTypeSize(DType t) {
@@ -25,6 +26,8 @@ constexpr size_t DTypeSize(DType t) {
     case DType::kU8:
       return 1;
     case DType::kI8:
+      return 1;
+    case DType::kF8E4M3:
       return 1;
   }
   return 0;
@@ -46,6 +49,8 @@ constexpr std::string_view DTypeName(DType t) {
       return "u8";
     case DType::kI8:
       return "i8";
+    case DType::kF8E4M3:
+      return "f8e4m3";
   }
   return "?";
 }

@@ -142,6 +142,7 @@ struct GenerationIds {
 enum class StoredQuantization {
   kNone,            // f32 / f16 / bf16
   kInt8PerChannel,  // compressed-tensors int8 weights with one scale per output channel
+  kFp8PerChannel,   // compressed-tensors FP8 E4M3 weights, one scale per channel (or tensor)
 };
 
 struct LlavaConfig {

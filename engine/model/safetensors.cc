@@ -48,6 +48,7 @@ StatusOr<DType> EngineDType(std::string_view n) {
   if (n == "I32") return DType::kI32;
   if (n == "U8" || n == "BOOL") return DType::kU8;
   if (n == "I8") return DType::kI8;
+  if (n == "F8_E4M3") return DType::kF8E4M3;
   return UnimplementedError("safetensors dtype {} is not supported by the engine", n);
 }
 
@@ -67,6 +68,8 @@ std::string_view SafetensorsDTypeName(DType dtype) {
       return "U8";
     case DType::kI8:
       return "I8";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }

@@ -1,13 +1,15 @@
 #include "engine/model/stored_quantization.h"
 
+#include <optional>
 #include <string>
 
 namespace framezip::engine::model {
 namespace {
 
 constexpr std::string_view kWhatLoads =
-    "framezip loads compressed-tensors checkpoints with int8 weights, symmetric, per output "
-    "channel (format int-quantized), or an unquantised checkpoint with --weight-format int8";
+    "framezip loads compressed-tensors checkpoints with int8 weights (format int-quantized) or "
+    "FP8 E4M3 weights (format float-quantized), symmetric, per output channel, or an "
+    "unquantised checkpoint with --weight-format int8";
 
 Status NotLoaded(std::string_view file, const std::string& field, const Json& value) {
   return UnimplementedError("{}: quantization_config.{} is {}: not loaded; {}", file, field,
@@ -19,22 +21,49 @@ bool IsAbsentOrEmpty(const Json& obj, std::string_view key) {
   return v == nullptr || (v->is_object() && v->empty()) || (v->is_array() && v->empty());
 }
 
-// `expect` lists field = value pairs the quantisation arguments must hold; absent fields take
-// compressed-tensors' defaults, which are given as the fallback.
-Status CheckArgs(std::string_view file, const std::string& at, const Json& args, bool activations) {
+// The format names of the two layouts framezip loads, and the QuantizationArgs `type` each
+// implies.
+std::optional<StoredQuantization> LayoutOfFormat(const Json& format) {
+  if (format == "int-quantized" || format == "naive-quantized") {
+    return StoredQuantization::kInt8PerChannel;
+  }
+  if (format == "float-quantized") return StoredQuantization::kFp8PerChannel;
+  return std::nullopt;
+}
+
+// The quantisation arguments at `at` must describe `layout`'s weights (activations: false) or the
+// activations framezip accepts beside them (activations: true). Absent fields take
+// compressed-tensors' defaults, which are given as each check's fallback.
+Status CheckArgs(std::string_view file, const std::string& at, const Json& args,
+                 StoredQuantization layout, bool activations) {
   if (!args.is_object()) return NotLoaded(file, at, args);
-  const auto want = [&](std::string_view key, const Json& expected, const Json& fallback) {
+  const auto field = [&](std::string_view key, const Json& fallback) -> const Json& {
     const Json* v = FindField(args, key);
-    const Json& got = v == nullptr ? fallback : *v;
+    return v == nullptr ? fallback : *v;
+  };
+  const auto want = [&](std::string_view key, const Json& expected, const Json& fallback) {
+    const Json& got = field(key, fallback);
     return got == expected ? absl::OkStatus() : NotLoaded(file, at + "." + std::string(key), got);
   };
+  const bool fp8 = layout == StoredQuantization::kFp8PerChannel;
   FZ_RETURN_IF_ERROR(want("num_bits", 8, 8));
-  FZ_RETURN_IF_ERROR(want("type", "int", "int"));
+  FZ_RETURN_IF_ERROR(want("type", fp8 ? "float" : "int", "int"));
   FZ_RETURN_IF_ERROR(want("symmetric", true, true));
-  // Weights: fixed per-channel scales. Activations: scales computed per token at run time, as
-  // framezip's kernels quantise each row (a static scale stored with the checkpoint is not read).
-  FZ_RETURN_IF_ERROR(want("strategy", activations ? "token" : "channel", "tensor"));
-  FZ_RETURN_IF_ERROR(want("dynamic", activations, false));
+  if (activations) {
+    // Scales computed per token at run time: framezip's int8 kernels quantise each row so, and
+    // the CPU runs an FP8 checkpoint's activations in 16 bits. A static scale stored with the
+    // checkpoint would not be read, so it is refused.
+    FZ_RETURN_IF_ERROR(want("strategy", "token", "tensor"));
+    FZ_RETURN_IF_ERROR(want("dynamic", true, false));
+  } else {
+    // Fixed scales per output channel; FP8 also one per tensor (the scale broadcast to every
+    // channel), the layout of compressed-tensors' "FP8" scheme.
+    const Json& strategy = field("strategy", "tensor");
+    if (!(strategy == "channel" || (fp8 && strategy == "tensor"))) {
+      return NotLoaded(file, at + ".strategy", strategy);
+    }
+    FZ_RETURN_IF_ERROR(want("dynamic", false, false));
+  }
   const Json* group_size = FindField(args, "group_size");
   if (group_size != nullptr) return NotLoaded(file, at + ".group_size", *group_size);
   const Json* block = FindField(args, "block_structure");
@@ -56,13 +85,10 @@ StatusOr<StoredQuantization> ParseStoredQuantization(const Json& q, std::string_
         "that way are not loaded; {}",
         file, text("quant_method"), text("format"), kWhatLoads);
   }
-  const auto int8_format = [](const Json& v) {
-    return v.is_string() && (v == "int-quantized" || v == "naive-quantized");
-  };
   const Json* format = FindField(q, "format");
-  if (format == nullptr || !int8_format(*format)) {
-    return NotLoaded(file, "format", format == nullptr ? Json() : *format);
-  }
+  const std::optional<StoredQuantization> layout =
+      format == nullptr ? std::nullopt : LayoutOfFormat(*format);
+  if (!layout.has_value()) return NotLoaded(file, "format", format == nullptr ? Json() : *format);
   if (const Json* status = FindField(q, "quantization_status");
       status != nullptr && *status != "compressed") {
     return NotLoaded(file, "quantization_status", *status);
@@ -77,7 +103,8 @@ StatusOr<StoredQuantization> ParseStoredQuantization(const Json& q, std::string_
   for (const auto& [name, group] : groups->items()) {
     const std::string at = "config_groups." + name;
     if (!group.is_object()) return NotLoaded(file, at, group);
-    if (const Json* f = FindField(group, "format"); f != nullptr && !int8_format(*f)) {
+    // A group may name its own format, but all must be the checkpoint's one layout.
+    if (const Json* f = FindField(group, "format"); f != nullptr && LayoutOfFormat(*f) != layout) {
       return NotLoaded(file, at + ".format", *f);
     }
     const Json* targets = FindField(group, "targets");
@@ -88,15 +115,17 @@ StatusOr<StoredQuantization> ParseStoredQuantization(const Json& q, std::string_
     }
     const Json* weights = FindField(group, "weights");
     if (weights == nullptr) return NotLoaded(file, at + ".weights", Json());
-    FZ_RETURN_IF_ERROR(CheckArgs(file, at + ".weights", *weights, /*activations=*/false));
+    FZ_RETURN_IF_ERROR(CheckArgs(file, at + ".weights", *weights, *layout,
+                                 /*activations=*/false));
     if (const Json* in = FindField(group, "input_activations"); in != nullptr) {
-      FZ_RETURN_IF_ERROR(CheckArgs(file, at + ".input_activations", *in, /*activations=*/true));
+      FZ_RETURN_IF_ERROR(CheckArgs(file, at + ".input_activations", *in, *layout,
+                                   /*activations=*/true));
     }
     if (const Json* out = FindField(group, "output_activations"); out != nullptr) {
       return NotLoaded(file, at + ".output_activations", *out);
     }
   }
-  return StoredQuantization::kInt8PerChannel;
+  return *layout;
 }
 
 }  // namespace framezip::engine::model

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/logging.h"
-#include "engine/core/half.h"
+#include "engine/model/quantized_tensors.h"
 
 namespace framezip::engine::model {
 
@@ -132,61 +132,40 @@ std::vector<ExpectedTensor> ExpectedTensors(const LlavaConfig& c) {
   return out;
 }
 
-// The per-channel scales of int8 projection `e` (compressed-tensors: `<linear>.weight_scale`,
-// [N, 1] or [N], f32/f16/bf16), as an owned f32 [N] tensor named `<e.name>_scale`. A zero
-// point, if stored, must be all zeros: the weights are symmetric.
-Status ModelWeights::BindInt8Scale(
-    const ExpectedTensor& e,
+// Binds the quantised projection `e` (stored as `stored`, dtype I8 or F8_E4M3) with its
+// `<linear>.weight_scale`: int8 stays int8 beside an f32 [N] `<e.name>_scale`; FP8 becomes bf16
+// (quantized_tensors.h). A zero point, if stored, must be all zeros: the weights are symmetric.
+Status ModelWeights::BindQuantized(
+    const ExpectedTensor& e, const std::string& stored, Tensor weight,
     const std::map<std::string, std::string, std::less<>>& canonical_to_stored,
     const SafetensorsModel& files, ModelWeights& w) {
-  const int64_t n = e.shape[0];
   const std::string scale_name = e.name + "_scale";
   const auto it = canonical_to_stored.find(scale_name);
+  const bool fp8 = weight.dtype() == DType::kF8E4M3;
   if (it == canonical_to_stored.end()) {
-    return InvalidArgumentError("tensor {} is int8 but {} is missing", e.name, scale_name);
+    return InvalidArgumentError("tensor {} is {} but {} is missing", e.name, fp8 ? "FP8" : "int8",
+                                scale_name);
   }
-  FZ_ASSIGN_OR_RETURN(const Tensor stored, files.Get(it->second));
-  const Shape& shape = stored.shape();
-  if (shape != Shape{n} && shape != Shape{n, 1}) {
-    return InvalidArgumentError("tensor {} has shape {}, expected [{}, 1] or [{}] (in {})",
-                                scale_name, ShapeString(stored.shape()), n, n,
-                                files.FileOf(it->second));
-  }
-  FZ_ASSIGN_OR_RETURN(Tensor scale, Tensor::Empty({n}, DType::kF32));
-  float* out = scale.data<float>();
-  for (int64_t j = 0; j < n; ++j) {
-    switch (stored.dtype()) {
-      case DType::kF32:
-        out[j] = stored.data<float>()[j];
-        break;
-      case DType::kBF16:
-        out[j] = BF16ToF32(stored.data<BFloat16>()[j]);
-        break;
-      case DType::kF16:
-        out[j] = F16ToF32(stored.data<Float16>()[j]);
-        break;
-      default:
-        return InvalidArgumentError("tensor {} has dtype {}, expected F32, F16 or BF16 (in {})",
-                                    scale_name, DTypeName(stored.dtype()),
-                                    files.FileOf(it->second));
-    }
-    if (!(out[j] >= 0) || !std::isfinite(out[j])) {
-      return InvalidArgumentError("tensor {}: scale {} of channel {} is not a finite value >= 0",
-                                  scale_name, out[j], j);
-    }
-  }
+  FZ_ASSIGN_OR_RETURN(Tensor scale, ReadChannelScales({.name = scale_name,
+                                                       .stored_name = it->second,
+                                                       .channels = e.shape[0],
+                                                       .per_tensor_allowed = fp8},
+                                                      files));
   const std::string zero_point = e.name + "_zero_point";
   if (const auto zp = canonical_to_stored.find(zero_point); zp != canonical_to_stored.end()) {
     FZ_ASSIGN_OR_RETURN(const Tensor z, files.Get(zp->second));
-    const auto* bytes = static_cast<const uint8_t*>(z.raw_data());
-    if (!std::all_of(bytes, bytes + z.nbytes(), [](uint8_t b) { return b == 0; })) {
-      return UnimplementedError(
-          "tensor {} holds non-zero zero points: asymmetric int8 weights are not loaded",
-          zero_point);
-    }
+    FZ_RETURN_IF_ERROR(CheckZeroPointIsZero(zero_point, z));
   }
-  w.tensors_.emplace(scale_name, std::move(scale));
+  if (fp8) {
+    // The scale is consumed here: no tensor of that name is kept, so nothing downstream mistakes
+    // it for an int8 weight's scale; its stored name is recorded so it does not count as unused.
+    FZ_ASSIGN_OR_RETURN(weight, DecodeFp8Weight(weight, scale));
+  } else {
+    w.tensors_.emplace(scale_name, std::move(scale));
+  }
   w.stored_names_.emplace(scale_name, it->second);
+  w.tensors_.emplace(e.name, std::move(weight));
+  w.stored_names_.emplace(e.name, stored);
   return absl::OkStatus();
 }
 
@@ -228,13 +207,16 @@ StatusOr<ModelWeights> ModelWeights::Bind(const LlavaConfig& config,
     FZ_CHECK(info != nullptr);
     const std::string shown =
         it->second == e.name ? e.name : fmt::format("{} (stored as {})", e.name, it->second);
-    const bool int8 = info->dtype_name == "I8" && e.decoder_projection &&
-                      config.stored_quantization == StoredQuantization::kInt8PerChannel;
+    const bool quantized = e.decoder_projection &&
+                           ((info->dtype_name == "I8" &&
+                             config.stored_quantization == StoredQuantization::kInt8PerChannel) ||
+                            (info->dtype_name == "F8_E4M3" &&
+                             config.stored_quantization == StoredQuantization::kFp8PerChannel));
     if (info->dtype_name != "F32" && info->dtype_name != "F16" && info->dtype_name != "BF16" &&
-        !int8) {
+        !quantized) {
       return InvalidArgumentError(
-          "tensor {} has dtype {}, expected F32, F16 or BF16 (int8 only for the decoder's "
-          "projections of a compressed-tensors int8 checkpoint) (in {})",
+          "tensor {} has dtype {}, expected F32, F16 or BF16 (I8 or F8_E4M3 only for the "
+          "decoder's projections of a compressed-tensors int8 or FP8 checkpoint) (in {})",
           shown, info->dtype_name, files.FileOf(it->second));
     }
     if (info->shape != e.shape) {
@@ -243,9 +225,12 @@ StatusOr<ModelWeights> ModelWeights::Bind(const LlavaConfig& config,
                                   files.FileOf(it->second));
     }
     FZ_ASSIGN_OR_RETURN(Tensor t, files.Get(it->second));
+    if (quantized) {
+      FZ_RETURN_IF_ERROR(BindQuantized(e, it->second, std::move(t), canonical_to_stored, files, w));
+      continue;
+    }
     w.tensors_.emplace(e.name, std::move(t));
     w.stored_names_.emplace(e.name, it->second);
-    if (int8) FZ_RETURN_IF_ERROR(BindInt8Scale(e, canonical_to_stored, files, w));
   }
   const Tensor& embed = w.tensors_.at(TextName("embed_tokens.weight"));
   if (config.tie_word_embeddings) w.tensors_.emplace(std::string(kLmHead), embed);
@@ -255,7 +240,7 @@ StatusOr<ModelWeights> ModelWeights::Bind(const LlavaConfig& config,
   size_t unused = 0;
   std::string first_unused;
   for (const auto& [canonical, stored] : canonical_to_stored) {
-    if (w.tensors_.count(canonical) != 0) continue;
+    if (w.tensors_.count(canonical) != 0 || w.stored_names_.count(canonical) != 0) continue;
     if (canonical == kLmHead && config.tie_word_embeddings) continue;  // tied: ignored on purpose
     if (unused++ == 0) first_unused = stored;
     auto t = files.Get(stored);

@@ -14,15 +14,17 @@
 // checkpoints "vision_tower.vision_model.*"). *.rotary_emb.inv_freq is
 // ignored. Unused extra tensors (e.g. a SigLIP head) are kept but not required.
 //
-// Validation (Bind): every expected tensor exists, has a float dtype (F32/F16/BF16) and the shape
-// the config implies. The first problem is returned as INVALID_ARGUMENT naming the canonical
-// tensor: "missing tensor model.language_model.layers.3.self_attn.q_proj.weight",
-// "tensor X has shape [a, b], expected [c, d]".
-// Tying (docs/models.md §1.1, §5.3): when config.tie_word_embeddings, lm_head.weight IS
-// embed_tokens.weight (a stored lm_head tensor is ignored).
+// Validation (Bind): every expected tensor exists, has a float dtype (F32/F16/BF16; I8 or F8_E4M3
+// for the decoder's projections of a compressed-tensors checkpoint, stored_quantization.h) and
+// the shape the config implies. The first problem is returned as INVALID_ARGUMENT naming the
+// canonical tensor: "missing tensor model.language_model.layers.3.self_attn.q_proj.weight", "tensor
+// X has shape [a, b], expected [c, d]". Tying (docs/models.md §1.1, §5.3): when
+// config.tie_word_embeddings, lm_head.weight IS embed_tokens.weight (a stored lm_head tensor is
+// ignored).
 //
 // Tensors stay in their stored dtype and are zero-copy views over the mmapped files (see
-// safetensors.h); copying ModelWeights is cheap. Thread-safe for concurrent const use.
+// safetensors.h), except an FP8 checkpoint's projections, decoded to owned bf16 tensors (the CPU
+// has no FP8 arithmetic); copying ModelWeights is cheap. Thread-safe for concurrent const use.
 #pragma once
 
 #include <cstdint>
@@ -118,12 +120,13 @@ class ModelWeights {
   size_t size() const { return tensors_.size(); }
   // Canonical names held, sorted.
   std::vector<std::string> Names() const;
-  // Stored key of a canonical name ("" if absent or synthesized by tying).
+  // Stored key of a canonical name ("" if absent or synthesized by tying; an FP8 checkpoint's
+  // scales, consumed at load, have a stored key but no tensor).
   std::string StoredName(std::string_view canonical_name) const;
 
  private:
-  static Status BindInt8Scale(
-      const ExpectedTensor& e,
+  static Status BindQuantized(
+      const ExpectedTensor& e, const std::string& stored, Tensor weight,
       const std::map<std::string, std::string, std::less<>>& canonical_to_stored,
       const SafetensorsModel& files, ModelWeights& w);
 

@@ -5,10 +5,12 @@
 // Error measure: max |got − want| / max |want| per tensor (normalised max error), ≤ 1e-4 for the
 // f32 models and ≤ 2e-2 for bf16 (HF rounds every activation to bf16; we keep f32 activations).
 // framezip-tiny-video-int8 is the shipped model as a compressed-tensors int8 checkpoint
-// (tools/golden/gen_int8_checkpoint.py): ≤ 4e-2, the bf16 bound plus the activations'
+// (tools/golden/gen_quantized_checkpoint.py): ≤ 4e-2, the bf16 bound plus the activations'
 // quantisation, which both sides do per row but with different steps (compressed-tensors' max/127.5
 // in bf16, framezip's max/127 in f32), so an input can land one step (1/127 of its row's largest
-// value) apart; measured 2.1e-2 on the logits.
+// value) apart; measured 2.1e-2 on the logits. framezip-tiny-video-fp8 is the same model with FP8
+// E4M3 weights alone: both sides decode them to the same bf16 values and run bf16 activations,
+// so the bf16 bound holds.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -96,7 +98,7 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
   SetComputeThreads(2);
   const std::string name =
       GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16", "tiny-llava-clip-llama-f32",
-               "framezip-tiny-video", "framezip-tiny-video-int8");
+               "framezip-tiny-video", "framezip-tiny-video-int8", "framezip-tiny-video-fp8");
   CAPTURE(name);
   Golden g = LoadGolden(name);
   auto config = model::LoadLlavaConfig(g.model_dir);
@@ -115,6 +117,10 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
       REQUIRE(l.down_scale.shape() == Shape{l.down_proj.dim(0)});
     }
     g.tol = 4e-2;
+  }
+  if (config->stored_quantization == model::StoredQuantization::kFp8PerChannel) {
+    // Decoded to bf16 at load: the decoder sees a bf16 checkpoint.
+    for (const llm::LayerWeights& l : dw->layers) REQUIRE(l.q_proj.dtype() == DType::kBF16);
   }
   auto dec = runtime::CreateDecoder(config->text, *dw);
   INFO((dec.ok() ? "" : MessageOf(dec.status())));
@@ -173,8 +179,9 @@ TEST_CASE("Decoder matches transformers hidden states, logits and greedy tokens"
 TEST_CASE("Engine runs a turn on image and video inputs like transformers generate",
           "[golden][engine][runtime]") {
   SetComputeThreads(2);
-  const std::string name = GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16",
-                                    "framezip-tiny-video", "framezip-tiny-video-int8");
+  const std::string name =
+      GENERATE("tiny-ov-qwen2-f32", "tiny-ov-qwen2-bf16", "framezip-tiny-video",
+               "framezip-tiny-video-int8", "framezip-tiny-video-fp8");
   CAPTURE(name);
   const Golden g = LoadGolden(name);
   auto config = model::LoadLlavaConfig(g.model_dir);

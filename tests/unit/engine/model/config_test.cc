@@ -199,7 +199,7 @@ TEST_CASE("config: errors name the file and the field", "[unit][engine]") {
 
 TEST_CASE("config: a compressed-tensors int8 per-channel checkpoint is read, other layouts refused",
           "[unit][engine]") {
-  // The config compressed-tensors itself wrote (tools/golden/gen_int8_checkpoint.py).
+  // The config compressed-tensors itself wrote (tools/golden/gen_quantized_checkpoint.py).
   const Json written =
       test::LoadJson(test::GoldenDir("framezip-tiny-video-int8/model/config.json"));
   auto parse = [](const Json& j) { return ParseLlavaConfig(j.dump()); };
@@ -224,7 +224,8 @@ TEST_CASE("config: a compressed-tensors int8 per-channel checkpoint is read, oth
   const Change changes[] = {
       {"/quant_method", "gptq", "gptq"},
       {"/format", "pack-quantized", "quantization_config.format is \"pack-quantized\""},
-      {"/format", "float-quantized", "float-quantized"},
+      {"/format", "float-quantized", "group_0.format is \"int-quantized\""},
+      {"/config_groups/group_0/format", "float-quantized", "group_0.format"},
       {"/config_groups/group_0/weights/num_bits", 4, "weights.num_bits is 4"},
       {"/config_groups/group_0/weights/type", "float", "weights.type is \"float\""},
       {"/config_groups/group_0/weights/symmetric", false, "weights.symmetric is false"},
@@ -244,6 +245,56 @@ TEST_CASE("config: a compressed-tensors int8 per-channel checkpoint is read, oth
   for (const Change& c : changes) {
     Json j = written;
     j["quantization_config"][Json::json_pointer(c.pointer)] = c.value;
+    const Status s = parse(j).status();
+    CAPTURE(c.pointer, MessageOf(s));
+    CHECK(s.code() == absl::StatusCode::kUnimplemented);
+    CHECK_THAT(MessageOf(s), Catch::Contains(c.named));
+  }
+}
+
+TEST_CASE(
+    "config: a compressed-tensors FP8 checkpoint is read with per-channel or per-tensor scales",
+    "[unit][engine]") {
+  // Weights-only FP8 as compressed-tensors wrote it (tools/golden/gen_quantized_checkpoint.py).
+  const Json written = test::LoadJson(test::GoldenDir("framezip-tiny-video-fp8/model/config.json"));
+  auto parse = [](const Json& j) { return ParseLlavaConfig(j.dump()); };
+  auto accepted = parse(written);
+  INFO((accepted.ok() ? "" : MessageOf(accepted.status())));
+  REQUIRE(accepted.ok());
+  CHECK(accepted->stored_quantization == StoredQuantization::kFp8PerChannel);
+  const Json::json_pointer group("/quantization_config/config_groups/group_0");
+  // llm-compressor's FP8_DYNAMIC scheme: activations declared dynamic FP8 per token.
+  Json dynamic = written;
+  dynamic[group]["input_activations"] = {{"num_bits", 8},
+                                         {"type", "float"},
+                                         {"symmetric", true},
+                                         {"strategy", "token"},
+                                         {"dynamic", true}};
+  CHECK(parse(dynamic).ok());
+  // One scale for the whole tensor.
+  Json per_tensor = written;
+  per_tensor[group]["weights"]["strategy"] = "tensor";
+  CHECK(parse(per_tensor).ok());
+
+  struct Change {
+    const char* pointer;  // JSON pointer under group_0
+    Json value;
+    const char* named;
+  };
+  const Change changes[] = {
+      {"/weights/type", "int", "weights.type is \"int\""},
+      {"/weights/num_bits", 4, "weights.num_bits is 4"},  // NVFP4 and the like
+      {"/weights/strategy", "block", "weights.strategy is \"block\""},
+      {"/weights/dynamic", true, "weights.dynamic is true"},
+      {"/format", "int-quantized", "group_0.format"},
+      // llm-compressor's static FP8 scheme: a calibrated activation scale that would not be read.
+      {"/input_activations",
+       Json::object({{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}}),
+       "input_activations.strategy is \"tensor\""},
+  };
+  for (const Change& c : changes) {
+    Json j = written;
+    j[group][Json::json_pointer(c.pointer)] = c.value;
     const Status s = parse(j).status();
     CAPTURE(c.pointer, MessageOf(s));
     CHECK(s.code() == absl::StatusCode::kUnimplemented);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "engine/core/float8.h"
 #include "engine/core/half.h"
 #include "tests/unit/engine/model/model_test_util.h"
 
@@ -270,7 +271,7 @@ TEST_CASE("weights: a compressed-tensors int8 checkpoint binds its projections w
     // The projector is not one of the decoder's projections.
     RewriteModelAt(int8_dir, dir.path(), keep, {{"multi_modal_projector.linear_2.weight", *i8}});
     CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
-               Catch::Contains("dtype I8") && Catch::Contains("int8 only for the decoder's"));
+               Catch::Contains("dtype I8") && Catch::Contains("only for the decoder's"));
     // A checkpoint whose config declares no quantisation.
     const LlavaConfig plain = Config("tiny-ov-qwen2-f32");
     auto q = Tensor::Zeros({64, 64}, DType::kI8);
@@ -279,6 +280,86 @@ TEST_CASE("weights: a compressed-tensors int8 checkpoint binds its projections w
                  {{"language_model.model.layers.0.self_attn.q_proj.weight", *q}});
     CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), plain).status()),
                Catch::Contains("dtype I8"));
+  }
+}
+
+TEST_CASE("weights: a compressed-tensors FP8 checkpoint binds its projections decoded to bf16",
+          "[unit][engine]") {
+  const std::filesystem::path fp8_dir = test::GoldenDir("framezip-tiny-video-fp8/model");
+  auto config = LoadLlavaConfig(fp8_dir);
+  REQUIRE(config.ok());
+  auto w = ModelWeights::Load(fp8_dir, *config);
+  INFO((w.ok() ? "" : MessageOf(w.status())));
+  REQUIRE(w.ok());
+  auto stored = SafetensorsModel::Open(fp8_dir);
+  REQUIRE(stored.ok());
+  const std::string up = "language_model.model.layers.1.mlp.up_proj.weight";
+  const Tensor q = *stored->Get(up);                 // F8_E4M3 [384, 128]
+  const Tensor scale = *stored->Get(up + "_scale");  // bf16 [384, 1]
+  REQUIRE(q.dtype() == DType::kF8E4M3);
+  // Every element is q · scale computed in f64, rounded once to bf16; no scale tensor is kept.
+  const Tensor& got = w->TextLayer(1).up_proj;
+  REQUIRE(got.dtype() == DType::kBF16);
+  REQUIRE(got.shape() == q.shape());
+  const int64_t n = q.dim(0), k = q.dim(1);
+  int64_t mismatches = 0;
+  for (int64_t row = 0; row < n; ++row) {
+    const double s = BF16ToF32(scale.data<BFloat16>()[row]);
+    for (int64_t col = 0; col < k; ++col) {
+      const double want = static_cast<double>(F8E4M3ToF32(q.data<Float8E4M3>()[row * k + col])) * s;
+      const float got_value = BF16ToF32(got.data<BFloat16>()[row * k + col]);
+      mismatches += got_value != BF16ToF32(F32ToBF16(static_cast<float>(want)));
+    }
+  }
+  CHECK(mismatches == 0);
+  // The scale is consumed: a tensor of that name would read as an int8 weight's scale.
+  CHECK_FALSE(w->Has(TextLayerName(1, "mlp.up_proj.weight_scale")));
+  CHECK(w->TextLayer(0).q_proj.dtype() == DType::kBF16);
+  CHECK(w->Get(VisionLayerName(0, "mlp.fc1.weight")).dtype() == DType::kBF16);  // ignored: bf16
+
+  testing::TempDir dir;
+  const auto keep = [](const std::string& n) { return n; };
+  SECTION("one scale for the whole tensor stands for every channel") {
+    Tensor one = *Tensor::Empty({1}, DType::kF32);
+    one.data<float>()[0] = 0.25f;
+    RewriteModelAt(fp8_dir, dir.path(), keep, {{up + "_scale", one}});
+    auto rebound = ModelWeights::Load(dir.path(), *config);
+    INFO((rebound.ok() ? "" : MessageOf(rebound.status())));
+    REQUIRE(rebound.ok());
+    const Tensor& t = rebound->TextLayer(1).up_proj;
+    for (int64_t i : {int64_t{0}, k + 5, n * k - 1}) {
+      CHECK(BF16ToF32(t.data<BFloat16>()[i]) == F8E4M3ToF32(q.data<Float8E4M3>()[i]) * 0.25f);
+    }
+  }
+  SECTION("a projection without its scales") {
+    RewriteModelAt(fp8_dir, dir.path(),
+                   [&](const std::string& n) { return n == up + "_scale" ? "" : n; });
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("is FP8 but model.language_model.layers.1.mlp.up_proj."
+                               "weight_scale is missing"));
+  }
+  SECTION("scales of the wrong shape") {
+    auto bad = Tensor::Zeros({2}, DType::kBF16);
+    REQUIRE(bad.ok());
+    RewriteModelAt(fp8_dir, dir.path(), keep, {{up + "_scale", *bad}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("has shape [2], expected [384, 1] or [384], [1] or []"));
+  }
+  SECTION("FP8 where the checkpoint may not have it") {
+    auto f8 = Tensor::Zeros({128, 128}, DType::kF8E4M3);
+    REQUIRE(f8.ok());
+    RewriteModelAt(fp8_dir, dir.path(), keep, {{"multi_modal_projector.linear_2.weight", *f8}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
+               Catch::Contains("dtype F8_E4M3") && Catch::Contains("only for the decoder's"));
+    // FP8 weights in a checkpoint whose config declares int8.
+    const std::filesystem::path int8_dir = test::GoldenDir("framezip-tiny-video-int8/model");
+    auto int8_config = LoadLlavaConfig(int8_dir);
+    REQUIRE(int8_config.ok());
+    auto q_f8 = Tensor::Zeros({128, 128}, DType::kF8E4M3);
+    RewriteModelAt(int8_dir, dir.path(), keep,
+                   {{"language_model.model.layers.0.self_attn.q_proj.weight", *q_f8}});
+    CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *int8_config).status()),
+               Catch::Contains("dtype F8_E4M3"));
   }
 }
 
