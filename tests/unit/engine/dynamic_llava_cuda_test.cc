@@ -5,9 +5,9 @@
 // rows stay (positions per layer) and the logits agree.
 //
 // Tolerances: f32 everywhere, only summation orders differ (no TF32): 1e-4 of the logits' RMS per
-// element for the predictors; the decoder's f32 bound of decoder_cuda_test.cc (1e-3). The kept
-// rows must be identical: a top-k decision could flip only if the k-th and (k+1)-th of 101 random
-// scores (spread ~1) were within ~1e-5 of each other, about one run in a thousand.
+// element for the predictors; the decoder's f32 bound of llm/decoder_device_test.cc (1e-3). The
+// kept rows must be identical: a top-k decision could flip only if the k-th and (k+1)-th of 101
+// random scores (spread ~1) were within ~1e-5 of each other, about one run in a thousand.
 #include <catch2/catch.hpp>
 #include <random>
 

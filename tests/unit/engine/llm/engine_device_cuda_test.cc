@@ -4,7 +4,7 @@
 // same logits, teacher-forced on the CPU's greedy replies (ScoreTurn leaves a conversation as
 // generation would), and a conversation exported from one device and restored on the other
 // continues alike. Logits are compared, not sampled tokens, so a near tie cannot flip the test:
-// the bf16 bounds of decoder_cuda_test.cc (every GPU GEMM rounds its input to bf16), 1e-1 of the
+// the bf16 bounds of decoder_device_test.cc (every GPU GEMM rounds its input to bf16), 1e-1 of the
 // logits' RMS per element and 3e-2 in relative L2. The same holds under AttentionPack, whose blocks
 // each device factorises from its own K/V rows.
 #include <catch2/catch.hpp>

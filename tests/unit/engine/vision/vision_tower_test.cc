@@ -144,8 +144,8 @@ void CheckHiddenStateOn(const Device& device, DType dtype, const Tensor& got,
     return;
   }
   // Relative to the output's RMS (a wrong row, head or mask errs by the RMS itself), the bounds
-  // of the whole-decoder test (tests/unit/engine/decoder_cuda_test.cc), whose ops these are too.
-  // f32 weights: summation orders and the last bit of exp/tanh (attention, GEMMs, norms, GELU)
+  // of the whole-decoder test (tests/unit/engine/llm/decoder_device_test.cc), whose ops these are
+  // too. f32 weights: summation orders and the last bit of exp/tanh (attention, GEMMs, norms, GELU)
   // differ: 1e-3 per element, 3e-4 in relative L2. bf16 weights: every GEMM on the GPU rounds its
   // f32 input to bf16 (~1e-3 of the output's RMS per GEMM), compounded over the patch GEMM and 2
   // layers of 6 GEMMs, and attention runs on bf16 tensor cores (head_dim 16 zero-padded to 64;
