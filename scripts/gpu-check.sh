@@ -104,10 +104,11 @@ build_dir=build-gpucheck
 e2e_build=build  # the full build, source of the end-to-end stage's binaries
 # The full build's test binaries that hold device cases (tagged [devices]) of components outside
 # the subset's engine_device_ops_test: KIVI pages, ZipVL's scoring and split, the vision tower,
-# AttentionPack's SVD, packing and decode attention, the serving decoder.
+# AttentionPack's SVD, packing and decode attention, the serving decoder, Dynamic-LLaVA's
+# predictors and row removal (these read models/ and tests/data/golden/ of the working tree).
 # Staged with the end-to-end binary and run with the device op tests, on the CPU and the GPU.
 device_case_bins=(engine_kv_test engine_compress_test engine_vision_test engine_low_rank_test
-  engine_llm_test)
+  engine_llm_test engine_sparse_prefill_test)
 server_clip=tests/data/synthvid/demo-v2-test-000022.mp4  # the demo's clip: 256 frames, 128x128
 server_questions=tests/data/synthvid/demo-v2-test-000022.questions.tsv
 eval_items=240  # synthvid test items of the GPU eval: one changed answer moves accuracy 0.42 point
