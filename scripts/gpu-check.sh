@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh: runs every [cuda] test (the GPU-only kernels and paths against the CPU on fresh
-# random inputs) and the device op tests (each op's one test, on the CPU and the GPU against f64:
-# tests/unit/engine/ops/); then the end-to-end stage (the shipped model's whole engine on the GPU
+# random inputs) and the device cases (each test written once, run on the CPU and the GPU against
+# f64 or another independent reference: the ops' in tests/unit/engine/ops/, and the [devices]
+# cases of the component test binaries named in $device_case_bins below); then the end-to-end stage (the shipped model's whole engine on the GPU
 # against the CPU engine: multi-turn KV reuse, export and restore across devices); then
 # `framezip eval` of 240 synthvid test items on the GPU against the CPU for none, zipvl, kivi,
 # attentionpack and dynamic_llava, from a staged frame pack; then `framezip bench gpu --json` (as the standalone framezip_bench_gpu)
@@ -13,7 +14,8 @@
 #        scripts/gpu-check.sh --prepare
 #      builds build-gpucheck/ (-DFRAMEZIP_GPU_CHECK_ONLY=ON: engine core + ops + engine_cuda_test
 #      + engine_device_ops_test + framezip_bench_gpu only) and stages those binaries, with the
-#      full build's engine_device_cuda_test and framezip-eval-frames (run `make test` first), a
+#      full build's engine_device_cuda_test, the component test binaries that hold device cases
+#      ($device_case_bins) and framezip-eval-frames (run `make test` first), a
 #      frame pack of 240 synthvid test items (`framezip eval --save-frames`, 103 MB) and the
 #      shared libraries a bare CUDA image lacks (abseil, spdlog, fmt, OpenBLAS, gfortran,
 #      quadmath, Oniguruma, utf8proc, cudart; ~60 MB), packed as .gpucheck/staged.tar.xz (~34 MB,
@@ -44,8 +46,8 @@
 #   matching REGEX in `framezip bench gpu --quick`, into ncu.txt). Without $OUT, results go to
 #   build-gpucheck/out/.
 #   Time budget (8 min on a bare H200; everything ends by 450 s after the start): [cuda] tests
-#   <= 150 s, device op tests <= 60 s (a few seconds on 16 cores), end-to-end engine <= 120 s,
-#   GPU eval <= 75 s per policy, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under
+#   <= 150 s, device op tests and each binary's device cases <= 60 s (seconds on 16 cores),
+#   end-to-end engine <= 120 s, GPU eval <= 75 s per policy, framezip bench gpu <= 200 s, torch_peer.py <= 110 s, each under
 #   `timeout` so one stuck step cannot eat the others; with time left, a compute-sanitizer
 #   memcheck pass over the [cuda] tests (its verdict in summary.txt, its tail in gpu-check.log; `--no-sanitizer` skips).
 #   The server stage (~5 min on the GPU) does not fit beside the rest: give it its own call,
@@ -100,6 +102,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
 build_dir=build-gpucheck
 e2e_build=build  # the full build, source of the end-to-end stage's binaries
+# The full build's test binaries that hold device cases (tagged [devices]) of components outside
+# the subset's engine_device_ops_test: KIVI pages, ZipVL's scoring and split, the vision tower,
+# AttentionPack's SVD, packing and decode attention, the serving decoder, Dynamic-LLaVA's
+# predictors and row removal (these read models/ and tests/data/golden/ of the working tree).
+# Staged with the end-to-end binary and run with the device op tests, on the CPU and the GPU.
+device_case_bins=(engine_kv_test engine_compress_test engine_vision_test engine_low_rank_test
+  engine_llm_test engine_sparse_prefill_test)
 server_clip=tests/data/synthvid/demo-v2-test-000022.mp4  # the demo's clip: 256 frames, 128x128
 server_questions=tests/data/synthvid/demo-v2-test-000022.questions.tsv
 eval_items=240  # synthvid test items of the GPU eval: one changed answer moves accuracy 0.42 point
@@ -175,6 +184,15 @@ stage() {
     note "no $e2e_build/tests/engine_device_cuda_test (run make test first): the end-to-end" \
       "stage is not staged"
   fi
+  local name
+  for name in "${device_case_bins[@]}"; do
+    if [ -x "$e2e_build/tests/$name" ]; then
+      cp "$e2e_build/tests/$name" "$stage_dir/bin/"
+      e2e+=("$e2e_build/tests/$name")
+    else
+      note "no $e2e_build/tests/$name (run make test first): its device cases are not staged"
+    fi
+  done
   # framezip-eval-frames (full build, engine only) and a frame pack of the synthvid test split's
   # first $eval_items items written by `framezip eval --save-frames`: `framezip eval` on the GPU
   # without the media stage, whose FFmpeg and OpenCV the GPU machine lacks (tools/eval/frame_pack.h).
@@ -361,6 +379,13 @@ main() {
       with_libs "$ops_bin" >"$out/ops.tmp" 2>&1
       note "REHEARSAL device op tests, CPU half (exit $?):" \
         "$(grep -E '^(All tests passed|test cases:)' "$out/ops.tmp" | tail -1)"
+      for name in "${device_case_bins[@]}"; do
+        device_bin="$unpacked/bin/$name"
+        [ -z "${staged_libs:-}" ] && device_bin="$e2e_build/tests/$name"
+        FRAMEZIP_SOURCE_DIR="$repo" with_libs "$device_bin" "[devices]" >"$out/ops.tmp" 2>&1
+        note "REHEARSAL device cases of $name, CPU half (exit $?):" \
+          "$(grep -E '^(All tests passed|test cases:)' "$out/ops.tmp" | tail -1)"
+      done
       rm -f "$out/ops.tmp"
       run_end_to_end
       run_gpu_eval
@@ -391,10 +416,54 @@ main() {
   exit "$status"
 }
 
-# Each op's test written once for every device (tests/unit/engine/ops/): on the GPU machine it runs
-# on the CPU and the GPU against the same f64 references. Its report is appended to
-# cuda-tests.txt. A line "cuda:0 not run" means the GPU half did not run: that is a failure here.
+# Each op's test written once for every device (tests/unit/engine/ops/), then the [devices] cases
+# of $device_case_bins: on the GPU machine each runs on the CPU and the GPU against the same
+# references. Their reports are appended to cuda-tests.txt. A line "cuda:0 not run" means the GPU
+# half did not run: that is a failure here, and so is a device-case binary that was not staged.
 run_device_op_tests() {
+  local status=0
+  run_device_ops_binary || status=1
+  local name bin
+  for name in "${device_case_bins[@]}"; do
+    bin="$unpacked/bin/$name"
+    [ -z "${staged_libs:-}" ] && bin="$e2e_build/tests/$name"
+    run_device_cases "$bin" || status=1
+  done
+  return "$status"
+}
+
+# The [devices] cases of one component test binary ($1), as run_device_ops_binary runs the ops'.
+run_device_cases() {
+  local bin=$1
+  if [ ! -x "$bin" ]; then
+    note "FAIL device cases: no $bin (run make test, then scripts/gpu-check.sh --prepare)"
+    return 1
+  fi
+  local t0=$SECONDS
+  echo "---- device cases: $bin [devices] ----" >>"$out/cuda-tests.txt"
+  FRAMEZIP_SOURCE_DIR="$repo" with_libs timeout "$(step_limit 60)" "$bin" "[devices]" \
+    --durations yes >"$out/ops.tmp" 2>&1
+  local rc=$?
+  cat "$out/ops.tmp" >>"$out/cuda-tests.txt"
+  local result
+  result=$(grep -E '^(All tests passed|test cases:)' "$out/ops.tmp" | tail -1)
+  if grep -q "cuda:0 not run" "$out/ops.tmp"; then
+    note "FAIL device cases of $(basename "$bin"): the GPU half did not run" \
+      "($(grep -m1 'cuda:0 not run' "$out/ops.tmp"))"
+    rm -f "$out/ops.tmp"
+    return 1
+  fi
+  rm -f "$out/ops.tmp"
+  if [ "$rc" = 0 ]; then
+    note "PASS device cases of $(basename "$bin") (CPU and GPU) in $((SECONDS - t0)) s: $result"
+    return 0
+  fi
+  note "FAIL device cases of $(basename "$bin") (exit $rc) in $((SECONDS - t0)) s: $result"
+  return 1
+}
+
+# engine_device_ops_test, every case.
+run_device_ops_binary() {
   if [ ! -x "$ops_bin" ]; then
     note "FAIL device op tests: no $ops_bin (run scripts/gpu-check.sh --prepare again)"
     return 1

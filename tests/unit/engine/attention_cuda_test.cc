@@ -1,6 +1,8 @@
 // [cuda]: Attention on the GPU with bf16 tensor cores allowed
-// (AttentionParams::allow_bf16_tensor_cores), a GPU-only kernel, against the CPU op to bf16 level.
-// (The f32 kernel's test runs on every device: tests/unit/engine/ops/attention_test.cc.)
+// (AttentionParams::allow_bf16_tensor_cores) against the CPU op to bf16 level. Not a device case:
+// the CPU has no bf16 tensor-core kernel (it ignores the option and runs f32), so only the GPU
+// has anything to check here. The CPU op it is compared with runs on every device against naive
+// f64 attention, as does the f32 kernel: tests/unit/engine/ops/attention_test.cc.
 #include <catch2/catch.hpp>
 #include <utility>
 

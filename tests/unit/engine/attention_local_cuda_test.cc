@@ -1,6 +1,7 @@
 // [cuda]: LocalWindowAttention refuses what the GPU cannot take: tensors split between devices
-// and heads wider than 256. (Its values on every device:
-// tests/unit/engine/ops/attention_local_test.cc.)
+// and heads wider than 256. Not a device case: a split between devices needs a second device,
+// and the width limit is the GPU kernel's (the CPU takes any width). (Its values on every
+// device: tests/unit/engine/ops/attention_local_test.cc.)
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <random>

@@ -1,12 +1,14 @@
-// [cuda]: the tensor-core prefill attention (kernels/cuda/attention_mma.cuh) against the CPU
-// Attention op on the same bf16-rounded inputs: causal prefill with GQA, a causal chunk after
-// earlier keys, bidirectional, head dims 64 and 128, lengths that leave partial tiles, and values
-// beyond f16's range (bf16 activations reach them). Both variants (the pipelined one adds cp.async
-// and ldmatrix) round P to bf16 for P·V, as FlashAttention-2 does for bf16 inputs, and accumulate
-// in f32. That rounding is at most 2^-8 relative per weight; with one dominant key the output
-// inherits it whole (3.9e-3 · |v|), otherwise it averages out. Tolerance, in units of the values'
-// scale: abs 4e-3 + rel 1.6e-2, and a relative L2 error under 8e-3 (about 3x the RMS rounding
-// error u/sqrt(3) of a single dominant key).
+// [cuda]: the tensor-core prefill attention (kernels/cuda/attention_mma.cuh), launched directly,
+// against the CPU Attention op (itself checked against naive f64 attention on every device:
+// tests/unit/engine/ops/attention_test.cc) on the same bf16-rounded inputs. Not a device case: the
+// kernel and its two variants exist only on the GPU. The cases: causal prefill with GQA, a causal
+// chunk after earlier keys, bidirectional, head dims 64 and 128, lengths that leave partial tiles,
+// and values beyond f16's range (bf16 activations reach them). Both variants (the pipelined one
+// adds cp.async and ldmatrix) round P to bf16 for P·V, as FlashAttention-2 does for bf16 inputs,
+// and accumulate in f32. That rounding is at most 2^-8 relative per weight; with one dominant key
+// the output inherits it whole (3.9e-3 · |v|), otherwise it averages out. Tolerance, in units of
+// the values' scale: abs 4e-3 + rel 1.6e-2, and a relative L2 error under 8e-3 (about 3x the RMS
+// rounding error u/sqrt(3) of a single dominant key).
 #include <catch2/catch.hpp>
 #include <cmath>
 

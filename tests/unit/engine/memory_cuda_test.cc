@@ -1,5 +1,8 @@
 // The device memory layer on a real GPU: the caching allocator over cudaMalloc and
-// cudaMallocAsync, pinned staging round trips, and KV pool sizing from cudaMemGetInfo. Without a
+// cudaMallocAsync, pinned staging round trips, and KV pool sizing from cudaMemGetInfo. Not device
+// cases: these are the CUDA allocators, pinned host memory and the CUDA copy engine themselves,
+// which the CPU does not have (their logic with fake raw allocators runs without a GPU:
+// caching_device_allocator_test.cc, pinned_host_pool_test.cc, kv_pool_sizing_test.cc). Without a
 // usable GPU each case prints SKIPPED and returns (CTest reports it as skipped).
 #include <catch2/catch.hpp>
 #include <cstdlib>

@@ -1,6 +1,7 @@
 // [cuda]: ops refuse tensors split between the CPU and the GPU, naming the mismatch, instead of
-// reading host memory as device memory. (Each op's values are checked on every device by
-// tests/unit/engine/ops/; this needs two devices, so it runs only where a GPU is.)
+// reading host memory as device memory. Not a device case: a split between devices needs two
+// devices, so it runs only where a GPU is. (Each op's values are checked on every device by
+// tests/unit/engine/ops/.)
 #include <catch2/catch.hpp>
 
 #include "engine/ops/attention.h"

@@ -5,7 +5,10 @@
 // sequence, GQA up to 16/1, head_dim 32, 64 and 128, a long sequence of many work items). The
 // CUDA-core kernel computes in f32 from the same stored bytes as the CPU: abs 2e-5 + rel 1e-4;
 // the tensor-core kernel's tolerance is derived below.
-// (The op on every device against f64: tests/unit/engine/ops/paged_attention_test.cc.)
+// Not device cases: the launcher, its work items and the tensor-core variant exist only on the
+// GPU (the op picks them itself; called directly, the test reaches item sizes and the variant the
+// op would not pick), and so does the 16-byte alignment the GPU's copies need, whose refusal is
+// checked below. The op on every device against f64: tests/unit/engine/ops/paged_attention_test.cc.
 // Also [unit] (runs without a GPU): the host-side work splitting covers every token exactly once.
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,11 +1,15 @@
-// ZipVL probe scoring against an f64 reference on fresh random inputs (docs/methods.md §5.3 item 1).
+// ZipVL probe scoring against an f64 reference on fresh random inputs (docs/methods.md §5.3 item
+// 1), on every device present (tests/unit/engine/ops/device_cases.h): the CPU's ScoreProbes and, on
+// a GPU, the kernel it calls there (ops::ProbeScoresCuda).
 #include "engine/compress/probe_scoring.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
 
 #include "tests/testing/random.h"
+#include "tests/unit/engine/ops/device_cases.h"
 
 namespace framezip::engine::compress {
 namespace {
@@ -66,34 +70,76 @@ TEST_CASE("SelectProbes takes the recent tokens plus distinct random ones", "[un
   CHECK(all.back() == 99);
 }
 
-TEST_CASE("ScoreProbes matches an f64 reference", "[unit][compress]") {
+// A scoring scenario: n tokens of q [n, H, d] and k [n, G, d] with `recent` + `random` probes.
+struct ScoringCase {
+  const char* name;
+  int64_t n;
+  int heads, kv_heads, d;
+  int64_t recent, random;
+  float stddev;
+};
+
+// Per-element bound on a and ã against f64 on `device`: |got − want| <= rel·|want| + abs.
+struct ScoreTolerance {
+  double rel, abs;
+};
+
+ScoreTolerance ScoreToleranceOn(const Device& device, double max_a) {
+  // The CPU sums each head's softmax rows in f32 and the heads in f64: 1e-3 relative, 1e-6
+  // absolute.
+  if (device.is_cpu()) return {1e-3, 1e-6};
+  // The GPU: f32 sums of at most probes × heads softmax terms with atomics, well inside 1e-4
+  // relative per element (a column far below the attention sink's must be right too), with an
+  // absolute floor of 1e-6 of the largest score.
+  return {1e-4, 1e-6 * max_a};
+}
+
+Tensor HostTensor(const std::vector<float>& values, Shape shape) {
+  auto t = Tensor::Empty(shape, DType::kF32);
+  FZ_CHECK(t.ok());
+  std::copy(values.begin(), values.end(), t->data<float>());
+  return *t;
+}
+
+TEST_CASE("ScoreProbes matches an f64 reference on every device", "[unit][compress][devices]") {
   std::mt19937_64 rng(testing::TestSeed());
   const bool per_kv_head = GENERATE(false, true);
-  const int heads = 4, kv_heads = 2, d = 16;
-  const int64_t n = GENERATE(7, 300);
-  const auto q = testing::RandomNormal(static_cast<size_t>(n * heads * d), rng, 1.5f);
-  const auto k = testing::RandomNormal(static_cast<size_t>(n * kv_heads * d), rng, 1.5f);
-  const auto probes = SelectProbes(n, 16, 24, rng());
-  auto got = ScoreProbes(q.data(), k.data(), n, probes,
-                         ProbeScoringParams{heads, kv_heads, d, per_kv_head});
-  REQUIRE(got.ok());
-  const RefScores want = Reference(q, k, n, heads, kv_heads, d, probes, per_kv_head);
-  const int groups = per_kv_head ? kv_heads : 1;
-  REQUIRE(got->groups == groups);
-  for (int g = 0; g < groups; ++g) {
-    double total = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const size_t idx = static_cast<size_t>(g * n + j);
-      CHECK(got->counts[j] == want.counts[j]);
-      CHECK(got->counts[j] >= 1);
-      CHECK(std::abs(got->a[idx] - want.a[idx]) <= 1e-3 * std::abs(want.a[idx]) + 1e-6);
-      CHECK(std::abs(got->a_norm[idx] - want.a_norm[idx]) <=
-            1e-3 * std::abs(want.a_norm[idx]) + 1e-6);
-      total += got->a[idx];
+  const ScoringCase c = GENERATE(ScoringCase{"7 tokens 4/2 d16", 7, 4, 2, 16, 16, 24, 1.5f},
+                                 ScoringCase{"300 tokens 4/2 d16", 300, 4, 2, 16, 16, 24, 1.5f},
+                                 ScoringCase{"333 tokens 6/2 d64", 333, 6, 2, 64, 40, 25, 1.f});
+  CAPTURE(c.name, per_kv_head);
+  const int64_t n = c.n;
+  const auto q = testing::RandomNormal(static_cast<size_t>(n * c.heads * c.d), rng, c.stddev);
+  const auto k = testing::RandomNormal(static_cast<size_t>(n * c.kv_heads * c.d), rng, c.stddev);
+  const auto probes = SelectProbes(n, c.recent, c.random, rng());
+  const RefScores want = Reference(q, k, n, c.heads, c.kv_heads, c.d, probes, per_kv_head);
+  const int groups = per_kv_head ? c.kv_heads : 1;
+  const double max_a = *std::max_element(want.a.begin(), want.a.end());
+  const Tensor q_host = HostTensor(q, {n, c.heads, c.d});
+  const Tensor k_host = HostTensor(k, {n, c.kv_heads, c.d});
+  test::ForEachDevice([&](const Device& device) {
+    auto got = ScoreProbes(test::On(q_host, device), test::On(k_host, device), probes, per_kv_head);
+    INFO(got.status().ToString());
+    REQUIRE(got.ok());
+    REQUIRE(got->groups == groups);
+    REQUIRE(got->a.size() == want.a.size());
+    const ScoreTolerance tol = ScoreToleranceOn(device, max_a);
+    for (int g = 0; g < groups; ++g) {
+      double total = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t idx = static_cast<size_t>(g * n + j);
+        CAPTURE(g, j);
+        CHECK(got->counts[j] == want.counts[j]);
+        CHECK(got->counts[j] >= 1);
+        CHECK(std::abs(got->a[idx] - want.a[idx]) <= tol.rel * std::abs(want.a[idx]) + tol.abs);
+        CHECK(std::abs(got->a_norm[idx] - want.a_norm[idx]) <=
+              tol.rel * std::abs(want.a_norm[idx]) + tol.abs);
+        total += got->a[idx];
+      }
+      // Every probe row of every head in the group is a distribution.
+      CHECK(total == Approx(double(c.heads / groups) * probes.size()).epsilon(1e-4));
     }
-    // Every probe row of every head in the group is a distribution.
-    CHECK(total == Approx(double(heads / groups) * probes.size()).epsilon(1e-4));
-  }
+  });
 }
 
 TEST_CASE("ScoreProbes rejects unsorted probes and bad head counts", "[unit][compress]") {

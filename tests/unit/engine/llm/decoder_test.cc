@@ -1,5 +1,6 @@
-// The Qwen2/Llama decoder against a naive f64 forward pass of the same random tiny model, and its
-// KV paths (chunked prefill, decode steps, batched decode) against one-shot prefill.
+// The Qwen2/Llama decoder against a naive f64 forward pass of the same random tiny model
+// (decoder_reference.h), and its KV paths (chunked prefill, decode steps, batched decode) against
+// one-shot prefill. The serving scenarios on every device: decoder_device_test.cc.
 #include "engine/llm/decoder.h"
 
 #include <catch2/catch.hpp>
@@ -14,133 +15,14 @@
 #include "engine/synthetic/random_decoder_weights.h"
 #include "engine/synthetic/random_model_weights.h"
 #include "tests/testing/tiny_decoder.h"
+#include "tests/unit/engine/llm/decoder_reference.h"
 #include "tests/unit/engine/llm/op_test_util.h"
 
 namespace framezip::engine::llm {
 namespace {
 
+using reference::RefForward;
 using testing::ToFloatVector;
-
-std::vector<double> F64(const Tensor& t) {
-  const auto f = ToFloatVector(t);
-  return std::vector<double>(f.begin(), f.end());
-}
-
-// y[T, N] = x[T, K] · W[N, K]ᵀ + b; with bf16_inputs and bf16 weights, x is rounded to bf16 first
-// (Linear's AMX path). With int8 weights (scale defined) W is q · scale and each row of x is
-// quantised to int8 first, as Linear's int8 overload does (ops/gemm_int8.h).
-std::vector<double> RefLinear(std::vector<double> x, int64_t t, const Tensor& w, const Tensor& b,
-                              bool bf16_inputs, const Tensor& scale = Tensor()) {
-  const int64_t n = w.dim(0), k = w.dim(1);
-  if (bf16_inputs && w.dtype() == DType::kBF16) {
-    for (double& v : x) v = BF16ToF32(F32ToBF16(static_cast<float>(v)));
-  }
-  std::vector<double> wv;
-  if (w.dtype() == DType::kI8) {
-    wv.resize(static_cast<size_t>(n * k));
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t kk = 0; kk < k; ++kk) {
-        wv[j * k + kk] = static_cast<double>(w.data<int8_t>()[j * k + kk]) * scale.data<float>()[j];
-      }
-    }
-    for (int64_t i = 0; i < t; ++i) {
-      double max = 0;
-      for (int64_t kk = 0; kk < k; ++kk) max = std::max(max, std::abs(x[i * k + kk]));
-      const double step = max / 127;
-      for (int64_t kk = 0; kk < k; ++kk) {
-        x[i * k + kk] = max > 0 ? std::nearbyint(x[i * k + kk] / step) * step : 0.0;
-      }
-    }
-  } else {
-    wv = F64(w);
-  }
-  const auto bv = b.defined() ? F64(b) : std::vector<double>(n, 0.0);
-  std::vector<double> y(static_cast<size_t>(t * n));
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = bv[j];
-      for (int64_t kk = 0; kk < k; ++kk) s += x[i * k + kk] * wv[j * k + kk];
-      y[i * n + j] = s;
-    }
-  return y;
-}
-
-std::vector<double> RefRmsNorm(const std::vector<double>& x, int64_t t, const Tensor& w,
-                               double eps) {
-  const auto wv = F64(w);
-  const int64_t d = static_cast<int64_t>(wv.size());
-  std::vector<double> y(x.size());
-  for (int64_t i = 0; i < t; ++i) {
-    double ms = 0;
-    for (int64_t e = 0; e < d; ++e) ms += x[i * d + e] * x[i * d + e];
-    const double inv = 1 / std::sqrt(ms / d + eps);
-    for (int64_t e = 0; e < d; ++e) y[i * d + e] = x[i * d + e] * inv * wv[e];
-  }
-  return y;
-}
-
-void RefRope(std::vector<double>& x, int64_t t, int64_t heads, int64_t d, double theta) {
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t e = 0; e < d / 2; ++e) {
-        const double ang = i / std::pow(theta, 2.0 * e / d);
-        double& a = x[(i * heads + h) * d + e];
-        double& b = x[(i * heads + h) * d + e + d / 2];
-        const double na = a * std::cos(ang) - b * std::sin(ang);
-        const double nb = b * std::cos(ang) + a * std::sin(ang);
-        a = na;
-        b = nb;
-      }
-}
-
-// Logits [T, V] of the naive f64 model for `ids`; with bf16_linear_inputs, every Linear of bf16
-// weights sees its input rounded to bf16, as Linear's AMX path computes it.
-std::vector<double> RefForward(const model::TextConfig& c, const DecoderWeights& w,
-                               const std::vector<int32_t>& ids, bool bf16_linear_inputs = false) {
-  const int64_t t = static_cast<int64_t>(ids.size()), hid = c.hidden_size,
-                nh = c.num_attention_heads, g = c.num_key_value_heads, d = c.head_dim;
-  const auto emb = F64(w.embed_tokens);
-  std::vector<double> x(static_cast<size_t>(t * hid));
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t e = 0; e < hid; ++e) x[i * hid + e] = emb[ids[i] * hid + e];
-  for (const auto& L : w.layers) {
-    auto h = RefRmsNorm(x, t, L.input_layernorm, c.rms_norm_eps);
-    auto q = RefLinear(h, t, L.q_proj, L.q_bias, bf16_linear_inputs, L.q_scale);
-    auto k = RefLinear(h, t, L.k_proj, L.k_bias, bf16_linear_inputs, L.k_scale);
-    auto v = RefLinear(h, t, L.v_proj, L.v_bias, bf16_linear_inputs, L.v_scale);
-    RefRope(q, t, nh, d, c.rope_theta);
-    RefRope(k, t, g, d, c.rope_theta);
-    std::vector<double> attn(static_cast<size_t>(t * nh * d), 0.0);
-    for (int64_t hh = 0; hh < nh; ++hh) {
-      const int64_t gg = hh / (nh / g);
-      for (int64_t i = 0; i < t; ++i) {
-        std::vector<double> s(i + 1);
-        double mx = -1e300, sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += q[(i * nh + hh) * d + e] * k[(j * g + gg) * d + e];
-          s[j] = dot / std::sqrt(static_cast<double>(d));
-          mx = std::max(mx, s[j]);
-        }
-        for (auto& sv : s) sum += (sv = std::exp(sv - mx));
-        for (int64_t j = 0; j <= i; ++j)
-          for (int64_t e = 0; e < d; ++e)
-            attn[(i * nh + hh) * d + e] += s[j] / sum * v[(j * g + gg) * d + e];
-      }
-    }
-    const auto o = RefLinear(attn, t, L.o_proj, L.o_bias, bf16_linear_inputs, L.o_scale);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-    h = RefRmsNorm(x, t, L.post_attention_layernorm, c.rms_norm_eps);
-    auto gate = RefLinear(h, t, L.gate_proj, L.gate_bias, bf16_linear_inputs, L.gate_scale);
-    const auto up = RefLinear(h, t, L.up_proj, L.up_bias, bf16_linear_inputs, L.up_scale);
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-    const auto down =
-        RefLinear(gate, t, L.down_proj, L.down_bias, bf16_linear_inputs, L.down_scale);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
-  }
-  const auto n = RefRmsNorm(x, t, w.norm, c.rms_norm_eps);
-  return RefLinear(n, t, w.lm_head, Tensor(), bf16_linear_inputs, w.lm_head_scale);
-}
 
 struct TinyModel {
   model::TextConfig config;

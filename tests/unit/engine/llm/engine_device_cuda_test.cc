@@ -4,9 +4,17 @@
 // same logits, teacher-forced on the CPU's greedy replies (ScoreTurn leaves a conversation as
 // generation would), and a conversation exported from one device and restored on the other
 // continues alike. Logits are compared, not sampled tokens, so a near tie cannot flip the test:
-// the bf16 bounds of decoder_cuda_test.cc (every GPU GEMM rounds its input to bf16), 1e-1 of the
+// the bf16 bounds of decoder_device_test.cc (every GPU GEMM rounds its input to bf16), 1e-1 of the
 // logits' RMS per element and 3e-2 in relative L2. The same holds under AttentionPack, whose blocks
 // each device factorises from its own K/V rows.
+//
+// Why these stay GPU-only and are not device cases: moving a conversation across devices needs two
+// devices, the CPU and a GPU. The scoring half compares the GPU with the CPU engine because no
+// independent reference of it exists: the transformers goldens (decoder_golden_test.cc) cover one
+// uncompressed turn of a fixed prompt, not several turns reusing their KV over random video, nor
+// ZipVL, KIVI, FastV or AttentionPack, which transformers does not implement. The CPU engine it
+// compares with is checked against those goldens, and the decoder's scenarios run on every device
+// against an f64 pass in decoder_device_test.cc.
 #include <catch2/catch.hpp>
 #include <random>
 #include <string>

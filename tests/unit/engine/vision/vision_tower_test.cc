@@ -1,5 +1,6 @@
 // The vision tower, projector and OV video/image paths against the f64 reference of
-// vision_reference.cc, on tiny random configs (SigLIP- and CLIP-shaped), f32 and bf16 weights.
+// vision_reference.cc, on tiny random configs (SigLIP- and CLIP-shaped), f32 and bf16 weights;
+// the whole tower also on every device present (tests/unit/engine/ops/device_cases.h).
 #include "engine/vision/vision_tower.h"
 
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 #include "engine/vision/projector.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/random.h"
+#include "tests/unit/engine/ops/device_cases.h"
 #include "tests/unit/engine/vision/vision_reference.h"
 
 namespace framezip::engine::vision {
@@ -117,11 +119,85 @@ TEST_CASE("Vision tower hidden states match the f64 reference", "[unit][engine][
   }
 }
 
+// The tower of the device case below: hidden 64, 4 heads of 16, 2 layers, images of 128 pixels
+// in patches of 14 (9 × 14 + 2 trailing pixels the conv ignores: 81 patches, enough rows (>= 64)
+// that bf16 weights take the GPU's tensor-core attention path).
+LlavaConfig DeviceCaseTower(model::VisionArch arch) {
+  LlavaConfig c = arch == model::VisionArch::kClip ? TinyClip() : TinySiglip();
+  c.vision.hidden_size = 64;
+  c.vision.intermediate_size = 160;
+  c.vision.num_hidden_layers = 2;
+  c.vision.num_attention_heads = 4;
+  c.vision.head_dim = 16;
+  c.vision.image_size = 128;
+  c.vision.patch_size = 14;
+  c.vision_feature_layers = {-1};  // bind every layer
+  return c;
+}
+
+// Checks a device's hidden state against f64 under the bound that device's arithmetic allows.
+void CheckHiddenStateOn(const Device& device, DType dtype, const Tensor& got,
+                        const std::vector<double>& want) {
+  if (device.is_cpu()) {
+    // f32 GEMMs (ScopedF32Gemm) and f32 activations: a few ulps per op, as the test above.
+    ExpectClose(got, want, "CPU");
+    return;
+  }
+  // Relative to the output's RMS (a wrong row, head or mask errs by the RMS itself), the bounds
+  // of the whole-decoder test (tests/unit/engine/llm/decoder_device_test.cc), whose ops these are
+  // too. f32 weights: summation orders and the last bit of exp/tanh (attention, GEMMs, norms, GELU)
+  // differ: 1e-3 per element, 3e-4 in relative L2. bf16 weights: every GEMM on the GPU rounds its
+  // f32 input to bf16 (~1e-3 of the output's RMS per GEMM), compounded over the patch GEMM and 2
+  // layers of 6 GEMMs, and attention runs on bf16 tensor cores (head_dim 16 zero-padded to 64;
+  // tests/unit/engine/attention_cuda_test.cc): 1e-1 per element, 3e-2 in relative L2.
+  const test::RmsTolerance tol =
+      dtype == DType::kF32 ? test::RmsTolerance{1e-3, 3e-4} : test::RmsTolerance{1e-1, 3e-2};
+  test::CheckWithinRmsOf(got, want, tol);
+}
+
+TEST_CASE("The vision tower on every device matches the f64 reference",
+          "[unit][engine][vision][devices]") {
+  ops::cpu::ScopedF32Gemm f32_gemm;  // the CPU's f32 GEMMs (AMX would round inputs to bf16)
+  const auto arch = GENERATE(model::VisionArch::kSiglip, model::VisionArch::kClip);
+  const DType dtype = GENERATE(DType::kF32, DType::kBF16);
+  CAPTURE(arch == model::VisionArch::kClip ? "clip" : "siglip", DTypeName(dtype));
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  const LlavaConfig config = DeviceCaseTower(arch);
+  auto ckpt = RandomVisionCheckpoint(config, dtype, seed + 13, 0.15f);
+  REQUIRE(ckpt.ok());
+  auto weights = BindLlavaVisionWeights(config, MapLookup(*ckpt));
+  REQUIRE(weights.ok());
+  // 5 images in batches of 2: two full batches and a partial one.
+  const int64_t S = config.vision.image_size;
+  const auto noise = testing::RandomNormal(static_cast<size_t>(5 * 3 * S * S), rng, 1.f);
+  Tensor pixels = *Tensor::Empty({5, 3, S, S}, DType::kF32);
+  std::copy(noise.begin(), noise.end(), pixels.data<float>());
+  const std::vector<int64_t> layers = {0, 2, 1};  // embeddings, last, middle; out of order
+  const VisionRunOptions options{.max_images_per_batch = 2};
+  const auto want = testing::ReferenceHiddenStates(config.vision, *ckpt, Values(pixels), 5);
+  test::ForEachDevice([&](const Device& device) {
+    auto on_device = VisionTowerWeightsOn(weights->tower, device);
+    INFO((on_device.ok() ? "" : MessageOf(on_device.status())));
+    REQUIRE(on_device.ok());
+    auto got = VisionTowerHiddenStates(config.vision, *on_device, pixels, layers, options);
+    INFO((got.ok() ? "" : MessageOf(got.status())));
+    REQUIRE(got.ok());
+    REQUIRE(got->size() == layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      INFO("hidden_states[" << layers[i] << "]");
+      REQUIRE((*got)[i].device().is_cpu());  // every hidden state asked for comes to the host
+      REQUIRE((*got)[i].numel() == static_cast<int64_t>(want[layers[i]].size()));
+      CheckHiddenStateOn(device, dtype, (*got)[i], want[layers[i]]);
+    }
+  });
+}
+
 TEST_CASE("A tower whose weights VisionTowerWeightsOn copied gives the same hidden states",
           "[unit][engine][vision]") {
   // On the CPU the copy is a deep copy: every tensor the tower reads must be carried over (a
   // missing one fails the run), and the results must not move by a bit. The GPU side of the same
-  // path is vision_tower_cuda_test.cc.
+  // path is the device case above.
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
   for (const LlavaConfig& config : {TinySiglip(), TinyClip()}) {
