@@ -51,6 +51,10 @@ void Register(FlagSet& f, ServerConfig& c) {
            "decoder projection weights: bf16 (as the checkpoint stores them) or int8 (quantised "
            "at load per output channel; CPU only)",
            "FORMAT");
+  f.String("vision-weight-format", &c.vision_weight_format,
+           "vision tower projection weights: bf16 (as the checkpoint stores them) or int8 "
+           "(quantised at load per output channel; CPU only)",
+           "FORMAT");
   f.String("default-policy", &c.default_policy,
            "compression policy of sessions that ask for none, with options as the CLI's --policy: "
            "NAME[:KEY=VALUE,...], NAME one of none|zipvl|attentionpack|zipvl+attentionpack|"
@@ -272,6 +276,14 @@ Status ValidateServerConfig(const ServerConfig& c) {
   }
   if (c.weight_format == "int8" && c.device != "cpu") {
     return InvalidArgumentError("--weight-format: int8 runs on the CPU only; use bf16 on {}",
+                                c.device);
+  }
+  if (c.vision_weight_format != "bf16" && c.vision_weight_format != "int8") {
+    return InvalidArgumentError("--vision-weight-format: '{}' is not bf16 or int8",
+                                c.vision_weight_format);
+  }
+  if (c.vision_weight_format == "int8" && c.device != "cpu") {
+    return InvalidArgumentError("--vision-weight-format: int8 runs on the CPU only; use bf16 on {}",
                                 c.device);
   }
   if (c.share_sessions != "auto" && c.share_sessions != "on" && c.share_sessions != "off") {

@@ -39,6 +39,8 @@ struct ServerConfig {
   // The decoder's projection weights: bf16 (as stored) or int8 (quantised at load, CPU only);
   // fp8 is refused at load until its GPU path exists (engine/runtime/weight_format.h).
   std::string weight_format = "bf16";
+  // The vision tower's projection weights: bf16 (as stored) or int8 (quantised at load, CPU only).
+  std::string vision_weight_format = "bf16";
   std::string default_policy = "none";
   int64_t kv_budget_bytes = 0;  // 0 = the engine's default
   std::string kvstore = "embedded";

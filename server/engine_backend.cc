@@ -86,6 +86,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   rt::EngineOptions options;
   FZ_ASSIGN_OR_RETURN(options.device, engine::ParseDevice(config.device));
   FZ_ASSIGN_OR_RETURN(options.weight_format, rt::ParseWeightFormat(config.weight_format));
+  FZ_ASSIGN_OR_RETURN(options.vision_weight_format,
+                      rt::ParseWeightFormat(config.vision_weight_format));
   options.kv_max_bytes = config.kv_budget_bytes > 0 ? config.kv_budget_bytes : int64_t{1} << 30;
   options.prefill_chunk_tokens = config.prefill_chunk_tokens;
   options.default_policy = config.default_policy;

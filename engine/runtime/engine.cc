@@ -115,6 +115,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
   FZ_RETURN_IF_ERROR(CheckWeightFormat(options.weight_format, options.device));
+  FZ_RETURN_IF_ERROR(
+      Annotate(CheckWeightFormat(options.vision_weight_format, options.device), "vision tower"));
   if (options.threads > 0) SetComputeThreads(options.threads);
   FZ_ASSIGN_OR_RETURN(e->config_, model::LoadLlavaConfig(dir));
   FZ_ASSIGN_OR_RETURN(e->preprocessor_, model::LoadPreprocessorConfig(dir));
@@ -131,6 +133,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
     return tmpl.status();
   }
   FZ_ASSIGN_OR_RETURN(e->vision_weights_, vision::BindLlavaVisionWeights(e->config_, e->weights_));
+  if (options.vision_weight_format == WeightFormat::kInt8) {
+    FZ_RETURN_IF_ERROR(QuantizeVisionProjections(e->vision_weights_.tower));
+  }
   FZ_ASSIGN_OR_RETURN(llm::DecoderWeights dw,
                       DecoderWeightsFromModel(e->weights_, e->config_.text));
   if (options.weight_format == WeightFormat::kInt8) {

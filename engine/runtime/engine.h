@@ -80,6 +80,9 @@ struct EngineOptions {
   // How the decoder's projections are held (runtime/weight_format.h): bf16 keeps the
   // checkpoint's weights as stored; int8 quantises them at load (CPU only).
   WeightFormat weight_format = WeightFormat::kBf16;
+  // How the vision tower's projections are held: bf16 as stored, or int8 quantised at load (CPU
+  // only; runtime/weight_format.h).
+  WeightFormat vision_weight_format = WeightFormat::kBf16;
 };
 
 // One visual input of a message, already decoded and preprocessed (media/) to the vision

@@ -1,6 +1,7 @@
 #include "engine/runtime/weight_format.h"
 
 #include <tuple>
+#include <utility>
 
 #include "engine/ops/quantize_int8.h"
 
@@ -57,6 +58,23 @@ Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head) {
                                       {&L.gate_proj, &L.gate_scale},
                                       {&L.up_proj, &L.up_scale},
                                       {&L.down_proj, &L.down_scale}}) {
+      if (proj->dtype() == DType::kI8) continue;
+      FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(*proj));
+      *proj = std::move(q.q);
+      *scale = std::move(q.scale);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status QuantizeVisionProjections(vision::VisionTowerWeights& tower) {
+  for (vision::EncoderLayerWeights& l : tower.layers) {
+    for (const auto& [proj, scale] : {std::pair{&l.q_weight, &l.q_scale},
+                                      {&l.k_weight, &l.k_scale},
+                                      {&l.v_weight, &l.v_scale},
+                                      {&l.out_weight, &l.out_scale},
+                                      {&l.fc1_weight, &l.fc1_scale},
+                                      {&l.fc2_weight, &l.fc2_scale}}) {
       if (proj->dtype() == DType::kI8) continue;
       FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(*proj));
       *proj = std::move(q.q);

@@ -11,9 +11,16 @@
 //         weights and decode reads all of it every step, so keeping it 16-bit would leave decode
 //         reading 0.63 GB a token instead of 0.50 (llama.cpp's Q8_0 quantises it as well).
 //   fp8:  E4M3 weights for Hopper GPUs (sm_90); not built yet: refused with UNIMPLEMENTED.
-// A checkpoint stored in int8 (compressed-tensors, model/stored_quantization.h) arrives with its
-// projections int8 already: they run as stored under every format (int8 quantises only what is
-// still 16-bit, such as the head), on the CPU only.
+// The vision tower has its own format (EngineOptions::vision_weight_format,
+// --vision-weight-format): bf16 by default; int8 quantises the six projections of every encoder
+// layer (q/k/v/out, fc1, fc2) at load the same way, CPU only. The patch embedding and the projector
+// stay 16-bit: they are under 1 % of the tower's FLOPs. A ViT's activations carry outlier channels
+// that per-row activation quantisation spreads over the whole row, so int8 is an option whose
+// accuracy the eval measures (bench/RESULTS.md), not the default. A checkpoint stored in int8
+// (compressed-tensors, model/stored_quantization.h) arrives with its projections int8 already: they
+// run as stored under every format (int8 quantises only what is still 16-bit, such as the head), on
+// the CPU only. A checkpoint stored in FP8 arrives with its projections decoded to bf16
+// (model/quantized_tensors.h): every format treats them as a bf16 checkpoint's.
 #pragma once
 
 #include <string_view>
@@ -21,6 +28,7 @@
 #include "common/status.h"
 #include "engine/core/device.h"
 #include "engine/llm/decoder_shape.h"
+#include "engine/vision/vision_weights.h"
 
 namespace framezip::engine::runtime {
 
@@ -40,5 +48,9 @@ Status CheckWeightFormat(WeightFormat format, Device device);
 // DecoderWeights::lm_head_scale), in place; the views they replace are dropped (the checkpoint's
 // mmap stays with its owner). The embedding is kept as it is. Tensors already int8 stay.
 Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head = true);
+
+// Replaces the six projections of every encoder layer of `tower` (CPU tensors, f32/bf16/f16) by
+// owning int8 copies with their scales (EncoderLayerWeights::*_scale), in place.
+Status QuantizeVisionProjections(vision::VisionTowerWeights& tower);
 
 }  // namespace framezip::engine::runtime

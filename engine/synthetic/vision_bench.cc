@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 
+#include "engine/runtime/weight_format.h"
 #include "engine/synthetic/random_vision_weights.h"
 #include "engine/vision/vision_tower.h"
 
@@ -62,6 +63,10 @@ StatusOr<VisionTiming> TimeVisionTower(const model::VisionConfig& vision,
   const model::LlavaConfig config = OnevisionConfigFor(vision, 64);
   FZ_ASSIGN_OR_RETURN(LlavaVisionWeights weights,
                       RandomLlavaVisionWeights(config, options.weight_dtype, options.seed));
+  if (options.int8_projections) {
+    FZ_RETURN_IF_ERROR(runtime::QuantizeVisionProjections(weights.tower));
+  }
+  PrepareVisionWeights(weights);  // the GEMM layouts, made at load by an engine
   FZ_ASSIGN_OR_RETURN(Tensor pixels, Tensor::Empty({options.frames, vision.num_channels,
                                                     vision.image_size, vision.image_size},
                                                    DType::kF32));

@@ -26,6 +26,9 @@ model::LlavaConfig OnevisionConfigFor(const model::VisionConfig& vision, int64_t
 // frames · (iterations + warmup) small.
 struct VisionTimingOptions {
   DType weight_dtype = DType::kBF16;
+  // The encoder layers' projections quantised to int8 at setup
+  // (runtime::QuantizeVisionProjections), as --vision-weight-format int8 loads them.
+  bool int8_projections = false;
   int64_t frames = 1;   // frames per timed call (one batch)
   int iterations = 1;   // timed calls
   bool warmup = false;  // one untimed call first (first-touch of the scratch buffers)
@@ -37,7 +40,7 @@ struct VisionTiming {
   double min_ms_per_frame = 0;
   int64_t frames = 0;
   int iterations = 0;
-  double setup_ms = 0;          // building the random weights
+  double setup_ms = 0;  // building the random weights, quantising and packing them (as a load does)
   double gflops_per_frame = 0;  // GEMM + attention FLOPs of one frame (for a throughput figure)
 };
 

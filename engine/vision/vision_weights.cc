@@ -1,6 +1,7 @@
 #include "engine/vision/vision_weights.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/model/weights.h"
 #include "engine/ops/linear.h"
@@ -130,9 +131,17 @@ StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& co
 void PrepareVisionWeights(const LlavaVisionWeights& weights) {
   ops::PrepareLinearWeight(weights.tower.patch_weight);
   for (const EncoderLayerWeights& l : weights.tower.layers) {
-    for (const Tensor* t :
-         {&l.q_weight, &l.k_weight, &l.v_weight, &l.out_weight, &l.fc1_weight, &l.fc2_weight}) {
-      ops::PrepareLinearWeight(*t);
+    for (const auto& [t, scale] : {std::pair{&l.q_weight, &l.q_scale},
+                                   {&l.k_weight, &l.k_scale},
+                                   {&l.v_weight, &l.v_scale},
+                                   {&l.out_weight, &l.out_scale},
+                                   {&l.fc1_weight, &l.fc1_scale},
+                                   {&l.fc2_weight, &l.fc2_scale}}) {
+      if (scale->defined()) {
+        ops::PrepareLinearWeight(*t, *scale);
+      } else {
+        ops::PrepareLinearWeight(*t);
+      }
     }
   }
   ops::PrepareLinearWeight(weights.projector.linear1_weight);

@@ -40,6 +40,9 @@ struct EncoderLayerWeights {
   Tensor ln2_weight, ln2_bias;                    // [D]
   Tensor fc1_weight, fc1_bias;                    // [I, D], [I]
   Tensor fc2_weight, fc2_bias;                    // [D, I], [D]
+  // Per-output-channel f32 scales, defined when the six projections above are int8
+  // (--vision-weight-format int8: runtime/weight_format.h), else undefined.
+  Tensor q_scale, k_scale, v_scale, out_scale, fc1_scale, fc2_scale;
 };
 
 struct VisionTowerWeights {
@@ -86,8 +89,8 @@ StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& co
                                                     const model::ModelWeights& weights);
 
 // Readies every GEMM weight of the tower and the projector for the CPU's many-row path
-// (ops::PrepareLinearWeight: the AMX tile layout, where the CPU has AMX), so the first video does
-// not pay the packing. Engines on the CPU call it at load.
+// (ops::PrepareLinearWeight: the AMX tile layout, where the CPU has AMX; int8 weights' packed
+// layout), so the first video does not pay the packing. Engines on the CPU call it at load.
 void PrepareVisionWeights(const LlavaVisionWeights& weights);
 
 // The canonical name prefix of the tower ("model.vision_tower.vision_model.").

@@ -115,6 +115,7 @@ nlohmann::json EvalReport::Json(bool with_items) const {
                       {"data", info_.data_dir}, {"threads", info_.threads},
                       {"items", all.items},     {"accuracy", all.accuracy()}};
   j["weight_format"] = info_.weight_format;
+  j["vision_weight_format"] = info_.vision_weight_format;
   j["tasks"] = nlohmann::json::object();
   j["per_task"] = nlohmann::json::object();
   for (const auto& [task, g] : by_task) {

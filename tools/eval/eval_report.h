@@ -95,6 +95,8 @@ struct EvalRunInfo {
   // How the decoder's projections were held (engine/runtime/weight_format.h): "bf16" or "int8";
   // reported as "weight_format".
   std::string weight_format = "bf16";
+  // The vision tower's projections, likewise; reported as "vision_weight_format".
+  std::string vision_weight_format = "bf16";
   // What the items' agreement was measured against: "none" (full attention, framezip eval
   // --agreement) or a device ("cpu": framezip-eval-frames --reference-device). Reported as the
   // agreement's "reference".

@@ -149,7 +149,7 @@ double DecodeWeightBytes(const engine::llm::DecoderWeights& w) {
 int RunBenchEngine(const std::vector<std::string>& args) {
   int threads = 2, decode_steps = 24;
   bool json = false, skip_vision = false;
-  std::string weight_format = "bf16";
+  std::string weight_format = "bf16", vision_weight_format = "bf16";
   FlagSet flags("framezip bench engine",
                 "CPU engine throughput on the Qwen2-0.5B shape (random bf16 weights in memory) "
                 "next to this machine's measured sgemm rate and memory bandwidth.");
@@ -160,6 +160,8 @@ int RunBenchEngine(const std::vector<std::string>& args) {
                "the decoder's projections: bf16, or int8 (quantised from the bf16 weights at "
                "load: engine/runtime/weight_format.h)",
                "F");
+  flags.String("vision-weight-format", &vision_weight_format,
+               "the vision tower's projections: bf16, or int8 (quantised at load)", "F");
   flags.Bool("json", &json, "print one JSON object as the last line");
   if (auto code = ParseOrExit(flags, args)) return *code;
   auto fail = [](const Status& s) {
@@ -170,6 +172,12 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   if (!format.ok()) return fail(Annotate(format.status(), "--weight-format"));
   if (Status s = engine::runtime::CheckWeightFormat(*format, engine::Device::Cpu()); !s.ok()) {
     return fail(s);
+  }
+  auto vision_format = engine::runtime::ParseWeightFormat(vision_weight_format);
+  if (!vision_format.ok()) return fail(Annotate(vision_format.status(), "--vision-weight-format"));
+  if (Status s = engine::runtime::CheckWeightFormat(*vision_format, engine::Device::Cpu());
+      !s.ok()) {
+    return fail(Annotate(s, "--vision-weight-format"));
   }
   engine::SetComputeThreads(threads);
   bench::Machine machine = bench::DetectMachine();
@@ -383,6 +391,7 @@ int RunBenchEngine(const std::vector<std::string>& args) {
     vopt.frames = 1;
     vopt.iterations = 1;
     vopt.warmup = false;
+    vopt.int8_projections = *vision_format == engine::runtime::WeightFormat::kInt8;
     auto vt = engine::vision::TimeVisionTower(engine::vision::SiglipSo400mConfig(), vopt);
     if (!vt.ok()) return fail(vt.status());
     report.Add("vision_tower_ms_per_frame", vt->ms_per_frame, "ms");

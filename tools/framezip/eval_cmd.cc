@@ -53,8 +53,9 @@ struct EvalOptions {
   bool agreement = false;
   bool teacher_forced = false;  // synthvid2 (eval_synthvid2.h)
   bool sessions = false;        // synthvid2 (eval_synthvid2.h)
-  // With --agreement and a --weight-format other than bf16: the same model loaded with bf16
-  // weights, the reference the agreement is measured against (else the evaluated engine itself).
+  // With --agreement and a --weight-format or --vision-weight-format other than bf16: the same
+  // model loaded with bf16 weights, the reference the agreement is measured against (else the
+  // evaluated engine itself).
   Engine* reference = nullptr;
 };
 
@@ -205,7 +206,7 @@ StatusOr<eval::ItemResult> EvaluateItem(Engine& eng, const eval::SynthvidItem& i
 
 int RunEval(const std::vector<std::string>& args) {
   std::string model_dir, suite = "synthvid", split = "test", data_dir, kv_format = "f16";
-  std::string device = "cpu", save_frames, weight_format = "bf16";
+  std::string device = "cpu", save_frames, weight_format = "bf16", vision_weight_format = "bf16";
   EvalOptions opt;
   int limit = 0, threads = 0;
   bool json = false, items = false;
@@ -241,6 +242,10 @@ int RunEval(const std::vector<std::string>& args) {
   flags.String("weight-format", &weight_format,
                "decoder projection weights: bf16 (as stored) or int8 (quantised at load, CPU); "
                "with --agreement an int8 run is compared with the bf16 model",
+               "F");
+  flags.String("vision-weight-format", &vision_weight_format,
+               "vision tower projection weights: bf16 (as stored) or int8 (quantised at load, "
+               "CPU); with --agreement compared with the bf16 model as --weight-format is",
                "F");
   flags.Bool("turn2", &opt.turn2, "also ask a follow-up question as a second turn");
   flags.Bool("agreement", &opt.agreement,
@@ -331,12 +336,17 @@ int RunEval(const std::vector<std::string>& args) {
   auto parsed_weights = engine::runtime::ParseWeightFormat(weight_format);
   if (!parsed_weights.ok()) return fail(Annotate(parsed_weights.status(), "--weight-format"));
   options.weight_format = *parsed_weights;
+  auto parsed_vision = engine::runtime::ParseWeightFormat(vision_weight_format);
+  if (!parsed_vision.ok()) return fail(Annotate(parsed_vision.status(), "--vision-weight-format"));
+  options.vision_weight_format = *parsed_vision;
   auto eng = Engine::Load(model_dir, options);
   if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
   StatusOr<std::unique_ptr<Engine>> reference_engine = std::unique_ptr<Engine>();
-  if (opt.agreement && options.weight_format != engine::runtime::WeightFormat::kBf16) {
+  if (opt.agreement && (options.weight_format != engine::runtime::WeightFormat::kBf16 ||
+                        options.vision_weight_format != engine::runtime::WeightFormat::kBf16)) {
     engine::runtime::EngineOptions reference_options = options;
     reference_options.weight_format = engine::runtime::WeightFormat::kBf16;
+    reference_options.vision_weight_format = engine::runtime::WeightFormat::kBf16;
     reference_engine = Engine::Load(model_dir, reference_options);
     if (!reference_engine.ok()) {
       return fail(Annotate(reference_engine.status(), "loading the bf16 reference model"));
@@ -357,7 +367,8 @@ int RunEval(const std::vector<std::string>& args) {
                                                        : opt.teacher_forced ? "teacher_forced"
                                                                             : "free_running",
                                             .sessions = v2 && opt.sessions,
-                                            .weight_format = weight_format});
+                                            .weight_format = weight_format,
+                                            .vision_weight_format = vision_weight_format});
   if (v2) {
     if (Status s = RunSynthvid2(**eng, *v2_items, opt, spec, report); !s.ok()) return fail(s);
     PrintReport(report, json, items);

@@ -24,8 +24,9 @@ void OnSigint(int) { g_cancel.store(true); }
 }  // namespace
 
 int RunRun(const std::vector<std::string>& args) {
-  std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16",
-              device = "cpu", weight_format = "bf16";
+  std::string model_dir, video, image, prompt, policy = "none", kv_format = "f16", device = "cpu",
+                                               weight_format = "bf16",
+                                               vision_weight_format = "bf16";
   int max_tokens = 128, frames = 32, threads = 0;  // 32 frames: LLaVA-OneVision's default
   bool json = false, sample = false;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
@@ -46,6 +47,9 @@ int RunRun(const std::vector<std::string>& args) {
   flags.String("device", &device, "where the engine runs: cpu, cuda or cuda:N", "DEVICE");
   flags.String("weight-format", &weight_format,
                "decoder projection weights: bf16 (as stored) or int8 (quantised at load, CPU)",
+               "F");
+  flags.String("vision-weight-format", &vision_weight_format,
+               "vision tower projection weights: bf16 (as stored) or int8 (quantised at load, CPU)",
                "F");
   flags.Bool("sample", &sample, "sample instead of greedy decoding");
   flags.Double("temperature", &temperature, "sampling temperature");
@@ -77,6 +81,9 @@ int RunRun(const std::vector<std::string>& args) {
   auto parsed_weights = engine::runtime::ParseWeightFormat(weight_format);
   if (!parsed_weights.ok()) return fail(Annotate(parsed_weights.status(), "--weight-format"));
   options.weight_format = *parsed_weights;
+  auto parsed_vision = engine::runtime::ParseWeightFormat(vision_weight_format);
+  if (!parsed_vision.ok()) return fail(Annotate(parsed_vision.status(), "--vision-weight-format"));
+  options.vision_weight_format = *parsed_vision;
   auto eng = engine::runtime::Engine::Load(model_dir, options);
   if (!eng.ok()) return fail(Annotate(eng.status(), "loading the model"));
 

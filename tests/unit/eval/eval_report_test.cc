@@ -53,6 +53,7 @@ TEST_CASE("EvalReport aggregates a known answer set", "[unit][eval]") {
   CHECK(j["suite"] == "synthvid");
   CHECK(j["policy"] == "zipvl");
   CHECK(j["weight_format"] == "bf16");  // the default: the checkpoint's weights as stored
+  CHECK(j["vision_weight_format"] == "bf16");
   CHECK(j["items"] == 6);
   CHECK(j["accuracy"].get<double>() == Approx(0.5));
   CHECK(j["tasks"]["color"].get<double>() == Approx(2.0 / 3));

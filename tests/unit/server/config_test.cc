@@ -55,6 +55,15 @@ TEST_CASE("config errors name the key or flag", "[unit][server]") {
   auto int8_gpu = LoadServerConfig({"--weight-format", "int8", "--device", "cuda:0"});
   REQUIRE_FALSE(int8_gpu.ok());
   CHECK_THAT(std::string(int8_gpu.status().message()), Catch::Contains("CPU only"));
+  auto bad_vision = LoadServerConfig({"--vision-weight-format", "fp8"});
+  REQUIRE_FALSE(bad_vision.ok());
+  CHECK_THAT(std::string(bad_vision.status().message()), Catch::Contains("--vision-weight-format"));
+  auto vision_gpu = LoadServerConfig({"--vision-weight-format", "int8", "--device", "cuda:0"});
+  REQUIRE_FALSE(vision_gpu.ok());
+  CHECK_THAT(std::string(vision_gpu.status().message()), Catch::Contains("CPU only"));
+  auto vision_int8 = LoadServerConfig({"--vision-weight-format", "int8"});
+  REQUIRE(vision_int8.ok());
+  CHECK(vision_int8->config.vision_weight_format == "int8");
   auto int8 = LoadServerConfig({"--weight-format", "int8"});
   REQUIRE(int8.ok());
   CHECK(int8->config.weight_format == "int8");

@@ -1,6 +1,7 @@
 // Stand-alone timing of the vision tower at the SigLIP-so400m shape with random weights, until
 // `framezip bench engine` calls TimeVisionTower itself:
-//   build/tests/vision_tower_bench [frames=1] [iterations=1] [layers=26] [dtype=bf16|f32|f16]
+//   build/tests/vision_tower_bench [frames=1] [iterations=1] [layers=26] [dtype=bf16|f32|f16|int8]
+// (int8: bf16 weights whose encoder projections are quantised as --vision-weight-format int8 does)
 //   build/tests/vision_tower_bench ops     (one layer's ops timed one by one, 1 frame)
 #include <chrono>
 #include <cstdio>
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   const int64_t layers = argc > 3 ? std::atoll(argv[3]) : 26;
   const std::string dtype = argc > 4 ? argv[4] : "bf16";
   options.weight_dtype = dtype == "f32" ? DType::kF32 : dtype == "f16" ? DType::kF16 : DType::kBF16;
+  options.int8_projections = dtype == "int8";
   const auto config = vision::SiglipSo400mConfig(layers);
   auto r = vision::TimeVisionTower(config, options);
   if (!r.ok()) {

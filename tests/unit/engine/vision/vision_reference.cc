@@ -49,6 +49,20 @@ std::vector<double> LayerNorm(const std::vector<double>& x, int64_t M, int64_t D
   return y;
 }
 
+// Each row of x [M, K] as the int8 Linear sees it: codes round_half_even(x · 127 / max|row|)
+// times max|row| / 127.
+std::vector<double> Int8PerRow(std::vector<double> x, int64_t M, int64_t K) {
+  for (int64_t m = 0; m < M; ++m) {
+    double largest = 0;
+    for (int64_t k = 0; k < K; ++k) largest = std::max(largest, std::fabs(x[m * K + k]));
+    for (int64_t k = 0; k < K; ++k) {
+      double& v = x[m * K + k];
+      v = largest == 0 ? 0 : std::nearbyint(v * 127 / largest) * (largest / 127);
+    }
+  }
+  return x;
+}
+
 double Act(Activation a, double x) {
   switch (a) {
     case Activation::kGeluErf:
@@ -74,8 +88,8 @@ double RoundTo(DType t, double x) {
 
 std::vector<std::vector<double>> ReferenceHiddenStates(const engine::model::VisionConfig& c,
                                                        const WeightMap& w,
-                                                       const std::vector<float>& pixels,
-                                                       int64_t N) {
+                                                       const std::vector<float>& pixels, int64_t N,
+                                                       EncoderInputs inputs) {
   const std::string p = "model.vision_tower.vision_model.";
   const int64_t C = c.num_channels, S = c.image_size, P = c.patch_size, G = S / P;
   const int64_t D = c.hidden_size, T = c.num_positions(), I = c.intermediate_size;
@@ -111,17 +125,22 @@ std::vector<std::vector<double>> ReferenceHiddenStates(const engine::model::Visi
                   c.layer_norm_eps);
   }
   std::vector<std::vector<double>> hs = {x};
+  // An encoder projection's input, as the configured Linear reads it.
+  const auto in = [inputs](const std::vector<double>& v, int64_t rows, int64_t width) {
+    return inputs == EncoderInputs::kInt8PerRow ? Int8PerRow(v, rows, width) : v;
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string q = fmt::format("{}encoder.layers.{}.", p, l);
     auto G1 = [&](const std::string& s) { return Get(w, q + s); };
     const auto h =
         LayerNorm(x, N * T, D, G1("layer_norm1.weight"), G1("layer_norm1.bias"), c.layer_norm_eps);
+    const auto hq = in(h, N * T, D);
     const auto Q =
-        Linear(h, N * T, D, G1("self_attn.q_proj.weight"), G1("self_attn.q_proj.bias"), D);
+        Linear(hq, N * T, D, G1("self_attn.q_proj.weight"), G1("self_attn.q_proj.bias"), D);
     const auto K =
-        Linear(h, N * T, D, G1("self_attn.k_proj.weight"), G1("self_attn.k_proj.bias"), D);
+        Linear(hq, N * T, D, G1("self_attn.k_proj.weight"), G1("self_attn.k_proj.bias"), D);
     const auto V =
-        Linear(h, N * T, D, G1("self_attn.v_proj.weight"), G1("self_attn.v_proj.bias"), D);
+        Linear(hq, N * T, D, G1("self_attn.v_proj.weight"), G1("self_attn.v_proj.bias"), D);
     std::vector<double> a(x.size(), 0.0), s(static_cast<size_t>(T));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t hh = 0; hh < heads; ++hh)
@@ -139,14 +158,14 @@ std::vector<std::vector<double>> ReferenceHiddenStates(const engine::model::Visi
             for (int64_t e = 0; e < hd; ++e)
               a[(n * T + i) * D + hh * hd + e] += s[j] / sum * V[(n * T + j) * D + hh * hd + e];
         }
-    const auto o =
-        Linear(a, N * T, D, G1("self_attn.out_proj.weight"), G1("self_attn.out_proj.bias"), D);
+    const auto o = Linear(in(a, N * T, D), N * T, D, G1("self_attn.out_proj.weight"),
+                          G1("self_attn.out_proj.bias"), D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     const auto h2 =
         LayerNorm(x, N * T, D, G1("layer_norm2.weight"), G1("layer_norm2.bias"), c.layer_norm_eps);
-    auto f = Linear(h2, N * T, D, G1("mlp.fc1.weight"), G1("mlp.fc1.bias"), I);
+    auto f = Linear(in(h2, N * T, D), N * T, D, G1("mlp.fc1.weight"), G1("mlp.fc1.bias"), I);
     for (double& v : f) v = Act(c.hidden_act, v);
-    const auto o2 = Linear(f, N * T, I, G1("mlp.fc2.weight"), G1("mlp.fc2.bias"), D);
+    const auto o2 = Linear(in(f, N * T, I), N * T, I, G1("mlp.fc2.weight"), G1("mlp.fc2.bias"), D);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o2[i];
     hs.push_back(x);
   }

@@ -6,8 +6,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <tuple>
 
 #include "engine/ops/gemm_amx.h"
+#include "engine/runtime/weight_format.h"
 #include "engine/synthetic/random_vision_weights.h"
 #include "engine/synthetic/vision_bench.h"
 #include "engine/vision/anyres.h"
@@ -449,6 +452,80 @@ TEST_CASE("TimeVisionTower runs a tower of the given shape", "[unit][engine][vis
   CHECK(so400m.num_hidden_layers == 26);
   options.frames = 0;
   CHECK(TimeVisionTower(so400m, options).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("With int8 projections the tower matches f64 with int8 Linear inputs",
+          "[unit][engine][vision]") {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  const bool amx_allowed = GENERATE(true, false);
+  std::optional<ops::cpu::ScopedF32Gemm> no_amx;  // the VNNI / AVX2 many-row path instead
+  if (!amx_allowed) no_amx.emplace();
+  CAPTURE(amx_allowed);
+  LlavaConfig config = TinySiglip();
+  config.vision_feature_layers = {-1};
+  auto ckpt = RandomVisionCheckpoint(config, DType::kBF16, seed + 11, 0.15f);
+  REQUIRE(ckpt.ok());
+  auto weights = BindLlavaVisionWeights(config, MapLookup(*ckpt));
+  REQUIRE(weights.ok());
+  REQUIRE(runtime::QuantizeVisionProjections(weights->tower).ok());
+  const EncoderLayerWeights& first = weights->tower.layers[0];
+  REQUIRE(first.fc2_weight.dtype() == DType::kI8);
+  REQUIRE(first.fc2_scale.shape() == Shape{first.fc2_weight.dim(0)});
+  REQUIRE(weights->tower.patch_weight.dtype() == DType::kBF16);  // the patch GEMM stays 16-bit
+  PrepareVisionWeights(*weights);
+
+  // The reference reads each projection as the int8 kernels do, q · scale, and quantises its
+  // inputs per row the same way.
+  testing::WeightMap dequantised = *ckpt;
+  for (size_t l = 0; l < weights->tower.layers.size(); ++l) {
+    const EncoderLayerWeights& w = weights->tower.layers[l];
+    const std::string at = fmt::format("{}encoder.layers.{}.", kVisionTowerPrefix, l);
+    for (const auto& [name, q, scale] : {std::tuple{"self_attn.q_proj", &w.q_weight, &w.q_scale},
+                                         {"self_attn.k_proj", &w.k_weight, &w.k_scale},
+                                         {"self_attn.v_proj", &w.v_weight, &w.v_scale},
+                                         {"self_attn.out_proj", &w.out_weight, &w.out_scale},
+                                         {"mlp.fc1", &w.fc1_weight, &w.fc1_scale},
+                                         {"mlp.fc2", &w.fc2_weight, &w.fc2_scale}}) {
+      Tensor values = *Tensor::Empty(q->shape(), DType::kF32);
+      const int64_t n = q->dim(0), k = q->dim(1);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < k; ++c) {
+          values.data<float>()[j * k + c] =
+              static_cast<float>(q->data<int8_t>()[j * k + c]) * scale->data<float>()[j];
+        }
+      }
+      dequantised[at + name + ".weight"] = values;
+    }
+  }
+  const Tensor pixels = RandomPixels(3, config, rng);  // 75 rows: the many-row int8 kernels
+  const std::vector<int64_t> layers = {1, 3};
+  auto hs = VisionTowerHiddenStates(config.vision, weights->tower, pixels, layers, {});
+  REQUIRE(hs.ok());
+  const auto want = testing::ReferenceHiddenStates(config.vision, dequantised, Values(pixels), 3,
+                                                   testing::EncoderInputs::kInt8PerRow);
+  // As for the decoder's int8 projections: where an f32 input lies within f32 error of a midpoint
+  // between codes, the reference's f64 input rounds to the neighbouring code, a whole step (1/127
+  // of the row's largest value) apart, and later layers carry it on. Without a flip the two agree
+  // to ~1e-6; a wrong scale, code, row or tile is off by O(1).
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::vector<float> got = Values((*hs)[i]);
+    const std::vector<double>& ref = want[static_cast<size_t>(layers[i])];
+    REQUIRE(got.size() == ref.size());
+    double err = 0, norm = 0;
+    for (size_t e = 0; e < ref.size(); ++e) {
+      err += (got[e] - ref[e]) * (got[e] - ref[e]);
+      norm += ref[e] * ref[e];
+    }
+    const double relative_rms = std::sqrt(err / norm);
+    CAPTURE(layers[i], relative_rms);
+    CHECK(relative_rms <= 5e-2);
+  }
+
+  // int8 weights stay on the CPU: a GPU copy is refused before anything moves.
+  const auto on_gpu = VisionTowerWeightsOn(weights->tower, Device::Cuda(0));
+  CHECK(on_gpu.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(MessageOf(on_gpu.status()), Catch::Contains("int8"));
 }
 
 TEST_CASE("Vision inputs with the wrong shape are rejected", "[unit][engine][vision]") {
