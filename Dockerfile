@@ -14,7 +14,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
       g++ cmake ninja-build ccache pkg-config make git \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libssl-dev \
-      libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev \
+      libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev libboost-dev \
       libopenblas-dev libonig-dev libutf8proc-dev \
       libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
       libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev \

@@ -21,8 +21,9 @@ packages=(
   libhiredis-dev redis-server
   # media: the sandboxed media workers' syscall filter
   libseccomp-dev
-  # tests (python3-grpcio: the Python client example runs against the server in `make test`)
-  catch2 python3-grpcio python3-protobuf
+  # tests (python3-grpcio: the Python client example runs against the server in `make test`;
+  # openssl: the TLS test and the chart test make their certificates with the command-line tool)
+  catch2 python3-grpcio python3-protobuf openssl
   # deployment tests: Prometheus and promtool evaluate the dashboard's and the alerts' queries
   # against a real server; python3-venv makes .venv-deploy/ for the chart test (helm-python-sdk)
   prometheus python3-venv
