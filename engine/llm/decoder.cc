@@ -185,12 +185,7 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
                                    {&D.gate_proj, &D.gate_scale},
                                    {&D.up_proj, &D.up_scale},
                                    {&D.down_proj, &D.down_scale}}) {
-      // The GEMMs' layout, now rather than at a request.
-      if (scale->defined()) {
-        ops::PrepareLinearWeight(*t, *scale);
-      } else {
-        ops::PrepareLinearWeight(*t);
-      }
+      ops::PrepareLinearWeight(*t, *scale);  // the GEMMs' layout, now rather than at a request
     }
     d->weights_.layers.push_back(std::move(D));
   }

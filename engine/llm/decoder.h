@@ -66,6 +66,9 @@ struct StepInput {
   // run on a chunk that does not. Decode rows always get logits.
   bool logits = true;
   int32_t token = 0;  // decode: the token fed at seq->length
+  // Decode: when set, the step samples this row's next token itself (MixedStep's `sampled`), with
+  // the parameters uploaded in the step's plan where the step is planned (step_plan.h).
+  const ops::RowSampling* sampling = nullptr;
 };
 
 class Decoder {
@@ -176,7 +179,13 @@ class Decoder {
   // later step; an AttentionPack prefill block the budget cannot hold is stored as reserved pages.
   // What can still fail part-way (a device error) leaves the step's sequences unusable: they must
   // not be continued.
-  StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs) const;
+  // `sampled` gets one token per input whose `sampling` is set, in input order (only decode
+  // inputs may set it): the step samples those rows (ops::SampleTokens) after lm_head, so on a GPU
+  // a planned decode step uploads once and reads back only the ids. The rows it sampled are
+  // modified in the returned logits as ops::SampleTokens modifies them when every input samples
+  // (a decode step); otherwise they are sampled from a copy.
+  StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs,
+                             std::span<int32_t> sampled = {}) const;
 
  private:
   Decoder(DecoderShape shape, Device device) : shape_(std::move(shape)), device_(device) {}

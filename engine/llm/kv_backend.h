@@ -35,6 +35,7 @@
 #include "engine/llm/decoder_shape.h"
 #include "engine/llm/sequence.h"
 #include "engine/ops/low_rank.h"
+#include "engine/ops/sample.h"
 
 namespace framezip::engine::llm {
 
@@ -118,9 +119,12 @@ class KvBackend {
   // in every layer (positions[i] is seqs[i]'s), serialises the slots, every layer's paged decode
   // descriptors, the step's positions (all `positions`: decode rows first) and token_ids into one
   // arena and uploads it in one copy. The token ids must have been checked against the
-  // vocabulary. Once it returns OK the sequences count the step's tokens: the step must run.
+  // vocabulary. `sampling` (empty, or the rows the step will sample, in the order of the logits
+  // rows it samples) goes into the same upload. Once it returns OK the sequences count the step's
+  // tokens: the step must run.
   Status PlanDecode(std::span<Sequence* const> seqs, std::span<const int32_t> positions,
-                    std::span<const int32_t> token_ids, DecodeStepPlan& plan) const;
+                    std::span<const int32_t> token_ids, std::span<const ops::RowSampling> sampling,
+                    DecodeStepPlan& plan) const;
   // AttendDecodeRows for a planned step: the batch's KV write (one launch into the planned
   // slots), one paged attention from the plan's descriptors, then the residual window's
   // recompression as AttendDecodeRows does it.

@@ -9,6 +9,8 @@
 #include "engine/llm/decoder.h"
 #include "engine/ops/embedding.h"
 #include "engine/ops/rms_norm.h"
+#include "engine/ops/row_slices.h"
+#include "engine/ops/sample.h"
 
 namespace framezip::engine::llm {
 namespace {
@@ -31,7 +33,8 @@ Status CopyRows(const Tensor& src, int64_t from, Tensor& dst, int64_t to, int64_
 
 }  // namespace
 
-StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
+StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
+                                    std::span<int32_t> sampled) const {
   const size_t n = inputs.size();
   const int64_t hid = shape_.hidden;
   if (n == 0) return InvalidArgumentError("MixedStep: no inputs");
@@ -45,6 +48,12 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
       if (inputs[j].seq == in.seq) return InvalidArgumentError("MixedStep: sequence {} repeats", i);
     }
     if (in.embeds.defined()) {
+      if (in.sampling != nullptr) {
+        return InvalidArgumentError(
+            "MixedStep: input {} is a prefill chunk with sampling parameters (the step samples "
+            "decode rows only)",
+            i);
+      }
       FZ_RETURN_IF_ERROR(CheckEmbeds(in.embeds, hid, "MixedStep", i));
       if (!in.visual.empty() && static_cast<int64_t>(in.visual.size()) != in.embeds.dim(0)) {
         return InvalidArgumentError("MixedStep: input {} has a visual mask of {} for {} rows", i,
@@ -55,6 +64,18 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
     row_of[i] = static_cast<int64_t>(decode.size());
     decode.push_back(in.seq);
     tokens.push_back(in.token);
+  }
+  // The rows the step samples, in input order (the order of their logits rows below).
+  std::vector<ops::RowSampling> sampling_rows;
+  std::vector<size_t> sampling_inputs;
+  for (size_t i = 0; i < n; ++i) {
+    if (inputs[i].sampling == nullptr) continue;
+    sampling_rows.push_back(*inputs[i].sampling);
+    sampling_inputs.push_back(i);
+  }
+  if (sampled.size() != sampling_rows.size()) {
+    return InvalidArgumentError("MixedStep: {} inputs are sampled but {} token outputs given",
+                                sampling_rows.size(), sampled.size());
   }
   int64_t rows = static_cast<int64_t>(decode.size());
   std::vector<PrefillPart> parts;
@@ -90,7 +111,7 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
   if (step_plans_ && kv_->CanPlanDecode(decode)) {
     plan = std::make_unique<DecodeStepPlan>();
     FZ_RETURN_IF_ERROR(kv_->Reserve(StepDemands(decode, parts), plan->reservation()));
-    FZ_RETURN_IF_ERROR(kv_->PlanDecode(decode, positions, tokens, *plan));
+    FZ_RETURN_IF_ERROR(kv_->PlanDecode(decode, positions, tokens, sampling_rows, *plan));
   }
 
   FZ_ASSIGN_OR_RETURN(Tensor x, Empty({rows, hid}));
@@ -131,17 +152,40 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs) const {
       wanted_rows.push_back(row);
     }
   }
+  Tensor logits;
   if (wanted.size() == n) {
     // Every input wants its logits (a decode step): LogitsOfRows gives them in input order.
-    return LogitsOfRows(x, wanted_rows);
+    FZ_ASSIGN_OR_RETURN(logits, LogitsOfRows(x, wanted_rows));
+  } else {
+    FZ_ASSIGN_OR_RETURN(
+        logits, Tensor::Zeros({static_cast<int64_t>(n), shape_.vocab}, DType::kF32, device_));
+    if (!wanted.empty()) {
+      FZ_ASSIGN_OR_RETURN(const Tensor picked, LogitsOfRows(x, wanted_rows));
+      for (size_t r = 0; r < wanted.size(); ++r) {
+        FZ_RETURN_IF_ERROR(
+            CopyRows(picked, static_cast<int64_t>(r), logits, static_cast<int64_t>(wanted[r]), 1));
+      }
+    }
   }
-  FZ_ASSIGN_OR_RETURN(Tensor logits,
-                      Tensor::Zeros({static_cast<int64_t>(n), shape_.vocab}, DType::kF32, device_));
-  if (wanted.empty()) return logits;
-  FZ_ASSIGN_OR_RETURN(const Tensor picked, LogitsOfRows(x, wanted_rows));
-  for (size_t r = 0; r < wanted.size(); ++r) {
+  if (sampling_rows.empty()) return logits;
+
+  // The sampled rows in one call: one launch and the ids' read-back on a GPU, its parameters
+  // already on the device when the step was planned.
+  Tensor sampled_logits = logits;     // every input sampled (a decode step): rows 0..n-1 in order
+  if (sampling_inputs.size() != n) {  // prefill rows sit between: the sampled rows, gathered
+    const auto m = static_cast<int64_t>(sampling_inputs.size());
+    const int64_t vocab = shape_.vocab;
+    const std::vector<int32_t> from(sampling_inputs.begin(), sampling_inputs.end());
+    FZ_ASSIGN_OR_RETURN(sampled_logits, Empty({m, vocab}));
+    FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
+        device_, m, vocab, {.data = logits.data<float>(), .stride = vocab, .rows = from},
+        {.data = sampled_logits.data<float>(), .stride = vocab}));
+  }
+  if (plan != nullptr) {
     FZ_RETURN_IF_ERROR(
-        CopyRows(picked, static_cast<int64_t>(r), logits, static_cast<int64_t>(wanted[r]), 1));
+        ops::SampleTokensPlanned(sampled_logits, sampling_rows, plan->sampling(), sampled));
+  } else {
+    FZ_RETURN_IF_ERROR(ops::SampleTokens(sampled_logits, sampling_rows, sampled));
   }
   return logits;
 }

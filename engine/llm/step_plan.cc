@@ -58,7 +58,9 @@ bool KvBackend::CanPlanDecode(std::span<Sequence* const> seqs) const {
 }
 
 Status KvBackend::PlanDecode(std::span<Sequence* const> seqs, std::span<const int32_t> positions,
-                             std::span<const int32_t> token_ids, DecodeStepPlan& plan) const {
+                             std::span<const int32_t> token_ids,
+                             std::span<const ops::RowSampling> sampling,
+                             DecodeStepPlan& plan) const {
   const int64_t b = static_cast<int64_t>(seqs.size());
   if (b == 0 || static_cast<int64_t>(token_ids.size()) != b ||
       static_cast<int64_t>(positions.size()) < b) {
@@ -74,6 +76,14 @@ Status KvBackend::PlanDecode(std::span<Sequence* const> seqs, std::span<const in
   const size_t positions_at = AppendAligned(arena, positions);
   const size_t ids_at = AppendAligned(arena, token_ids);
   plan.host_token_ids_.assign(token_ids.begin(), token_ids.end());
+  // The sampler's rows (SampleRowParams holds a double: the 256-byte alignment covers it), its
+  // penalised ids and room for the sampled tokens.
+  const ops::PackedSampling packed = ops::PackSampling(sampling);
+  const size_t sampling_rows_at =
+      AppendAligned(arena, std::span<const ops::SampleRowParams>(packed.rows));
+  const size_t penalized_at = AppendAligned(arena, std::span<const int32_t>(packed.penalized));
+  const size_t sampled_at =
+      AppendAligned(arena, std::span<const int32_t>(std::vector<int32_t>(sampling.size(), 0)));
   plan.decode_rows_ = b;
   plan.slot_offsets_.assign(static_cast<size_t>(layers), 0);
   plan.attention_.assign(static_cast<size_t>(layers), ops::PagedDecodePlan{});
@@ -125,6 +135,13 @@ Status KvBackend::PlanDecode(std::span<Sequence* const> seqs, std::span<const in
                                          {static_cast<int64_t>(positions.size())}, DType::kI32));
   FZ_ASSIGN_OR_RETURN(plan.token_ids_, Tensor::FromBuffer(Buffer::View(base, arena_bytes, device_),
                                                           ids_at, {b}, DType::kI32));
+  plan.sampling_ = {};
+  if (!sampling.empty()) {
+    plan.sampling_ = {
+        .rows = reinterpret_cast<const ops::SampleRowParams*>(base + sampling_rows_at),
+        .penalized = reinterpret_cast<const int32_t*>(base + penalized_at),
+        .tokens = reinterpret_cast<int32_t*>(base + sampled_at)};
+  }
   return absl::OkStatus();
 }
 

@@ -6,6 +6,9 @@
 // What it holds, in one arena (host-built, then one copy on the device):
 //   positions  [rows] i32, every row of the step (decode rows first, then prefill chunks);
 //   token ids  [decode rows] i32, checked against the vocabulary on the host before the upload;
+//   sampling   when the step samples its decode rows itself (Decoder::MixedStep's `sampled`):
+//              each row's parameters and penalised ids as the sampling kernel reads them
+//              (ops::PackSampling), and the slots its tokens are written to;
 //   per layer  the KV slot of each decode row (ops::KvSlot: where this step's K/V go, assigned
 //              ahead by kv::SequenceKv::AppendDecodeSlot) and the paged decode attention's
 //              descriptors over every sequence's pages including that slot
@@ -33,6 +36,7 @@
 #include "engine/llm/kv_backend.h"
 #include "engine/ops/kv_slots.h"
 #include "engine/ops/paged_attention.h"
+#include "engine/ops/sample.h"
 
 namespace framezip::engine::llm {
 
@@ -56,6 +60,8 @@ class DecodeStepPlan {
   const ops::PagedDecodePlan& attention(int layer) const {
     return attention_[static_cast<size_t>(layer)];
   }
+  // The sampling parameters on the device (all null when the plan holds none).
+  const ops::PlannedSampling& sampling() const { return sampling_; }
   const std::byte* device_arena() const;
   float* workspace() const { return workspace_; }
   // Bytes sent in the step's upload.
@@ -75,6 +81,7 @@ class DecodeStepPlan {
   int64_t decode_rows_ = 0;
   std::vector<size_t> slot_offsets_;  // per layer, in the arena
   std::vector<ops::PagedDecodePlan> attention_;
+  ops::PlannedSampling sampling_;
 };
 
 }  // namespace framezip::engine::llm

@@ -66,5 +66,7 @@ Status CopyRowSlicesCuda(Device device, int64_t count, int64_t width, const Sour
 
 Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
                         std::span<int32_t> tokens);
+Status SampleTokensPlannedCuda(Tensor& logits, const PlannedSampling& planned,
+                               std::span<int32_t> tokens);
 
 }  // namespace framezip::engine::ops

@@ -38,6 +38,9 @@ Status CopyRowSlicesCuda(Device, int64_t, int64_t, const SourceRows&, const Dest
 Status SampleTokensCuda(Tensor&, std::span<const RowSampling>, std::span<int32_t>) {
   return NoCuda("SampleTokens");
 }
+Status SampleTokensPlannedCuda(Tensor&, const PlannedSampling&, std::span<int32_t>) {
+  return NoCuda("SampleTokensPlanned");
+}
 Status BilinearResizeCuda(const Tensor&, Tensor&, ImageLayout) { return NoCuda("BilinearResize"); }
 Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&, bool) {
   return NoCuda("ApplyRope");

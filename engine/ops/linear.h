@@ -55,7 +55,7 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale,
 // so that no request pays the packing (Qwen2-0.5B: ~0.7 s, at the first prefill).
 void PrepareLinearWeight(const Tensor& weight);
 // The same for an int8 weight: packs it (with its scales) into the layout every int8 kernel reads
-// (gemm_int8.h), on any CPU.
+// (gemm_int8.h), on any CPU. An undefined weight_scale means a 16-bit weight: the one above.
 void PrepareLinearWeight(const Tensor& weight, const Tensor& weight_scale);
 
 // a [B.., M, K]; b [B.., K, N] (or [B.., N, K] when transpose_b) with a's leading dims, or rank 2

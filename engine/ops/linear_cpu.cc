@@ -159,6 +159,7 @@ void PrepareLinearWeight(const Tensor& weight) {
 }
 
 void PrepareLinearWeight(const Tensor& weight, const Tensor& weight_scale) {
+  if (!weight_scale.defined()) return PrepareLinearWeight(weight);
   PrepareLinearInt8Weight(weight, weight_scale);
 }
 

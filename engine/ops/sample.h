@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/sample_row_params.h"
 
 namespace framezip::engine::ops {
 
@@ -43,6 +44,29 @@ struct RowSampling {
 // logits [B, V] f32 on any device; rows.size() == tokens.size() == B. INVALID_ARGUMENT naming the
 // row and field for a bad parameter or shape.
 Status SampleTokens(Tensor& logits, std::span<const RowSampling> rows, std::span<int32_t> tokens);
+
+// The rows in the form the sampling kernel reads (sample_row_params.h): one SampleRowParams per
+// row, and the penalised ids of the rows whose repetition_penalty is not 1, back to back.
+struct PackedSampling {
+  std::vector<SampleRowParams> rows;
+  std::vector<int32_t> penalized;
+};
+PackedSampling PackSampling(std::span<const RowSampling> rows);
+
+// Where a decode step's plan put PackSampling(rows) on the logits' device, with room for the
+// tokens (llm/step_plan.h).
+struct PlannedSampling {
+  const SampleRowParams* rows = nullptr;
+  const int32_t* penalized = nullptr;
+  int32_t* tokens = nullptr;  // [rows]
+};
+
+// SampleTokens whose parameters went to the device with the step's plan: on a GPU one launch and
+// the read-back of the ids, no upload of its own. `rows` are checked as SampleTokens checks them,
+// and `planned` must be their packed copy: the CPU, like a GPU, samples from that copy (so its
+// tests read back what a plan laid out) and writes the tokens to planned.tokens as well.
+Status SampleTokensPlanned(Tensor& logits, std::span<const RowSampling> rows,
+                           const PlannedSampling& planned, std::span<int32_t> tokens);
 
 // One row on the CPU (what SampleTokens runs per row there, and what llm::Sampler calls).
 // `row` must be valid (SampleTokens checks it).

@@ -1,6 +1,6 @@
 // SampleTokens on the GPU: the per-row parameters and penalised ids go up in one small
-// asynchronous copy, the kernel samples every row in place, the B token ids come back (the one
-// host wait).
+// asynchronous copy (or came with the step's plan: SampleTokensPlanned), the kernel samples every
+// row in place, the B token ids come back (the one host wait).
 #include <cstring>
 #include <map>
 #include <memory>
@@ -58,36 +58,43 @@ Status FenceParamStaging(Device device) {
 
 }  // namespace
 
+namespace {
+
+// The kernel over every row of `logits` with parameters, penalised ids and token slots already
+// on the device, then the ids' read-back: the call's one host wait.
+Status LaunchAndReadBack(Tensor& logits, const PlannedSampling& on_device,
+                         std::span<int32_t> tokens) {
+  const Device device = logits.device();
+  ScopedCudaDevice scope(device);
+  cuda::SampleParams p;
+  p.logits = static_cast<float*>(logits.raw_data());
+  p.rows = logits.dim(0);
+  p.vocab = logits.dim(1);
+  p.row_params = on_device.rows;
+  p.penalized = on_device.penalized;
+  p.tokens = on_device.tokens;
+  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchSample(p, CurrentFramezipStream()), "SampleTokens"));
+  return CopyBytes(tokens.data(), Device::Cpu(), on_device.tokens, device,
+                   tokens.size() * sizeof(int32_t));
+}
+
+}  // namespace
+
 Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
                         std::span<int32_t> tokens) {
   const Device device = logits.device();
-  std::vector<cuda::SampleRowParams> params(rows.size());
-  std::vector<int32_t> penalized;
-  for (size_t b = 0; b < rows.size(); ++b) {
-    const RowSampling& r = rows[b];
-    cuda::SampleRowParams& p = params[b];
-    p.greedy = r.greedy ? 1 : 0;
-    p.top_k = r.top_k;
-    p.temperature = r.temperature;
-    p.top_p = r.top_p;
-    p.repetition_penalty = r.repetition_penalty;
-    p.uniform = r.uniform;
-    p.penalized_begin = static_cast<int>(penalized.size());
-    if (r.repetition_penalty != 1.0f) {
-      penalized.insert(penalized.end(), r.penalized.begin(), r.penalized.end());
-    }
-    p.penalized_end = static_cast<int>(penalized.size());
-  }
-  const size_t params_bytes = params.size() * sizeof(cuda::SampleRowParams);
-  const size_t penalized_bytes = penalized.size() * sizeof(int32_t);
+  const PackedSampling packed = PackSampling(rows);
+  const size_t params_bytes = packed.rows.size() * sizeof(SampleRowParams);
+  const size_t penalized_bytes = packed.penalized.size() * sizeof(int32_t);
   const size_t tokens_bytes = tokens.size() * sizeof(int32_t);
   FZ_ASSIGN_OR_RETURN(Buffer scratch,
                       Buffer::Allocate(device, params_bytes + tokens_bytes + penalized_bytes));
   char* base = static_cast<char*>(scratch.data());
   // SampleRowParams first: the allocation's alignment covers its double.
-  auto* dev_params = reinterpret_cast<cuda::SampleRowParams*>(base);
-  auto* dev_tokens = reinterpret_cast<int32_t*>(base + params_bytes);
-  auto* dev_penalized = reinterpret_cast<int32_t*>(base + params_bytes + tokens_bytes);
+  const PlannedSampling on_device{
+      .rows = reinterpret_cast<const SampleRowParams*>(base),
+      .penalized = reinterpret_cast<const int32_t*>(base + params_bytes + tokens_bytes),
+      .tokens = reinterpret_cast<int32_t*>(base + params_bytes)};
   // The parameters and the penalised ids in one asynchronous copy from page-locked memory (the
   // tokens' bytes between them are sent too, unused: one transfer costs less than two), so the
   // read-back of the ids is the call's only host wait.
@@ -95,25 +102,20 @@ Status SampleTokensCuda(Tensor& logits, std::span<const RowSampling> rows,
   {
     std::lock_guard<std::mutex> lock(StagingMutex());
     FZ_ASSIGN_OR_RETURN(void* host, ParamStaging(device, staged));
-    std::memcpy(host, params.data(), params_bytes);
+    std::memcpy(host, packed.rows.data(), params_bytes);
     if (penalized_bytes > 0) {
-      std::memcpy(static_cast<char*>(host) + params_bytes + tokens_bytes, penalized.data(),
+      std::memcpy(static_cast<char*>(host) + params_bytes + tokens_bytes, packed.penalized.data(),
                   penalized_bytes);
     }
     FZ_RETURN_IF_ERROR(UploadAsync(base, device, host, staged));
     FZ_RETURN_IF_ERROR(FenceParamStaging(device));
   }
+  return LaunchAndReadBack(logits, on_device, tokens);
+}
 
-  ScopedCudaDevice scope(device);
-  cuda::SampleParams p;
-  p.logits = static_cast<float*>(logits.raw_data());
-  p.rows = logits.dim(0);
-  p.vocab = logits.dim(1);
-  p.row_params = dev_params;
-  p.penalized = dev_penalized;
-  p.tokens = dev_tokens;
-  FZ_RETURN_IF_ERROR(LaunchStatus(cuda::LaunchSample(p, CurrentFramezipStream()), "SampleTokens"));
-  return CopyBytes(tokens.data(), Device::Cpu(), dev_tokens, device, tokens_bytes);
+Status SampleTokensPlannedCuda(Tensor& logits, const PlannedSampling& planned,
+                               std::span<int32_t> tokens) {
+  return LaunchAndReadBack(logits, planned, tokens);
 }
 
 }  // namespace framezip::engine::ops

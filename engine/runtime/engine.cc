@@ -632,29 +632,25 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
       c.sequence_->prefill_stats.Reset(static_cast<int>(config_.text.num_hidden_layers));
     }
   }
+  // Every decode row's next token is sampled by the step itself, in one call after lm_head: on a
+  // GPU a planned step's sampling parameters go up with its plan, and the ids' read-back is the
+  // step's only host wait. The draws are taken now (the sampler's state moves as it would after
+  // the step; a step that fails breaks its conversations anyway).
+  std::vector<ops::RowSampling> sampling;
+  sampling.reserve(running.size());  // no reallocation: the inputs point into it
+  for (size_t j = 0; j < running.size(); ++j) {
+    if (running[j].embeds.defined()) continue;
+    Conversation& c = *work[running_item[j]].conversation;
+    sampling.push_back(c.sampler_->NextRow(c.history_));
+    running[j].sampling = &sampling.back();
+  }
+  std::vector<int32_t> sampled(sampling.size());
   const double t0 = NowMs();
-  StatusOr<Tensor> logits = decoder_->MixedStep(running);
+  StatusOr<Tensor> logits = decoder_->MixedStep(running, sampled);
   const double step_ms = NowMs() - t0;
   if (!logits.ok()) {
     for (const size_t i : running_item) MarkBroken(*work[i].conversation);
     return logits.status();
-  }
-  // Every decode row's next token in one sampling call (one launch and one read-back of the ids
-  // on a GPU, however many rows): their logits rows gathered first when prefill rows sit between.
-  std::vector<int32_t> decode_rows;
-  for (size_t j = 0; j < running_item.size(); ++j) {
-    if (!inputs[running_item[j]].embeds.defined()) decode_rows.push_back(static_cast<int32_t>(j));
-  }
-  std::vector<int32_t> sampled(decode_rows.size());
-  if (!decode_rows.empty()) {
-    std::vector<ops::RowSampling> rows;
-    rows.reserve(decode_rows.size());
-    for (const int32_t j : decode_rows) {
-      Conversation& c = *work[running_item[static_cast<size_t>(j)]].conversation;
-      rows.push_back(c.sampler_->NextRow(c.history_));
-    }
-    FZ_ASSIGN_OR_RETURN(Tensor picked, DecodeLogits(*logits, decode_rows));
-    FZ_RETURN_IF_ERROR(ops::SampleTokens(picked, rows, sampled));
   }
   size_t next_sampled = 0;
   for (size_t j = 0; j < running_item.size(); ++j) {
@@ -679,17 +675,6 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
     outs[i] = Accept(c, sampled[next_sampled++]);
   }
   return outs;
-}
-
-StatusOr<Tensor> Engine::DecodeLogits(const Tensor& logits, std::span<const int32_t> rows) const {
-  if (static_cast<int64_t>(rows.size()) == logits.dim(0)) return logits;  // rows 0..n-1, in order
-  const int64_t vocab = logits.dim(1);
-  FZ_ASSIGN_OR_RETURN(Tensor picked, Tensor::Empty({static_cast<int64_t>(rows.size()), vocab},
-                                                   DType::kF32, logits.device()));
-  FZ_RETURN_IF_ERROR(ops::CopyRowSlices(logits.device(), static_cast<int64_t>(rows.size()), vocab,
-                                        {.data = logits.data<float>(), .stride = vocab, .rows = rows},
-                                        {.data = picked.data<float>(), .stride = vocab}));
-  return picked;
 }
 
 StatusOr<int32_t> Engine::SampleNext(Conversation& c, Tensor& logits) {

@@ -398,9 +398,6 @@ class Engine {
   // The conversation's next token from `logits` [1, V] on the decoder's device (modified in place,
   // as Sampler::Sample modifies them).
   StatusOr<int32_t> SampleNext(Conversation& c, Tensor& logits);
-  // Rows `rows` of a step's logits [n, V] as one [rows, V] tensor (logits itself when they are
-  // all of its rows in order), for one sampling call over a step's decode rows.
-  StatusOr<Tensor> DecodeLogits(const Tensor& logits, std::span<const int32_t> rows) const;
   StatusOr<Tensor> EncodeVisual(const VisualInput& v, int64_t expected_rows) const;
   StepOutput Accept(Conversation& c, int32_t token);
   // After a failed step: `c` stops starting or decoding and refuses every further use.

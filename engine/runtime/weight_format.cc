@@ -44,12 +44,21 @@ Status CheckWeightFormat(WeightFormat format, Device device) {
   return InternalError("unknown weight format");
 }
 
+namespace {
+
+// `weight` becomes its int8 copy and `scale` its scales, unless it is int8 already.
+Status QuantizeInPlace(Tensor& weight, Tensor& scale) {
+  if (weight.dtype() == DType::kI8) return absl::OkStatus();
+  FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(weight));
+  weight = std::move(q.q);
+  scale = std::move(q.scale);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head) {
-  if (lm_head && weights.lm_head.dtype() != DType::kI8) {
-    FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(weights.lm_head));
-    weights.lm_head = std::move(q.q);
-    weights.lm_head_scale = std::move(q.scale);
-  }
+  if (lm_head) FZ_RETURN_IF_ERROR(QuantizeInPlace(weights.lm_head, weights.lm_head_scale));
   for (llm::LayerWeights& L : weights.layers) {
     for (const auto& [proj, scale] : {std::pair{&L.q_proj, &L.q_scale},
                                       {&L.k_proj, &L.k_scale},
@@ -58,10 +67,7 @@ Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head) {
                                       {&L.gate_proj, &L.gate_scale},
                                       {&L.up_proj, &L.up_scale},
                                       {&L.down_proj, &L.down_scale}}) {
-      if (proj->dtype() == DType::kI8) continue;
-      FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(*proj));
-      *proj = std::move(q.q);
-      *scale = std::move(q.scale);
+      FZ_RETURN_IF_ERROR(QuantizeInPlace(*proj, *scale));
     }
   }
   return absl::OkStatus();
@@ -75,10 +81,7 @@ Status QuantizeVisionProjections(vision::VisionTowerWeights& tower) {
                                       {&l.out_weight, &l.out_scale},
                                       {&l.fc1_weight, &l.fc1_scale},
                                       {&l.fc2_weight, &l.fc2_scale}}) {
-      if (proj->dtype() == DType::kI8) continue;
-      FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(*proj));
-      *proj = std::move(q.q);
-      *scale = std::move(q.scale);
+      FZ_RETURN_IF_ERROR(QuantizeInPlace(*proj, *scale));
     }
   }
   return absl::OkStatus();

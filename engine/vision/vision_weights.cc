@@ -137,11 +137,7 @@ void PrepareVisionWeights(const LlavaVisionWeights& weights) {
                                    {&l.out_weight, &l.out_scale},
                                    {&l.fc1_weight, &l.fc1_scale},
                                    {&l.fc2_weight, &l.fc2_scale}}) {
-      if (scale->defined()) {
-        ops::PrepareLinearWeight(*t, *scale);
-      } else {
-        ops::PrepareLinearWeight(*t);
-      }
+      ops::PrepareLinearWeight(*t, *scale);  // int8 with its scales, or 16-bit
     }
   }
   ops::PrepareLinearWeight(weights.projector.linear1_weight);

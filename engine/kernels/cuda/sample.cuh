@@ -5,18 +5,12 @@
 
 #include <cstdint>
 
+#include "engine/ops/sample_row_params.h"
+
 namespace framezip::engine::cuda {
 
-struct SampleRowParams {
-  int greedy = 1;
-  int top_k = 0;
-  float temperature = 1.f;
-  float top_p = 1.f;
-  float repetition_penalty = 1.f;
-  int penalized_begin = 0;  // [begin, end) of SampleParams::penalized
-  int penalized_end = 0;
-  double uniform = 0;
-};
+// ops/sample_row_params.h: [penalized_begin, penalized_end) index SampleParams::penalized.
+using SampleRowParams = ops::SampleRowParams;
 
 struct SampleParams {
   float* logits = nullptr;  // [rows, vocab], modified in place

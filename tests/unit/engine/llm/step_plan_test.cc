@@ -2,7 +2,8 @@
 // step runs: a planned step gives the eager step's logits and KV bit for bit (none, kivi with its
 // residual window recompressing mid-run, zipvl; f32 and f16 pages), policies that decide during a
 // step stay eager, and a decode step's uploads, copies and synchronisations stay the same whatever
-// the number of layers or sequences, with one KV write and one attention per layer for the batch.
+// the number of layers or sequences, with one KV write and one attention per layer for the batch;
+// a step that samples its decode rows sends their parameters with the plan.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/kv/kv_pools.h"
 #include "engine/llm/decoder.h"
+#include "engine/ops/sample.h"
 #include "tests/testing/random.h"
 #include "tests/testing/tiny_decoder.h"
 
@@ -101,6 +103,90 @@ TEST_CASE("A planned decode step gives the eager step's logits and KV bit for bi
             KvContents(*eager.seqs[i], eager.decoder->shape()));
     }
   }
+}
+
+TEST_CASE("A step that samples its decode rows samples them as SampleTokens does, in one upload",
+          "[unit][engine][llm]") {
+  SetComputeThreads(2);
+  std::mt19937_64 rng(testing::TestSeed());
+  const model::TextConfig config = testing::TinyQwen2Config();
+  const auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
+  Twin planned = MakeTwin(config, weights, kv::KvFormat::kF16, true);
+  Twin eager = MakeTwin(config, weights, kv::KvFormat::kF16, false);
+  for (const int64_t past : {5, 8, 13}) {
+    const Tensor embeds = RandomEmbeds(past, config.hidden_size, rng);
+    for (Twin* t : {&planned, &eager}) {
+      t->seqs.push_back(*t->decoder->NewSequence(*t->pools, kv::KvFormat::kF16, "none"));
+      REQUIRE(t->decoder->Prefill(*t->seqs.back(), embeds).ok());
+    }
+  }
+  // Greedy, temperature with top-k and top-p, and a repetition penalty with its ids: every field
+  // of the packed rows, and penalised ids of more than one row.
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
+  for (int step = 0; step < 6; ++step) {
+    CAPTURE(step);
+    std::vector<ops::RowSampling> rows(3);
+    rows[0].greedy = true;
+    rows[1].greedy = false;
+    rows[1].temperature = 0.7f;
+    rows[1].top_k = 20;
+    rows[1].top_p = 0.9f;
+    rows[1].uniform = uniform(rng);
+    rows[2] = {.greedy = false,
+               .temperature = 1.3f,
+               .repetition_penalty = 1.4f,
+               .penalized = {token(rng), token(rng), token(rng)},
+               .uniform = uniform(rng)};
+    rows[0].repetition_penalty = 1.2f;
+    rows[0].penalized = {token(rng)};
+    std::vector<int32_t> tokens(3);
+    for (int32_t& t : tokens) t = token(rng);
+
+    // The reference: the step's logits, then SampleTokens over them.
+    const Tensor reference_logits = *eager.decoder->DecodeStep(eager.Pointers(), tokens);
+    Tensor want_logits = *reference_logits.To(Device::Cpu());
+    std::vector<int32_t> want(3);
+    REQUIRE(ops::SampleTokens(want_logits, rows, want).ok());
+
+    std::vector<StepInput> inputs(3);
+    for (size_t i = 0; i < 3; ++i) {
+      inputs[i].seq = planned.seqs[i].get();
+      inputs[i].token = tokens[i];
+      inputs[i].sampling = &rows[i];
+    }
+    std::vector<int32_t> got(3, -1);
+    const StepCountScope counts;
+    const StatusOr<Tensor> logits = planned.decoder->MixedStep(inputs, got);
+    REQUIRE(logits.ok());
+    const StepCounts c = counts.Elapsed();
+    CHECK(got == want);
+    // The sampled rows are modified in place as SampleTokens modifies them.
+    CHECK(Values(*logits) == Values(want_logits));
+    // The parameters went up with the plan: still one upload, and on the CPU nothing comes back.
+    CHECK(c.plan_uploads == 1);
+    CHECK(c.host_to_device == 1);
+    CHECK(c.device_to_host == 0);
+    CHECK(c.host_syncs == 0);
+  }
+
+  // Only decode rows are sampled by the step, and every sampled row needs an output.
+  ops::RowSampling greedy;
+  std::vector<StepInput> prefill(1);
+  prefill[0].seq = planned.seqs[0].get();
+  prefill[0].embeds = RandomEmbeds(2, config.hidden_size, rng);
+  prefill[0].sampling = &greedy;
+  std::vector<int32_t> one(1);
+  const Status refused = planned.decoder->MixedStep(prefill, one).status();
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("prefill chunk with sampling"));
+  std::vector<StepInput> decode(1);
+  decode[0].seq = planned.seqs[0].get();
+  decode[0].token = 1;
+  decode[0].sampling = &greedy;
+  const Status no_output = planned.decoder->MixedStep(decode, {}).status();
+  CHECK(no_output.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(no_output.message()), Catch::Contains("1 inputs are sampled but 0"));
 }
 
 // A policy that stores every decode token but, like Dynamic-LLaVA's decode-token predictor, does
