@@ -58,7 +58,7 @@ Status CheckArgs(std::string_view file, const std::string& at, const Json& args,
   } else {
     // Fixed scales per output channel; FP8 also one per tensor (the scale broadcast to every
     // channel), the layout of compressed-tensors' "FP8" scheme.
-    const Json& strategy = field("strategy", "tensor");
+    const Json strategy = field("strategy", "tensor");  // a copy: the fallback is a temporary
     if (!(strategy == "channel" || (fp8 && strategy == "tensor"))) {
       return NotLoaded(file, at + ".strategy", strategy);
     }
