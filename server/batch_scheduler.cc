@@ -61,8 +61,10 @@ struct BatchScheduler::Turn {
   // Guarded by mu_.
   bool cancelled = false;
   Status cancel_reason;
+  // Written by the step thread as chunks run, and read under mu_ by admission, which counts a
+  // principal's queued tokens (CheckPrincipalTokensLocked): atomic.
+  std::atomic<uint32_t> prefill_left = 0;
   // Step thread only.
-  uint32_t prefill_left = 0;
   uint32_t max_new_tokens = 0;
   std::string text;        // the answer so far, as the backend's stop rule lets it be shown
   size_t sent_length = 0;  // bytes of `text` already delivered
@@ -192,7 +194,7 @@ Status BatchScheduler::CheckPrincipalTokensLocked(const Turn& turn) const {
   const uint64_t cap = options_.max_queued_tokens_per_principal;
   if (cap == 0) return absl::OkStatus();
   auto tokens_of = [](const Turn& t) {
-    return uint64_t{t.prefill_left} + uint64_t{t.max_new_tokens};
+    return uint64_t{t.prefill_left.load()} + uint64_t{t.max_new_tokens};
   };
   uint64_t queued = 0;
   for (const auto& [id, other] : turns_) {
@@ -401,7 +403,7 @@ void BatchScheduler::RunStep(std::unique_lock<std::mutex>& lock) {
     // filled KV pages a turn leaves (its admission counted them). The first chunk of a step runs
     // even past the budget, so prefill always advances.
     const uint32_t chunk =
-        std::max<uint32_t>(1, std::min(turn->prefill_left, options_.prefill_chunk_tokens));
+        std::max<uint32_t>(1, std::min(turn->prefill_left.load(), options_.prefill_chunk_tokens));
     if (prefill_added && chunk > budget) break;
     prefill_added = true;
     batch_turns.push_back(turn);
@@ -446,7 +448,7 @@ void BatchScheduler::RunStep(std::unique_lock<std::mutex>& lock) {
 
 bool BatchScheduler::ApplyToken(Turn& turn, const StepItem& item) {
   if (item.prefill_tokens > 0) {
-    turn.prefill_left -= std::min(turn.prefill_left, item.prefill_tokens);
+    turn.prefill_left -= std::min(turn.prefill_left.load(), item.prefill_tokens);
     if (!item.emitted) return false;
     turn.prefill_left = 0;
   }

@@ -201,6 +201,7 @@ Status SessionKv::KeepTurn(const std::string& session_key, const rt::Conversatio
   SessionState& state = it->second;
   state.messages_fed = messages_total + 1;  // + the reply
   state.kv_bytes = conversation.kv_bytes();
+  state.kv_bytes_by_format = conversation.current().stats.kv_bytes_by_format;
   state.cached_tokens = static_cast<uint32_t>(conversation.cached_tokens());
   state.store_current = false;
   ++state.finished_turns;
@@ -552,6 +553,7 @@ void SessionKv::DropConversation(const std::string& session_key, rt::Conversatio
     it->second.messages_fed = 0;
   }
   it->second.kv_bytes = 0;
+  it->second.kv_bytes_by_format = {};
 }
 
 std::vector<KvBytes> SessionKv::ReleaseSession(const std::string& session_key) {
@@ -596,8 +598,8 @@ std::vector<KvBytes> SessionKv::Bytes(const std::string& session_key) const {
     if (it->second.conversation != nullptr && it->second.kv_bytes > 0) {
       // By page format as of the conversation's last turn (a compressing policy mixes f16, int4
       // and int2 pages); the total alone when no breakdown is known (a restored conversation).
-      const engine::kv::KvBytesByFormat& by_format =
-          it->second.conversation->current().stats.kv_bytes_by_format;
+      // The copy KeepTurn took: the conversation may be in a step on another thread right now.
+      const engine::kv::KvBytesByFormat& by_format = it->second.kv_bytes_by_format;
       uint64_t known = 0;
       for (size_t f = 0; f < by_format.size(); ++f) {
         if (by_format[f] == 0) continue;
@@ -653,6 +655,7 @@ Status SessionKv::AdoptShared(const std::string& session_key, const SharedKvStat
     state.messages_fed = kv.segments.empty() ? 0 : kv.stored_messages;
     state.stored_messages = state.messages_fed;
     state.kv_bytes = 0;
+    state.kv_bytes_by_format = {};
     state.cached_tokens = 0;
     state.store_current = true;
     state.mark = {};

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "engine/kv/page_codec.h"
+#include "engine/kv/sequence_kv.h"
 #include "server/commit_queue.h"
 #include "server/config.h"
 #include "server/model_backend.h"
@@ -110,6 +111,9 @@ class SessionKv {
     std::unique_ptr<engine::runtime::Conversation> conversation;  // null when evicted
     size_t messages_fed = 0;  // conversation messages already in the KV (reply included)
     uint64_t kv_bytes = 0;    // as of the last commit
+    // kv_bytes by page format as of the last kept turn (all zero when unknown: a restored
+    // conversation). A copy: the conversation itself belongs to the step thread while it runs.
+    engine::kv::KvBytesByFormat kv_bytes_by_format{};
     uint32_t cached_tokens = 0;
     bool busy = false;             // a turn is being prepared or run on it
     bool released = false;         // released while busy: freed when the turn ends
