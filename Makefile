@@ -46,10 +46,11 @@ test-asan: deps
 # sessions, commit queue, shared sessions and uploads (server_unit_test), the KV store's tiers,
 # its gRPC service and its daemon with Redis. Debian's gRPC, Abseil and protobuf are not
 # instrumented: tests/sanitizers/tsan.supp leaves out reports through them, and through FFmpeg and
-# OpenCV's codecs. The media worker pool (its refill and zygote threads, forked workers) is in;
-# the whole-server integration tests are not (docs/DEVELOPING.md).
+# OpenCV's codecs. The media worker pool (its refill and zygote threads, forked workers) is in, and
+# two whole servers in one process: over HTTP on the test double, and on the shipped model
+# (docs/DEVELOPING.md says which integration tests stay out, and why).
 TSAN_TESTS := server_unit_test media_worker_test kvstore_test kvstore_service_test \
-  kvstore_integration_test
+  kvstore_integration_test openai_http_test server_real_model_test
 test-tsan: deps
 	@cmake --preset tsan > build-tsan.configure.log 2>&1 || { cat build-tsan.configure.log; exit 1; }
 	@cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
