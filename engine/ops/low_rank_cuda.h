@@ -1,7 +1,8 @@
 // AttentionPack on a GPU (engine/kernels/cuda/low_rank.cuh): packing factors into their stored
 // formats where the SVD left them, and LowRankBlockAttend (low_rank.h) for a block whose factors,
 // positions and ranks live in device memory, as one fused decompress-and-attend kernel pair. The
-// CPU code is the reference of both (tests/unit/engine/low_rank_cuda_test.cc).
+// CPU code is the reference of both (tests/unit/engine/low_rank_device_test.cc: each device against
+// the f64 references, and a GPU's packed bytes against the CPU encoder's).
 #pragma once
 
 #include "common/status.h"
