@@ -90,13 +90,25 @@ void ThreadPool::WorkerLoop(int /*index*/) {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
+    if (!EnterLoop()) continue;  // it closed before this worker woke: its chunks are all done
     RunChunks();
-    if (active_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (loop_state_.fetch_sub(1, std::memory_order_acq_rel) == (kLoopClosed | 1)) {
       // The caller may be asleep on done_cv_: taking mu_ orders this after its predicate check.
       std::lock_guard<std::mutex> lock(mu_);
       done_cv_.notify_one();
     }
   }
+}
+
+bool ThreadPool::EnterLoop() {
+  int64_t state = loop_state_.load(std::memory_order_acquire);
+  while ((state & kLoopClosed) == 0) {
+    if (loop_state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
@@ -119,13 +131,21 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     chunk_ = chunk;
     num_chunks_ = (n + chunk - 1) / chunk;
     next_chunk_ = &next;
-    active_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    // Publishes the loop's fields to workers that poll generation_ without the lock.
+    // Opens the loop and publishes its fields to the workers that enter it (EnterLoop's acquire).
+    loop_state_.store(0, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   RunChunks();
-  const auto done = [&] { return active_workers_.load(std::memory_order_acquire) == 0; };
+  // Every chunk is claimed, and the caller ran what no worker took. Closing the loop keeps out the
+  // workers that have not entered it yet, so the caller waits only for those still running a
+  // chunk: a worker the OS has not scheduled (other processes on the cores, a container's CPU
+  // quota) no longer holds every loop up for a scheduling slice. Measured on 2 cores beside two
+  // busy processes, that wait made the whole engine 13x slower (bench/RESULTS.md).
+  loop_state_.fetch_or(kLoopClosed, std::memory_order_acq_rel);
+  const auto done = [&] {
+    return (loop_state_.load(std::memory_order_acquire) & ~kLoopClosed) == 0;
+  };
   if (!SpinUntil(done)) {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, done);

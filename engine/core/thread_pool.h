@@ -16,6 +16,8 @@
 // 200 µs (kSpin in thread_pool.cc) before sleeping on the condition variable, and the caller polls
 // the workers' count before sleeping, as OpenMP runtimes do; the pollers yield the core every few
 // microseconds, so other threads of the process (the server's) still run, and an idle pool sleeps.
+// The caller waits only for workers that joined the loop: one that has not been scheduled by the
+// time every chunk is taken is left out of it, so a busy machine does not stall every loop.
 #pragma once
 
 #include <atomic>
@@ -46,19 +48,24 @@ class ThreadPool {
  private:
   void WorkerLoop(int index);
   void RunChunks();
+  // A worker joins the current loop unless the caller has closed it; false: it must not touch it.
+  bool EnterLoop();
 
   const int num_threads_;
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // serialises ParallelFor callers
 
-  // Changes to generation_, active_workers_ and stop_ that a sleeper waits for are made with mu_
+  // Changes to generation_, loop_state_ and stop_ that a sleeper waits for are made with mu_
   // held (or followed by taking it) before the notify, so no wake-up is lost; spinners read the
   // atomics without it.
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> active_workers_{0};
+  // The current loop's workers: how many have entered and not left, plus kLoopClosed once the
+  // caller has run out of chunks (no worker enters after that).
+  static constexpr int64_t kLoopClosed = int64_t{1} << 62;
+  std::atomic<int64_t> loop_state_{kLoopClosed};
   std::atomic<bool> stop_{false};
   // The current loop (valid while a generation runs).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;

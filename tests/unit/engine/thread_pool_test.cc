@@ -1,6 +1,7 @@
 // The compute pool: every index of a loop runs exactly once whatever the pool size, the grain or
 // the pause between loops (workers that are still spinning and workers that went to sleep both
-// pick the next loop up), nested loops run inline, callers on several threads are serialised,
+// pick the next loop up), workers scheduled after a loop closed stay out of it, nested loops run
+// inline, callers on several threads are serialised,
 // and a pool is destroyed cleanly while idle, asleep or just after a loop.
 #include "engine/core/thread_pool.h"
 
@@ -58,6 +59,18 @@ TEST_CASE("loops back to back and after the workers fell asleep all complete", "
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     CheckCoversOnce(pool, 256, 1);
   }
+}
+
+TEST_CASE("workers that wake after a loop closed stay out of it and join the next ones",
+          "[unit][engine]") {
+  // More workers than this machine has cores, and loops short enough that the caller often takes
+  // every chunk before some workers are scheduled: they find the loop closed (or a later one
+  // open) and must neither run a closed loop's body nor hold the caller up for good. Each loop
+  // checks its own indices, so a late worker running an old loop's body shows as a double hit.
+  ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()) * 4 + 2);
+  for (int i = 0; i < 3000; ++i) CheckCoversOnce(pool, 1 + i % 37, 1);
+  // A body that runs long enough for every worker to enter, after all those early exits.
+  CheckCoversOnce(pool, 100000, 1);
 }
 
 TEST_CASE("a loop issued from inside a loop body runs inline", "[unit][engine]") {
