@@ -42,12 +42,6 @@ Status CheckScale(const Tensor& proj, const Tensor& scale, const std::string& na
   return absl::OkStatus();
 }
 
-// The Linear of a projection: the int8 overload where it has scales.
-Status Project(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor& bias,
-               Tensor& y) {
-  return scale.defined() ? ops::Linear(x, w, scale, bias, y) : ops::Linear(x, w, bias, y);
-}
-
 Status CheckWeights(const DecoderShape& s, const DecoderWeights& w) {
   if (static_cast<int64_t>(w.layers.size()) != s.layers) {
     return InvalidArgumentError("decoder: {} layers of weights for {} layers", w.layers.size(),
@@ -340,9 +334,9 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
     FZ_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({t, nh * d}));
     FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({t, g * d}));
     FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({t, g * d}));
-    FZ_RETURN_IF_ERROR(Project(h, w.q_proj, w.q_scale, w.q_bias, q2));
-    FZ_RETURN_IF_ERROR(Project(h, w.k_proj, w.k_scale, w.k_bias, k2));
-    FZ_RETURN_IF_ERROR(Project(h, w.v_proj, w.v_scale, w.v_bias, v2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.q_proj, w.q_scale, w.q_bias, q2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.k_proj, w.k_scale, w.k_bias, k2));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_scale, w.v_bias, v2));
   }
   FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, shape_.rope, rows.host_positions));
   FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, shape_.rope, rows.host_positions));
@@ -373,17 +367,17 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
                                                part.visual, part_q, part_k, part_v, part_attn));
   }
   FZ_ASSIGN_OR_RETURN(const Tensor attn2, attn.Reshape({t, nh * d}));
-  FZ_RETURN_IF_ERROR(Project(attn2, w.o_proj, w.o_scale, w.o_bias, h));
+  FZ_RETURN_IF_ERROR(ops::Linear(attn2, w.o_proj, w.o_scale, w.o_bias, h));
   // x += h and h = RMSNorm(x) in one pass over the rows (on the CPU exactly Add then RmsNorm).
   FZ_RETURN_IF_ERROR(ops::AddRmsNorm(x, h, w.post_attention_layernorm, shape_.rms_eps, h));
 
   // MLP block: x += down(silu(gate(h)) ⊙ up(h)).
   FZ_ASSIGN_OR_RETURN(Tensor gate, Empty({t, shape_.intermediate}));
   FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));
-  FZ_RETURN_IF_ERROR(Project(h, w.gate_proj, w.gate_scale, w.gate_bias, gate));
-  FZ_RETURN_IF_ERROR(Project(h, w.up_proj, w.up_scale, w.up_bias, up));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_proj, w.gate_scale, w.gate_bias, gate));
+  FZ_RETURN_IF_ERROR(ops::Linear(h, w.up_proj, w.up_scale, w.up_bias, up));
   FZ_RETURN_IF_ERROR(ops::SiluMul(gate, up, gate));
-  FZ_RETURN_IF_ERROR(Project(gate, w.down_proj, w.down_scale, w.down_bias, h));
+  FZ_RETURN_IF_ERROR(ops::Linear(gate, w.down_proj, w.down_scale, w.down_bias, h));
   return ops::Add(x, h, x);
 }
 
@@ -391,7 +385,8 @@ StatusOr<Tensor> Decoder::Logits(const Tensor& x) const {
   FZ_ASSIGN_OR_RETURN(Tensor normed, Empty(x.shape()));
   FZ_RETURN_IF_ERROR(ops::RmsNorm(x, weights_.norm, shape_.rms_eps, normed));
   FZ_ASSIGN_OR_RETURN(Tensor logits, Empty({x.dim(0), shape_.vocab}));
-  FZ_RETURN_IF_ERROR(Project(normed, weights_.lm_head, weights_.lm_head_scale, Tensor(), logits));
+  FZ_RETURN_IF_ERROR(
+      ops::Linear(normed, weights_.lm_head, weights_.lm_head_scale, Tensor(), logits));
   return logits;
 }
 

@@ -66,9 +66,6 @@ struct StepInput {
   // run on a chunk that does not. Decode rows always get logits.
   bool logits = true;
   int32_t token = 0;  // decode: the token fed at seq->length
-  // Decode: when set, the step samples this row's next token itself (MixedStep's `sampled`), with
-  // the parameters uploaded in the step's plan where the step is planned (step_plan.h).
-  const ops::RowSampling* sampling = nullptr;
 };
 
 class Decoder {
@@ -179,12 +176,14 @@ class Decoder {
   // later step; an AttentionPack prefill block the budget cannot hold is stored as reserved pages.
   // What can still fail part-way (a device error) leaves the step's sequences unusable: they must
   // not be continued.
-  // `sampled` gets one token per input whose `sampling` is set, in input order (only decode
-  // inputs may set it): the step samples those rows (ops::SampleTokens) after lm_head, so on a GPU
-  // a planned decode step uploads once and reads back only the ids. The rows it sampled are
-  // modified in the returned logits as ops::SampleTokens modifies them when every input samples
-  // (a decode step); otherwise they are sampled from a copy.
+  // `sampling`: empty (the caller samples from the logits), or one row per decode input in input
+  // order, whose next tokens the step samples itself after lm_head (ops::SampleTokens) into
+  // `sampled` (as long), with the parameters in the step's one upload when it is planned
+  // (step_plan.h): on a GPU the ids' read-back is then the step's only host wait. The sampled rows
+  // are modified in the returned logits as ops::SampleTokens modifies them when every input is a
+  // decode row; otherwise they are sampled from a copy.
   StatusOr<Tensor> MixedStep(std::span<const StepInput> inputs,
+                             std::span<const ops::RowSampling> sampling = {},
                              std::span<int32_t> sampled = {}) const;
 
  private:

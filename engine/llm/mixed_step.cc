@@ -34,6 +34,7 @@ Status CopyRows(const Tensor& src, int64_t from, Tensor& dst, int64_t to, int64_
 }  // namespace
 
 StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
+                                    std::span<const ops::RowSampling> sampling,
                                     std::span<int32_t> sampled) const {
   const size_t n = inputs.size();
   const int64_t hid = shape_.hidden;
@@ -48,12 +49,6 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
       if (inputs[j].seq == in.seq) return InvalidArgumentError("MixedStep: sequence {} repeats", i);
     }
     if (in.embeds.defined()) {
-      if (in.sampling != nullptr) {
-        return InvalidArgumentError(
-            "MixedStep: input {} is a prefill chunk with sampling parameters (the step samples "
-            "decode rows only)",
-            i);
-      }
       FZ_RETURN_IF_ERROR(CheckEmbeds(in.embeds, hid, "MixedStep", i));
       if (!in.visual.empty() && static_cast<int64_t>(in.visual.size()) != in.embeds.dim(0)) {
         return InvalidArgumentError("MixedStep: input {} has a visual mask of {} for {} rows", i,
@@ -65,17 +60,15 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
     decode.push_back(in.seq);
     tokens.push_back(in.token);
   }
-  // The rows the step samples, in input order (the order of their logits rows below).
-  std::vector<ops::RowSampling> sampling_rows;
-  std::vector<size_t> sampling_inputs;
-  for (size_t i = 0; i < n; ++i) {
-    if (inputs[i].sampling == nullptr) continue;
-    sampling_rows.push_back(*inputs[i].sampling);
-    sampling_inputs.push_back(i);
+  // The step samples its decode rows (in input order: the order of their logits rows below).
+  if (!sampling.empty() && sampling.size() != decode.size()) {
+    return InvalidArgumentError("MixedStep: {} sampling rows for {} decode inputs", sampling.size(),
+                                decode.size());
   }
-  if (sampled.size() != sampling_rows.size()) {
-    return InvalidArgumentError("MixedStep: {} inputs are sampled but {} token outputs given",
-                                sampling_rows.size(), sampled.size());
+  if (sampled.size() != sampling.size()) {
+    return InvalidArgumentError(
+        "MixedStep: {} decode inputs are sampled but {} token outputs given", sampling.size(),
+        sampled.size());
   }
   int64_t rows = static_cast<int64_t>(decode.size());
   std::vector<PrefillPart> parts;
@@ -111,7 +104,7 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
   if (step_plans_ && kv_->CanPlanDecode(decode)) {
     plan = std::make_unique<DecodeStepPlan>();
     FZ_RETURN_IF_ERROR(kv_->Reserve(StepDemands(decode, parts), plan->reservation()));
-    FZ_RETURN_IF_ERROR(kv_->PlanDecode(decode, positions, tokens, sampling_rows, *plan));
+    FZ_RETURN_IF_ERROR(kv_->PlanDecode(decode, positions, tokens, sampling, *plan));
   }
 
   FZ_ASSIGN_OR_RETURN(Tensor x, Empty({rows, hid}));
@@ -167,15 +160,18 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
       }
     }
   }
-  if (sampling_rows.empty()) return logits;
+  if (sampling.empty()) return logits;
 
   // The sampled rows in one call: one launch and the ids' read-back on a GPU, its parameters
   // already on the device when the step was planned.
-  Tensor sampled_logits = logits;     // every input sampled (a decode step): rows 0..n-1 in order
-  if (sampling_inputs.size() != n) {  // prefill rows sit between: the sampled rows, gathered
-    const auto m = static_cast<int64_t>(sampling_inputs.size());
+  Tensor sampled_logits = logits;  // every input a decode row: rows 0..n-1 in order
+  if (decode.size() != n) {        // prefill rows sit between: the decode rows, gathered
+    const auto m = static_cast<int64_t>(decode.size());
     const int64_t vocab = shape_.vocab;
-    const std::vector<int32_t> from(sampling_inputs.begin(), sampling_inputs.end());
+    std::vector<int32_t> from;
+    for (size_t i = 0; i < n; ++i) {
+      if (!inputs[i].embeds.defined()) from.push_back(static_cast<int32_t>(i));
+    }
     FZ_ASSIGN_OR_RETURN(sampled_logits, Empty({m, vocab}));
     FZ_RETURN_IF_ERROR(ops::CopyRowSlices(
         device_, m, vocab, {.data = logits.data<float>(), .stride = vocab, .rows = from},
@@ -183,9 +179,9 @@ StatusOr<Tensor> Decoder::MixedStep(std::span<const StepInput> inputs,
   }
   if (plan != nullptr) {
     FZ_RETURN_IF_ERROR(
-        ops::SampleTokensPlanned(sampled_logits, sampling_rows, plan->sampling(), sampled));
+        ops::SampleTokensPlanned(sampled_logits, sampling, plan->sampling(), sampled));
   } else {
-    FZ_RETURN_IF_ERROR(ops::SampleTokens(sampled_logits, sampling_rows, sampled));
+    FZ_RETURN_IF_ERROR(ops::SampleTokens(sampled_logits, sampling, sampled));
   }
   return logits;
 }

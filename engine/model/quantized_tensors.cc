@@ -54,7 +54,7 @@ Status CheckZeroPointIsZero(std::string_view name, const Tensor& zero_point) {
   return absl::OkStatus();
 }
 
-StatusOr<Tensor> DecodeFp8Weight(const Tensor& q, const Tensor& scales) {
+StatusOr<Tensor> DecodeFp8Weight(std::string_view name, const Tensor& q, const Tensor& scales) {
   FZ_CHECK(q.dtype() == DType::kF8E4M3 && q.shape().size() == 2);
   FZ_CHECK(scales.dtype() == DType::kF32 && scales.shape() == Shape{q.dim(0)});
   const int64_t n = q.dim(0), k = q.dim(1);
@@ -64,6 +64,10 @@ StatusOr<Tensor> DecodeFp8Weight(const Tensor& q, const Tensor& scales) {
   for (int64_t row = 0; row < n; ++row) {
     const float s = scales.data<float>()[row];
     for (int64_t col = 0; col < k; ++col) {
+      if ((in[row * k + col].bits & 0x7f) == 0x7f) {
+        return InvalidArgumentError("tensor {} holds an FP8 NaN code at row {}, column {}", name,
+                                    row, col);
+      }
       // An E4M3 value has 4 significant bits and a bf16 scale (the usual) 8, so the f32
       // product is exact and only the rounding to bf16 remains.
       dst[row * k + col] = F32ToBF16(F8E4M3ToF32(in[row * k + col]) * s);

@@ -32,7 +32,8 @@ Status CheckZeroPointIsZero(std::string_view name, const Tensor& zero_point);
 
 // FP8 E4M3 weight `q` [N, K] times its channel scales [N], as an owned bf16 [N, K] tensor. Each
 // element is the bf16 rounding of the exact product, which is what transformers' bf16
-// decompression (q.to(bf16) * scale) gives.
-StatusOr<Tensor> DecodeFp8Weight(const Tensor& q, const Tensor& scales);
+// decompression (q.to(bf16) * scale) gives. A NaN code (S.1111.111, which no quantiser writes) is
+// INVALID_ARGUMENT naming `name` and its row: a damaged file, not weights to run.
+StatusOr<Tensor> DecodeFp8Weight(std::string_view name, const Tensor& q, const Tensor& scales);
 
 }  // namespace framezip::engine::model

@@ -159,7 +159,7 @@ Status ModelWeights::BindQuantized(
   if (fp8) {
     // The scale is consumed here: no tensor of that name is kept, so nothing downstream mistakes
     // it for an int8 weight's scale; its stored name is recorded so it does not count as unused.
-    FZ_ASSIGN_OR_RETURN(weight, DecodeFp8Weight(weight, scale));
+    FZ_ASSIGN_OR_RETURN(weight, DecodeFp8Weight(e.name, weight, scale));
   } else {
     w.tensors_.emplace(scale_name, std::move(scale));
   }

@@ -64,10 +64,10 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
 
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias,
               Tensor& y) {
+  if (!weight_scale.defined()) return Linear(x, weight, bias, y);
   constexpr std::string_view kOp = "Linear";
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight", weight));
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight", weight, DType::kI8));
-  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight_scale", weight_scale));
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight_scale", weight_scale, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckLinearArguments(x, weight, bias, y));
   if (weight_scale.shape() != Shape{weight.dim(0)}) {

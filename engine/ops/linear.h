@@ -44,8 +44,9 @@ inline constexpr int64_t kLinearGemvMaxRows = 16;
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
 // weight [N, K] i8 with weight_scale [N] f32 (W ≈ weight[j][k] · weight_scale[j]); the rest as
-// above. INVALID_ARGUMENT when the four-argument Linear is given an int8 weight (its scales are
-// needed).
+// above. An undefined weight_scale means a 16-bit (or f32) weight: the Linear above, so a layer
+// whose projections may be either calls this one. INVALID_ARGUMENT when an int8 weight comes
+// without its scales.
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias,
               Tensor& y);
 

@@ -636,17 +636,15 @@ StatusOr<std::vector<StepOutput>> Engine::MixedStep(std::span<const StepWork> wo
   // GPU a planned step's sampling parameters go up with its plan, and the ids' read-back is the
   // step's only host wait. The draws are taken now (the sampler's state moves as it would after
   // the step; a step that fails breaks its conversations anyway).
-  std::vector<ops::RowSampling> sampling;
-  sampling.reserve(running.size());  // no reallocation: the inputs point into it
+  std::vector<ops::RowSampling> sampling;  // one per decode input, in input order
   for (size_t j = 0; j < running.size(); ++j) {
     if (running[j].embeds.defined()) continue;
     Conversation& c = *work[running_item[j]].conversation;
     sampling.push_back(c.sampler_->NextRow(c.history_));
-    running[j].sampling = &sampling.back();
   }
   std::vector<int32_t> sampled(sampling.size());
   const double t0 = NowMs();
-  StatusOr<Tensor> logits = decoder_->MixedStep(running, sampled);
+  StatusOr<Tensor> logits = decoder_->MixedStep(running, sampling, sampled);
   const double step_ms = NowMs() - t0;
   if (!logits.ok()) {
     for (const size_t i : running_item) MarkBroken(*work[i].conversation);

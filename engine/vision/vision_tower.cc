@@ -126,13 +126,6 @@ Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w,
   return absl::OkStatus();
 }
 
-// y = x·wᵀ + bias; an int8 weight (its scale defined) runs on the int8 kernels, its input
-// quantised per row (ops/linear.h).
-Status Project(const Tensor& x, const Tensor& w, const Tensor& scale, const Tensor& bias,
-               Tensor& y) {
-  return scale.defined() ? ops::Linear(x, w, scale, bias, y) : ops::Linear(x, w, bias, y);
-}
-
 Status EncoderLayer(const model::VisionConfig& c, const EncoderLayerWeights& w, int64_t B,
                     Scratch& s) {
   const int64_t T = c.num_positions(), D = c.hidden_size;
@@ -140,9 +133,9 @@ Status EncoderLayer(const model::VisionConfig& c, const EncoderLayerWeights& w, 
   const float eps = static_cast<float>(c.layer_norm_eps);
   // Attention block.
   FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.ln1_weight, w.ln1_bias, eps, s.h));
-  FZ_RETURN_IF_ERROR(Project(s.h, w.q_weight, w.q_scale, w.q_bias, s.q));
-  FZ_RETURN_IF_ERROR(Project(s.h, w.k_weight, w.k_scale, w.k_bias, s.k));
-  FZ_RETURN_IF_ERROR(Project(s.h, w.v_weight, w.v_scale, w.v_bias, s.v));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.q_weight, w.q_scale, w.q_bias, s.q));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.k_weight, w.k_scale, w.k_bias, s.k));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.v_weight, w.v_scale, w.v_bias, s.v));
   FZ_ASSIGN_OR_RETURN(Tensor q4, s.q.Reshape({B, T, heads, hd}));
   FZ_ASSIGN_OR_RETURN(Tensor k4, s.k.Reshape({B, T, heads, hd}));
   FZ_ASSIGN_OR_RETURN(Tensor v4, s.v.Reshape({B, T, heads, hd}));
@@ -154,13 +147,13 @@ Status EncoderLayer(const model::VisionConfig& c, const EncoderLayerWeights& w, 
       .causal = false,
       .allow_bf16_tensor_cores = w.q_weight.dtype() != DType::kF32};
   FZ_RETURN_IF_ERROR(ops::Attention(q4, k4, v4, attention, a4));
-  FZ_RETURN_IF_ERROR(Project(s.attn, w.out_weight, w.out_scale, w.out_bias, s.h));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.attn, w.out_weight, w.out_scale, w.out_bias, s.h));
   FZ_RETURN_IF_ERROR(ops::Add(s.x, s.h, s.x));
   // MLP block.
   FZ_RETURN_IF_ERROR(ops::LayerNorm(s.x, w.ln2_weight, w.ln2_bias, eps, s.h));
-  FZ_RETURN_IF_ERROR(Project(s.h, w.fc1_weight, w.fc1_scale, w.fc1_bias, s.mlp));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.h, w.fc1_weight, w.fc1_scale, w.fc1_bias, s.mlp));
   FZ_RETURN_IF_ERROR(ApplyActivation(c.hidden_act, s.mlp));
-  FZ_RETURN_IF_ERROR(Project(s.mlp, w.fc2_weight, w.fc2_scale, w.fc2_bias, s.h));
+  FZ_RETURN_IF_ERROR(ops::Linear(s.mlp, w.fc2_weight, w.fc2_scale, w.fc2_bias, s.h));
   return ops::Add(s.x, s.h, s.x);
 }
 

@@ -32,6 +32,25 @@ inline engine::model::TextConfig TinyQwen2Config(int64_t vocab_size = 80) {
   return c;
 }
 
+// The shipped model's text shape (models/framezip-tiny-video: hidden 128, 4 layers, 4 query heads
+// over 2 KV heads, intermediate 384, vocabulary 448, q/k/v biases, RoPE θ 1e4), with heads of
+// `head_dim` channels (32 as shipped; 64 as Qwen2-0.5B's).
+inline engine::llm::DecoderShape ShippedTextShape(int64_t head_dim = 32) {
+  engine::llm::DecoderShape s;
+  s.hidden = 128;
+  s.layers = 4;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = head_dim;
+  s.intermediate = 384;
+  s.vocab = 448;
+  s.rms_eps = 1e-6f;
+  s.qkv_bias = true;
+  s.rope.head_dim = static_cast<int>(head_dim);
+  s.rope.theta = 1e4;
+  return s;
+}
+
 // A 3-layer decoder, hidden 64, 4 query heads over 2 KV heads of 16, vocabulary 97: Qwen2-style
 // (q/k/v biases, tied head, θ 1e6) or Llama-style (no biases, untied, θ 5e5).
 inline engine::model::TextConfig TinyDecoderConfig(bool qwen2) {

@@ -34,6 +34,7 @@
 #include "engine/synthetic/random_decoder_weights.h"
 #include "tests/testing/random.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/ops/device_cases.h"
 
 namespace framezip::engine::test {
@@ -132,18 +133,8 @@ struct Pruned {
 TEST_CASE("dynamic_llava prefill on every device removes the rows the CPU removes",
           "[unit][engine][compress][devices]") {
   std::mt19937_64 rng(testing::TestSeed());
-  llm::DecoderShape s;
-  s.hidden = kHidden;
-  s.layers = 4;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = 32;
-  s.intermediate = 384;
-  s.vocab = 448;
-  s.rms_eps = 1e-6f;
-  s.qkv_bias = true;
-  s.rope.head_dim = 32;
-  s.rope.theta = 1e4;
+  const llm::DecoderShape s = testing::ShippedTextShape();
+  REQUIRE(s.hidden == kHidden);
   const auto random = *llm::MakeRandomDecoderWeights(
       s, {.dtype = DType::kF32, .seed = rng(), .stddev = 0.09f, .tied_lm_head = true});
   const uint64_t seed = rng();

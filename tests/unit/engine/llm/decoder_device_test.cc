@@ -58,6 +58,7 @@
 #include "engine/ops/gemm_amx.h"
 #include "engine/synthetic/random_decoder_weights.h"
 #include "tests/testing/random.h"
+#include "tests/testing/tiny_decoder.h"
 #include "tests/unit/engine/llm/decoder_reference.h"
 #include "tests/unit/engine/ops/device_cases.h"
 
@@ -77,18 +78,8 @@ struct TinyText {
 
 TinyText MakeTinyText(DType dtype, int64_t head_dim, uint64_t seed) {
   TinyText m;
-  DecoderShape& s = m.shape;
-  s.hidden = 128;
-  s.layers = 4;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = head_dim;
-  s.intermediate = 384;
-  s.vocab = 448;
-  s.rms_eps = 1e-6f;
-  s.qkv_bias = true;
-  s.rope.head_dim = static_cast<int>(head_dim);
-  s.rope.theta = 1e4;
+  m.shape = testing::ShippedTextShape(head_dim);
+  const DecoderShape& s = m.shape;
   // Tied head, as the shipped model; fresh values every run (the test seed).
   m.random = *MakeRandomDecoderWeights(
       s, {.dtype = dtype, .seed = seed, .stddev = 0.09f, .tied_lm_head = true});

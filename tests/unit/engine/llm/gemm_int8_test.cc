@@ -10,6 +10,7 @@
 // Kernels the machine cannot run are skipped, saying so.
 #include "engine/ops/gemm_int8.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <iostream>
@@ -290,6 +291,18 @@ TEST_CASE("Linear refuses int8 weights without their scales, naming them", "[uni
   CHECK_THAT(std::string(wrong.message()), Catch::Contains("weight_scale"));
   CHECK(ops::Linear(*x, *w, *s, Tensor(), *y).ok());
   for (int64_t i = 0; i < 8; ++i) CHECK(y->data<float>()[i] == 0.f);
+  // Without a scale the five-argument form is the four-argument one: an int8 weight is refused
+  // there too, and a 16-bit or f32 weight runs as it would.
+  const Status int8_unscaled = ops::Linear(*x, *w, Tensor(), Tensor(), *y);
+  CHECK(int8_unscaled.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(int8_unscaled.message()), Catch::Contains("int8"));
+  auto ones = Tensor::Zeros({4, 8}, DType::kF32);
+  auto xs = Tensor::Zeros({2, 8}, DType::kF32);
+  REQUIRE((ones.ok() && xs.ok()));
+  std::fill_n(ones->data<float>(), 32, 1.0f);
+  std::fill_n(xs->data<float>(), 16, 0.5f);
+  REQUIRE(ops::Linear(*xs, *ones, Tensor(), Tensor(), *y).ok());
+  for (int64_t i = 0; i < 8; ++i) CHECK(y->data<float>()[i] == 4.f);  // 8 · 0.5 · 1
 }
 
 }  // namespace

@@ -153,11 +153,10 @@ TEST_CASE("A step that samples its decode rows samples them as SampleTokens does
     for (size_t i = 0; i < 3; ++i) {
       inputs[i].seq = planned.seqs[i].get();
       inputs[i].token = tokens[i];
-      inputs[i].sampling = &rows[i];
     }
     std::vector<int32_t> got(3, -1);
     const StepCountScope counts;
-    const StatusOr<Tensor> logits = planned.decoder->MixedStep(inputs, got);
+    const StatusOr<Tensor> logits = planned.decoder->MixedStep(inputs, rows, got);
     REQUIRE(logits.ok());
     const StepCounts c = counts.Elapsed();
     CHECK(got == want);
@@ -170,23 +169,25 @@ TEST_CASE("A step that samples its decode rows samples them as SampleTokens does
     CHECK(c.host_syncs == 0);
   }
 
-  // Only decode rows are sampled by the step, and every sampled row needs an output.
-  ops::RowSampling greedy;
+  // Only decode rows are sampled by the step (one row each), and every sampled row needs an
+  // output; a refused step changes no sequence.
+  const std::vector<ops::RowSampling> greedy(1);
   std::vector<StepInput> prefill(1);
   prefill[0].seq = planned.seqs[0].get();
   prefill[0].embeds = RandomEmbeds(2, config.hidden_size, rng);
-  prefill[0].sampling = &greedy;
   std::vector<int32_t> one(1);
-  const Status refused = planned.decoder->MixedStep(prefill, one).status();
+  const int64_t length = planned.seqs[0]->length;
+  const Status refused = planned.decoder->MixedStep(prefill, greedy, one).status();
   CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(refused.message()), Catch::Contains("prefill chunk with sampling"));
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("1 sampling rows for 0 decode"));
   std::vector<StepInput> decode(1);
   decode[0].seq = planned.seqs[0].get();
   decode[0].token = 1;
-  decode[0].sampling = &greedy;
-  const Status no_output = planned.decoder->MixedStep(decode, {}).status();
+  const Status no_output = planned.decoder->MixedStep(decode, greedy, {}).status();
   CHECK(no_output.code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(no_output.message()), Catch::Contains("1 inputs are sampled but 0"));
+  CHECK_THAT(std::string(no_output.message()),
+             Catch::Contains("1 decode inputs are sampled but 0"));
+  CHECK(planned.seqs[0]->length == length);
 }
 
 // A policy that stores every decode token but, like Dynamic-LLaVA's decode-token predictor, does

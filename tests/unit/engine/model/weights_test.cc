@@ -1,5 +1,6 @@
 #include "engine/model/weights.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
@@ -344,6 +345,16 @@ TEST_CASE("weights: a compressed-tensors FP8 checkpoint binds its projections de
     RewriteModelAt(fp8_dir, dir.path(), keep, {{up + "_scale", *bad}});
     CHECK_THAT(MessageOf(ModelWeights::Load(dir.path(), *config).status()),
                Catch::Contains("has shape [2], expected [384, 1] or [384], [1] or []"));
+  }
+  SECTION("a NaN code in the weights (a damaged file)") {
+    Tensor damaged = *Tensor::Empty(q.shape(), DType::kF8E4M3);
+    std::copy_n(q.data<Float8E4M3>(), q.numel(), damaged.data<Float8E4M3>());
+    damaged.data<Float8E4M3>()[5 * k + 9] = Float8E4M3{0xff};
+    RewriteModelAt(fp8_dir, dir.path(), keep, {{up, damaged}});
+    const Status s = ModelWeights::Load(dir.path(), *config).status();
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(s), Catch::Contains("up_proj.weight holds an FP8 NaN code at row 5, "
+                                             "column 9"));
   }
   SECTION("FP8 where the checkpoint may not have it") {
     auto f8 = Tensor::Zeros({128, 128}, DType::kF8E4M3);
