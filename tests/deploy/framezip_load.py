@@ -115,10 +115,12 @@ def one_turn(address, clip, keep_session=False):
     return code
 
 
-def queue_burst(address, clients, seconds, max_tokens=32):
+def queue_burst(address, clients, seconds, max_tokens=32, started=None):
     """`clients` callers asking text-only turns one after the other for `seconds`: with the
     server running one turn at a time, the others wait, and the wait queue holds about
-    clients - 1 turns the whole time. Returns the turns' status codes."""
+    clients - 1 turns the whole time. Sets the threading.Event `started` (if given) when the
+    callers start, after the stubs are generated (protoc, seconds on a busy machine). Returns
+    the turns' status codes."""
     import threading
     codes = {}
     lock = threading.Lock()
@@ -145,6 +147,8 @@ def queue_burst(address, clients, seconds, max_tokens=32):
         threads = [threading.Thread(target=caller) for _ in range(clients)]
         for t in threads:
             t.start()
+        if started is not None:
+            started.set()
         for t in threads:
             t.join()
         channel.close()

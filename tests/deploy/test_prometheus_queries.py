@@ -393,13 +393,20 @@ def run(f, tmp, procs, framezip_load):
     # a session whose KV reached the store can be evicted to make room. With the Redis tier dead
     # (below) none can, so a turn arriving while no other runs would be refused, by design ("KV
     # budget exceeded ... delete idle sessions"), and the queue would not be what is measured.
+    # The alert is watched from when the callers start, not from when their stubs are being
+    # generated: on a busy machine protoc alone can take most of the burst's first seconds.
     burst = {}
-    caller = threading.Thread(target=lambda: burst.update(
-        framezip_load.queue_burst(address, clients=24, seconds=12)))
+    burst_started = threading.Event()
+    caller = threading.Thread(target=lambda: burst.update(framezip_load.queue_burst(
+        address, clients=24, seconds=12, started=burst_started)))
     caller.start()
+    f.check(burst_started.wait(timeout=60), "the queue burst's callers start")
     fires("FramezipQueueGrowing", timeout=11)
     caller.join()
-    f.check(set(burst) == {"OK"}, "the queued turns all end OK", json.dumps(burst))
+    # The deepest queue Prometheus saw, so a miss says by how much (the alert wants more than 8).
+    peak = prom.query('max_over_time(framezip_num_requests_waiting{job="framezip-server"}[30s])')
+    f.check(set(burst) == {"OK"}, "the queued turns all end OK",
+            f"{json.dumps(burst)}, queue peaked at {describe(peak)}")
 
     redis.kill()
     redis.wait()
