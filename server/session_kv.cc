@@ -565,7 +565,6 @@ std::vector<KvBytes> SessionKv::ForgetSession(const std::string& session_key) {
 }
 
 std::vector<KvBytes> SessionKv::Release(const std::string& session_key, bool keep_in_store) {
-  std::unique_ptr<rt::Conversation> conversation;
   uint64_t bytes = 0;
   {
     std::lock_guard lock(mu_);
@@ -578,7 +577,10 @@ std::vector<KvBytes> SessionKv::Release(const std::string& session_key, bool kee
       return {};
     }
     bytes = it->second.conversation != nullptr ? it->second.kv_bytes : 0;
-    conversation = std::move(it->second.conversation);
+    // The pages are freed before the lock is let go, not after the store's Release below (a
+    // network call): admission, having found no session it could evict (it takes this lock),
+    // must then see these bytes free, or it would refuse a turn for memory that is on its way
+    // back.
     sessions_.erase(it);
   }
   std::vector<KvBytes> freed;
@@ -637,7 +639,6 @@ SharedKvState SessionKv::ExportShared(const std::string& session_key) {
 
 Status SessionKv::AdoptShared(const std::string& session_key, const SharedKvState& kv) {
   if (kv_cache_ == nullptr) return absl::OkStatus();
-  std::unique_ptr<rt::Conversation> stale;
   {
     std::unique_lock lock(mu_);
     export_cv_.wait(lock, [&] {
@@ -651,7 +652,8 @@ Status SessionKv::AdoptShared(const std::string& session_key, const SharedKvStat
     }
     // Whatever this replica held of the session is behind the store's revision: the next turn
     // restores the store's KV (or re-prefills when it has none).
-    stale = std::move(state.conversation);
+    // Its pages are freed under the lock, as Release frees them.
+    state.conversation.reset();
     state.messages_fed = kv.segments.empty() ? 0 : kv.stored_messages;
     state.stored_messages = state.messages_fed;
     state.kv_bytes = 0;
