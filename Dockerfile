@@ -19,6 +19,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
       libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
       libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev \
       libhiredis-dev libseccomp-dev catch2 \
+      # python3-venv: scripts/fetch-flashinfer.sh gets FlashInfer's headers through pip.
+      python3-venv \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -24,6 +24,7 @@
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/attention_mma.cuh"
 #include "engine/kernels/cuda/cast.cuh"
+#include "engine/kernels/cuda/flashinfer_prefill.cuh"
 #include "engine/kernels/cuda/kv_quant.cuh"
 #include "engine/kernels/cuda/low_rank.cuh"
 #include "engine/kernels/cuda/paged_attention.cuh"
@@ -242,7 +243,8 @@ void Prefill(Results& res, bool quick) {
     const int64_t qn = tmax * s.heads * s.head_dim, kn = tmax * s.kv_heads * s.head_dim;
     DeviceBuffer q(qn * 4), k(kn * 4), v(kn * 4), out(qn * 4);
     DeviceBuffer qc(qn * 4), kc_(kn * 4), vc(kn * 4), oc(qn * 4);
-    DeviceBuffer qb(qn * 2), kb(kn * 2), vb(kn * 2);  // bf16 copies for the tensor-core kernel
+    // bf16 copies for the tensor-core kernels, and FlashInfer's bf16 output.
+    DeviceBuffer qb(qn * 2), kb(kn * 2), vb(kn * 2), ob(qn * 2);
     DeviceBuffer a(tmax * 4), a_norm(tmax * 4), counts(tmax * 4), idx(tmax * 4), probes(256 * 4);
     size_t topp_bytes = 0;  // the largest size's workspace, then the count
     for (const int64_t t : sizes) topp_bytes = std::max(topp_bytes, kc::TopPWorkspaceBytes(t));
@@ -310,6 +312,32 @@ void Prefill(Results& res, bool quick) {
         res.Add("dense causal prefill attention " + kernel + tag, flops / (mma_ms * 1e-3) / 1e12,
                 "TFLOP/s");
         res.Add("dense causal prefill attention " + kernel + tag + " time", mma_ms, "ms");
+      }
+      // FlashInfer's FlashAttention-2 prefill on the same bf16 copies (bf16 output).
+      if (kc::FlashInferBuilt()) {
+        kc::FlashInferPrefillParams fp;
+        fp.q = qb.get();
+        fp.k = kb.get();
+        fp.v = vb.get();
+        fp.out = ob.get();
+        fp.batch = 1;
+        fp.tq = t;
+        fp.tk = t;
+        fp.heads = s.heads;
+        fp.kv_heads = s.kv_heads;
+        fp.head_dim = s.head_dim;
+        fp.scale = ap.scale;
+        fp.causal = true;
+        std::string error;
+        const double fi_ms = MedianMs(
+            [&] {
+              const cudaError_t e = kc::LaunchFlashInferPrefill(fp, nullptr, &error);
+              Check(e, ("FlashInfer prefill attention " + error).c_str());
+            },
+            2, reps);
+        res.Add("dense causal prefill attention FlashInfer bf16 " + tag,
+                flops / (fi_ms * 1e-3) / 1e12, "TFLOP/s");
+        res.Add("dense causal prefill attention FlashInfer bf16 " + tag + " time", fi_ms, "ms");
       }
 
       // ZipVL: 64 recent + 64 random probes (compress/zipvl.h defaults), head-shared selection.
@@ -693,13 +721,14 @@ int RunGpuBench(const std::vector<std::string>& args) {
     std::printf(
         "%s\n",
         res.Json(gpu, CpuModel(),
-                 "dense prefill: f32 CUDA-core kernel (attention.cuh) and bf16 tensor-core "
-                 "kernel (attention_mma.cuh); ZipVL sparse prefill runs the f32 kernel on "
+                 "dense prefill: f32 CUDA-core kernel (attention.cuh), bf16 tensor-core "
+                 "kernel (attention_mma.cuh) and FlashInfer's FA2 prefill where built; ZipVL sparse prefill runs the f32 kernel on "
                  "the kept rows and is compared with the f32 dense; ZipVL scores come from "
                  "the probe kernel on random-but-structured synthetic "
                  "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
                  "llm::Decoder (policy none) with random bf16 weights, f32 activations and KV, "
-                 "prefill attention on bf16 tensor cores (pipelined kernel), "
+                 "prefill attention on bf16 tensor cores (FlashInfer where built and the "
+                 "head size is 64 or 128, else the pipelined kernel), "
                  "greedy tokens picked on the device (ops::SampleTokens); vision row: "
                  "vision::VisionTowerHiddenStates with random bf16 weights on the GPU, "
                  "host pixels in, last hidden state back to the host")

@@ -35,8 +35,11 @@ from two rows at the same context and batch (the names below, as both reports sp
   vision_over_torch_eager             SigLIP-so400m (OV) frames/s over torch eager, at the largest
                                       frame count both ran
   prefill_attention_32k_over_sdpa     dense causal prefill attention at T=32768, Qwen2-0.5B heads,
-                                      the op's kernel (bf16 tensor cores pipelined) over torch SDPA
-                                      bf16 (prefill_attention_32k_qwen2_7b_heads_over_sdpa: d128)
+                                      the op's kernel (FlashInfer's prefill where the build has it,
+                                      else the project's bf16 tensor-core kernel, pipelined) over
+                                      torch SDPA bf16 (prefill_attention_32k_qwen2_7b_heads_over_sdpa:
+                                      d128); each kernel's own: prefill_attention_32k_framezip_over_sdpa,
+                                      prefill_attention_32k_flashinfer_over_sdpa
 Ours alone (framezip bench gpu):
   paged_decode_b16_32k_fraction_of_copy_ceiling  paged decode attention, Qwen2-0.5B heads, batch
                                       16, 32k context, f16 pages, the op's kernel (CUDA cores):
@@ -95,6 +98,7 @@ OURS_DECODE = "end-to-end decode batch {batch} at {ctx} context"  # batch > 1: +
 OURS_VISION = ("end-to-end vision tower, SigLIP-so400m (OV) bf16, 384 px, {frames} frames in "
                "batches of 8")
 OURS_PREFILL_ATTENTION = "dense causal prefill attention bf16 tensor cores pipelined {label} T={t}"
+FLASHINFER_PREFILL_ATTENTION = "dense causal prefill attention FlashInfer bf16 {label} T={t}"
 OURS_PAGED_DECODE = "decode attention {label} batch {batch} ctx {ctx} {format} [cuda cores] {what}"
 OURS_ATTENTIONPACK = ("AttentionPack decode, one sequence, ctx {ctx} visual tokens, rank 32 "
                       "{format} factors speed vs dense f16 paged decode [tensor cores]")
@@ -174,9 +178,16 @@ def gpu_keys():
     add("vision_over_torch_eager", ("gpu", "peer"), lambda o, p, e: vision_ratio(o, p))
     for key, label in (("prefill_attention_32k_over_sdpa", HEADS_05B),
                        ("prefill_attention_32k_qwen2_7b_heads_over_sdpa", HEADS_7B)):
+        # The op's kernel (ops/attention.h, TensorCoreKernel::kAuto): FlashInfer's where built.
         add(key, ("gpu", "peer"),
-            lambda o, p, e, l=label: o.get(OURS_PREFILL_ATTENTION.format(label=l, t=32768)) /
+            lambda o, p, e, l=label: o.get(FLASHINFER_PREFILL_ATTENTION.format(label=l, t=32768),
+                                           OURS_PREFILL_ATTENTION.format(label=l, t=32768)) /
             p.get(SDPA_ROW.format(dtype="bf16", label=l, t=32768)))
+    for key, row in (("prefill_attention_32k_framezip_over_sdpa", OURS_PREFILL_ATTENTION),
+                     ("prefill_attention_32k_flashinfer_over_sdpa", FLASHINFER_PREFILL_ATTENTION)):
+        add(key, ("gpu", "peer"),
+            lambda o, p, e, r=row: o.get(r.format(label=HEADS_05B, t=32768)) /
+            p.get(SDPA_ROW.format(dtype="bf16", label=HEADS_05B, t=32768)))
     paged = dict(label=HEADS_05B, batch=16, ctx=32768)
     add("paged_decode_b16_32k_fraction_of_copy_ceiling", ("gpu",),
         lambda o, p, e: o.get(OURS_PAGED_DECODE.format(

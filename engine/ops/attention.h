@@ -31,6 +31,17 @@
 
 namespace framezip::engine::ops {
 
+// Which bf16 tensor-core kernel runs where allow_bf16_tensor_cores applies (GPU only).
+//   kAuto        FlashInfer's FlashAttention-2 prefill (kernels/cuda/flashinfer_prefill.cuh) where
+//                this build has it and it applies — head_dim exactly 64 or 128, no key_limit, and
+//                causal only with q_offset = Tk - Tq (its bottom-right aligned mask) — else the
+//                project's own (attention_mma.cuh), which measured 0.24-0.34x of torch SDPA
+//                on an H200 (bench/RESULTS.md); `framezip bench gpu` times both side by side.
+//   kFramezip    always the project's own kernel (head sizes up to 128, padded).
+//   kFlashInfer  FlashInfer, or UNIMPLEMENTED naming why it does not apply (benchmarks compare the
+//                two side by side with it).
+enum class TensorCoreKernel { kAuto, kFramezip, kFlashInfer };
+
 struct AttentionParams {
   float scale = 0;  // softmax scale; 0 means 1/sqrt(d)
   bool causal = false;
@@ -41,11 +52,12 @@ struct AttentionParams {
   const int32_t* key_limit = nullptr;
   // GPU only, opt-in: with head_dim <= 128 (other sizes than 64 and 128 zero-padded to the next
   // of them), no key_limit and at least kTensorCoreMinQueries queries, run on bf16 tensor cores
-  // (attention_mma.cuh, pipelined variant): q, k, v rounded to bf16, P·V in bf16, f32
-  // accumulation and output. For callers whose activations already carry
+  // (the kernel tensor_core_kernel picks): q, k, v rounded to bf16, P·V in bf16, f32
+  // accumulation, f32 output (FlashInfer's is written in bf16 and widened). For callers whose activations already carry
   // bf16-level error (16-bit weights); it agrees with the f32 kernel to that level. Elsewhere, and
   // on the CPU, the f32 kernel runs.
   bool allow_bf16_tensor_cores = false;
+  TensorCoreKernel tensor_core_kernel = TensorCoreKernel::kAuto;
 };
 
 // Fewer queries than one tensor-core block (64 rows) leave most of it idle: the f32 kernel then.

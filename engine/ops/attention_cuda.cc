@@ -1,11 +1,14 @@
 // Attention on the GPU: adapter to engine/kernels/cuda/attention.cuh (f32) and, when the caller
-// allows it, attention_mma.cuh (bf16 tensor cores). params.key_limit is a host array (the CPU
+// allows it, bf16 tensor cores: attention_mma.cuh or FlashInfer (flashinfer_prefill.cuh), as
+// AttentionParams::tensor_core_kernel picks. params.key_limit is a host array (the CPU
 // op's contract); here it is copied to a temporary on the GPU for the launch.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/attention_mma.cuh"
+#include "engine/kernels/cuda/flashinfer_prefill.cuh"
 #include "engine/ops/cast.h"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -79,6 +82,49 @@ Status TensorCoreAttention(const Tensor& q, const Tensor& k, const Tensor& v,
                        {.data = static_cast<float*>(out.raw_data()), .stride = d});
 }
 
+// Why FlashInfer's prefill cannot serve this call, or "" when it can.
+std::string FlashInferRefusal(const Tensor& q, const Tensor& k, const AttentionParams& params) {
+  const int64_t d = q.dim(3);
+  if (!cuda::FlashInferBuilt()) return "this framezip binary was built without FlashInfer";
+  if (!cuda::FlashInferPrefillSupports(static_cast<int>(d))) {
+    return fmt::format("FlashInfer's prefill takes head_dim 64 or 128, not {}", d);
+  }
+  if (params.key_limit != nullptr) return "FlashInfer's prefill takes no per-query key limit";
+  if (params.causal && params.q_offset != k.dim(1) - q.dim(1)) {
+    return fmt::format(
+        "FlashInfer's causal mask places the {} queries last among the {} keys (q_offset {}), "
+        "not at q_offset {}",
+        q.dim(1), k.dim(1), k.dim(1) - q.dim(1), params.q_offset);
+  }
+  return "";
+}
+
+Status FlashInferAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const AttentionParams& params, float scale, Tensor& out) {
+  FZ_ASSIGN_OR_RETURN(Tensor q16, PaddedBf16(q, q.dim(3)));
+  FZ_ASSIGN_OR_RETURN(Tensor k16, PaddedBf16(k, k.dim(3)));
+  FZ_ASSIGN_OR_RETURN(Tensor v16, PaddedBf16(v, v.dim(3)));
+  FZ_ASSIGN_OR_RETURN(Tensor out16, Tensor::Empty(out.shape(), DType::kBF16, out.device()));
+  cuda::FlashInferPrefillParams p;
+  p.q = q16.raw_data();
+  p.k = k16.raw_data();
+  p.v = v16.raw_data();
+  p.out = out16.raw_data();
+  p.batch = q.dim(0);
+  p.tq = q.dim(1);
+  p.tk = k.dim(1);
+  p.heads = static_cast<int>(q.dim(2));
+  p.kv_heads = static_cast<int>(k.dim(2));
+  p.head_dim = static_cast<int>(q.dim(3));
+  p.scale = scale;
+  p.causal = params.causal;
+  std::string error;
+  const cudaError_t launched = cuda::LaunchFlashInferPrefill(p, CurrentFramezipStream(), &error);
+  if (!error.empty()) return InternalError("Attention (FlashInfer): {}", error);
+  FZ_RETURN_IF_ERROR(LaunchStatus(launched, "Attention (FlashInfer)"));
+  return Cast(out16, out);
+}
+
 }  // namespace
 
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -90,7 +136,18 @@ Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   ScopedCudaDevice scope(q.device());
   const float scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  if (params.allow_bf16_tensor_cores &&
+      params.tensor_core_kernel == TensorCoreKernel::kFlashInfer) {
+    if (const std::string why = FlashInferRefusal(q, k, params); !why.empty()) {
+      return UnimplementedError("Attention: {}", why);
+    }
+    return FlashInferAttention(q, k, v, params, scale, out);
+  }
   if (const int64_t padded = TensorCoreHeadDim(q, params); padded > 0) {
+    if (params.tensor_core_kernel == TensorCoreKernel::kAuto &&
+        FlashInferRefusal(q, k, params).empty()) {
+      return FlashInferAttention(q, k, v, params, scale, out);
+    }
     return TensorCoreAttention(q, k, v, params, scale, padded, out);
   }
   cuda::AttentionParams p;

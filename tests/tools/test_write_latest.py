@@ -153,8 +153,19 @@ want = {
     "vision_over_torch_eager":
         ours["end-to-end vision tower, SigLIP-so400m (OV) bf16, 384 px, 32 frames in batches of 8"] /
         peer["torch eager SigLIP-so400m (OV) bf16, 384 px, 32 frames in batches of 8"],
+    # The op's kernel: FlashInfer's where the report has its row (d64 here), else the project's
+    # (d128 here).
     "prefill_attention_32k_over_sdpa":
+        ours[f"dense causal prefill attention FlashInfer bf16 {H} T=32768"] /
+        peer[f"torch SDPA causal bf16 {H} T=32768"],
+    "prefill_attention_32k_qwen2_7b_heads_over_sdpa":
+        ours["dense causal prefill attention bf16 tensor cores pipelined Qwen2-7B heads 28/4 d128 "
+             "T=32768"] / peer["torch SDPA causal bf16 Qwen2-7B heads 28/4 d128 T=32768"],
+    "prefill_attention_32k_framezip_over_sdpa":
         ours[f"dense causal prefill attention bf16 tensor cores pipelined {H} T=32768"] /
+        peer[f"torch SDPA causal bf16 {H} T=32768"],
+    "prefill_attention_32k_flashinfer_over_sdpa":
+        ours[f"dense causal prefill attention FlashInfer bf16 {H} T=32768"] /
         peer[f"torch SDPA causal bf16 {H} T=32768"],
     "paged_decode_b16_32k_fraction_of_copy_ceiling":
         ours[f"decode attention {H} batch 16 ctx 32768 f16 [cuda cores] fraction of copy ceiling"],
