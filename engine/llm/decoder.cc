@@ -168,7 +168,8 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
   }
   FZ_ASSIGN_OR_RETURN(d->weights_.lm_head_scale, OnDevice(w.lm_head_scale, device, copied));
   if (d->weights_.lm_head_scale.defined()) {
-    ops::PrepareLinearWeight(d->weights_.lm_head, d->weights_.lm_head_scale);
+    FZ_ASSIGN_OR_RETURN(d->weights_.lm_head,
+                        ops::PackLinearWeight(d->weights_.lm_head, d->weights_.lm_head_scale));
   }
   for (const LayerWeights& L : w.layers) {
     FZ_ASSIGN_OR_RETURN(LayerWeights D, LayerOnDevice(L, device, copied));
@@ -179,7 +180,8 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
                                    {&D.gate_proj, &D.gate_scale},
                                    {&D.up_proj, &D.up_scale},
                                    {&D.down_proj, &D.down_scale}}) {
-      ops::PrepareLinearWeight(*t, *scale);  // the GEMMs' layout, now rather than at a request
+      // The GEMMs' layout, now rather than at a request; int8 weights are kept in it only.
+      FZ_ASSIGN_OR_RETURN(*t, ops::PackLinearWeight(*t, *scale));
     }
     d->weights_.layers.push_back(std::move(D));
   }

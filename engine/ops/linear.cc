@@ -82,6 +82,26 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale,
   return LinearInt8Cpu(x, weight, weight_scale, bias, y);
 }
 
+StatusOr<Tensor> PackLinearWeight(const Tensor& weight, const Tensor& weight_scale) {
+  if (!weight.defined() || !weight.device().is_cpu() || weight.dtype() != DType::kI8) {
+    PrepareLinearWeight(weight, weight_scale);
+    return weight;
+  }
+  constexpr std::string_view kOp = "PackLinearWeight";
+  if (weight.rank() != 2) {
+    return InvalidArgumentError("{}: weight has shape {}, want [N, K]", kOp,
+                                ShapeString(weight.shape()));
+  }
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight_scale", weight_scale));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight_scale", weight_scale, DType::kF32));
+  if (weight_scale.shape() != Shape{weight.dim(0)}) {
+    return InvalidArgumentError("{}: weight_scale has shape {}, want [{}]", kOp,
+                                ShapeString(weight_scale.shape()), weight.dim(0));
+  }
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, weight.device(), {&weight_scale}));
+  return PackedOnlyInt8Weight(weight, weight_scale);
+}
+
 Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c) {
   constexpr std::string_view kOp = "MatMul";
   for (const auto& [name, t] :

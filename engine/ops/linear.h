@@ -59,6 +59,15 @@ void PrepareLinearWeight(const Tensor& weight);
 // (gemm_int8.h), on any CPU. An undefined weight_scale means a 16-bit weight: the one above.
 void PrepareLinearWeight(const Tensor& weight, const Tensor& weight_scale);
 
+// PrepareLinearWeight, and the tensor to keep in the weight's place. For an int8 weight on the
+// CPU: a tensor of the same dtype and shape whose memory is the packed layout alone, which
+// Linear (with the same scales) reads as that weight, so that the row-major int8 copy can be let
+// go — an int8 model then holds its projections once (1 byte a weight) instead of twice. Its bytes
+// are not row-major: only Linear and PrepareLinearWeight may read them (a packed weight cannot be
+// copied to a GPU, nor packed again). Every other weight comes back as it is (a bf16 weight's
+// original layout is what decode's GEMV reads).
+StatusOr<Tensor> PackLinearWeight(const Tensor& weight, const Tensor& weight_scale);
+
 // a [B.., M, K]; b [B.., K, N] (or [B.., N, K] when transpose_b) with a's leading dims, or rank 2
 // for every batch entry; a and b f32, bf16 or f16 (the same); c [B.., M, N] f32, not aliasing.
 Status MatMul(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);

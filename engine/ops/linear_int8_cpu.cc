@@ -5,7 +5,8 @@
 //
 // Every kernel reads W in one packed layout (gemm_int8.h), made once per weight and kept in a
 // cache keyed by the int8 buffer (the contract of amx_weight_cache.h: a model's weights do not
-// change while their buffer lives); a view is packed per call.
+// change while their buffer lives); a view is packed per call. A model keeps its weights packed
+// only (PackLinearWeight, linear.h): the cache then knows the packed tensor as what it is.
 #include "engine/ops/linear_int8_cpu.h"
 
 #include <algorithm>
@@ -42,11 +43,15 @@ std::shared_ptr<const PackedInt8Weight> Pack(const Tensor& weight, const Tensor&
   return packed;
 }
 
+// A weight's packed form, keyed by the address of the weight's bytes. A row-major weight's entry
+// holds its packed form (`held`); a packed-only weight (PackedOnlyInt8Weight) is its packed form,
+// so its entry only points at it (a strong pointer would keep it alive forever).
 struct Entry {
   std::weak_ptr<void> owner, scale_owner;
   const void* scale = nullptr;
   int64_t n = 0, k = 0;
-  std::shared_ptr<const PackedInt8Weight> packed;
+  std::shared_ptr<const PackedInt8Weight> held;
+  std::weak_ptr<const PackedInt8Weight> packed;
 };
 
 struct Cache {
@@ -63,24 +68,43 @@ bool SameOwner(const std::weak_ptr<void>& a, const std::weak_ptr<void>& b) {
   return !a.owner_before(b) && !b.owner_before(a);
 }
 
+// The packed form of a packed-only weight (PackedOnlyInt8Weight), whatever buffer its scales come
+// in (the packed form holds them); nullptr for any other weight. cache.mu held.
+std::shared_ptr<const PackedInt8Weight> PackedOnlyLocked(const Cache& cache, const Tensor& weight) {
+  if (!weight.buffer().owns_memory()) return nullptr;
+  auto it = cache.entries.find(weight.raw_data());
+  if (it == cache.entries.end()) return nullptr;
+  const Entry& e = it->second;
+  if (e.held != nullptr || e.owner.expired() || !SameOwner(e.owner, weight.buffer().ownership()) ||
+      e.n != weight.dim(0) || e.k != weight.dim(1)) {
+    return nullptr;
+  }
+  return e.packed.lock();
+}
+
 std::shared_ptr<const PackedInt8Weight> PackedWeight(const Tensor& weight,
                                                      const Tensor& weight_scale) {
+  Cache& cache = TheCache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto packed = PackedOnlyLocked(cache, weight)) return packed;
+  }
   if (!weight.buffer().owns_memory() || !weight_scale.buffer().owns_memory()) {
     return Pack(weight, weight_scale);
   }
   const std::weak_ptr<void> owner = weight.buffer().ownership();
   const std::weak_ptr<void> scale_owner = weight_scale.buffer().ownership();
   const void* key = weight.raw_data();
-  Cache& cache = TheCache();
   const auto cached = [&]() -> std::shared_ptr<const PackedInt8Weight> {
     auto it = cache.entries.find(key);
     if (it == cache.entries.end()) return nullptr;
     const Entry& e = it->second;
-    if (e.owner.expired() || !SameOwner(e.owner, owner) || !SameOwner(e.scale_owner, scale_owner) ||
-        e.scale != weight_scale.raw_data() || e.n != weight.dim(0) || e.k != weight.dim(1)) {
+    if (e.held == nullptr || e.owner.expired() || !SameOwner(e.owner, owner) ||
+        !SameOwner(e.scale_owner, scale_owner) || e.scale != weight_scale.raw_data() ||
+        e.n != weight.dim(0) || e.k != weight.dim(1)) {
       return nullptr;
     }
-    return e.packed;
+    return e.packed.lock();
   };
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -95,11 +119,37 @@ std::shared_ptr<const PackedInt8Weight> PackedWeight(const Tensor& weight,
                              .scale = weight_scale.raw_data(),
                              .n = weight.dim(0),
                              .k = weight.dim(1),
+                             .held = packed,
                              .packed = packed};
   return packed;
 }
 
 }  // namespace
+
+StatusOr<Tensor> PackedOnlyInt8Weight(const Tensor& weight, const Tensor& weight_scale) {
+  const std::shared_ptr<const PackedInt8Weight> packed = PackedWeight(weight, weight_scale);
+  // The tensor's memory is the packed bytes, owned through the packed weight itself (an aliasing
+  // pointer), at least n·k of them (rows and columns are padded).
+  const size_t bytes = packed->data.size();
+  if (bytes < static_cast<size_t>(weight.numel())) {
+    return InternalError("packed int8 weight [{}, {}] has {} bytes", weight.dim(0), weight.dim(1),
+                         bytes);
+  }
+  std::shared_ptr<void> memory(packed, const_cast<int8_t*>(packed->data.data()));
+  FZ_ASSIGN_OR_RETURN(Tensor kept, Tensor::FromBuffer(Buffer::Adopt(memory, bytes, Device::Cpu()),
+                                                      0, weight.shape(), DType::kI8));
+  Cache& cache = TheCache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  std::erase_if(cache.entries, [](const auto& e) { return e.second.owner.expired(); });
+  cache.entries[kept.raw_data()] = Entry{.owner = kept.buffer().ownership(),
+                                         .scale_owner = {},
+                                         .scale = nullptr,
+                                         .n = weight.dim(0),
+                                         .k = weight.dim(1),
+                                         .held = nullptr,
+                                         .packed = packed};
+  return kept;
+}
 
 void PrepareLinearInt8Weight(const Tensor& weight, const Tensor& weight_scale) {
   if (weight.device().is_cpu() && weight.buffer().owns_memory()) {

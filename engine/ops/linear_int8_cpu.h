@@ -15,4 +15,7 @@ Status LinearInt8Cpu(const Tensor& x, const Tensor& weight, const Tensor& weight
 // Packs an owning int8 weight into the kernels' layout now (see linear.h).
 void PrepareLinearInt8Weight(const Tensor& weight, const Tensor& weight_scale);
 
+// The int8 half of PackLinearWeight (linear.h): weight on the CPU, checked by the caller.
+StatusOr<Tensor> PackedOnlyInt8Weight(const Tensor& weight, const Tensor& weight_scale);
+
 }  // namespace framezip::engine::ops

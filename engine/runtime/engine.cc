@@ -1,5 +1,9 @@
 #include "engine/runtime/engine.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -145,7 +149,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   e->decoder_->set_policy_resources(
       LoadPolicyResources(dir, e->config_.text.hidden_size, options.device));
   if (options.device.is_cpu()) {
-    vision::PrepareVisionWeights(e->vision_weights_);
+    FZ_RETURN_IF_ERROR(vision::PrepareVisionWeights(e->vision_weights_));
   } else {
     // The tower and the projector run where the decoder does; pixels arrive and the visual rows
     // leave through the host (vision_tower.h).
@@ -177,6 +181,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
       dir.string(), e->config_.text.num_hidden_layers, e->config_.text.hidden_size,
       e->config_.text.vocab_size, max_pages, kv::KvFormatName(layout.format), layout.page_tokens,
       fmt::join(e->pools_->formats(), ", "));
+#if defined(__GLIBC__)
+  // Loading made copies it has let go (weights quantised from bf16, int8 codes once packed):
+  // glibc keeps freed heap pages resident unless asked, and a server would carry them for life.
+  malloc_trim(0);
+#endif
   return e;
 }
 

@@ -66,7 +66,7 @@ StatusOr<VisionTiming> TimeVisionTower(const model::VisionConfig& vision,
   if (options.int8_projections) {
     FZ_RETURN_IF_ERROR(runtime::QuantizeVisionProjections(weights.tower));
   }
-  PrepareVisionWeights(weights);  // the GEMM layouts, made at load by an engine
+  FZ_RETURN_IF_ERROR(PrepareVisionWeights(weights));  // the GEMM layouts, as an engine at load
   FZ_ASSIGN_OR_RETURN(Tensor pixels, Tensor::Empty({options.frames, vision.num_channels,
                                                     vision.image_size, vision.image_size},
                                                    DType::kF32));

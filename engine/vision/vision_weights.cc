@@ -128,20 +128,22 @@ StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& co
   });
 }
 
-void PrepareVisionWeights(const LlavaVisionWeights& weights) {
+Status PrepareVisionWeights(LlavaVisionWeights& weights) {
   ops::PrepareLinearWeight(weights.tower.patch_weight);
-  for (const EncoderLayerWeights& l : weights.tower.layers) {
+  for (EncoderLayerWeights& l : weights.tower.layers) {
     for (const auto& [t, scale] : {std::pair{&l.q_weight, &l.q_scale},
                                    {&l.k_weight, &l.k_scale},
                                    {&l.v_weight, &l.v_scale},
                                    {&l.out_weight, &l.out_scale},
                                    {&l.fc1_weight, &l.fc1_scale},
                                    {&l.fc2_weight, &l.fc2_scale}}) {
-      ops::PrepareLinearWeight(*t, *scale);  // int8 with its scales, or 16-bit
+      // int8: packed only from here on; 16-bit: readied, kept as it is.
+      FZ_ASSIGN_OR_RETURN(*t, ops::PackLinearWeight(*t, *scale));
     }
   }
   ops::PrepareLinearWeight(weights.projector.linear1_weight);
   ops::PrepareLinearWeight(weights.projector.linear2_weight);
+  return absl::OkStatus();
 }
 
 }  // namespace framezip::engine::vision

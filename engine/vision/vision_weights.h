@@ -89,9 +89,11 @@ StatusOr<LlavaVisionWeights> BindLlavaVisionWeights(const model::LlavaConfig& co
                                                     const model::ModelWeights& weights);
 
 // Readies every GEMM weight of the tower and the projector for the CPU's many-row path
-// (ops::PrepareLinearWeight: the AMX tile layout, where the CPU has AMX; int8 weights' packed
-// layout), so the first video does not pay the packing. Engines on the CPU call it at load.
-void PrepareVisionWeights(const LlavaVisionWeights& weights);
+// (ops::PrepareLinearWeight: the AMX tile layout, where the CPU has AMX), so the first video does
+// not pay the packing, and keeps int8 projections in their packed layout only
+// (ops::PackLinearWeight: their row-major bytes are let go, so read them before). Engines on the
+// CPU call it at load.
+Status PrepareVisionWeights(LlavaVisionWeights& weights);
 
 // The canonical name prefix of the tower ("model.vision_tower.vision_model.").
 inline constexpr const char* kVisionTowerPrefix = "model.vision_tower.vision_model.";

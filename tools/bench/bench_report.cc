@@ -75,4 +75,13 @@ double Report::PeakRssMiB() {
   return u.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+double Report::ResidentMiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // in kB
+  }
+  return 0;
+}
+
 }  // namespace framezip::bench

@@ -50,6 +50,8 @@ class Report {
 
   // Peak resident set size of this process so far, in MiB (getrusage).
   static double PeakRssMiB();
+  // Resident set size of this process now, in MiB (/proc/self/status VmRSS; 0 where unreadable).
+  static double ResidentMiB();
 
  private:
   std::string suite_;

@@ -276,6 +276,55 @@ TEST_CASE("Linear with int8 weights stays within the quantisation bound of the f
   }
 }
 
+TEST_CASE("A packed-only int8 weight computes what its row-major weight did after that is freed",
+          "[unit][engine][ops]") {
+  SetComputeThreads(2);
+  std::mt19937_64 rng(testing::TestSeed() + 5);
+  const int64_t m = GENERATE(1, 16, 75);  // the GEMV kernel, and the many-row one
+  const int64_t n = 70, k = 130;          // partial column and K blocks
+  CAPTURE(m);
+  const auto xv = testing::RandomNormal(static_cast<size_t>(m * k), rng, 1.f);
+  const auto wv = testing::RandomNormal(static_cast<size_t>(n * k), rng, 0.05f);
+  const Tensor x = F32Tensor(xv, {m, k});
+  auto want = Tensor::Empty({m, n}, DType::kF32);
+  auto got = Tensor::Empty({m, n}, DType::kF32);
+  REQUIRE((want.ok() && got.ok()));
+  Tensor packed, scale_view;
+  std::vector<float> scales;
+  {
+    auto w = ops::QuantizeWeightInt8(F32Tensor(wv, {n, k}));
+    REQUIRE(w.ok());
+    REQUIRE(ops::Linear(x, w->q, w->scale, Tensor(), *want).ok());
+    auto kept = ops::PackLinearWeight(w->q, w->scale);
+    REQUIRE(kept.ok());
+    packed = *kept;
+    CHECK(packed.dtype() == DType::kI8);
+    CHECK(packed.shape() == w->q.shape());
+    CHECK(packed.raw_data() != w->q.raw_data());  // new memory: the packed layout
+    scales.assign(w->scale.data<float>(), w->scale.data<float>() + n);
+  }  // the row-major codes and their scales are freed here (ASan would see a read of them)
+  // The scales may come in any buffer, a view too: the packed form holds its own.
+  scale_view = Tensor::View(scales.data(), {n}, DType::kF32);
+  REQUIRE(ops::Linear(x, packed, scale_view, Tensor(), *got).ok());
+  for (int64_t i = 0; i < m * n; ++i) {
+    CAPTURE(i);
+    REQUIRE(got->data<float>()[i] == want->data<float>()[i]);  // the same integer sums
+  }
+  // Packing it again gives the same packed memory back, and 16-bit weights come back as they are.
+  auto again = ops::PackLinearWeight(packed, scale_view);
+  REQUIRE(again.ok());
+  CHECK(again->raw_data() == packed.raw_data());
+  auto bf16 = Tensor::Zeros({n, k}, DType::kBF16);
+  REQUIRE(bf16.ok());
+  auto same = ops::PackLinearWeight(*bf16, Tensor());
+  REQUIRE(same.ok());
+  CHECK(same->raw_data() == bf16->raw_data());
+  // An int8 weight without proper scales is refused naming them.
+  auto bad = ops::PackLinearWeight(packed, Tensor());
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("weight_scale"));
+}
+
 TEST_CASE("Linear refuses int8 weights without their scales, naming them", "[unit][engine][ops]") {
   auto x = Tensor::Zeros({2, 8}, DType::kF32);
   auto w = Tensor::Zeros({4, 8}, DType::kI8);

@@ -473,7 +473,6 @@ TEST_CASE("With int8 projections the tower matches f64 with int8 Linear inputs",
   REQUIRE(first.fc2_weight.dtype() == DType::kI8);
   REQUIRE(first.fc2_scale.shape() == Shape{first.fc2_weight.dim(0)});
   REQUIRE(weights->tower.patch_weight.dtype() == DType::kBF16);  // the patch GEMM stays 16-bit
-  PrepareVisionWeights(*weights);
 
   // The reference reads each projection as the int8 kernels do, q · scale, and quantises its
   // inputs per row the same way.
@@ -498,6 +497,9 @@ TEST_CASE("With int8 projections the tower matches f64 with int8 Linear inputs",
       dequantised[at + name + ".weight"] = values;
     }
   }
+  // As an engine does at load: from here on the int8 projections are held packed only (their
+  // row-major codes, read above, are let go), and the tower runs on those.
+  REQUIRE(PrepareVisionWeights(*weights).ok());
   const Tensor pixels = RandomPixels(3, config, rng);  // 75 rows: the many-row int8 kernels
   const std::vector<int64_t> layers = {1, 3};
   auto hs = VisionTowerHiddenStates(config.vision, weights->tower, pixels, layers, {});
