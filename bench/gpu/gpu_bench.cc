@@ -722,8 +722,9 @@ int RunGpuBench(const std::vector<std::string>& args) {
         "%s\n",
         res.Json(gpu, CpuModel(),
                  "dense prefill: f32 CUDA-core kernel (attention.cuh), bf16 tensor-core "
-                 "kernel (attention_mma.cuh) and FlashInfer's FA2 prefill where built; ZipVL sparse prefill runs the f32 kernel on "
-                 "the kept rows and is compared with the f32 dense; ZipVL scores come from "
+                 "kernel (attention_mma.cuh) and FlashInfer's FA2 prefill where built; ZipVL "
+                 "sparse prefill runs the f32 kernel on the kept rows and is compared with "
+                 "the f32 dense; ZipVL scores come from "
                  "the probe kernel on random-but-structured synthetic "
                  "activations (15% salient tokens), not the tiny model's; end-to-end rows: "
                  "llm::Decoder (policy none) with random bf16 weights, f32 activations and KV, "

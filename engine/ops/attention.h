@@ -53,9 +53,9 @@ struct AttentionParams {
   // GPU only, opt-in: with head_dim <= 128 (other sizes than 64 and 128 zero-padded to the next
   // of them), no key_limit and at least kTensorCoreMinQueries queries, run on bf16 tensor cores
   // (the kernel tensor_core_kernel picks): q, k, v rounded to bf16, P·V in bf16, f32
-  // accumulation, f32 output (FlashInfer's is written in bf16 and widened). For callers whose activations already carry
-  // bf16-level error (16-bit weights); it agrees with the f32 kernel to that level. Elsewhere, and
-  // on the CPU, the f32 kernel runs.
+  // accumulation, f32 output (FlashInfer's is written in bf16 and widened). For callers whose
+  // activations already carry bf16-level error (16-bit weights); it agrees with the f32 kernel to
+  // that level. Elsewhere, and on the CPU, the f32 kernel runs.
   bool allow_bf16_tensor_cores = false;
   TensorCoreKernel tensor_core_kernel = TensorCoreKernel::kAuto;
 };

@@ -81,7 +81,7 @@ TEST_CASE("Attention on the GPU with bf16 tensor cores allowed matches the CPU o
   }
 }
 
-TEST_CASE("Attention on the GPU: the framezip tensor-core kernel and the FlashInfer kernel each match the CPU op",
+TEST_CASE("Attention on the GPU: the framezip and FlashInfer tensor-core kernels match the CPU op",
           "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed() + 2);
@@ -99,8 +99,8 @@ TEST_CASE("Attention on the GPU: the framezip tensor-core kernel and the FlashIn
       // project's kernel leaves such calls to the f32 one).
       const bool f32 = !flashinfer && c.tq < ops::kTensorCoreMinQueries;
       DYNAMIC_SECTION((flashinfer ? "FlashInfer: " : "framezip: ") << c.name) {
-        const auto [want, got] = RunOnBoth(
-            c, {.allow_bf16_tensor_cores = true, .tensor_core_kernel = kernel}, rng);
+        const auto [want, got] =
+            RunOnBoth(c, {.allow_bf16_tensor_cores = true, .tensor_core_kernel = kernel}, rng);
         if (f32) {
           CheckClose(got, want, kF32Kernel);
         } else {
@@ -111,7 +111,7 @@ TEST_CASE("Attention on the GPU: the framezip tensor-core kernel and the FlashIn
   }
 }
 
-TEST_CASE("Attention on the GPU: FlashInfer asked for where it does not apply is refused saying why",
+TEST_CASE("Attention on the GPU: FlashInfer where it does not apply is refused saying why",
           "[cuda][ops]") {
   if (SkipWithoutGpu()) return;
   std::mt19937_64 rng(testing::TestSeed() + 3);
