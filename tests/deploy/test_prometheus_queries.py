@@ -387,14 +387,11 @@ def run(f, tmp, procs, framezip_load):
     # Overload: turns too big for the KV budget get RESOURCE_EXHAUSTED.
     framezip_load.overload(address, clip, turns=12)
     fires("FramezipHighErrorRate")
-    # A queue: 24 callers against a server that runs one turn at a time, for 12 s (after the
-    # error-rate alert, whose ratio its ~900 OK turns would dilute). Before the faults, while
-    # every tier is up: a finished session waits for its client's delete holding its KV, and only
-    # a session whose KV reached the store can be evicted to make room. With the Redis tier dead
-    # (below) none can, so a turn arriving while no other runs would be refused, by design ("KV
-    # budget exceeded ... delete idle sessions"), and the queue would not be what is measured.
-    # The alert is watched from when the callers start, not from when their stubs are being
-    # generated: on a busy machine protoc alone can take most of the burst's first seconds.
+    # A queue: 24 callers of stateless 256-token turns against a server that runs one turn at a
+    # time, for 12 s (after the error-rate alert, whose ratio its OK turns would dilute; before
+    # the faults, so the server and its store are as they are in service). The alert is watched
+    # from when the callers start, not from when their stubs are being generated: on a busy
+    # machine protoc alone can take most of the burst's first seconds.
     burst = {}
     burst_started = threading.Event()
     caller = threading.Thread(target=lambda: burst.update(framezip_load.queue_burst(
