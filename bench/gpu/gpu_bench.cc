@@ -24,6 +24,7 @@
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/attention_mma.cuh"
 #include "engine/kernels/cuda/cast.cuh"
+#include "engine/kernels/cuda/flashinfer_paged.cuh"
 #include "engine/kernels/cuda/flashinfer_prefill.cuh"
 #include "engine/kernels/cuda/kv_quant.cuh"
 #include "engine/kernels/cuda/low_rank.cuh"
@@ -421,6 +422,88 @@ struct DecodeShape {
 // The f16 tensor-core decode time of the batch-1 shape, for the AttentionPack section.
 double g_dense_one_sequence_us = 0;
 
+// FlashInfer's paged attention (its batch prefill with one query row per sequence) over the f16
+// pages Decode times the project's kernel on: keys and values apart, page p at p·page·c elements,
+// `batch` sequences of ctx / page pages each. Planned once (as once per engine step), then timed.
+void FlashInferPagedDecode(Results& res, const std::string& tag, const DecodeShape& s, int64_t ctx,
+                           int page, const DeviceBuffer& keys, const DeviceBuffer& values,
+                           const DeviceBuffer& q_f32, double bytes, double copy_gbps) {
+  if (!kc::FlashInferPagedSupports(s.head_dim)) return;
+  const int64_t rows = s.batch, c = int64_t{s.kv_heads} * s.head_dim;
+  const int64_t per_seq = ctx / page, pages = per_seq * s.batch;
+  DeviceBuffer q16(static_cast<size_t>(rows) * s.heads * s.head_dim * 2);
+  DeviceBuffer out16(q16.bytes());
+  kc::CastParams cp;
+  cp.in = q_f32.get();
+  cp.out = q16.get();
+  cp.n = rows * s.heads * s.head_dim;
+  cp.out_kind = kc::FloatKind::kF16;
+  Check(kc::LaunchCast(cp, nullptr), "cast q to f16");
+  std::vector<int32_t> qo_indptr, page_indptr, indices(static_cast<size_t>(pages)),
+      last(static_cast<size_t>(s.batch), page);
+  for (int64_t b = 0; b <= s.batch; ++b) {
+    qo_indptr.push_back(static_cast<int32_t>(b));
+    page_indptr.push_back(static_cast<int32_t>(b * per_seq));
+  }
+  for (int64_t p = 0; p < pages; ++p) indices[static_cast<size_t>(p)] = static_cast<int32_t>(p);
+  auto upload = [](const std::vector<int32_t>& v) {
+    auto d = std::make_unique<DeviceBuffer>(v.size() * 4);
+    Check(cudaMemcpy(d->get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "page table");
+    return d;
+  };
+  const auto d_qo = upload(qo_indptr), d_pages = upload(page_indptr), d_idx = upload(indices),
+             d_last = upload(last);
+  DeviceBuffer float_ws(kc::kFlashInferFloatWorkspaceBytes),
+      int_ws(kc::kFlashInferIntWorkspaceBytes);
+  void* pinned = nullptr;
+  Check(cudaMallocHost(&pinned, kc::kFlashInferIntWorkspaceBytes), "pinned workspace");
+  const kc::FlashInferWorkspace ws{float_ws.get(), int_ws.get(), pinned,
+                                   kc::kFlashInferFloatWorkspaceBytes,
+                                   kc::kFlashInferIntWorkspaceBytes};
+  std::string error;
+  kc::FlashInferPagedPlan plan;
+  // A refusal (plan or first launch) leaves the rows out and says why, rather than ending the
+  // whole run: FlashInfer is measured beside the project's kernels, not instead of them.
+  auto refused = [&](const char* stage, cudaError_t e) {
+    std::fprintf(stderr, "FlashInfer paged decode %s refused for %s: %s %s\n", stage, tag.c_str(),
+                 cudaGetErrorString(e), error.c_str());
+    Check(cudaFreeHost(pinned), "free pinned workspace");
+  };
+  if (const cudaError_t e =
+          kc::PlanFlashInferPaged(ws, qo_indptr.data(), page_indptr.data(), s.batch, s.heads,
+                                  s.kv_heads, s.head_dim, page, nullptr, &plan, &error);
+      e != cudaSuccess) {
+    return refused("plan", e);
+  }
+  kc::FlashInferPagedRun run;
+  run.q = q16.get();
+  run.out = out16.get();
+  run.keys = keys.get();
+  run.values = values.get();
+  run.page_stride = int64_t{page} * c;
+  run.qo_indptr = d_qo->get<int32_t>();
+  run.page_indptr = d_pages->get<int32_t>();
+  run.page_indices = d_idx->get<int32_t>();
+  run.last_page_len = d_last->get<int32_t>();
+  run.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+  if (const cudaError_t e = kc::LaunchFlashInferPaged(run, plan, ws, nullptr, &error);
+      e != cudaSuccess) {
+    return refused("launch", e);
+  }
+  Check(cudaDeviceSynchronize(), "FlashInfer paged decode");
+  const double ms = MedianMs(
+      [&] {
+        Check(kc::LaunchFlashInferPaged(run, plan, ws, nullptr, &error),
+              ("FlashInfer paged decode " + error).c_str());
+      },
+      3, 20);
+  Check(cudaFreeHost(pinned), "free pinned workspace");
+  const double gbps = bytes / (ms * 1e-3) / 1e9;
+  res.Add("decode attention " + tag + " time", ms * 1e3, "us");
+  res.Add("decode attention " + tag + " bytes read", gbps, "GB/s");
+  res.Add("decode attention " + tag + " fraction of copy ceiling", gbps / copy_gbps, "fraction");
+}
+
 void Decode(Results& res, double copy_gbps, int sm_count, bool quick) {
   // Batch 1 is the one-sequence baseline of the AttentionPack section below.
   const DecodeShape shapes[] = {{14, 2, 64, 16, "Qwen2-0.5B heads 14/2 d64 batch 16"},
@@ -553,6 +636,11 @@ void Decode(Results& res, double copy_gbps, int sm_count, bool quick) {
         res.Add("decode attention " + tag + " fraction of copy ceiling", gbps / copy_gbps,
                 "fraction", mode == 3 ? 0.6 : 0);
         if (mode == 0) f16_ms[variant] = ms;
+        if (mode == 0 && variant == 1) {
+          FlashInferPagedDecode(
+              res, std::string(s.label) + " ctx " + std::to_string(ctx) + " f16 [FlashInfer]", s,
+              ctx, page, kh, vh, q, bytes, copy_gbps);
+        }
         if (mode == 0 && variant == 1 && s.batch == 1) g_dense_one_sequence_us = ms * 1e3;
         if (mode == 3) {
           res.Add("decode attention " + std::string(s.label) + " mixed int4/int2 speedup vs f16" +

@@ -44,6 +44,8 @@ Ours alone (framezip bench gpu):
   paged_decode_b16_32k_fraction_of_copy_ceiling  paged decode attention, Qwen2-0.5B heads, batch
                                       16, 32k context, f16 pages, the op's kernel (CUDA cores):
                                       bytes read per second over the device copy ceiling
+  paged_decode_b16_32k_flashinfer_fraction_of_copy_ceiling  the same over the same f16 pages
+                                      through FlashInfer's paged prefill kernel (one query row)
   int4_over_f16_decode_b16_32k        the same kernel's f16 time over its int4 time (>1: int4 is
                                       faster)
   attentionpack_over_dense_decode_32k AttentionPack's fused decode over 32k visual tokens, f16
@@ -192,6 +194,10 @@ def gpu_keys():
     add("paged_decode_b16_32k_fraction_of_copy_ceiling", ("gpu",),
         lambda o, p, e: o.get(OURS_PAGED_DECODE.format(
             **paged, format="f16", what="fraction of copy ceiling")))
+    add("paged_decode_b16_32k_flashinfer_fraction_of_copy_ceiling", ("gpu",),
+        lambda o, p, e: o.get(OURS_PAGED_DECODE.format(
+            **paged, format="f16", what="fraction of copy ceiling").replace(
+                "[cuda cores]", "[FlashInfer]")))
     add("int4_over_f16_decode_b16_32k", ("gpu",),
         lambda o, p, e: o.get(OURS_PAGED_DECODE.format(**paged, format="f16", what="time")) /
         o.get(OURS_PAGED_DECODE.format(**paged, format="int4", what="time")))

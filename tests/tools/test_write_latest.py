@@ -169,6 +169,8 @@ want = {
         peer[f"torch SDPA causal bf16 {H} T=32768"],
     "paged_decode_b16_32k_fraction_of_copy_ceiling":
         ours[f"decode attention {H} batch 16 ctx 32768 f16 [cuda cores] fraction of copy ceiling"],
+    "paged_decode_b16_32k_flashinfer_fraction_of_copy_ceiling":
+        ours[f"decode attention {H} batch 16 ctx 32768 f16 [FlashInfer] fraction of copy ceiling"],
     "int4_over_f16_decode_b16_32k":
         ours[f"decode attention {H} batch 16 ctx 32768 f16 [cuda cores] time"] /
         ours[f"decode attention {H} batch 16 ctx 32768 int4 [cuda cores] time"],
