@@ -4,6 +4,7 @@
 #include "engine/llm/decoder.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -124,10 +125,65 @@ StatusOr<LayerWeights> LayerOnDevice(const LayerWeights& L, Device device, size_
   return D;
 }
 
+// Rows of `parts` (one dtype and width, on any devices) one after another in one tensor on
+// `device`, each copied straight to its place.
+StatusOr<Tensor> ConcatRows(std::initializer_list<const Tensor*> parts, Device device,
+                            size_t& copied) {
+  int64_t rows = 0;
+  for (const Tensor* p : parts) rows += p->dim(0);
+  const Tensor& first = **parts.begin();
+  Shape shape = first.shape();
+  shape[0] = rows;
+  FZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(shape, first.dtype(), device));
+  size_t offset = 0;
+  for (const Tensor* p : parts) {
+    FZ_RETURN_IF_ERROR(CopyBytes(static_cast<char*>(out.raw_data()) + offset, device, p->raw_data(),
+                                 p->device(), p->nbytes()));
+    offset += p->nbytes();
+  }
+  copied += out.nbytes();
+  return out;
+}
+
+bool SameFormat(std::initializer_list<const Tensor*> parts) {
+  const Tensor& first = **parts.begin();
+  for (const Tensor* p : parts) {
+    if (p->defined() != first.defined()) return false;
+    if (p->defined() && (p->dtype() != first.dtype() || p->dim(-1) != first.dim(-1))) return false;
+  }
+  return true;
+}
+
+// Moves L's q/k/v and gate/up into their fused tensors on `device` where they can be fused
+// (16-bit or f32 weights, every bias of the group present or none), leaving the separate ones
+// undefined; returns whether any group was fused.
+StatusOr<bool> FuseProjections(LayerWeights& L, Device device, size_t& copied) {
+  bool fused = false;
+  const bool scaled = L.q_scale.defined() || L.k_scale.defined() || L.v_scale.defined() ||
+                      L.gate_scale.defined() || L.up_scale.defined();
+  if (scaled) return false;
+  if (SameFormat({&L.q_proj, &L.k_proj, &L.v_proj}) &&
+      SameFormat({&L.q_bias, &L.k_bias, &L.v_bias})) {
+    FZ_ASSIGN_OR_RETURN(L.qkv_proj, ConcatRows({&L.q_proj, &L.k_proj, &L.v_proj}, device, copied));
+    if (L.q_bias.defined()) {
+      FZ_ASSIGN_OR_RETURN(L.qkv_bias,
+                          ConcatRows({&L.q_bias, &L.k_bias, &L.v_bias}, device, copied));
+    }
+    L.q_proj = L.k_proj = L.v_proj = L.q_bias = L.k_bias = L.v_bias = Tensor();
+    fused = true;
+  }
+  if (SameFormat({&L.gate_proj, &L.up_proj}) && !L.gate_bias.defined() && !L.up_bias.defined()) {
+    FZ_ASSIGN_OR_RETURN(L.gate_up_proj, ConcatRows({&L.gate_proj, &L.up_proj}, device, copied));
+    L.gate_proj = L.up_proj = Tensor();
+    fused = true;
+  }
+  return fused;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, DecoderWeights w,
-                                                   Device device) {
+                                                   Device device, ProjectionLayout projections) {
   if (s.hidden <= 0 || s.layers <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 ||
       s.heads % s.kv_heads != 0 || s.head_dim % 2 != 0 || s.intermediate <= 0 || s.vocab <= 0 ||
       s.rope.head_dim != s.head_dim) {
@@ -171,17 +227,31 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
     FZ_ASSIGN_OR_RETURN(d->weights_.lm_head,
                         ops::PackLinearWeight(d->weights_.lm_head, d->weights_.lm_head_scale));
   }
-  for (const LayerWeights& L : w.layers) {
+  const bool fuse = projections == ProjectionLayout::kFused ||
+                    (projections == ProjectionLayout::kDeviceDefault && !device.is_cpu());
+  for (LayerWeights& L : w.layers) {
+    if (fuse) {
+      FZ_ASSIGN_OR_RETURN(const bool fused, FuseProjections(L, device, copied));
+      d->fused_projections_ = d->fused_projections_ || fused;
+    }
     FZ_ASSIGN_OR_RETURN(LayerWeights D, LayerOnDevice(L, device, copied));
+    D.qkv_proj = std::move(L.qkv_proj);
+    D.qkv_bias = std::move(L.qkv_bias);
+    D.gate_up_proj = std::move(L.gate_up_proj);
+    Tensor no_scale;  // the fused weights are 16-bit or f32
     for (const auto& [t, scale] : {std::pair{&D.q_proj, &D.q_scale},
                                    {&D.k_proj, &D.k_scale},
                                    {&D.v_proj, &D.v_scale},
                                    {&D.o_proj, &D.o_scale},
                                    {&D.gate_proj, &D.gate_scale},
                                    {&D.up_proj, &D.up_scale},
-                                   {&D.down_proj, &D.down_scale}}) {
+                                   {&D.down_proj, &D.down_scale},
+                                   {&D.qkv_proj, &no_scale},
+                                   {&D.gate_up_proj, &no_scale}}) {
       // The GEMMs' layout, now rather than at a request; int8 weights are kept in it only.
-      FZ_ASSIGN_OR_RETURN(*t, ops::PackLinearWeight(*t, *scale));
+      if (t->defined()) {
+        FZ_ASSIGN_OR_RETURN(*t, ops::PackLinearWeight(*t, *scale));
+      }
     }
     d->weights_.layers.push_back(std::move(D));
   }
@@ -332,16 +402,21 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
   FZ_ASSIGN_OR_RETURN(Tensor q, Empty({t, nh, d}));
   FZ_ASSIGN_OR_RETURN(Tensor k, Empty({t, g, d}));
   FZ_ASSIGN_OR_RETURN(Tensor v, Empty({t, g, d}));
-  {
+  if (w.qkv_proj.defined()) {
+    FZ_ASSIGN_OR_RETURN(Tensor qkv, Empty({t, (nh + 2 * g) * d}));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.qkv_proj, Tensor(), w.qkv_bias, qkv));
+    FZ_RETURN_IF_ERROR(
+        ops::RopeSplitQkv(qkv, positions, shape_.rope, rows.host_positions, q, k, v));
+  } else {
     FZ_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({t, nh * d}));
     FZ_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({t, g * d}));
     FZ_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({t, g * d}));
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.q_proj, w.q_scale, w.q_bias, q2));
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.k_proj, w.k_scale, w.k_bias, k2));
     FZ_RETURN_IF_ERROR(ops::Linear(h, w.v_proj, w.v_scale, w.v_bias, v2));
+    FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, shape_.rope, rows.host_positions));
+    FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, shape_.rope, rows.host_positions));
   }
-  FZ_RETURN_IF_ERROR(ops::ApplyRope(q, positions, shape_.rope, rows.host_positions));
-  FZ_RETURN_IF_ERROR(ops::ApplyRope(k, positions, shape_.rope, rows.host_positions));
 
   FZ_ASSIGN_OR_RETURN(Tensor attn, Empty({t, nh, d}));
   if (!rows.decode.empty()) {
@@ -375,10 +450,16 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
 
   // MLP block: x += down(silu(gate(h)) ⊙ up(h)).
   FZ_ASSIGN_OR_RETURN(Tensor gate, Empty({t, shape_.intermediate}));
-  FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));
-  FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_proj, w.gate_scale, w.gate_bias, gate));
-  FZ_RETURN_IF_ERROR(ops::Linear(h, w.up_proj, w.up_scale, w.up_bias, up));
-  FZ_RETURN_IF_ERROR(ops::SiluMul(gate, up, gate));
+  if (w.gate_up_proj.defined()) {
+    FZ_ASSIGN_OR_RETURN(Tensor gate_up, Empty({t, 2 * shape_.intermediate}));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_up_proj, Tensor(), Tensor(), gate_up));
+    FZ_RETURN_IF_ERROR(ops::SiluMulHalves(gate_up, gate));
+  } else {
+    FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_proj, w.gate_scale, w.gate_bias, gate));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.up_proj, w.up_scale, w.up_bias, up));
+    FZ_RETURN_IF_ERROR(ops::SiluMul(gate, up, gate));
+  }
   FZ_RETURN_IF_ERROR(ops::Linear(gate, w.down_proj, w.down_scale, w.down_bias, h));
   return ops::Add(x, h, x);
 }

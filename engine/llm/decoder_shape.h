@@ -44,6 +44,10 @@ struct LayerWeights {
   Tensor up_proj, up_bias;          // [I, H], [I]
   Tensor down_proj, down_bias;      // [H, I], [H]
   Tensor q_scale, k_scale, v_scale, o_scale, gate_scale, up_scale, down_scale;
+  // Set by the decoder where it fuses projections (Decoder::Create, ProjectionLayout::kFused):
+  // q/k/v as one [(heads + 2G)·d, H] weight (and bias) and gate/up as one [2I, H]; their separate
+  // tensors are then left undefined. Never set by a loader.
+  Tensor qkv_proj = {}, qkv_bias = {}, gate_up_proj = {};
 };
 
 // Views: whoever made them keeps the storage alive (ModelWeights' mmaps, or the caller's

@@ -49,6 +49,29 @@ Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& y) {
   return InternalError("SiluMul: unknown device kind");
 }
 
+Status SiluMulHalves(const Tensor& gate_up, Tensor& y) {
+  constexpr std::string_view kOp = "SiluMulHalves";
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "gate_up", gate_up));
+  FZ_RETURN_IF_ERROR(CheckDefined(kOp, "output", y));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "gate_up", gate_up, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "output", y, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckRank(kOp, "gate_up", gate_up, 2));
+  FZ_RETURN_IF_ERROR(CheckRank(kOp, "output", y, 2));
+  if (y.dim(0) != gate_up.dim(0) || gate_up.dim(1) != 2 * y.dim(1)) {
+    return InvalidArgumentError("SiluMulHalves: gate_up {} is not [rows, 2·w] of output {}",
+                                ShapeString(gate_up.shape()), ShapeString(y.shape()));
+  }
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, gate_up.device(), {&y}));
+  switch (y.device().kind) {
+    case DeviceKind::kCpu:
+      return SiluMulHalvesCpu(gate_up, y);
+    case DeviceKind::kCuda:
+      FZ_RETURN_IF_ERROR(CheckDeviceUsable(y.device()));
+      return SiluMulHalvesCuda(gate_up, y);
+  }
+  return InternalError("SiluMulHalves: unknown device kind");
+}
+
 Status Add(const Tensor& a, const Tensor& b, Tensor& y) {
   FZ_RETURN_IF_ERROR(CheckElementwise("Add", a, &b, y));
   switch (a.device().kind) {

@@ -22,6 +22,11 @@ Status Gelu(const Tensor& x, GeluApproximation approximation, Tensor& y);
 // gate, up, y: same shape.
 Status SiluMul(const Tensor& gate, const Tensor& up, Tensor& y);
 
+// SiluMul over the fused gate/up projection's output (one GEMM over the concatenated weights):
+// gate_up [rows, 2·w] holds each row's gate then its up; y [rows, w] = silu(gate) ⊙ up, the same
+// arithmetic as SiluMul. y must not alias gate_up.
+Status SiluMulHalves(const Tensor& gate_up, Tensor& y);
+
 // a, b, y: same shape.
 Status Add(const Tensor& a, const Tensor& b, Tensor& y);
 

@@ -1,5 +1,7 @@
 // Element-wise activations on the CPU, split into contiguous chunks over ComputePool(); the
 // transcendental ones run the vectorised loops of cpu_kernels.h.
+#include <algorithm>
+
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu_backends.h"
 #include "engine/ops/cpu_kernels.h"
@@ -35,6 +37,22 @@ Status SiluMulCpu(const Tensor& gate, const Tensor& up, Tensor& y) {
   float* yp = static_cast<float*>(y.raw_data());
   ForEachChunk(gate.numel(),
                [&](int64_t b, int64_t e) { cpu::SiluMul(g + b, u + b, e - b, yp + b); });
+  return absl::OkStatus();
+}
+
+Status SiluMulHalvesCpu(const Tensor& gate_up, Tensor& y) {
+  const int64_t w = y.dim(1);
+  const float* in = static_cast<const float*>(gate_up.raw_data());
+  float* yp = static_cast<float*>(y.raw_data());
+  // The chunks SiluMul takes over y, each walked row piece by row piece.
+  ForEachChunk(y.numel(), [&](int64_t b, int64_t e) {
+    while (b < e) {
+      const int64_t r = b / w, c = b % w, n = std::min(e - b, w - c);
+      const float* gate = in + r * 2 * w + c;
+      cpu::SiluMul(gate, gate + w, n, yp + b);
+      b += n;
+    }
+  });
   return absl::OkStatus();
 }
 

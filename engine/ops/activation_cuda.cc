@@ -43,6 +43,16 @@ Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y) {
   return LaunchStatus(cuda::LaunchSiluMul(Binary(gate, up, y), CurrentFramezipStream()), "SiluMul");
 }
 
+Status SiluMulHalvesCuda(const Tensor& gate_up, Tensor& y) {
+  ScopedCudaDevice scope(y.device());
+  cuda::SiluMulHalvesParams p;
+  p.in = static_cast<const float*>(gate_up.raw_data());
+  p.y = static_cast<float*>(y.raw_data());
+  p.rows = y.dim(0);
+  p.width = y.dim(1);
+  return LaunchStatus(cuda::LaunchSiluMulHalves(p, CurrentFramezipStream()), "SiluMulHalves");
+}
+
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y) {
   ScopedCudaDevice scope(a.device());
   return LaunchStatus(cuda::LaunchAdd(Binary(a, b, y), CurrentFramezipStream()), "Add");

@@ -21,10 +21,13 @@ Status LayerNormCpu(const Tensor& x, const Tensor& gamma, const Tensor& beta, fl
 Status RmsNormCpu(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 Status GeluCpu(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCpu(const Tensor& gate, const Tensor& up, Tensor& y);
+Status SiluMulHalvesCpu(const Tensor& gate_up, Tensor& y);
 Status AddCpu(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCpu(const Tensor& table, const Tensor& ids, Tensor& out);
 Status SoftmaxCpu(const Tensor& x, Tensor& y);
 Status ApplyRopeCpu(Tensor& x, const Tensor& positions, const RopeParams& params);
+Status RopeSplitQkvCpu(const Tensor& qkv, const Tensor& positions, const RopeParams& params,
+                       Tensor& q, Tensor& k, Tensor& v);
 Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
                     const AttentionParams& params, Tensor& out);
 Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);

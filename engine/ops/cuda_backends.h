@@ -32,6 +32,7 @@ Status LayerNormCuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
 Status SoftmaxCuda(const Tensor& x, Tensor& y);
 Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
+Status SiluMulHalvesCuda(const Tensor& gate_up, Tensor& y);
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
 // The ids were checked on the host (their host copy): the gather alone.
@@ -40,6 +41,8 @@ Status BilinearResizeCuda(const Tensor& in, Tensor& out, ImageLayout layout);
 // positions_checked: the caller checked the positions on the host already.
 Status ApplyRopeCuda(Tensor& x, const Tensor& positions, const RopeParams& params,
                      bool positions_checked);
+Status RopeSplitQkvCuda(const Tensor& qkv, const Tensor& positions, const RopeParams& params,
+                        bool positions_checked, Tensor& q, Tensor& k, Tensor& v);
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);
 Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);

@@ -29,6 +29,7 @@ Status SoftmaxCuda(const Tensor&, Tensor&) { return NoCuda("Softmax"); }
 Status GeluCuda(const Tensor&, GeluApproximation, Tensor&) { return NoCuda("Gelu"); }
 Status QuickGeluCuda(const Tensor&, Tensor&) { return NoCuda("QuickGelu"); }
 Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluMul"); }
+Status SiluMulHalvesCuda(const Tensor&, Tensor&) { return NoCuda("SiluMulHalves"); }
 Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
 Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
 Status EmbeddingCheckedCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
@@ -44,6 +45,10 @@ Status SampleTokensPlannedCuda(Tensor&, const PlannedSampling&, std::span<int32_
 Status BilinearResizeCuda(const Tensor&, Tensor&, ImageLayout) { return NoCuda("BilinearResize"); }
 Status ApplyRopeCuda(Tensor&, const Tensor&, const RopeParams&, bool) {
   return NoCuda("ApplyRope");
+}
+Status RopeSplitQkvCuda(const Tensor&, const Tensor&, const RopeParams&, bool, Tensor&, Tensor&,
+                        Tensor&) {
+  return NoCuda("RopeSplitQkv");
 }
 Status AttentionCuda(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, Tensor&) {
   return NoCuda("Attention");

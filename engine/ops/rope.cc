@@ -39,6 +39,32 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params) {
   return ApplyRope(x, positions, params, {});
 }
 
+namespace {
+
+// Negative positions refused from the host copy: the caller's, or on the CPU the tensor itself.
+Status CheckPositions(std::string_view op, const Tensor& positions, int64_t tokens,
+                      std::span<const int32_t>& host_positions) {
+  if (positions.shape() != Shape{tokens}) {
+    return InvalidArgumentError("{}: positions has shape {}, want [{}]", op,
+                                ShapeString(positions.shape()), tokens);
+  }
+  if (!host_positions.empty() && static_cast<int64_t>(host_positions.size()) != tokens) {
+    return InvalidArgumentError("{}: {} host positions for {} tokens", op, host_positions.size(),
+                                tokens);
+  }
+  if (positions.device().is_cpu() && host_positions.empty()) {
+    host_positions = std::span<const int32_t>(positions.data<int32_t>(), tokens);
+  }
+  for (size_t t = 0; t < host_positions.size(); ++t) {
+    if (host_positions[t] < 0) {
+      return InvalidArgumentError("{}: position {} of token {}", op, host_positions[t], t);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params,
                  std::span<const int32_t> host_positions) {
   constexpr std::string_view kOp = "ApplyRope";
@@ -51,29 +77,51 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params,
     return InvalidArgumentError("ApplyRope: x has shape {} but head_dim is {} (must be even)",
                                 ShapeString(x.shape()), params.head_dim);
   }
-  if (positions.shape() != Shape{x.dim(0)}) {
-    return InvalidArgumentError("ApplyRope: positions has shape {}, want [{}]",
-                                ShapeString(positions.shape()), x.dim(0));
-  }
-  if (!host_positions.empty() && static_cast<int64_t>(host_positions.size()) != x.dim(0)) {
-    return InvalidArgumentError("ApplyRope: {} host positions for {} tokens",
-                                host_positions.size(), x.dim(0));
-  }
   FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&positions}));
-  if (x.device().is_cpu() && host_positions.empty()) {
-    host_positions = std::span<const int32_t>(positions.data<int32_t>(), x.dim(0));
-  }
-  for (size_t t = 0; t < host_positions.size(); ++t) {
-    if (host_positions[t] < 0) {
-      return InvalidArgumentError("ApplyRope: position {} of token {}", host_positions[t], t);
-    }
-  }
+  FZ_RETURN_IF_ERROR(CheckPositions(kOp, positions, x.dim(0), host_positions));
   if (!x.device().is_cpu()) {
     FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
     // Without host positions the backend copies them back to check them.
     return ApplyRopeCuda(x, positions, params, !host_positions.empty());
   }
   return ApplyRopeCpu(x, positions, params);
+}
+
+Status RopeSplitQkv(const Tensor& qkv, const Tensor& positions, const RopeParams& params,
+                    std::span<const int32_t> host_positions, Tensor& q, Tensor& k, Tensor& v) {
+  constexpr std::string_view kOp = "RopeSplitQkv";
+  for (const auto& [t, name] :
+       {std::pair{&qkv, "qkv"}, {&positions, "positions"}, {&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    FZ_RETURN_IF_ERROR(CheckDefined(kOp, name, *t));
+  }
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    FZ_RETURN_IF_ERROR(CheckDType(kOp, name, *t, DType::kF32));
+    FZ_RETURN_IF_ERROR(CheckRank(kOp, name, *t, 3));
+  }
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "qkv", qkv, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckRank(kOp, "qkv", qkv, 2));
+  FZ_RETURN_IF_ERROR(CheckDType(kOp, "positions", positions, DType::kI32));
+  const int64_t tokens = qkv.dim(0), d = params.head_dim;
+  if (d <= 0 || d % 2 != 0 || q.dim(2) != d) {
+    return InvalidArgumentError("RopeSplitQkv: q has shape {} but head_dim is {} (must be even)",
+                                ShapeString(q.shape()), d);
+  }
+  const int64_t q_heads = q.dim(1), kv_heads = k.dim(1);
+  if (q.dim(0) != tokens || k.shape() != Shape{tokens, kv_heads, d} || v.shape() != k.shape() ||
+      qkv.dim(1) != (q_heads + 2 * kv_heads) * d) {
+    return InvalidArgumentError(
+        "RopeSplitQkv: qkv {} does not split into q {}, k {} and v {} (want [T, (Hq + 2·Hkv)·d] "
+        "and k, v alike)",
+        ShapeString(qkv.shape()), ShapeString(q.shape()), ShapeString(k.shape()),
+        ShapeString(v.shape()));
+  }
+  FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, qkv.device(), {&positions, &q, &k, &v}));
+  FZ_RETURN_IF_ERROR(CheckPositions(kOp, positions, tokens, host_positions));
+  if (!qkv.device().is_cpu()) {
+    FZ_RETURN_IF_ERROR(CheckDeviceUsable(qkv.device()));
+    return RopeSplitQkvCuda(qkv, positions, params, !host_positions.empty(), q, k, v);
+  }
+  return RopeSplitQkvCpu(qkv, positions, params, q, k, v);
 }
 
 }  // namespace framezip::engine::ops

@@ -50,4 +50,14 @@ Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params);
 Status ApplyRope(Tensor& x, const Tensor& positions, const RopeParams& params,
                  std::span<const int32_t> host_positions);
 
+// The fused projection's output split and rotated in one pass: qkv [T, (Hq + 2·Hkv)·d] holds each
+// token's q, k and v side by side (one GEMM over the concatenated q/k/v weights); writes
+// q [T, Hq, d] and k [T, Hkv, d] rotated at `positions` as ApplyRope does (the same angles, bit for
+// bit), and v [T, Hkv, d] copied. On a GPU one launch where a separate q, k and v need two
+// rotations (and three GEMMs). host_positions as for ApplyRope (empty: read from `positions` on the
+// CPU, copied back on a GPU). Errors as ApplyRope's, and INVALID_ARGUMENT naming the tensor whose
+// shape does not match.
+Status RopeSplitQkv(const Tensor& qkv, const Tensor& positions, const RopeParams& params,
+                    std::span<const int32_t> host_positions, Tensor& q, Tensor& k, Tensor& v);
+
 }  // namespace framezip::engine::ops

@@ -24,6 +24,17 @@ __global__ void BinaryKernel(BinaryParams p, Op op) {
   }
 }
 
+__global__ void SiluMulHalvesKernel(SiluMulHalvesParams p) {
+  const int64_t total = p.rows * p.width;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t r = i / p.width, c = i % p.width;
+    const float* row = p.in + r * 2 * p.width;
+    p.y[i] = SiluMulOp{}(row[c], row[p.width + c]);
+  }
+}
+
 __global__ void GeluKernel(GeluParams p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
@@ -62,6 +73,13 @@ cudaError_t LaunchBinary(const BinaryParams& params, cudaStream_t stream) {
 
 cudaError_t LaunchSiluMul(const BinaryParams& params, cudaStream_t stream) {
   return LaunchBinary<SiluMulOp>(params, stream);
+}
+
+cudaError_t LaunchSiluMulHalves(const SiluMulHalvesParams& params, cudaStream_t stream) {
+  const int64_t n = params.rows * params.width;
+  if (n == 0) return cudaSuccess;
+  SiluMulHalvesKernel<<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchAdd(const BinaryParams& params, cudaStream_t stream) {

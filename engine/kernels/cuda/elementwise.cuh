@@ -1,5 +1,6 @@
 // Element-wise f32 kernels of the decoder and the vision tower:
-//   SiluMul:  y = gate / (1 + e^−gate) · up      (SwiGLU)
+//   SiluMul:  y = gate / (1 + e^−gate) · up      (SwiGLU); SiluMulHalves takes gate and up
+//             as the halves of each row of one fused [rows, 2·w] input
 //   Add:      y = a + b                          (residual adds)
 //   Gelu:     erf or tanh form                   (projector, SigLIP MLP), or CLIP's quick form
 //             x · sigmoid(1.702x)                (QuickGELU, CLIP ViT MLP)
@@ -40,6 +41,14 @@ struct AddBiasParams {
 };
 
 cudaError_t LaunchSiluMul(const BinaryParams& params, cudaStream_t stream);
+// y [rows, width] = silu(in[r, c]) · in[r, width + c], in [rows, 2·width].
+struct SiluMulHalvesParams {
+  const float* in = nullptr;
+  float* y = nullptr;
+  int64_t rows = 0;
+  int64_t width = 0;
+};
+cudaError_t LaunchSiluMulHalves(const SiluMulHalvesParams& params, cudaStream_t stream);
 cudaError_t LaunchAdd(const BinaryParams& params, cudaStream_t stream);
 cudaError_t LaunchGelu(const GeluParams& params, cudaStream_t stream);
 cudaError_t LaunchAddBias(const AddBiasParams& params, cudaStream_t stream);

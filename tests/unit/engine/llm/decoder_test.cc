@@ -259,6 +259,57 @@ TEST_CASE("One batched decode step equals separate steps of each sequence", "[un
   }
 }
 
+TEST_CASE("Fused q/k/v and gate/up projections give the separate projections' logits bit for bit",
+          "[unit][engine][llm]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const bool qwen2 = GENERATE(true, false);  // q/k/v biases, or none
+  const DType wdtype = GENERATE(DType::kBF16, DType::kF32);
+  CAPTURE(qwen2, DTypeName(wdtype));
+  const model::TextConfig config = testing::TinyDecoderConfig(qwen2);
+  const RandomDecoderWeights random = *runtime::MakeRandomDecoderWeights(config, wdtype, rng());
+  const DecoderShape shape = *runtime::DecoderShapeOf(config);
+  auto separate =
+      *Decoder::Create(shape, random.weights, Device::Cpu(), ProjectionLayout::kSeparate);
+  auto fused = *Decoder::Create(shape, random.weights, Device::Cpu(), ProjectionLayout::kFused);
+  CHECK_FALSE(separate->fused_projections());
+  REQUIRE(fused->fused_projections());
+  // A prefill of every logit row, then decode steps of two sequences batched.
+  std::vector<std::vector<float>> got[2];
+  std::vector<std::unique_ptr<kv::PagePool>> pools;
+  const auto prompt_a = RandomIds(23, 97, rng), prompt_b = RandomIds(9, 97, rng);
+  const auto next = RandomIds(6, 97, rng);
+  for (int which = 0; which < 2; ++which) {
+    Decoder& d = which == 0 ? *separate : *fused;
+    pools.push_back(*kv::PagePool::Create(d.KvLayout(kv::KvFormat::kF16, 8), 4096));
+    auto a = *d.NewSequence(pools.back().get());
+    auto b = *d.NewSequence(pools.back().get());
+    got[which].push_back(
+        ToFloatVector(*d.Prefill(*a, *d.Embed(prompt_a), PrefillOptions{.all_logits = true})));
+    got[which].push_back(ToFloatVector(*d.Prefill(*b, *d.Embed(prompt_b))));
+    std::vector<Sequence*> batch = {a.get(), b.get()};
+    for (size_t i = 0; i < next.size(); i += 2) {
+      auto step = d.DecodeStep(batch, std::span<const int32_t>(&next[i], 2));
+      REQUIRE(step.ok());
+      got[which].push_back(ToFloatVector(*step));
+    }
+  }
+  // With bf16 weights each logit is the same dot products in the same order: the CPU's bf16
+  // GEMMs compute a column the same whatever their number, and the split applies RoPE's
+  // arithmetic to the same values. f32 weights go through OpenBLAS, whose blocking follows the
+  // matrix sizes, so its sums may be ordered differently: f32 rounding of the sums.
+  const double tol = wdtype == DType::kBF16 ? 0.0 : 1e-5;
+  REQUIRE(got[0].size() == got[1].size());
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    INFO("output " << i);
+    REQUIRE(got[0][i].size() == got[1][i].size());
+    double worst = 0;
+    for (size_t j = 0; j < got[0][i].size(); ++j) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[0][i][j]) - got[1][i][j]));
+    }
+    CHECK(worst <= tol);
+  }
+}
+
 TEST_CASE("Decoder refuses weights of the wrong shape, naming the tensor", "[unit][engine][llm]") {
   auto c = testing::TinyDecoderConfig(true);
   auto r = *runtime::MakeRandomDecoderWeights(c, DType::kF32, 1);

@@ -1,5 +1,6 @@
 // The element-wise and row ops on every device present against f64
-// (tests/unit/engine/ops/device_cases.h): Gelu (erf and tanh), SiluMul, Add, QuickGelu, Softmax
+// (tests/unit/engine/ops/device_cases.h): Gelu (erf and tanh), SiluMul (and over a fused gate/up
+// row: SiluMulHalves), Add, QuickGelu, Softmax
 // and Cast. All are f32 arithmetic. The CPU's exp/erf/tanh are within a few ulp of f64
 // (1e-6 abs + 1e-6 rel); CUDA's device functions differ from glibc's by a few more ulp, and its
 // outputs here are compared at 2e-5 abs + 2e-5 rel (f32 rounding, docs/DEVELOPING.md §5, with
@@ -58,6 +59,42 @@ TEST_CASE("Gelu, SiluMul and Add match f64 on every device", "[unit][engine][ops
     Tensor in_place = On(a.tensor, device);  // as the residual stream is updated
     REQUIRE(ops::Add(in_place, On(b.tensor, device), in_place).ok());
     CheckCloseTo(in_place, sum, {0.0, 0.0});
+  });
+}
+
+TEST_CASE("SiluMulHalves over a fused gate/up row equals SiluMul on its halves on every device",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  // One row (a decode step) and rows of a width no chunk of the CPU's divides evenly.
+  const int64_t rows = GENERATE(1, 5), width = 4864 + 3;
+  CAPTURE(rows);
+  const auto gate_up = MakeRandom({rows, 2 * width}, DType::kF32, rng, 4.f);
+  auto half_of = [&](int64_t first) {
+    Tensor t = *Tensor::Empty({rows, width}, DType::kF32);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < width; ++c) {
+        t.data<float>()[r * width + c] = gate_up.tensor.data<float>()[r * 2 * width + first + c];
+      }
+    }
+    return t;
+  };
+  const Tensor gate = half_of(0), up = half_of(width);
+  std::vector<double> want(static_cast<size_t>(rows * width));
+  for (int64_t i = 0; i < rows * width; ++i) {
+    const double g = gate.data<float>()[i], u = up.data<float>()[i];
+    want[static_cast<size_t>(i)] = g / (1 + std::exp(-g)) * u;
+  }
+  ForEachDevice([&](const Device& device) {
+    Tensor y = PoisonedOn({rows, width}, device);
+    REQUIRE(ops::SiluMulHalves(On(gate_up.tensor, device), y).ok());
+    CheckCloseTo(y, want, TranscendentalTolerance(device));
+    Tensor separate = PoisonedOn({rows, width}, device);
+    REQUIRE(ops::SiluMul(On(gate, device), On(up, device), separate).ok());
+    const std::vector<float> s = testing::ToFloatVector(separate);
+    CheckCloseTo(y, std::vector<double>(s.begin(), s.end()), {0.0, 0.0});
+    Tensor wrong = PoisonedOn({rows, width + 1}, device);
+    CHECK(ops::SiluMulHalves(On(gate_up.tensor, device), wrong).code() ==
+          absl::StatusCode::kInvalidArgument);
   });
 }
 

@@ -1,4 +1,4 @@
-// ApplyRope and Embedding on every device present against f64
+// ApplyRope, RopeSplitQkv and Embedding on every device present against f64
 // (tests/unit/engine/ops/device_cases.h).
 //
 // RoPE's angles are f32 as in HF (an f32 inverse frequency times an f32 position), so the
@@ -90,6 +90,63 @@ TEST_CASE("ApplyRope matches f64 on every device, Qwen2 and llama3 frequencies",
     Tensor z = On(x.tensor, device);
     REQUIRE(ops::ApplyRope(z, On(MakeI32(pos), device), params, pos).ok());
     CheckCloseTo(z, want, kRope);
+  });
+}
+
+TEST_CASE("RopeSplitQkv splits a fused projection and rotates q and k as ApplyRope does",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const int head_dim = GENERATE(64, 128);
+  const ops::RopeParams params{.head_dim = head_dim, .theta = 1000000.0};
+  CAPTURE(head_dim);
+  const int64_t tokens = 37, q_heads = 14, kv_heads = 2, d = head_dim;
+  const int64_t q_width = q_heads * d, kv_width = kv_heads * d, row = q_width + 2 * kv_width;
+  const auto qkv = MakeRandom({tokens, row}, DType::kF32, rng, 2.f);
+  std::uniform_int_distribution<int32_t> pos_dist(0, 32767);
+  std::vector<int32_t> pos(tokens);
+  for (auto& p : pos) p = pos_dist(rng);
+  // The three parts as separate tensors (what three projections would have written).
+  std::vector<double> q_in, k_in, v_in;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const auto at = qkv.values.begin() + t * row;
+    q_in.insert(q_in.end(), at, at + q_width);
+    k_in.insert(k_in.end(), at + q_width, at + q_width + kv_width);
+    v_in.insert(v_in.end(), at + q_width + kv_width, at + row);
+  }
+  const std::vector<float> inv = ops::RopeInverseFrequencies(params);
+  const auto want_q = RopeReference(q_in, pos, inv, q_heads, d);
+  const auto want_k = RopeReference(k_in, pos, inv, kv_heads, d);
+  auto values_of = [](const Tensor& t) {
+    const std::vector<float> f = testing::ToFloatVector(t);
+    return std::vector<double>(f.begin(), f.end());
+  };
+  auto host = [](const std::vector<double>& v, Shape shape) {
+    Tensor t = *Tensor::Empty(shape, DType::kF32);
+    for (size_t i = 0; i < v.size(); ++i) t.data<float>()[i] = static_cast<float>(v[i]);
+    return t;
+  };
+  ForEachDevice([&](const Device& device) {
+    Tensor q = PoisonedOn({tokens, q_heads, d}, device);
+    Tensor k = PoisonedOn({tokens, kv_heads, d}, device);
+    Tensor v = PoisonedOn({tokens, kv_heads, d}, device);
+    REQUIRE(
+        ops::RopeSplitQkv(On(qkv.tensor, device), On(MakeI32(pos), device), params, pos, q, k, v)
+            .ok());
+    CheckCloseTo(q, want_q, kRope);
+    CheckCloseTo(k, want_k, kRope);
+    CheckCloseTo(v, v_in, {0.0, 0.0});
+    // Bit for bit what the separate path gives on this device: the decoder's two layouts agree.
+    Tensor q_separate = On(host(q_in, {tokens, q_heads, d}), device);
+    Tensor k_separate = On(host(k_in, {tokens, kv_heads, d}), device);
+    REQUIRE(ops::ApplyRope(q_separate, On(MakeI32(pos), device), params, pos).ok());
+    REQUIRE(ops::ApplyRope(k_separate, On(MakeI32(pos), device), params, pos).ok());
+    CheckCloseTo(q, values_of(q_separate), {0.0, 0.0});
+    CheckCloseTo(k, values_of(k_separate), {0.0, 0.0});
+    // A fused row of the wrong width is refused, naming the tensors.
+    Tensor narrow = PoisonedOn({tokens, row - d}, device);
+    const Status st = ops::RopeSplitQkv(narrow, On(MakeI32(pos), device), params, pos, q, k, v);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(st), Catch::Contains("qkv"));
   });
 }
 
