@@ -6,6 +6,8 @@
 // Tolerance: q, K and V are f16 already (the reference reads the same values); the kernel rounds
 // P to f16 before P·V (relative 2^-11) and writes an f16 output (another 2^-11), with f32
 // accumulation, so outputs of magnitude ~1 are off by ~1e-3 at most: abs 3e-3 + rel 4e-3.
+// Not device cases: the kernel exists only on the GPU, over a page layout the CPU op does not
+// take (the op on every device: tests/unit/engine/ops/paged_attention_test.cc).
 // In a build without FlashInfer the planner must refuse with cudaErrorNotSupported.
 #include <cuda_runtime.h>
 
