@@ -22,6 +22,7 @@ Status RmsNormCpu(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 Status GeluCpu(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCpu(const Tensor& gate, const Tensor& up, Tensor& y);
 Status SiluMulHalvesCpu(const Tensor& gate_up, Tensor& y);
+Status UnfoldPatchesCpu(const Tensor& pixels, int64_t patch, DType round_to, Tensor& cols);
 Status AddCpu(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCpu(const Tensor& table, const Tensor& ids, Tensor& out);
 Status SoftmaxCpu(const Tensor& x, Tensor& y);

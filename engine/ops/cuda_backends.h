@@ -33,6 +33,7 @@ Status SoftmaxCuda(const Tensor& x, Tensor& y);
 Status GeluCuda(const Tensor& x, GeluApproximation approximation, Tensor& y);
 Status SiluMulCuda(const Tensor& gate, const Tensor& up, Tensor& y);
 Status SiluMulHalvesCuda(const Tensor& gate_up, Tensor& y);
+Status UnfoldPatchesCuda(const Tensor& pixels, int64_t patch, DType round_to, Tensor& cols);
 Status AddCuda(const Tensor& a, const Tensor& b, Tensor& y);
 Status EmbeddingCuda(const Tensor& table, const Tensor& ids, Tensor& out);
 // The ids were checked on the host (their host copy): the gather alone.

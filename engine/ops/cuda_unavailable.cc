@@ -30,6 +30,7 @@ Status GeluCuda(const Tensor&, GeluApproximation, Tensor&) { return NoCuda("Gelu
 Status QuickGeluCuda(const Tensor&, Tensor&) { return NoCuda("QuickGelu"); }
 Status SiluMulCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("SiluMul"); }
 Status SiluMulHalvesCuda(const Tensor&, Tensor&) { return NoCuda("SiluMulHalves"); }
+Status UnfoldPatchesCuda(const Tensor&, int64_t, DType, Tensor&) { return NoCuda("UnfoldPatches"); }
 Status AddCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Add"); }
 Status EmbeddingCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }
 Status EmbeddingCheckedCuda(const Tensor&, const Tensor&, Tensor&) { return NoCuda("Embedding"); }

@@ -5,12 +5,12 @@
 #include <cstring>
 
 #include "engine/core/device_memory.h"
-#include "engine/core/thread_pool.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/cast.h"
 #include "engine/ops/layer_norm.h"
 #include "engine/ops/linear.h"
+#include "engine/ops/patch_unfold.h"
 #include "engine/ops/row_slices.h"
 #include "engine/vision/activation.h"
 #include "engine/vision/tensor_util.h"
@@ -63,36 +63,25 @@ StatusOr<EmbeddingTables> F32Tables(const model::VisionConfig& c, const VisionTo
   return t;
 }
 
-// Patch embedding + class token + position embedding (+ CLIP's pre_layrnorm) into s.x. The patch
-// unfold reads the pixels on the host; the GEMM and everything after run on the tower's device.
+// Patch embedding + class token + position embedding (+ CLIP's pre_layrnorm) into s.x. On a GPU
+// the frames' pixels are sent as they are and unfolded there (ops::UnfoldPatches), so the host
+// only copies.
 Status Embed(const model::VisionConfig& c, const VisionTowerWeights& w,
              const EmbeddingTables& tables, const Tensor& pixels, int64_t first, int64_t B,
              Scratch& s) {
   const int64_t C = c.num_channels, S = c.image_size, P = c.patch_size, G = S / P;
   const int64_t D = c.hidden_size, T = c.num_positions(), K = C * P * P;
   const Device device = TowerDevice(w);
-  const float* px = pixels.data<float>() + first * C * S * S;
-  // Unfold: row (b, gy, gx), column (ch, ky, kx), matching the conv weight [D, C, P, P].
-  FZ_ASSIGN_OR_RETURN(Tensor cols, NewF32({B * G * G, K}, "unfolded patches"));
-  const DType wdtype = w.patch_weight.dtype();
-  float* col = cols.data<float>();
-  // One patch per task row, spread over the compute pool: on a GPU this host pass is in the
-  // tower's critical path (the device waits for the upload).
-  ComputePool().ParallelFor(B * G * G, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / (G * G), gy = (r / G) % G, gx = r % G;
-      float* row = col + r * K;
-      for (int64_t ch = 0; ch < C; ++ch) {
-        for (int64_t ky = 0; ky < P; ++ky) {
-          const float* src = px + ((b * C + ch) * S + gy * P + ky) * S + gx * P;
-          for (int64_t kx = 0; kx < P; ++kx) row[(ch * P + ky) * P + kx] = RoundTo(wdtype, src[kx]);
-        }
-      }
-    }
-  });
-  if (!device.is_cpu()) {
-    FZ_ASSIGN_OR_RETURN(cols, cols.To(device));
+  FZ_ASSIGN_OR_RETURN(Tensor images, pixels.Slice(first, first + B));
+  if (images.device() != device) {
+    FZ_ASSIGN_OR_RETURN(images, images.To(device));
   }
+  // Rows (b, gy, gx), columns (ch, ky, kx): the conv weight [D, C, P, P] read as [D, K].
+  FZ_ASSIGN_OR_RETURN(Tensor cols, NewF32({B * G * G, K}, "unfolded patches", device));
+  // Rounded as the patch GEMM would round them (16-bit weights take 16-bit inputs).
+  const DType wdtype = w.patch_weight.dtype();
+  const DType round_to = wdtype == DType::kBF16 || wdtype == DType::kF16 ? wdtype : DType::kF32;
+  FZ_RETURN_IF_ERROR(ops::UnfoldPatches(images, P, round_to, cols));
   FZ_ASSIGN_OR_RETURN(Tensor patches, NewF32({B * G * G, D}, "patch embeddings", device));
   FZ_RETURN_IF_ERROR(ops::Linear(cols, w.patch_weight, w.patch_bias, patches));
 

@@ -19,8 +19,8 @@
 // stored dtype by ops::Linear.
 //
 // Device: the tower runs where its weights are (VisionTowerWeightsOn copies them to a GPU). Pixels
-// and results stay on the host: the patch unfold reads the pixels there and is uploaded, every
-// layer runs on the device, and the hidden states asked for are copied back.
+// and results stay on the host: the pixels are sent as they are and unfolded on the device
+// (ops::UnfoldPatches), every layer runs there, and the hidden states asked for are copied back.
 #pragma once
 
 #include <cstdint>

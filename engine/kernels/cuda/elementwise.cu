@@ -1,6 +1,7 @@
 #include "engine/kernels/cuda/bilinear_resize.cuh"
 #include "engine/kernels/cuda/elementwise.cuh"
 #include "engine/kernels/cuda/float_io.cuh"
+#include "engine/kernels/cuda/patch_unfold.cuh"
 
 namespace framezip::engine::cuda {
 namespace {
@@ -164,6 +165,47 @@ cudaError_t LaunchBilinearResize(const BilinearResizeParams& params, cudaStream_
   if (total == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   BilinearResizeKernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace framezip::engine::cuda
+
+// ---- Patch unfold (patch_unfold.cuh), here for the same reason.
+
+namespace framezip::engine::cuda {
+namespace {
+
+__global__ void UnfoldPatchesKernel(UnfoldPatchesParams p) {
+  const int64_t g = p.side / p.patch, k = p.channels * p.patch * p.patch;
+  const int64_t total = p.images * g * g * k;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t r = i / k, col = i % k;
+    const int64_t b = r / (g * g), gy = (r / g) % g, gx = r % g;
+    const int64_t ch = col / (p.patch * p.patch), ky = (col / p.patch) % p.patch,
+                  kx = col % p.patch;
+    float v = p.pixels[((b * p.channels + ch) * p.side + gy * p.patch + ky) * p.side +
+                       gx * p.patch + kx];
+    // The round trip through the 16-bit type the patch GEMM reads (StoreFloat rounds to nearest
+    // even), as the CPU op's F32ToBF16 / F32ToF16.
+    if (p.round_to != FloatKind::kF32) {
+      uint16_t bits;
+      StoreFloat(&bits, p.round_to, 0, v);
+      v = LoadAsFloat(&bits, p.round_to, 0);
+    }
+    p.cols[i] = v;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchUnfoldPatches(const UnfoldPatchesParams& params, cudaStream_t stream) {
+  if (params.patch <= 0 || params.side < params.patch) return cudaErrorInvalidValue;
+  const int64_t g = params.side / params.patch;
+  const int64_t total = params.images * g * g * params.channels * params.patch * params.patch;
+  if (total == 0) return cudaSuccess;
+  UnfoldPatchesKernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 
