@@ -188,6 +188,11 @@ StatusOr<WorkerPool::Worker> WorkerPool::Spawn() {
   return worker;
 }
 
+ReadyMessage WorkerPool::sandbox() const {
+  std::lock_guard lock(mu_);
+  return sandbox_;
+}
+
 void WorkerPool::Signal(const Worker& worker, int sig) {
   if (worker.pid <= 0) return;
   if (worker.pidfd >= 0) {

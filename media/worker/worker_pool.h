@@ -79,7 +79,8 @@ class WorkerPool final : public MediaBackend {
                                 const MediaLimits& limits,
                                 const DecodeOptions& options = {}) override;
 
-  const ReadyMessage& sandbox() const { return sandbox_; }
+  // A copy: every worker the refill thread starts reports it again (under mu_).
+  ReadyMessage sandbox() const;
   WorkerPoolStats stats() const;
 
  private:
