@@ -44,17 +44,32 @@ void ForEachTokenAngles(int64_t tokens, const int32_t* pos, const RopeParams& pa
   });
 }
 
-// `heads` vectors of d from `in` rotated into `out` (which may be `in`).
-void RotateHeads(const float* in, float* out, int64_t heads, int64_t d, const float* c,
-                 const float* s, float sign) {
+// `heads` vectors of d rotated in place.
+void RotateHeadsInPlace(float* x, int64_t heads, int64_t d, const float* c, const float* s,
+                        float sign) {
+  const int64_t half = d / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * d;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half], si = sign * s[i];
+      v[i] = a * c[i] - b * si;
+      v[i + half] = b * c[i] + a * si;
+    }
+  }
+}
+
+// The same arithmetic from `in` into `out`, which do not overlap (restrict: the loop vectorises
+// without a runtime overlap check, which an in-place call would fail into the scalar loop).
+void RotateHeadsInto(const float* __restrict in, float* __restrict out, int64_t heads, int64_t d,
+                     const float* c, const float* s) {
   const int64_t half = d / 2;
   for (int64_t h = 0; h < heads; ++h) {
     const float* x = in + h * d;
     float* y = out + h * d;
     for (int64_t i = 0; i < half; ++i) {
-      const float a = x[i], b = x[i + half], si = sign * s[i];
-      y[i] = a * c[i] - b * si;
-      y[i + half] = b * c[i] + a * si;
+      const float a = x[i], b = x[i + half];
+      y[i] = a * c[i] - b * s[i];
+      y[i + half] = b * c[i] + a * s[i];
     }
   }
 }
@@ -66,8 +81,7 @@ void RotateHalfSplitRows(float* xp, int64_t tokens, int64_t heads, int64_t d, co
   ForEachTokenAngles(tokens, pos, params, [&](int64_t t0, int64_t t1, auto& angles) {
     for (int64_t t = t0; t < t1; ++t) {
       const auto [c, s] = angles(t);
-      float* row = xp + t * heads * d;
-      RotateHeads(row, row, heads, d, c, s, sign);
+      RotateHeadsInPlace(xp + t * heads * d, heads, d, c, s, sign);
     }
   });
 }
@@ -85,8 +99,8 @@ Status RopeSplitQkvCpu(const Tensor& qkv, const Tensor& positions, const RopePar
                        for (int64_t t = t0; t < t1; ++t) {
                          const auto [c, s] = angles(t);
                          const float* x = in + t * row;
-                         RotateHeads(x, qp + t * q_width, q_heads, d, c, s, 1.f);
-                         RotateHeads(x + q_width, kp + t * kv_width, kv_heads, d, c, s, 1.f);
+                         RotateHeadsInto(x, qp + t * q_width, q_heads, d, c, s);
+                         RotateHeadsInto(x + q_width, kp + t * kv_width, kv_heads, d, c, s);
                          std::copy_n(x + q_width + kv_width, kv_width, vp + t * kv_width);
                        }
                      });
