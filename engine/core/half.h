@@ -38,4 +38,12 @@ inline BFloat16 F32ToBF16(float f) {
 float F16ToF32(Float16 v);
 Float16 F32ToF16(float f);  // round to nearest even, overflow to inf
 
+// x rounded to a 16-bit type's precision and back (bf16, f16); any other dtype leaves it as is.
+// What a GEMM over 16-bit operands sees of an f32 input.
+inline float RoundedThrough(DType dtype, float x) {
+  if (dtype == DType::kBF16) return BF16ToF32(F32ToBF16(x));
+  if (dtype == DType::kF16) return F16ToF32(F32ToF16(x));
+  return x;
+}
+
 }  // namespace framezip::engine

@@ -62,6 +62,13 @@ Status SiluMulHalves(const Tensor& gate_up, Tensor& y) {
                                 ShapeString(gate_up.shape()), ShapeString(y.shape()));
   }
   FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, gate_up.device(), {&y}));
+  // Rows are read and written at different strides: an output inside the input would overwrite
+  // gates and ups before they are read.
+  const auto* in = static_cast<const char*>(gate_up.raw_data());
+  const auto* out = static_cast<const char*>(y.raw_data());
+  if (out < in + gate_up.nbytes() && in < out + y.nbytes()) {
+    return InvalidArgumentError("SiluMulHalves: the output overlaps gate_up");
+  }
   switch (y.device().kind) {
     case DeviceKind::kCpu:
       return SiluMulHalvesCpu(gate_up, y);

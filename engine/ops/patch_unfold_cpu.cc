@@ -4,20 +4,6 @@
 #include "engine/ops/cpu_backends.h"
 
 namespace framezip::engine::ops {
-namespace {
-
-float Rounded(DType round_to, float x) {
-  switch (round_to) {
-    case DType::kBF16:
-      return BF16ToF32(F32ToBF16(x));
-    case DType::kF16:
-      return F16ToF32(F32ToF16(x));
-    default:
-      return x;
-  }
-}
-
-}  // namespace
 
 Status UnfoldPatchesCpu(const Tensor& pixels, int64_t patch, DType round_to, Tensor& cols) {
   const int64_t c = pixels.dim(1), s = pixels.dim(2), p = patch, g = s / p, k = c * p * p;
@@ -30,8 +16,9 @@ Status UnfoldPatchesCpu(const Tensor& pixels, int64_t patch, DType round_to, Ten
       for (int64_t ch = 0; ch < c; ++ch) {
         for (int64_t ky = 0; ky < p; ++ky) {
           const float* src = px + ((b * c + ch) * s + gy * p + ky) * s + gx * p;
-          for (int64_t kx = 0; kx < p; ++kx)
-            row[(ch * p + ky) * p + kx] = Rounded(round_to, src[kx]);
+          for (int64_t kx = 0; kx < p; ++kx) {
+            row[(ch * p + ky) * p + kx] = RoundedThrough(round_to, src[kx]);
+          }
         }
       }
     }

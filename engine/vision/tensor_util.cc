@@ -24,17 +24,6 @@ std::vector<float> ToF32(const Tensor& t) {
   return v;
 }
 
-float RoundTo(DType dtype, float x) {
-  switch (dtype) {
-    case DType::kBF16:
-      return BF16ToF32(F32ToBF16(x));
-    case DType::kF16:
-      return F16ToF32(F32ToF16(x));
-    default:
-      return x;
-  }
-}
-
 StatusOr<Tensor> NewF32(Shape shape, const char* what, Device device) {
   StatusOr<Tensor> t = Tensor::Empty(std::move(shape), DType::kF32, device);
   if (!t.ok()) return Annotate(t.status(), fmt::format("vision: allocating {}", what));

@@ -17,9 +17,6 @@ float LoadAsF32(const Tensor& t, int64_t i);
 // embeddings and image_newline).
 std::vector<float> ToF32(const Tensor& t);
 
-// x rounded to `dtype`'s precision and back (f32: unchanged).
-float RoundTo(DType dtype, float x);
-
 // A new uninitialised f32 tensor on `device`, with the allocation error annotated by `what`.
 StatusOr<Tensor> NewF32(Shape shape, const char* what, Device device = Device::Cpu());
 

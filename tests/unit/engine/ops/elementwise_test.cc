@@ -95,6 +95,10 @@ TEST_CASE("SiluMulHalves over a fused gate/up row equals SiluMul on its halves o
     Tensor wrong = PoisonedOn({rows, width + 1}, device);
     CHECK(ops::SiluMulHalves(On(gate_up.tensor, device), wrong).code() ==
           absl::StatusCode::kInvalidArgument);
+    // An output inside the input (the input's first rows viewed as [rows, width]) is refused.
+    const Tensor input = On(gate_up.tensor, device);
+    Tensor inside = *(*input.Reshape({2 * rows, width})).Slice(0, rows);
+    CHECK(ops::SiluMulHalves(input, inside).code() == absl::StatusCode::kInvalidArgument);
   });
 }
 
