@@ -48,8 +48,9 @@ void Register(FlagSet& f, ServerConfig& c) {
   f.String("model", &c.model_dir, "Hugging Face model directory to serve", "DIR");
   f.String("device", &c.device, "cpu or cuda:N", "DEVICE");
   f.String("weight-format", &c.weight_format,
-           "decoder projection weights: bf16 (as the checkpoint stores them) or int8 (quantised "
-           "at load per output channel; CPU only)",
+           "decoder projection weights: bf16 (as the checkpoint stores them), int8 (quantised "
+           "at load per output channel; CPU only) or fp8 (E4M3 per output channel; GPU, sm_90 "
+           "for FP8 GEMMs, bf16 kept elsewhere)",
            "FORMAT");
   f.String("vision-weight-format", &c.vision_weight_format,
            "vision tower projection weights: bf16 (as the checkpoint stores them) or int8 "
@@ -275,8 +276,12 @@ Status ValidateServerConfig(const ServerConfig& c) {
     return InvalidArgumentError("--weight-format: '{}' is not bf16, int8 or fp8", c.weight_format);
   }
   if (c.weight_format == "int8" && c.device != "cpu") {
-    return InvalidArgumentError("--weight-format: int8 runs on the CPU only; use bf16 on {}",
+    return InvalidArgumentError("--weight-format: int8 runs on the CPU only; use bf16 or fp8 on {}",
                                 c.device);
+  }
+  if (c.weight_format == "fp8" && c.device == "cpu") {
+    return InvalidArgumentError(
+        "--weight-format: fp8 runs on GPUs (--device cuda); the CPU's 8-bit format is int8");
   }
   if (c.vision_weight_format != "bf16" && c.vision_weight_format != "int8") {
     return InvalidArgumentError("--vision-weight-format: '{}' is not bf16 or int8",

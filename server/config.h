@@ -36,8 +36,8 @@ struct ServerConfig {
   // Model and engine
   std::string model_dir;
   std::string device = "cpu";
-  // The decoder's projection weights: bf16 (as stored) or int8 (quantised at load, CPU only);
-  // fp8 is refused at load until its GPU path exists (engine/runtime/weight_format.h).
+  // The decoder's projection weights: bf16 (as stored), int8 (quantised at load, CPU only) or fp8
+  // (E4M3 quantised at load, GPU only; engine/runtime/weight_format.h).
   std::string weight_format = "bf16";
   // The vision tower's projection weights: bf16 (as stored) or int8 (quantised at load, CPU only).
   std::string vision_weight_format = "bf16";

@@ -110,10 +110,11 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   m.context_tokens = static_cast<uint32_t>(c.text.max_position_embeddings);
   m.vocab_size = static_cast<uint32_t>(c.text.vocab_size);
   m.weight_dtype = c.torch_dtype;
-  // A checkpoint stored in int8 runs int8 whatever --weight-format asks of 16-bit weights.
+  // A checkpoint stored in int8 runs int8 whatever --weight-format asks of 16-bit weights; fp8
+  // on a GPU without FP8 GEMMs runs bf16 (the engine's options say what it loaded).
   m.weight_format = c.stored_quantization == engine::model::StoredQuantization::kInt8PerChannel
                         ? std::string(rt::WeightFormatName(rt::WeightFormat::kInt8))
-                        : std::string(rt::WeightFormatName(options.weight_format));
+                        : std::string(rt::WeightFormatName(b->engine_->options().weight_format));
   m.device = config.device;
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,

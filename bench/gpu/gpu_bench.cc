@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/gpu/bench_fill.cuh"
+#include "bench/gpu/fp8_e2e.h"
 #include "bench/gpu/model_e2e.h"
 #include "engine/kernels/cuda/attention.cuh"
 #include "engine/kernels/cuda/attention_mma.cuh"
@@ -805,6 +806,8 @@ int RunGpuBench(const std::vector<std::string>& args) {
   for (const E2eRow& r : e2e) res.Add(r.name, r.value, r.unit);
   const std::vector<E2eRow> vision = VisionEndToEnd(quick);
   for (const E2eRow& r : vision) res.Add(r.name, r.value, r.unit);
+  // Only on sm_90 (it says so elsewhere); its failure leaves the rows above.
+  for (const E2eRow& r : Fp8DecodeEndToEnd(quick)) res.Add(r.name, r.value, r.unit);
   if (json) {
     std::printf(
         "%s\n",

@@ -53,6 +53,9 @@ Ours alone (framezip bench gpu):
                                       decode of the same context
   host_syncs_per_decode_step, kernel_launches_per_decode_step, host_device_copies_per_decode_step,
   step_plans_per_decode_step          one end-to-end decode step at batch 16, counted
+  fp8_over_bf16_decode_b1_05b, fp8_over_bf16_decode_b1_7b  decode tokens/s at batch 1 after 1024
+                                      tokens with FP8 weights (--weight-format fp8) over the same
+                                      random weights in bf16, Qwen2-0.5B / Qwen2-7B shape (sm_90)
 From framezip-eval-frames --json reports (--eval-report, repeatable; JSON lines, one per policy,
 as scripts/gpu-check.sh's GPU eval writes them):
   eval_top1_agreement                 {policy: teacher-forced top-1 agreement with the reference}
@@ -105,6 +108,7 @@ OURS_PAGED_DECODE = "decode attention {label} batch {batch} ctx {ctx} {format} [
 OURS_ATTENTIONPACK = ("AttentionPack decode, one sequence, ctx {ctx} visual tokens, rank 32 "
                       "{format} factors speed vs dense f16 paged decode [tensor cores]")
 OURS_STEP_COUNT = "end-to-end decode batch 16 {what} per step"
+OURS_FP8_DECODE = "FP8 over bf16 decode batch 1 at 1024 context, {label} shape"
 # torch_peer.py's rows.
 from peer_rows import (EAGER_DECODE_ROW, EAGER_PREFILL_ROW, GRAPH_DECODE_ROW, SDPA_ROW,
                        STATIC_PREFILL_ROW, VISION_ROW)
@@ -209,6 +213,9 @@ def gpu_keys():
                       ("step_plans_per_decode_step", "step plans")):
         add(key, ("gpu",),
             lambda o, p, e, w=what: round(o.get(OURS_STEP_COUNT.format(what=w), zero_ok=True)))
+    for key, label in (("fp8_over_bf16_decode_b1_05b", "Qwen2-0.5B"),
+                       ("fp8_over_bf16_decode_b1_7b", "Qwen2-7B")):
+        add(key, ("gpu",), lambda o, p, e, l=label: o.get(OURS_FP8_DECODE.format(label=l)))
     add("eval_top1_agreement", ("eval",), lambda o, p, e: eval_agreement(e))
     add("eval_top1_agreement_min", ("eval",), lambda o, p, e: min(eval_agreement(e).values()))
     return keys

@@ -7,7 +7,6 @@
 #include <initializer_list>
 #include <numeric>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "engine/core/device_memory.h"
@@ -26,11 +25,15 @@ Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, b
   return ops::CheckWeightShape("decoder weights", t, want, name, optional);
 }
 
-// An int8 projection needs its scales [N] f32; a 16-bit or f32 one has none.
+bool Quantized(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::kI8 || t.dtype() == DType::kF8E4M3);
+}
+
+// An int8 or FP8 projection needs its scales [N] f32; a 16-bit or f32 one has none.
 Status CheckScale(const Tensor& proj, const Tensor& scale, const std::string& name) {
-  if (proj.dtype() != DType::kI8) {
+  if (!Quantized(proj)) {
     if (scale.defined()) {
-      return InvalidArgumentError("decoder weights: {} is {} but has int8 scales", name,
+      return InvalidArgumentError("decoder weights: {} is {} but has quantisation scales", name,
                                   DTypeName(proj.dtype()));
     }
     return absl::OkStatus();
@@ -73,14 +76,8 @@ Status CheckWeights(const DecoderShape& s, const DecoderWeights& w) {
     FZ_RETURN_IF_ERROR(CheckShape(L.gate_bias, {im}, p + "gate_proj.bias", true));
     FZ_RETURN_IF_ERROR(CheckShape(L.up_bias, {im}, p + "up_proj.bias", true));
     FZ_RETURN_IF_ERROR(CheckShape(L.down_bias, {h}, p + "down_proj.bias", true));
-    for (const auto& [proj, scale, name] : {std::tuple{&L.q_proj, &L.q_scale, "q_proj"},
-                                            {&L.k_proj, &L.k_scale, "k_proj"},
-                                            {&L.v_proj, &L.v_scale, "v_proj"},
-                                            {&L.o_proj, &L.o_scale, "o_proj"},
-                                            {&L.gate_proj, &L.gate_scale, "gate_proj"},
-                                            {&L.up_proj, &L.up_scale, "up_proj"},
-                                            {&L.down_proj, &L.down_scale, "down_proj"}}) {
-      FZ_RETURN_IF_ERROR(CheckScale(*proj, *scale, p + name));
+    for (const auto& proj : LayerProjections(L)) {
+      FZ_RETURN_IF_ERROR(CheckScale(*proj.weight, *proj.scale, p + proj.name));
     }
   }
   return absl::OkStatus();
@@ -145,6 +142,7 @@ StatusOr<Tensor> ConcatRows(std::initializer_list<const Tensor*> parts, Device d
   return out;
 }
 
+// Whether weights [N_i, K] can be stacked by rows: all defined or none, one dtype, one K.
 bool SameFormat(std::initializer_list<const Tensor*> parts) {
   const Tensor& first = **parts.begin();
   for (const Tensor* p : parts) {
@@ -154,27 +152,47 @@ bool SameFormat(std::initializer_list<const Tensor*> parts) {
   return true;
 }
 
-// Moves L's q/k/v and gate/up into their fused tensors on `device` where they can be fused
-// (16-bit or f32 weights, every bias of the group present or none), leaving the separate ones
+// Whether per-output-row vectors [N_i] (biases, scales) can be concatenated: all defined or none,
+// one dtype (their lengths are the weights' N_i and differ, as q's and k's do).
+bool SameVectorFormat(std::initializer_list<const Tensor*> parts) {
+  const Tensor& first = **parts.begin();
+  for (const Tensor* p : parts) {
+    if (p->defined() != first.defined()) return false;
+    if (p->defined() && p->dtype() != first.dtype()) return false;
+  }
+  return true;
+}
+
+// Moves L's q/k/v and gate/up into their fused tensors on `device` where they can be fused (one
+// dtype per group, every bias of the group present or none, and every scale: a quantised weight's
+// scales are per output row, so they concatenate as its rows do), leaving the separate ones
 // undefined; returns whether any group was fused.
 StatusOr<bool> FuseProjections(LayerWeights& L, Device device, size_t& copied) {
   bool fused = false;
-  const bool scaled = L.q_scale.defined() || L.k_scale.defined() || L.v_scale.defined() ||
-                      L.gate_scale.defined() || L.up_scale.defined();
-  if (scaled) return false;
   if (SameFormat({&L.q_proj, &L.k_proj, &L.v_proj}) &&
-      SameFormat({&L.q_bias, &L.k_bias, &L.v_bias})) {
+      SameVectorFormat({&L.q_bias, &L.k_bias, &L.v_bias}) &&
+      SameVectorFormat({&L.q_scale, &L.k_scale, &L.v_scale})) {
     FZ_ASSIGN_OR_RETURN(L.qkv_proj, ConcatRows({&L.q_proj, &L.k_proj, &L.v_proj}, device, copied));
     if (L.q_bias.defined()) {
       FZ_ASSIGN_OR_RETURN(L.qkv_bias,
                           ConcatRows({&L.q_bias, &L.k_bias, &L.v_bias}, device, copied));
     }
+    if (L.q_scale.defined()) {
+      FZ_ASSIGN_OR_RETURN(L.qkv_scale,
+                          ConcatRows({&L.q_scale, &L.k_scale, &L.v_scale}, device, copied));
+    }
     L.q_proj = L.k_proj = L.v_proj = L.q_bias = L.k_bias = L.v_bias = Tensor();
+    L.q_scale = L.k_scale = L.v_scale = Tensor();
     fused = true;
   }
-  if (SameFormat({&L.gate_proj, &L.up_proj}) && !L.gate_bias.defined() && !L.up_bias.defined()) {
+  if (SameFormat({&L.gate_proj, &L.up_proj}) && SameVectorFormat({&L.gate_scale, &L.up_scale}) &&
+      !L.gate_bias.defined() && !L.up_bias.defined()) {
     FZ_ASSIGN_OR_RETURN(L.gate_up_proj, ConcatRows({&L.gate_proj, &L.up_proj}, device, copied));
-    L.gate_proj = L.up_proj = Tensor();
+    if (L.gate_scale.defined()) {
+      FZ_ASSIGN_OR_RETURN(L.gate_up_scale,
+                          ConcatRows({&L.gate_scale, &L.up_scale}, device, copied));
+    }
+    L.gate_proj = L.up_proj = L.gate_scale = L.up_scale = Tensor();
     fused = true;
   }
   return fused;
@@ -194,11 +212,25 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
         s.rope.head_dim);
   }
   FZ_RETURN_IF_ERROR(CheckWeights(s, w));
-  if (!device.is_cpu() && ((!w.layers.empty() && w.layers[0].q_proj.dtype() == DType::kI8) ||
-                           w.lm_head.dtype() == DType::kI8)) {
+  const auto any_of_dtype = [&w](DType dtype) {
+    if (w.lm_head.dtype() == dtype) return true;
+    for (const LayerWeights& L : w.layers) {
+      for (const auto& proj : LayerProjections(L)) {
+        if (proj.weight->dtype() == dtype) return true;
+      }
+    }
+    return false;
+  };
+  if (!device.is_cpu() && any_of_dtype(DType::kI8)) {
     return UnimplementedError(
         "decoder: int8 weights (--weight-format int8, or a checkpoint stored in int8) run on the "
-        "CPU only for now (bf16 weights on {})",
+        "CPU only (bf16 weights on {}, or fp8 on an sm_90 GPU)",
+        DeviceName(device));
+  }
+  if (any_of_dtype(DType::kF8E4M3) && !ops::Fp8LinearAvailable(device)) {
+    return UnimplementedError(
+        "decoder: FP8 weights (--weight-format fp8) run on sm_90 GPUs only, not on {} (use bf16, "
+        "or int8 on the CPU)",
         DeviceName(device));
   }
   std::unique_ptr<Decoder> d(new Decoder(s, device));
@@ -238,7 +270,8 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
     D.qkv_proj = std::move(L.qkv_proj);
     D.qkv_bias = std::move(L.qkv_bias);
     D.gate_up_proj = std::move(L.gate_up_proj);
-    Tensor no_scale;  // the fused weights are 16-bit or f32
+    D.qkv_scale = std::move(L.qkv_scale);
+    D.gate_up_scale = std::move(L.gate_up_scale);
     for (const auto& [t, scale] : {std::pair{&D.q_proj, &D.q_scale},
                                    {&D.k_proj, &D.k_scale},
                                    {&D.v_proj, &D.v_scale},
@@ -246,8 +279,8 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const DecoderShape& s, Decode
                                    {&D.gate_proj, &D.gate_scale},
                                    {&D.up_proj, &D.up_scale},
                                    {&D.down_proj, &D.down_scale},
-                                   {&D.qkv_proj, &no_scale},
-                                   {&D.gate_up_proj, &no_scale}}) {
+                                   {&D.qkv_proj, &D.qkv_scale},
+                                   {&D.gate_up_proj, &D.gate_up_scale}}) {
       // The GEMMs' layout, now rather than at a request; int8 weights are kept in it only.
       if (t->defined()) {
         FZ_ASSIGN_OR_RETURN(*t, ops::PackLinearWeight(*t, *scale));
@@ -404,7 +437,7 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
   FZ_ASSIGN_OR_RETURN(Tensor v, Empty({t, g, d}));
   if (w.qkv_proj.defined()) {
     FZ_ASSIGN_OR_RETURN(Tensor qkv, Empty({t, (nh + 2 * g) * d}));
-    FZ_RETURN_IF_ERROR(ops::Linear(h, w.qkv_proj, Tensor(), w.qkv_bias, qkv));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.qkv_proj, w.qkv_scale, w.qkv_bias, qkv));
     FZ_RETURN_IF_ERROR(
         ops::RopeSplitQkv(qkv, positions, shape_.rope, rows.host_positions, q, k, v));
   } else {
@@ -452,7 +485,7 @@ Status Decoder::RunLayer(int l, const StepRows& rows, const Tensor& positions, T
   FZ_ASSIGN_OR_RETURN(Tensor gate, Empty({t, shape_.intermediate}));
   if (w.gate_up_proj.defined()) {
     FZ_ASSIGN_OR_RETURN(Tensor gate_up, Empty({t, 2 * shape_.intermediate}));
-    FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_up_proj, Tensor(), Tensor(), gate_up));
+    FZ_RETURN_IF_ERROR(ops::Linear(h, w.gate_up_proj, w.gate_up_scale, Tensor(), gate_up));
     FZ_RETURN_IF_ERROR(ops::SiluMulHalves(gate_up, gate));
   } else {
     FZ_ASSIGN_OR_RETURN(Tensor up, Empty({t, shape_.intermediate}));

@@ -4,7 +4,9 @@
 // without the model loader (the GPU check compiles it alone).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -31,8 +33,9 @@ struct DecoderShape {
 };
 
 // One layer's tensors (f32, bf16 or f16, see ops::Linear). Optional biases are undefined tensors.
-// A projection may instead be int8 [N, K] with its per-output-channel f32 scales [N] in the
-// matching *_scale (ops/quantize_int8.h, the CPU only); the scales are undefined otherwise.
+// A projection may instead be int8 [N, K] (ops/quantize_int8.h, the CPU only) or FP8 E4M3
+// (ops/quantize_fp8.h, sm_90 GPUs only) with its per-output-channel f32 scales [N] in the
+// matching *_scale; the scales are undefined otherwise.
 struct LayerWeights {
   Tensor input_layernorm;           // [H]
   Tensor q_proj, q_bias;            // [heads·d, H], [heads·d]
@@ -45,10 +48,30 @@ struct LayerWeights {
   Tensor down_proj, down_bias;      // [H, I], [H]
   Tensor q_scale, k_scale, v_scale, o_scale, gate_scale, up_scale, down_scale;
   // Set by the decoder where it fuses projections (Decoder::Create, ProjectionLayout::kFused):
-  // q/k/v as one [(heads + 2G)·d, H] weight (and bias) and gate/up as one [2I, H]; their separate
-  // tensors are then left undefined. Never set by a loader.
+  // q/k/v as one [(heads + 2G)·d, H] weight (and bias, and scales when quantised) and gate/up as
+  // one [2I, H]; their separate tensors are then left undefined. Never set by a loader.
   Tensor qkv_proj = {}, qkv_bias = {}, gate_up_proj = {};
+  Tensor qkv_scale = {}, gate_up_scale = {};
 };
+
+// A layer's seven projections with their scale slots and names (q/k/v/o, gate/up/down), for code
+// that treats them alike (checks, quantisation). Layer: LayerWeights or const LayerWeights.
+template <class Layer>
+auto LayerProjections(Layer& L) {
+  using T = std::conditional_t<std::is_const_v<Layer>, const Tensor, Tensor>;
+  struct Projection {
+    T* weight;
+    T* scale;
+    const char* name;
+  };
+  return std::array<Projection, 7>{{{&L.q_proj, &L.q_scale, "q_proj"},
+                                    {&L.k_proj, &L.k_scale, "k_proj"},
+                                    {&L.v_proj, &L.v_scale, "v_proj"},
+                                    {&L.o_proj, &L.o_scale, "o_proj"},
+                                    {&L.gate_proj, &L.gate_scale, "gate_proj"},
+                                    {&L.up_proj, &L.up_scale, "up_proj"},
+                                    {&L.down_proj, &L.down_scale, "down_proj"}}};
+}
 
 // Views: whoever made them keeps the storage alive (ModelWeights' mmaps, or the caller's
 // buffers). The decoder copies them to its device at Create when they are elsewhere.

@@ -23,6 +23,10 @@
 namespace framezip::engine::ops {
 
 Status LinearCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
+// weight [N, K] E4M3 with weight_scale [N] f32 on the device (linear_fp8_cuda.cc).
+Status LinearFp8Cuda(const Tensor& x, const Tensor& weight, const Tensor& weight_scale,
+                     const Tensor& bias, Tensor& y);
+bool Fp8LinearAvailableCuda(Device device);
 Status MatMulCuda(const Tensor& a, const Tensor& b, bool transpose_b, Tensor& c);
 Status RmsNormCuda(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 Status AddRmsNormCuda(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,

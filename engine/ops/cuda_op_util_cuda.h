@@ -16,6 +16,7 @@
 #include "engine/core/step_counters.h"
 #include "engine/core/tensor.h"
 #include "engine/kernels/cuda/cast.cuh"
+#include "engine/kernels/cuda/elementwise.cuh"
 
 namespace framezip::engine::ops {
 
@@ -40,6 +41,17 @@ inline cuda::FloatKind KindOf(DType t) {
     default:
       return cuda::FloatKind::kF32;
   }
+}
+
+// y [m, n] f32 += bias [n] (f32/bf16/f16) on every row: Linear's bias after a GEMM that wrote y.
+inline Status AddBiasRows(const Tensor& bias, int64_t m, int64_t n, Tensor& y) {
+  cuda::AddBiasParams p;
+  p.y = static_cast<float*>(y.raw_data());
+  p.bias = bias.raw_data();
+  p.bias_kind = KindOf(bias.dtype());
+  p.rows = m;
+  p.n = n;
+  return LaunchStatus(cuda::LaunchAddBias(p, CurrentFramezipStream()), "Linear (bias)");
 }
 
 // A device copy of host int32s (row lists, key prefixes, probe positions) for one launch; an

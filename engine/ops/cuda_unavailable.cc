@@ -17,6 +17,10 @@ Status NoCuda(const char* op) {
 
 Status CastCuda(const Tensor&, Tensor&) { return NoCuda("Cast"); }
 Status LinearCuda(const Tensor&, const Tensor&, const Tensor&, Tensor&) { return NoCuda("Linear"); }
+Status LinearFp8Cuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  return NoCuda("Linear");
+}
+bool Fp8LinearAvailableCuda(Device) { return false; }
 Status MatMulCuda(const Tensor&, const Tensor&, bool, Tensor&) { return NoCuda("MatMul"); }
 Status RmsNormCuda(const Tensor&, const Tensor&, float, Tensor&) { return NoCuda("RmsNorm"); }
 Status AddRmsNormCuda(Tensor&, const Tensor&, const Tensor&, float, Tensor&) {

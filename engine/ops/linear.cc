@@ -46,9 +46,10 @@ Status CheckLinearArguments(const Tensor& x, const Tensor& weight, const Tensor&
 }  // namespace
 
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
-  if (weight.defined() && weight.dtype() == DType::kI8) {
+  if (weight.defined() && (weight.dtype() == DType::kI8 || weight.dtype() == DType::kF8E4M3)) {
     return InvalidArgumentError(
-        "Linear: weight is int8; pass its per-channel scales (the Linear with weight_scale)");
+        "Linear: weight is {}; pass its per-channel scales (the Linear with weight_scale)",
+        weight.dtype() == DType::kI8 ? "int8" : "FP8 E4M3");
   }
   FZ_RETURN_IF_ERROR(CheckLinearArguments(x, weight, bias, y));
   FZ_RETURN_IF_ERROR(CheckFloat("Linear", "weight", weight));
@@ -67,7 +68,8 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale,
   if (!weight_scale.defined()) return Linear(x, weight, bias, y);
   constexpr std::string_view kOp = "Linear";
   FZ_RETURN_IF_ERROR(CheckDefined(kOp, "weight", weight));
-  FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight", weight, DType::kI8));
+  const bool fp8 = weight.dtype() == DType::kF8E4M3;
+  if (!fp8) FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight", weight, DType::kI8));
   FZ_RETURN_IF_ERROR(CheckDType(kOp, "weight_scale", weight_scale, DType::kF32));
   FZ_RETURN_IF_ERROR(CheckLinearArguments(x, weight, bias, y));
   if (weight_scale.shape() != Shape{weight.dim(0)}) {
@@ -75,11 +77,25 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale,
                                 ShapeString(weight_scale.shape()), weight.dim(0));
   }
   FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, x.device(), {&weight_scale}));
+  if (fp8) {
+    if (x.device().is_cpu()) {
+      return UnimplementedError(
+          "Linear: FP8 weights run on sm_90 GPUs only (the CPU has no FP8 arithmetic; use weight "
+          "format int8 or bf16 there)");
+    }
+    FZ_RETURN_IF_ERROR(CheckDeviceUsable(x.device()));
+    return LinearFp8Cuda(x, weight, weight_scale, bias, y);
+  }
   if (!x.device().is_cpu()) {
     return UnimplementedError(
         "Linear: int8 weights run on the CPU only (on a GPU use weight format bf16)");
   }
   return LinearInt8Cpu(x, weight, weight_scale, bias, y);
+}
+
+bool Fp8LinearAvailable(Device device) {
+  return device.kind == DeviceKind::kCuda && CheckDeviceUsable(device).ok() &&
+         Fp8LinearAvailableCuda(device);
 }
 
 StatusOr<Tensor> PackLinearWeight(const Tensor& weight, const Tensor& weight_scale) {

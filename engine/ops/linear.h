@@ -21,8 +21,13 @@
 // int8 weights (the overload with weight_scale; quantize_int8.h): W ≈ q · scale per output
 // channel, and x is quantised per row to int8 as well, so the products are int8 × int8 summed
 // exactly in int32 and scaled once per output (kernels and their choice in gemm_int8.h: AMX-INT8
-// past kLinearGemvMaxRows rows, else AVX512-VNNI, AVX2 or portable). CPU only for now: a CUDA
-// device answers UNIMPLEMENTED.
+// past kLinearGemvMaxRows rows, else AVX512-VNNI, AVX2 or portable). CPU only: a CUDA device
+// answers UNIMPLEMENTED.
+//
+// FP8 weights (the same overload with an E4M3 weight; quantize_fp8.h): W ≈ e4m3(q) · scale per
+// output channel, x quantised per row to E4M3 on the device, one cuBLASLt FP8 GEMM applying both
+// scales in its epilogue (linear_fp8_cuda.cc). GPUs with Fp8LinearAvailable only (sm_90); the CPU
+// has no FP8 arithmetic and answers UNIMPLEMENTED.
 //
 // CUDA (linear_cuda.cc): cuBLAS GEMM with f32 accumulation; with 16-bit weights x is rounded to
 // the weight dtype on the GPU first (see there for the accuracy this costs).
@@ -43,12 +48,16 @@ inline constexpr int64_t kLinearGemvMaxRows = 16;
 // y [..., N] f32 (same leading dims as x).
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
-// weight [N, K] i8 with weight_scale [N] f32 (W ≈ weight[j][k] · weight_scale[j]); the rest as
-// above. An undefined weight_scale means a 16-bit (or f32) weight: the Linear above, so a layer
-// whose projections may be either calls this one. INVALID_ARGUMENT when an int8 weight comes
-// without its scales.
+// weight [N, K] i8 or f8e4m3 with weight_scale [N] f32 (W ≈ weight[j][k] · weight_scale[j]); the
+// rest as above. An undefined weight_scale means a 16-bit (or f32) weight: the Linear above, so a
+// layer whose projections may be any of these calls this one. INVALID_ARGUMENT when an int8 or
+// FP8 weight comes without its scales.
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, const Tensor& bias,
               Tensor& y);
+
+// Whether Linear runs FP8 weights on `device`: a GPU whose cuBLASLt applies per-channel scales
+// in an FP8 GEMM's epilogue (compute capability 9.x). False on the CPU and in builds without CUDA.
+bool Fp8LinearAvailable(Device device);
 
 // Readies `weight` for Linear's many-row path ahead of use: on a CPU with AMX a bf16 weight in an
 // owning buffer is packed into the tile layout now (ops/amx_weight_cache.h) instead of at its

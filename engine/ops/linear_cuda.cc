@@ -10,7 +10,6 @@
 #include <climits>
 
 #include "engine/kernels/cuda/cast.cuh"
-#include "engine/kernels/cuda/elementwise.cuh"
 #include "engine/ops/cublas_handle_cuda.h"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -34,16 +33,6 @@ Status CheckGemmDims(std::string_view op, int64_t m, int64_t n, int64_t k) {
     return InvalidArgumentError("{}: GEMM of {}x{}x{} exceeds cuBLAS's 32-bit sizes", op, m, n, k);
   }
   return absl::OkStatus();
-}
-
-Status AddBiasRows(const Tensor& bias, int64_t m, int64_t n, Tensor& y) {
-  cuda::AddBiasParams p;
-  p.y = static_cast<float*>(y.raw_data());
-  p.bias = bias.raw_data();
-  p.bias_kind = KindOf(bias.dtype());
-  p.rows = m;
-  p.n = n;
-  return LaunchStatus(cuda::LaunchAddBias(p, CurrentFramezipStream()), "Linear (bias)");
 }
 
 }  // namespace

@@ -50,8 +50,8 @@ StatusOr<llm::DecoderWeights> DecoderWeightsFromModel(const model::ModelWeights&
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const model::TextLayerWeights t = weights.TextLayer(l);
     // A compressed-tensors int8 checkpoint's projections come with their scales
-    // (model/stored_quantization.h); a 16-bit one gets them from QuantizeDecoderProjections
-    // (runtime/weight_format.h) when int8 is asked for.
+    // (model/stored_quantization.h); a 16-bit one gets them from llm::QuantizeProjectionsInt8
+    // (llm/quantized_projections.h) when int8 is asked for.
     const auto scale = [&](std::string_view projection) {
       const Tensor* s =
           weights.Find(model::TextLayerName(l, fmt::format("{}.weight_scale", projection)));

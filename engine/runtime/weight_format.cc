@@ -3,6 +3,7 @@
 #include <tuple>
 #include <utility>
 
+#include "engine/ops/linear.h"
 #include "engine/ops/quantize_int8.h"
 
 namespace framezip::engine::runtime {
@@ -33,15 +34,20 @@ Status CheckWeightFormat(WeightFormat format, Device device) {
     case WeightFormat::kInt8:
       if (device.is_cpu()) return absl::OkStatus();
       return UnimplementedError(
-          "weight format int8 runs on the CPU only for now; use bf16 on {} (fp8 weights for "
-          "Hopper GPUs are not built yet)",
+          "weight format int8 runs on the CPU only; use bf16 on {}, or fp8 on an sm_90 GPU",
           DeviceName(device));
     case WeightFormat::kFp8:
+      if (!device.is_cpu()) return absl::OkStatus();
       return UnimplementedError(
-          "weight format fp8 (E4M3 weights through cuBLASLt on an sm_90 GPU) is not built yet; "
-          "use bf16, or int8 on the CPU");
+          "weight format fp8 (E4M3 weights through cuBLASLt) runs on sm_90 GPUs; the CPU has no "
+          "FP8 arithmetic: use int8 or bf16 on it");
   }
   return InternalError("unknown weight format");
+}
+
+WeightFormat EffectiveWeightFormat(WeightFormat format, Device device) {
+  if (format == WeightFormat::kFp8 && !ops::Fp8LinearAvailable(device)) return WeightFormat::kBf16;
+  return format;
 }
 
 namespace {
@@ -56,22 +62,6 @@ Status QuantizeInPlace(Tensor& weight, Tensor& scale) {
 }
 
 }  // namespace
-
-Status QuantizeDecoderProjections(llm::DecoderWeights& weights, bool lm_head) {
-  if (lm_head) FZ_RETURN_IF_ERROR(QuantizeInPlace(weights.lm_head, weights.lm_head_scale));
-  for (llm::LayerWeights& L : weights.layers) {
-    for (const auto& [proj, scale] : {std::pair{&L.q_proj, &L.q_scale},
-                                      {&L.k_proj, &L.k_scale},
-                                      {&L.v_proj, &L.v_scale},
-                                      {&L.o_proj, &L.o_scale},
-                                      {&L.gate_proj, &L.gate_scale},
-                                      {&L.up_proj, &L.up_scale},
-                                      {&L.down_proj, &L.down_scale}}) {
-      FZ_RETURN_IF_ERROR(QuantizeInPlace(*proj, *scale));
-    }
-  }
-  return absl::OkStatus();
-}
 
 Status QuantizeVisionProjections(vision::VisionTowerWeights& tower) {
   for (vision::EncoderLayerWeights& l : tower.layers) {

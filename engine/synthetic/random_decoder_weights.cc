@@ -35,6 +35,22 @@ DecoderShape Qwen2_0_5BShape() {
   return s;
 }
 
+DecoderShape Qwen2_7BShape(int64_t layers) {
+  DecoderShape s;
+  s.hidden = 3584;
+  s.layers = layers;
+  s.heads = 28;
+  s.kv_heads = 4;
+  s.head_dim = 128;
+  s.intermediate = 18944;
+  s.vocab = 152064;
+  s.rms_eps = 1e-6f;
+  s.qkv_bias = true;
+  s.rope.head_dim = 128;
+  s.rope.theta = 1e6;
+  return s;
+}
+
 StatusOr<Tensor> RandomTensor(Shape shape, DType dtype, uint64_t seed, float stddev, float mean) {
   FZ_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(std::move(shape), dtype));
   const float half_width = stddev * std::sqrt(3.0f);  // uniform [-a, a] has std a/√3

@@ -16,6 +16,9 @@ namespace framezip::engine::llm {
 // The shape of Qwen2-0.5B (llava-onevision-qwen2-0.5b's language model; q/k/v biases, tied head,
 // RoPE θ 1e6).
 DecoderShape Qwen2_0_5BShape();
+// The shape of Qwen2-7B (hidden 3584, 28 layers, 28/4 heads of 128, intermediate 18944, vocabulary
+// 152064; q/k/v biases, untied head, RoPE θ 1e6), with `layers` of its 28 layers.
+DecoderShape Qwen2_7BShape(int64_t layers = 28);
 
 // Owns the storage of random weights; `weights` holds views of it (valid while this lives).
 struct RandomDecoderWeights {

@@ -181,6 +181,10 @@ want = {
         ours["end-to-end decode batch 16 host synchronisations per step"],
     "kernel_launches_per_decode_step": ours["end-to-end decode batch 16 kernel launches per step"],
     "step_plans_per_decode_step": ours["end-to-end decode batch 16 step plans per step"],
+    "fp8_over_bf16_decode_b1_05b":
+        ours["FP8 over bf16 decode batch 1 at 1024 context, Qwen2-0.5B shape"],
+    "fp8_over_bf16_decode_b1_7b":
+        ours["FP8 over bf16 decode batch 1 at 1024 context, Qwen2-7B shape"],
 }
 with open(EVAL) as f:
     evals = [json.loads(l) for l in f if l.startswith("{")]

@@ -25,6 +25,7 @@
 #include "engine/kv/kv_pools.h"
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder.h"
+#include "engine/llm/quantized_projections.h"
 #include "engine/ops/amx_weight_cache.h"
 #include "engine/ops/cpu_isa.h"
 #include "engine/ops/cpu_kernels.h"
@@ -241,7 +242,7 @@ int RunBenchEngine(const std::vector<std::string>& args) {
   auto random = engine::runtime::MakeRandomDecoderWeights(config, DType::kBF16, 7);
   if (!random.ok()) return fail(random.status());
   if (*format == engine::runtime::WeightFormat::kInt8) {
-    if (Status s = engine::runtime::QuantizeDecoderProjections(random->weights); !s.ok()) {
+    if (Status s = engine::llm::QuantizeProjectionsInt8(random->weights); !s.ok()) {
       return fail(s);
     }
     // The bf16 projections are dropped, as a loaded model's are, so that peak_rss counts the

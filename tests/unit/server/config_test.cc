@@ -67,6 +67,12 @@ TEST_CASE("config errors name the key or flag", "[unit][server]") {
   auto int8 = LoadServerConfig({"--weight-format", "int8"});
   REQUIRE(int8.ok());
   CHECK(int8->config.weight_format == "int8");
+  auto fp8_cpu = LoadServerConfig({"--weight-format", "fp8"});
+  REQUIRE_FALSE(fp8_cpu.ok());
+  CHECK_THAT(std::string(fp8_cpu.status().message()), Catch::Contains("int8"));
+  auto fp8_gpu = LoadServerConfig({"--weight-format", "fp8", "--device", "cuda:0"});
+  REQUIRE(fp8_gpu.ok());
+  CHECK(fp8_gpu->config.weight_format == "fp8");
 
   auto tls = LoadServerConfig({"--tls-cert-file", "cert.pem"});
   REQUIRE_FALSE(tls.ok());

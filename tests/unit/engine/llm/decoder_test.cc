@@ -9,6 +9,7 @@
 
 #include "engine/core/half.h"
 #include "engine/core/thread_pool.h"
+#include "engine/llm/quantized_projections.h"
 #include "engine/ops/gemm_amx.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/runtime/weight_format.h"
@@ -136,7 +137,7 @@ TEST_CASE("With int8 projections, prefill and decode logits match f64 with int8 
   CAPTURE(qwen2, amx_allowed);
   TinyModel bf16 = MakeTiny(qwen2, DType::kBF16, kv::KvFormat::kF32, rng(), 0.05f);
   DecoderWeights int8_weights = bf16.random.weights;
-  REQUIRE(runtime::QuantizeDecoderProjections(int8_weights).ok());
+  REQUIRE(llm::QuantizeProjectionsInt8(int8_weights).ok());
   REQUIRE(int8_weights.layers[0].down_proj.dtype() == DType::kI8);
   REQUIRE(int8_weights.lm_head.dtype() == DType::kI8);
   REQUIRE(int8_weights.embed_tokens.dtype() == DType::kBF16);  // the embedding stays 16-bit
@@ -192,7 +193,7 @@ TEST_CASE("int8 weights are refused off the CPU and weight formats are named",
   // A decoder given int8 projections without their scales names the tensor.
   TinyModel m = MakeTiny(true, DType::kBF16, kv::KvFormat::kF32, 5);
   DecoderWeights w = m.random.weights;
-  REQUIRE(runtime::QuantizeDecoderProjections(w).ok());
+  REQUIRE(llm::QuantizeProjectionsInt8(w).ok());
   w.layers[1].up_scale = Tensor();
   const auto dec = runtime::CreateDecoder(m.config, w);
   CHECK(dec.status().code() == absl::StatusCode::kInvalidArgument);
@@ -259,20 +260,33 @@ TEST_CASE("One batched decode step equals separate steps of each sequence", "[un
   }
 }
 
-TEST_CASE("Fused q/k/v and gate/up projections give the separate projections' logits bit for bit",
+TEST_CASE("Fused q/k/v and gate/up projections give the separate projections' logits",
           "[unit][engine][llm]") {
   std::mt19937_64 rng(testing::TestSeed());
   const bool qwen2 = GENERATE(true, false);  // q/k/v biases, or none
-  const DType wdtype = GENERATE(DType::kBF16, DType::kF32);
+  const DType wdtype = GENERATE(DType::kBF16, DType::kF32, DType::kI8);
   CAPTURE(qwen2, DTypeName(wdtype));
   const model::TextConfig config = testing::TinyDecoderConfig(qwen2);
-  const RandomDecoderWeights random = *runtime::MakeRandomDecoderWeights(config, wdtype, rng());
+  RandomDecoderWeights random = *runtime::MakeRandomDecoderWeights(
+      config, wdtype == DType::kI8 ? DType::kBF16 : wdtype, rng());
+  // int8: the projections quantised as --weight-format int8 does, so the fused weights carry
+  // their concatenated scales.
+  if (wdtype == DType::kI8) REQUIRE(llm::QuantizeProjectionsInt8(random.weights).ok());
   const DecoderShape shape = *runtime::DecoderShapeOf(config);
   auto separate =
       *Decoder::Create(shape, random.weights, Device::Cpu(), ProjectionLayout::kSeparate);
   auto fused = *Decoder::Create(shape, random.weights, Device::Cpu(), ProjectionLayout::kFused);
   CHECK_FALSE(separate->fused_projections());
   REQUIRE(fused->fused_projections());
+  // Both groups, in every layer (q/k/v biases are as long as their rows: q's differ from k's).
+  for (const LayerWeights& L : fused->weights().layers) {
+    REQUIRE(L.qkv_proj.defined());
+    REQUIRE(L.gate_up_proj.defined());
+    CHECK(L.qkv_bias.defined() == qwen2);
+    CHECK(L.qkv_scale.defined() == (wdtype == DType::kI8));
+    CHECK(L.gate_up_scale.defined() == (wdtype == DType::kI8));
+    CHECK_FALSE(L.q_proj.defined());
+  }
   // A prefill of every logit row, then decode steps of two sequences batched.
   std::vector<std::vector<float>> got[2];
   std::vector<std::unique_ptr<kv::PagePool>> pools;
@@ -293,20 +307,24 @@ TEST_CASE("Fused q/k/v and gate/up projections give the separate projections' lo
       got[which].push_back(ToFloatVector(*step));
     }
   }
-  // With bf16 weights each logit is the same dot products in the same order: the CPU's bf16
-  // GEMMs compute a column the same whatever their number, and the split applies RoPE's
-  // arithmetic to the same values. f32 weights go through OpenBLAS, whose blocking follows the
-  // matrix sizes, so its sums may be ordered differently: f32 rounding of the sums.
-  const double tol = wdtype == DType::kBF16 ? 0.0 : 1e-5;
+  // The GEMMs and the split are each exact alone (tests of their own), but the two layouts need not
+  // be bit for bit: without AMX a many-row bf16 or f32 GEMM is OpenBLAS sgemm, whose blocking
+  // follows the matrix sizes (seen: up to 8e-6 of the largest logit, about 1, over 30 seeds on a
+  // Zen 4), and with the AVX-512 kernels the logits with q/k/v biases differed in the last bit on
+  // some seeds even for int8 (never with FRAMEZIP_CPU_KERNELS=avx2), where a last-bit difference
+  // can flip the next layer's int8 code of an activation (1.6e-3 of the largest logit, once in 40
+  // runs). A wrong scale, row order or bias moves a logit by O(1).
+  const double tol = wdtype == DType::kI8 ? 2e-2 : 2e-5;
   REQUIRE(got[0].size() == got[1].size());
   for (size_t i = 0; i < got[0].size(); ++i) {
-    INFO("output " << i);
     REQUIRE(got[0][i].size() == got[1][i].size());
-    double worst = 0;
+    double worst = 0, largest = 0;
     for (size_t j = 0; j < got[0][i].size(); ++j) {
       worst = std::max(worst, std::fabs(static_cast<double>(got[0][i][j]) - got[1][i][j]));
+      largest = std::max(largest, std::fabs(static_cast<double>(got[0][i][j])));
     }
-    CHECK(worst <= tol);
+    CAPTURE(i, worst, largest);
+    CHECK(worst <= tol * largest);
   }
 }
 

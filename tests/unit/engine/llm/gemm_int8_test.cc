@@ -24,16 +24,10 @@
 #include "engine/ops/linear.h"
 #include "engine/ops/quantize_int8.h"
 #include "tests/testing/random.h"
+#include "tests/unit/engine/llm/op_test_util.h"
 
 namespace framezip::engine::ops::cpu {
 namespace {
-
-Tensor F32Tensor(const std::vector<float>& v, Shape shape) {
-  auto t = Tensor::Empty(std::move(shape), DType::kF32);
-  REQUIRE(t.ok());
-  std::copy(v.begin(), v.end(), t->data<float>());
-  return *std::move(t);
-}
 
 // A row whose entries vary over a wide range, with an exact zero row now and then, so that the
 // scales differ per row and the zero-scale case is covered.
@@ -70,7 +64,7 @@ TEST_CASE("QuantizeWeightInt8 and QuantizeRowsInt8 follow their definition",
   const int64_t n = 23, k = GENERATE(1, 37, 64, 200);
   CAPTURE(k);
   const auto w = RandomRows(n, k, rng, 0.05f);
-  const auto q = ops::QuantizeWeightInt8(F32Tensor(w, {n, k}));
+  const auto q = ops::QuantizeWeightInt8(test::MakeF32(w, {n, k}));
   REQUIRE(q.ok());
   REQUIRE(q->q.dtype() == DType::kI8);
   REQUIRE(q->scale.shape() == Shape{n});
@@ -121,7 +115,7 @@ Problem MakeProblem(int64_t m, int64_t n, int64_t k, std::mt19937_64& rng) {
   Problem p{
       m,  n, k, RandomRows(m, k, rng, 1.f), testing::RandomNormal(static_cast<size_t>(n), rng),
       {}, {}};
-  auto w = ops::QuantizeWeightInt8(F32Tensor(RandomRows(n, k, rng, 0.05f), {n, k}));
+  auto w = ops::QuantizeWeightInt8(test::MakeF32(RandomRows(n, k, rng, 0.05f), {n, k}));
   REQUIRE(w.ok());
   p.w = *std::move(w);
   // -128 where a checkpoint's quantiser puts it (compressed-tensors divides by 127.5, so a
@@ -238,9 +232,9 @@ TEST_CASE("Linear with int8 weights stays within the quantisation bound of the f
   const auto xv = testing::RandomNormal(static_cast<size_t>(m * k), rng, 1.f);
   const auto wv = testing::RandomNormal(static_cast<size_t>(n * k), rng, 0.05f);
   const auto bv = testing::RandomNormal(static_cast<size_t>(n), rng, 1.f);
-  auto w = ops::QuantizeWeightInt8(F32Tensor(wv, {n, k}));
+  auto w = ops::QuantizeWeightInt8(test::MakeF32(wv, {n, k}));
   REQUIRE(w.ok());
-  const Tensor x = F32Tensor(xv, {m, k}), bias = F32Tensor(bv, {n});
+  const Tensor x = test::MakeF32(xv, {m, k}), bias = test::MakeF32(bv, {n});
   auto y = Tensor::Empty({m, n}, DType::kF32);
   REQUIRE(y.ok());
   REQUIRE(ops::Linear(x, w->q, w->scale, bias, *y).ok());
@@ -285,14 +279,14 @@ TEST_CASE("A packed-only int8 weight computes what its row-major weight did afte
   CAPTURE(m);
   const auto xv = testing::RandomNormal(static_cast<size_t>(m * k), rng, 1.f);
   const auto wv = testing::RandomNormal(static_cast<size_t>(n * k), rng, 0.05f);
-  const Tensor x = F32Tensor(xv, {m, k});
+  const Tensor x = test::MakeF32(xv, {m, k});
   auto want = Tensor::Empty({m, n}, DType::kF32);
   auto got = Tensor::Empty({m, n}, DType::kF32);
   REQUIRE((want.ok() && got.ok()));
   Tensor packed, scale_view;
   std::vector<float> scales;
   {
-    auto w = ops::QuantizeWeightInt8(F32Tensor(wv, {n, k}));
+    auto w = ops::QuantizeWeightInt8(test::MakeF32(wv, {n, k}));
     REQUIRE(w.ok());
     REQUIRE(ops::Linear(x, w->q, w->scale, Tensor(), *want).ok());
     auto kept = ops::PackLinearWeight(w->q, w->scale);

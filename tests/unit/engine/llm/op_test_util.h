@@ -52,6 +52,13 @@ inline Tensor MakeEmpty(Shape shape, DType dtype = DType::kF32) {
   return *t;
 }
 
+inline Tensor MakeF32(const std::vector<float>& v, Shape shape) {
+  Tensor t = MakeEmpty(std::move(shape));
+  FZ_CHECK(t.numel() == static_cast<int64_t>(v.size()));
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
 inline Tensor MakeI32(const std::vector<int32_t>& v) {
   Tensor t = MakeEmpty({static_cast<int64_t>(v.size())}, DType::kI32);
   std::copy(v.begin(), v.end(), t.data<int32_t>());

@@ -1,0 +1,14 @@
+#include "engine/ops/quantize_fp8.h"
+
+#include "engine/core/float8.h"
+#include "engine/ops/quantize_per_channel.h"
+
+namespace framezip::engine::ops {
+
+StatusOr<Fp8Weight> QuantizeWeightFp8(const Tensor& w) {
+  FZ_ASSIGN_OR_RETURN(auto q, QuantizePerChannel<Float8E4M3>("QuantizeWeightFp8", w, DType::kF8E4M3,
+                                                             kFloat8E4M3Max, F32ToF8E4M3));
+  return Fp8Weight{std::move(q.first), std::move(q.second)};
+}
+
+}  // namespace framezip::engine::ops
