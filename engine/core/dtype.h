@@ -7,8 +7,13 @@
 
 namespace framezip::engine {
 
-// kF8E4M3: FP8 E4M3 (engine/core/float8.h), stored only: weights of FP8 checkpoints.
+// kF8E4M3: FP8 E4M3 (engine/core/float8.h), stored only: weights of FP8 checkpoints and of
+// --weight-format fp8.
 enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kF8E4M3 };
+
+// The dtypes of a Linear weight that carries per-output-channel scales (ops/quantize_int8.h,
+// ops/quantize_fp8.h).
+constexpr bool IsQuantizedWeightDType(DType t) { return t == DType::kI8 || t == DType::kF8E4M3; }
 
 // Bytes per element.
 constexpr size_t DTypeSize(DType t) {

@@ -25,13 +25,9 @@ Status CheckShape(const Tensor& t, const Shape& want, const std::string& name, b
   return ops::CheckWeightShape("decoder weights", t, want, name, optional);
 }
 
-bool Quantized(const Tensor& t) {
-  return t.defined() && (t.dtype() == DType::kI8 || t.dtype() == DType::kF8E4M3);
-}
-
 // An int8 or FP8 projection needs its scales [N] f32; a 16-bit or f32 one has none.
 Status CheckScale(const Tensor& proj, const Tensor& scale, const std::string& name) {
-  if (!Quantized(proj)) {
+  if (!proj.defined() || !IsQuantizedWeightDType(proj.dtype())) {
     if (scale.defined()) {
       return InvalidArgumentError("decoder weights: {} is {} but has quantisation scales", name,
                                   DTypeName(proj.dtype()));

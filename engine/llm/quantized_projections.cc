@@ -1,27 +1,12 @@
 #include "engine/llm/quantized_projections.h"
 
 #include <tuple>
-#include <utility>
 
 #include "engine/ops/quantize_fp8.h"
 #include "engine/ops/quantize_int8.h"
 
 namespace framezip::engine::llm {
 namespace {
-
-bool Quantized(const Tensor& weight) {
-  return weight.dtype() == DType::kI8 || weight.dtype() == DType::kF8E4M3;
-}
-
-// `weight` becomes its 8-bit copy and `scale` its scales, unless it is quantised already.
-template <class Quantize>
-Status QuantizeInPlace(Tensor& weight, Tensor& scale, Quantize quantize) {
-  if (Quantized(weight)) return absl::OkStatus();
-  FZ_ASSIGN_OR_RETURN(auto q, quantize(weight));
-  weight = std::move(q.q);
-  scale = std::move(q.scale);
-  return absl::OkStatus();
-}
 
 // Every quantisable projection of `weights` with its scale slot and its name, the head first.
 std::vector<std::tuple<Tensor*, Tensor*, std::string>> Projections(DecoderWeights& weights) {
@@ -40,7 +25,7 @@ std::vector<std::tuple<Tensor*, Tensor*, std::string>> Projections(DecoderWeight
 Status QuantizeProjectionsInt8(DecoderWeights& weights, bool lm_head) {
   for (const auto& [proj, scale, name] : Projections(weights)) {
     if (proj == &weights.lm_head && !lm_head) continue;
-    FZ_RETURN_IF_ERROR(Annotate(QuantizeInPlace(*proj, *scale, ops::QuantizeWeightInt8), name));
+    FZ_RETURN_IF_ERROR(Annotate(ops::QuantizeWeightInt8InPlace(*proj, *scale), name));
   }
   return absl::OkStatus();
 }
@@ -52,7 +37,7 @@ StatusOr<std::vector<std::string>> QuantizeProjectionsFp8(DecoderWeights& weight
       kept.push_back(fmt::format("{} {}", name, ShapeString(proj->shape())));
       continue;
     }
-    FZ_RETURN_IF_ERROR(Annotate(QuantizeInPlace(*proj, *scale, ops::QuantizeWeightFp8), name));
+    FZ_RETURN_IF_ERROR(Annotate(ops::QuantizeWeightFp8InPlace(*proj, *scale), name));
   }
   return kept;
 }

@@ -46,7 +46,7 @@ Status CheckLinearArguments(const Tensor& x, const Tensor& weight, const Tensor&
 }  // namespace
 
 Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
-  if (weight.defined() && (weight.dtype() == DType::kI8 || weight.dtype() == DType::kF8E4M3)) {
+  if (weight.defined() && IsQuantizedWeightDType(weight.dtype())) {
     return InvalidArgumentError(
         "Linear: weight is {}; pass its per-channel scales (the Linear with weight_scale)",
         weight.dtype() == DType::kI8 ? "int8" : "FP8 E4M3");

@@ -153,6 +153,11 @@ Status LinearFp8Cuda(const Tensor& x, const Tensor& weight, const Tensor& weight
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   ScopedCudaDevice scope(x.device());
+  if (k == 0) {  // an empty sum, which cuBLASLt does not take: y is the bias, or zero
+    FZ_RETURN_IF_ERROR(CudaStatus(
+        cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), CurrentFramezipStream()), "Linear (FP8)"));
+    return bias.defined() ? AddBiasRows(bias, m, n, y) : absl::OkStatus();
+  }
   const int device = x.device().index;
   FZ_ASSIGN_OR_RETURN(cublasLtHandle_t handle, LtHandle(device));
   Fp8Gemm gemm;

@@ -11,4 +11,12 @@ StatusOr<Fp8Weight> QuantizeWeightFp8(const Tensor& w) {
   return Fp8Weight{std::move(q.first), std::move(q.second)};
 }
 
+Status QuantizeWeightFp8InPlace(Tensor& weight, Tensor& scale) {
+  if (IsQuantizedWeightDType(weight.dtype())) return absl::OkStatus();
+  FZ_ASSIGN_OR_RETURN(Fp8Weight q, QuantizeWeightFp8(weight));
+  weight = std::move(q.q);
+  scale = std::move(q.scale);
+  return absl::OkStatus();
+}
+
 }  // namespace framezip::engine::ops

@@ -22,4 +22,8 @@ struct Fp8Weight {
 // INVALID_ARGUMENT for another rank, dtype or device, naming it.
 StatusOr<Fp8Weight> QuantizeWeightFp8(const Tensor& w);
 
+// `weight` replaced by its FP8 copy and `scale` by its scales, unless it is quantised already
+// (int8 or FP8: IsQuantizedWeightDType), which leaves both as they are.
+Status QuantizeWeightFp8InPlace(Tensor& weight, Tensor& scale);
+
 }  // namespace framezip::engine::ops

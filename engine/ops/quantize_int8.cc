@@ -16,4 +16,12 @@ StatusOr<Int8Weight> QuantizeWeightInt8(const Tensor& w) {
   return Int8Weight{std::move(q.first), std::move(q.second)};
 }
 
+Status QuantizeWeightInt8InPlace(Tensor& weight, Tensor& scale) {
+  if (IsQuantizedWeightDType(weight.dtype())) return absl::OkStatus();
+  FZ_ASSIGN_OR_RETURN(Int8Weight q, QuantizeWeightInt8(weight));
+  weight = std::move(q.q);
+  scale = std::move(q.scale);
+  return absl::OkStatus();
+}
+
 }  // namespace framezip::engine::ops

@@ -21,4 +21,8 @@ struct Int8Weight {
 // INVALID_ARGUMENT for another rank, dtype or device, naming it.
 StatusOr<Int8Weight> QuantizeWeightInt8(const Tensor& w);
 
+// `weight` replaced by its int8 copy and `scale` by its scales, unless it is quantised already
+// (int8 or FP8: IsQuantizedWeightDType), which leaves both as they are.
+Status QuantizeWeightInt8InPlace(Tensor& weight, Tensor& scale);
+
 }  // namespace framezip::engine::ops

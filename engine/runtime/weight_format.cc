@@ -50,19 +50,6 @@ WeightFormat EffectiveWeightFormat(WeightFormat format, Device device) {
   return format;
 }
 
-namespace {
-
-// `weight` becomes its int8 copy and `scale` its scales, unless it is int8 already.
-Status QuantizeInPlace(Tensor& weight, Tensor& scale) {
-  if (weight.dtype() == DType::kI8) return absl::OkStatus();
-  FZ_ASSIGN_OR_RETURN(ops::Int8Weight q, ops::QuantizeWeightInt8(weight));
-  weight = std::move(q.q);
-  scale = std::move(q.scale);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 Status QuantizeVisionProjections(vision::VisionTowerWeights& tower) {
   for (vision::EncoderLayerWeights& l : tower.layers) {
     for (const auto& [proj, scale] : {std::pair{&l.q_weight, &l.q_scale},
@@ -71,7 +58,7 @@ Status QuantizeVisionProjections(vision::VisionTowerWeights& tower) {
                                       {&l.out_weight, &l.out_scale},
                                       {&l.fc1_weight, &l.fc1_scale},
                                       {&l.fc2_weight, &l.fc2_scale}}) {
-      FZ_RETURN_IF_ERROR(QuantizeInPlace(*proj, *scale));
+      FZ_RETURN_IF_ERROR(ops::QuantizeWeightInt8InPlace(*proj, *scale));
     }
   }
   return absl::OkStatus();

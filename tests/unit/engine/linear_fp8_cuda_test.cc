@@ -110,6 +110,29 @@ TEST_CASE("FP8 Linear on the GPU equals the f64 product of its quantised operand
   CHECK(relative <= 0.08);
 }
 
+TEST_CASE("FP8 Linear on the GPU takes an empty inner dimension and refuses misaligned ones",
+          "[cuda][ops]") {
+  if (SkipWithoutFp8Gpu()) return;
+  std::mt19937_64 rng(testing::TestSeed());
+  // in = 0: y is the bias on every row.
+  const auto empty = ops::QuantizeWeightFp8(MakeEmpty({8, 0}));
+  FZ_REQUIRE_OK(empty);
+  const RandomTensor bias = MakeRandom({8}, DType::kF32, rng);
+  Tensor y = PoisonedGpu({3, 8});
+  FZ_REQUIRE_OK(ops::Linear(OnGpu(MakeEmpty({3, 0})), OnGpu(empty->q), OnGpu(empty->scale),
+                            OnGpu(bias.tensor), y));
+  const auto got = testing::ToFloatVector(*y.To(Device::Cpu()));
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == static_cast<float>(bias.values[i % 8]));
+  // in = 24: not a multiple of 16, named instead of handed to cuBLASLt.
+  const auto odd = ops::QuantizeWeightFp8(MakeRandom({8, 24}, DType::kF32, rng).tensor);
+  FZ_REQUIRE_OK(odd);
+  Tensor y2 = PoisonedGpu({2, 8});
+  const Status refused = ops::Linear(OnGpu(MakeRandom({2, 24}, DType::kF32, rng).tensor),
+                                     OnGpu(odd->q), OnGpu(odd->scale), Tensor(), y2);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("in % 16"));
+}
+
 TEST_CASE("A decoder with FP8 projections on the GPU follows the bf16 decoder", "[cuda][llm]") {
   if (SkipWithoutFp8Gpu()) return;
   std::mt19937_64 rng(testing::TestSeed());

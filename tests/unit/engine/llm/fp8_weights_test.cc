@@ -82,6 +82,11 @@ TEST_CASE("FP8 weights are refused where they cannot run, naming why", "[unit][e
   auto rank1 = Tensor::Zeros({3}, DType::kF32);
   REQUIRE(rank1.ok());
   CHECK(ops::QuantizeWeightFp8(*rank1).status().code() == absl::StatusCode::kInvalidArgument);
+  // An empty row is a zero row: scale 0.
+  const auto empty = ops::QuantizeWeightFp8(test::MakeEmpty({3, 0}));
+  REQUIRE(empty.ok());
+  CHECK(empty->q.shape() == Shape{3, 0});
+  for (int j = 0; j < 3; ++j) CHECK(empty->scale.data<float>()[j] == 0.f);
 
   std::mt19937_64 rng(testing::TestSeed());
   const auto w = ops::QuantizeWeightFp8(test::MakeF32(testing::RandomNormal(8 * 32, rng), {8, 32}));
