@@ -38,7 +38,8 @@
 #   the demo's three questions from raw frames, `framezip bench server` at 1/16/64 sessions and
 #   `framezip bench sessions` in a fixed KV budget (64 MiB on the shipped model), `framezip bench
 #   server` and `bench sessions` (2 GiB) again on the LLaVA-OneVision-0.5B shape with random
-#   weights, figures into
+#   weights, and there `bench sessions` in one 2.5 GiB memory budget for weights and KV with bf16
+#   and then FP8 weights, figures into
 #   $OUT/latest.json and summary.txt; with --rehearse, on the CPU at small sizes),
 #   --stage-server (stage only its binaries, libraries and raw demo frames; --prepare does it
 #   too),
@@ -763,6 +764,39 @@ run_server_stage() {
       status=1
     fi
     stop_all
+    # One memory budget for weights and KV, bf16 weights then FP8 (int8 in a rehearsal: the
+    # CPU's 8-bit format), uncompressed sessions: the bytes FP8 saves become sessions. 2.5 GiB
+    # holds the 0.5B shape's ~1.8 GiB of bf16 weights (SigLIP tower included) and ~20 sessions of
+    # 16 frames beside them. In-process servers (bench sessions --model), one per format.
+    local memory_mib=2560 frames_mem=16 rate_mem=$rate max_mem=400 eight_bit=fp8
+    if [ "$rehearse" = 1 ]; then
+      frames_mem=2 rate_mem=1 max_mem=3 eight_bit=int8
+    fi
+    rm -f "$work"/bench-sessions-mem-*.json
+    for format in bf16 "$eight_bit"; do
+      local bits=16bit
+      [ "$format" = bf16 ] || bits=8bit
+      if [ "$(step_limit 150)" -lt 60 ]; then
+        note "SKIP framezip bench sessions in ${memory_mib} MiB with $format weights:" \
+          "$(step_limit 150) s left of the step"
+        continue
+      fi
+      "${run_libs[@]}" timeout "$(step_limit 150)" "$bin_dir/framezip" bench sessions \
+        --model "$big" --device "$device" --memory-budget-mib "$memory_mib" \
+        --weight-format "$format" --frames "$frames_mem" --policies none \
+        --arrival-rate "$rate_mem" --max-sessions "$max_mem" --max-running 64 --max-tokens 8 \
+        --json >"$work/bench-sessions-mem-$bits.json" 2>>"$out/cuda-tests.txt"
+      rc=$?
+      if [ "$rc" = 0 ]; then
+        note "PASS framezip bench sessions on the 0.5B shape in ${memory_mib} MiB of weights" \
+          "and KV, $format weights on $device:" \
+          "$(grep -E '^(weights_mib|kv_budget_mib|sessions_resident)' \
+            "$work/bench-sessions-mem-$bits.json" | tr '\n' ';')"
+      else
+        note "FAIL framezip bench sessions in ${memory_mib} MiB with $format weights (exit $rc)"
+        status=1
+      fi
+    done
     rm -rf "$big"
   }
   local model=models/framezip-tiny-video kv_port port
@@ -874,6 +908,10 @@ PY
   grep -qs '^{' "$work/bench-sessions-05b.json" &&
     args+=(--sessions-05b-report "$work/bench-sessions-05b.json")
   [ -s "$work/bench-sessions.json" ] && args+=(--sessions-report "$work/bench-sessions.json")
+  grep -qs '^{' "$work/bench-sessions-mem-16bit.json" &&
+    grep -qs '^{' "$work/bench-sessions-mem-8bit.json" &&
+    args+=(--sessions-weights-reports "$work/bench-sessions-mem-16bit.json"
+      "$work/bench-sessions-mem-8bit.json")
   if python3 bench/gpu/write_latest.py "${args[@]}"; then
     {
       echo "## GPU serving check ($(date -u +%F), ${device_name:-unknown GPU})"

@@ -62,6 +62,12 @@ void Register(FlagSet& f, ServerConfig& c) {
            "dynamic_llava|fastv|kivi|kivi4",
            "POLICY");
   f.Int("kv-budget-bytes", &c.kv_budget_bytes, "engine KV memory budget; 0 = the engine's default");
+  f.Int("memory-budget-bytes", &c.memory_budget_bytes,
+        "weights and KV together: the KV pool gets what the loaded weights leave (8-bit weights "
+        "leave more); 0 = off, the KV budget alone");
+  f.Double("gpu-memory-utilization", &c.gpu_memory_utilization,
+           "on a GPU, --memory-budget-bytes as this fraction of the device's memory, in (0, 1]; "
+           "activations and workspaces need the rest; 0 = off");
   f.String("kvstore", &c.kvstore,
            "where session KV is kept between turns: 'embedded' (in this process), 'none', or the "
            "address of a framezip-kvstore",
@@ -309,6 +315,22 @@ Status ValidateServerConfig(const ServerConfig& c) {
   FZ_RETURN_IF_ERROR(positive(c.kv_commit_queue, "kv-commit-queue"));
   if (c.grace_seconds < 0) return InvalidArgumentError("--grace-seconds: must be >= 0");
   if (c.kv_budget_bytes < 0) return InvalidArgumentError("--kv-budget-bytes: must be >= 0");
+  if (c.memory_budget_bytes < 0) return InvalidArgumentError("--memory-budget-bytes: must be >= 0");
+  if (!(c.gpu_memory_utilization >= 0 && c.gpu_memory_utilization <= 1)) {
+    return InvalidArgumentError("--gpu-memory-utilization: {} is not in (0, 1] (0 = off)",
+                                c.gpu_memory_utilization);
+  }
+  if ((c.kv_budget_bytes > 0) + (c.memory_budget_bytes > 0) + (c.gpu_memory_utilization > 0) > 1) {
+    return InvalidArgumentError(
+        "--kv-budget-bytes, --memory-budget-bytes and --gpu-memory-utilization each size the KV "
+        "pool: give one of them");
+  }
+  if (c.gpu_memory_utilization > 0 && c.device.rfind("cuda", 0) != 0) {
+    return InvalidArgumentError(
+        "--gpu-memory-utilization: device {} is not a GPU; size a CPU engine with "
+        "--memory-budget-bytes or --kv-budget-bytes",
+        c.device);
+  }
   if (c.kvstore_host_bytes <= 0) {
     return InvalidArgumentError("--kvstore-host-bytes: must be > 0");
   }

@@ -43,6 +43,11 @@ struct ServerConfig {
   std::string vision_weight_format = "bf16";
   std::string default_policy = "none";
   int64_t kv_budget_bytes = 0;  // 0 = the engine's default
+  // Weights and KV pool together (EngineOptions::memory_budget_bytes), given in bytes or, on a
+  // GPU, as a fraction of the device's memory (vLLM's --gpu-memory-utilization); 0 = off. At
+  // most one of these and kv_budget_bytes.
+  int64_t memory_budget_bytes = 0;
+  double gpu_memory_utilization = 0;
   std::string kvstore = "embedded";
   int64_t kvstore_host_bytes = int64_t{1} << 30;  // embedded store: host-RAM tier
   std::string kvstore_disk_path;                  // embedded store: disk tier ("" = none)

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "engine/core/device.h"
+#include "engine/core/device_memory_info.h"
 #include "engine/runtime/engine.h"
 #include "engine/vision/llava_vision.h"
 #include "media/media.h"
@@ -89,6 +90,13 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   FZ_ASSIGN_OR_RETURN(options.vision_weight_format,
                       rt::ParseWeightFormat(config.vision_weight_format));
   options.kv_max_bytes = config.kv_budget_bytes > 0 ? config.kv_budget_bytes : int64_t{1} << 30;
+  options.memory_budget_bytes = config.memory_budget_bytes;
+  if (config.gpu_memory_utilization > 0) {
+    FZ_ASSIGN_OR_RETURN(const engine::DeviceMemoryInfo memory,
+                        engine::QueryDeviceMemoryInfo(options.device));
+    options.memory_budget_bytes = static_cast<int64_t>(config.gpu_memory_utilization *
+                                                       static_cast<double>(memory.total_bytes));
+  }
   options.prefill_chunk_tokens = config.prefill_chunk_tokens;
   options.default_policy = config.default_policy;
   std::unique_ptr<EngineBackend> b(new EngineBackend());
@@ -100,7 +108,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   b->media_limits_.max_decode_s = std::max(b->media_limits_.max_decode_s, 120.0);
   FZ_ASSIGN_OR_RETURN(b->engine_, rt::Engine::Load(config.model_dir, options));
   const auto& c = b->engine_->config();
-  b->kv_capacity_bytes_ = static_cast<uint64_t>(options.kv_max_bytes);
+  // What a memory budget left the pool, or kv_max_bytes as given.
+  b->kv_capacity_bytes_ = static_cast<uint64_t>(b->engine_->options().kv_max_bytes);
   ModelDescription& m = b->model_;
   m.name = std::filesystem::path(config.model_dir).lexically_normal().filename().string();
   if (m.name.empty()) m.name = std::filesystem::path(config.model_dir).parent_path().filename();
@@ -116,6 +125,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
                         ? std::string(rt::WeightFormatName(rt::WeightFormat::kInt8))
                         : std::string(rt::WeightFormatName(b->engine_->options().weight_format));
   m.device = config.device;
+  m.weight_bytes = b->engine_->weight_bytes();
+  m.kv_budget_bytes = b->kv_capacity_bytes_;
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,
                           PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi,

@@ -182,6 +182,8 @@ void ToProto(const ModelDescription& m, const PolicyConfig& default_policy,
   out->set_vocab_size(m.vocab_size);
   out->set_weight_dtype(m.weight_dtype);
   out->set_weight_format(m.weight_format);
+  out->set_weight_bytes(m.weight_bytes);
+  out->set_kv_budget_bytes(m.kv_budget_bytes);
   out->set_device(m.device);
   for (PolicyKind p : m.policies) out->add_policies(ToProto(p));
   ToProto(default_policy, out->mutable_default_policy());

@@ -197,7 +197,9 @@ struct ModelDescription {
   uint32_t context_tokens = 0;
   uint32_t vocab_size = 0;
   std::string weight_dtype;
-  std::string weight_format;  // "bf16" or "int8" (engine/runtime/weight_format.h)
+  std::string weight_format;     // "bf16", "int8" or "fp8" (engine/runtime/weight_format.h)
+  uint64_t weight_bytes = 0;     // the loaded weights, where they are served
+  uint64_t kv_budget_bytes = 0;  // the KV pool's budget
   std::string device;
   std::vector<PolicyKind> policies;
   VisionDescription vision;

@@ -9,6 +9,7 @@ benchmarks):
   write_latest.py OUT.json --device "NVIDIA H100 ..." [--base bench/gpu/latest.json]
       [--server-report bench-server.json] [--server-05b-report bench-server-05b.json]
       [--sessions-report bench-sessions.json] [--sessions-05b-report bench-sessions-05b.json]
+      [--sessions-weights-reports bench-sessions-bf16.json bench-sessions-fp8.json]
       [--demo-right 3/3] [--demo-turn2-ttft-ms 12.5] [--sessions-kv-budget-mib 64]
       [--bench-gpu-report bench-gpu.json] [--torch-peer-report torch-peer.json]
       [--eval-report gpu-eval.jsonl ...]
@@ -21,6 +22,12 @@ Keys written, from the server stage:
   sessions_resident      {policy: {frames: sessions}} from `framezip bench sessions`
   sessions_decode_tok_s  {policy: {frames: tok/s}} from the same run
   sessions_kv_budget_mib the KV budget that run filled
+  sessions_05b_same_memory  from two `framezip bench sessions --memory-budget-mib M` runs on the
+                         0.5B shape, bf16 then fp8 weights (--sessions-weights-reports):
+                         {"memory_budget_mib", "bf16"/"fp8": {"weights_mib", "kv_budget_mib",
+                         "sessions_resident": {policy: {frames: sessions}}}}
+  fp8_over_bf16_sessions_same_memory_05b  sessions the fp8 run held over the bf16 run's, for the
+                         first policy and frame count both measured
 
 From `framezip bench gpu --json` (--bench-gpu-report: bench/gpu/gpu_bench.cc, model_e2e.cc) and
 bench/gpu/torch_peer.py (--torch-peer-report), "ours over theirs" (>1: framezip is faster), each
@@ -292,6 +299,24 @@ def sessions_figures(values):
     return out
 
 
+def weights_sessions_figures(bf16, fp8):
+    """The same memory budget with bf16 and with fp8 weights: what each left the KV pool and the
+    sessions it held, and the ratio of sessions for the first policy and frame count both ran."""
+    same = {"memory_budget_mib": bf16.get("memory_budget_mib")}
+    for name, values in (("bf16", bf16), ("fp8", fp8)):
+        same[name] = {"weights_mib": values.get("weights_mib"),
+                      "kv_budget_mib": values.get("kv_budget_mib"),
+                      "sessions_resident": sessions_figures(values).get("sessions_resident", {})}
+    out = {"sessions_05b_same_memory": same}
+    for policy, by_frames in same["bf16"]["sessions_resident"].items():
+        for frames, held in by_frames.items():
+            other = same["fp8"]["sessions_resident"].get(policy, {}).get(frames)
+            if held and other is not None:
+                out["fp8_over_bf16_sessions_same_memory_05b"] = other / held
+                return out
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -303,6 +328,9 @@ def main():
     p.add_argument("--sessions-report")
     p.add_argument("--sessions-05b-report",
                    help="`framezip bench sessions --json` on the LLaVA-OneVision-0.5B shape")
+    p.add_argument("--sessions-weights-reports", nargs=2, metavar=("BF16", "FP8"),
+                   help="`framezip bench sessions --memory-budget-mib M --json` on the 0.5B "
+                        "shape with --weight-format bf16, then fp8")
     p.add_argument("--demo-right")
     p.add_argument("--demo-turn2-ttft-ms", type=float)
     p.add_argument("--sessions-kv-budget-mib", type=float)
@@ -340,6 +368,10 @@ def main():
     if args.sessions_05b_report:
         latest.update({k.replace("sessions_", "sessions_05b_", 1): v for k, v in
                        sessions_figures(results(args.sessions_05b_report)).items()})
+    if args.sessions_weights_reports:
+        latest.pop("fp8_over_bf16_sessions_same_memory_05b", None)  # this run's, or none
+        latest.update(weights_sessions_figures(*(results(path)
+                                                 for path in args.sessions_weights_reports)))
     ours = Rows("--bench-gpu-report", args.bench_gpu_report,
                 results(args.bench_gpu_report) if args.bench_gpu_report else None)
     peer = Rows("--torch-peer-report", args.torch_peer_report,

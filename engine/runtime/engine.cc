@@ -17,6 +17,7 @@
 #include "engine/ops/sample.h"
 #include "engine/runtime/decoder_loading.h"
 #include "engine/runtime/predictor_loading.h"
+#include "engine/runtime/weight_bytes.h"
 #include "engine/vision/llava_vision.h"
 #include "engine/vision/projector.h"
 #include "engine/vision/vision_tower.h"
@@ -189,8 +190,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
     formats.push_back(kv::KvFormat::kInt4);
     formats.push_back(kv::KvFormat::kInt2);
   }
-  FZ_ASSIGN_OR_RETURN(e->pools_,
-                      kv::KvPools::Create(layout, formats, options.kv_max_bytes, options.device));
+  e->weight_bytes_ = HeldWeightBytes(e->decoder_->weights(), e->vision_weights_);
+  if (options.memory_budget_bytes > 0) {
+    FZ_ASSIGN_OR_RETURN(
+        e->options_.kv_max_bytes,
+        KvBudgetLeftByWeights(options.memory_budget_bytes, e->weight_bytes_, layout.PageBytes(),
+                              WeightFormatName(e->options_.weight_format)));
+  }
+  FZ_ASSIGN_OR_RETURN(
+      e->pools_, kv::KvPools::Create(layout, formats, e->options_.kv_max_bytes, options.device));
   const int64_t max_pages = e->pools_->pool(options.kv_format)->max_pages();
   // What the template writes after an assistant reply (e.g. "<|im_end|>\n"): fed before the next
   // turn's messages so the cache holds exactly the rendered conversation.
@@ -199,10 +207,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
   const size_t at = rendered.find('\x01');
   e->assistant_close_ = at == std::string::npos ? "" : rendered.substr(at + 1);
   FZ_LOG_INFO(
-      "engine: loaded {} ({} layers, hidden {}, vocab {}), KV {} {} pages of {} tokens "
-      "(page formats {})",
+      "engine: loaded {} ({} layers, hidden {}, vocab {}), weights {:.1f} MiB ({}), KV {} {} "
+      "pages of {} tokens, {:.1f} MiB (page formats {})",
       dir.string(), e->config_.text.num_hidden_layers, e->config_.text.hidden_size,
-      e->config_.text.vocab_size, max_pages, kv::KvFormatName(layout.format), layout.page_tokens,
+      e->config_.text.vocab_size, static_cast<double>(e->weight_bytes_) / (1 << 20),
+      WeightFormatName(e->options_.weight_format), max_pages, kv::KvFormatName(layout.format),
+      layout.page_tokens, static_cast<double>(e->options_.kv_max_bytes) / (1 << 20),
       fmt::join(e->pools_->formats(), ", "));
 #if defined(__GLIBC__)
   // Loading made copies it has let go (weights quantised from bf16, int8 codes once packed):

@@ -75,6 +75,12 @@ struct EngineOptions {
   kv::KvFormat kv_format = kv::KvFormat::kF16;
   int kv_page_tokens = 32;
   int64_t kv_max_bytes = int64_t{4} << 30;  // the KV pool never grows past this
+  // When > 0: the weights as loaded (runtime/weight_bytes.h) and the KV pool together stay
+  // within this many bytes, as vLLM's --gpu-memory-utilization budget does: the pool gets what
+  // the weights leave, in place of kv_max_bytes, so weights held in 8 bits leave room for more
+  // sessions' KV. Load fails with RESOURCE_EXHAUSTED, naming both sizes, when the weights leave
+  // less than one page. Activations and workspaces are outside it.
+  int64_t memory_budget_bytes = 0;
   int64_t prefill_chunk_tokens = 1024;      // 0 = whole prompt in one chunk
   std::string default_policy = "none";      // compression policy for new conversations
   // How the decoder's projections are held (runtime/weight_format.h): bf16 keeps the
@@ -274,8 +280,12 @@ class Engine {
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
   const llm::Decoder& decoder() const { return *decoder_; }
   const vision::LlavaVisionWeights& vision_weights() const { return vision_weights_; }
-  // The options the engine was loaded with (weight_format: GetModelInfo, bench output).
+  // The options the engine was loaded with (weight_format: GetModelInfo, bench output), as in
+  // effect: weight_format after EffectiveWeightFormat, kv_max_bytes the pool's budget (what a
+  // memory budget left it).
   const EngineOptions& options() const { return options_; }
+  // Bytes of the weights as loaded, where they are served (runtime/weight_bytes.h).
+  size_t weight_bytes() const { return weight_bytes_; }
   // The KV page pools (one per format, one shared byte budget).
   const kv::KvPools& kv_pool() const { return *pools_; }
   // Side S of the frames VisualInput expects ([N, 3, S, S]).
@@ -404,6 +414,7 @@ class Engine {
   static void MarkBroken(Conversation& c);
 
   EngineOptions options_;
+  size_t weight_bytes_ = 0;
   model::LlavaConfig config_;
   model::PreprocessorConfig preprocessor_;
   model::ModelWeights weights_;

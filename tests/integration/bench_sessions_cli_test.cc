@@ -1,6 +1,7 @@
 // `framezip bench sessions` end to end on the shipped model with the server's code started in
 // process: sessions arrive until a 1 MiB KV budget refuses a turn, the JSON carries every
-// policy's figures, and the KV the resident sessions hold stays within the budget.
+// policy's figures, and the KV the resident sessions hold stays within the budget; in a memory
+// budget for weights and KV, 8-bit weights leave room for more sessions.
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -60,6 +61,35 @@ TEST_CASE("bench sessions fills the KV budget per policy and reports what it hol
   CHECK(value["sessions_attentionpack_factors_int4_over_none_f8"] > 1);
 }
 
+TEST_CASE("bench sessions in one memory budget: int8 weights leave room for more sessions",
+          "[integration][bench]") {
+  std::map<std::string, std::map<std::string, double>> by_format;
+  for (const std::string format : {"bf16", "int8"}) {
+    const testing::CliRun run = testing::RunFramezipCli(
+        "bench sessions --model " + (testing::SourceDir() / "models/framezip-tiny-video").string() +
+        " --memory-budget-mib 3 --weight-format " + format +
+        " --frames 8 --max-tokens 2 --frame-size 32 --policies none --arrival-rate 4"
+        " --max-sessions 60 --json");
+    INFO(format << ": " << run.stderr_text << run.stdout_text);
+    REQUIRE(run.exit_code == 0);
+    const nlohmann::json report = nlohmann::json::parse(testing::LastLine(run.stdout_text));
+    for (const auto& r : report["results"]) {
+      by_format[format][r["name"].get<std::string>()] = r["value"];
+    }
+    std::map<std::string, double>& value = by_format[format];
+    CHECK(value["memory_budget_mib"] == 3);
+    // The server's own account (GetModelInfo): the weights and the KV pool share the budget.
+    CHECK(value["weights_mib"] > 0);
+    CHECK(value["weights_mib"] + value["kv_budget_mib"] == Approx(3.0));
+    CHECK(value["budget_reached_none_f8"] == 1);
+    CHECK(value["kv_resident_mib_none_f8"] <= value["kv_budget_mib"] + 1e-9);
+  }
+  std::map<std::string, double>& bf16 = by_format["bf16"];
+  std::map<std::string, double>& int8 = by_format["int8"];
+  CHECK(int8["weights_mib"] < bf16["weights_mib"]);
+  CHECK(int8["sessions_resident_none_f8"] > bf16["sessions_resident_none_f8"]);
+}
+
 TEST_CASE("bench sessions refuses bad flags, naming them", "[integration][bench]") {
   const testing::CliRun rate = testing::RunFramezipCli(BenchOnShippedModel() + " --arrival-rate 0");
   CHECK(rate.exit_code == 2);
@@ -72,6 +102,10 @@ TEST_CASE("bench sessions refuses bad flags, naming them", "[integration][bench]
   CHECK(policy.exit_code == 2);
   CHECK(policy.stderr_text.find("--policies") != std::string::npos);
   CHECK(policy.stderr_text.find("squeeze") != std::string::npos);
+  const testing::CliRun budget =
+      testing::RunFramezipCli(BenchOnShippedModel() + " --memory-budget-mib -1");
+  CHECK(budget.exit_code == 2);
+  CHECK(budget.stderr_text.find("--memory-budget-mib must be >= 0") != std::string::npos);
 }
 
 }  // namespace

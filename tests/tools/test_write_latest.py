@@ -6,7 +6,8 @@ M failed"; exits 1 on a failure.
 
 Checked: keys from a previous latest.json survive a merge, device and date are replaced, the
 bench reports' figures land under the keys the GPU check promises (server_c16_over_c1 from the
-all-running window, sessions_resident and sessions_decode_tok_s per policy and frame count), and
+all-running window, sessions_resident and sessions_decode_tok_s per policy and frame count, FP8
+over bf16 weights' sessions in one memory budget), and
 a missing report or a malformed --demo-right fails with a message naming it.
 
 The GPU keys, from the synthetic reports in tests/data/gpu_reports/ (shaped as `framezip bench
@@ -71,11 +72,18 @@ with tempfile.TemporaryDirectory() as d:
     report(sessions_05b, "sessions", {"sessions_resident_none_f64": 27.0,
                                       "sessions_resident_zipvl_f64": 110.0,
                                       "decode_tok_s_zipvl_f64": 800.0})
+    weights = {}
+    for fmt, weights_mib, held in (("bf16", 1800.0, 10.0), ("fp8", 1450.0, 15.0)):
+        weights[fmt] = os.path.join(d, f"sessions-{fmt}.json")
+        report(weights[fmt], "sessions", {"memory_budget_mib": 2560.0, "weights_mib": weights_mib,
+                                          "kv_budget_mib": 2560.0 - weights_mib,
+                                          "sessions_resident_none_f16": held})
     out = os.path.join(d, "latest.json")
     r = run(out, "--device", "NVIDIA H100", "--base", base, "--server-report", server,
             "--server-05b-report", server_05b, "--sessions-05b-report", sessions_05b,
             "--sessions-report", sessions, "--demo-right", "3/3", "--demo-turn2-ttft-ms", "4.5",
-            "--sessions-kv-budget-mib", "64")
+            "--sessions-kv-budget-mib", "64",
+            "--sessions-weights-reports", weights["bf16"], weights["fp8"])
     check("writes latest.json", r.returncode == 0, r.stderr)
     j = json.load(open(out)) if r.returncode == 0 else {}
     check("keeps the base's other keys", j.get("bench_gpu_x") == 7, str(j))
@@ -101,6 +109,12 @@ with tempfile.TemporaryDirectory() as d:
           j.get("sessions_decode_tok_s") == {"kivi": {"64": 4.5}},
           str(j.get("sessions_decode_tok_s")))
     check("sessions budget", j.get("sessions_kv_budget_mib") == 64, str(j))
+    same = j.get("sessions_05b_same_memory", {})
+    check("bf16 and fp8 weights in one memory budget",
+          same.get("memory_budget_mib") == 2560.0 and
+          same.get("fp8", {}).get("kv_budget_mib") == 1110.0 and
+          same.get("bf16", {}).get("sessions_resident") == {"none": {"16": 10}} and
+          abs(j.get("fp8_over_bf16_sessions_same_memory_05b", 0) - 1.5) < 1e-9, str(same))
 
     # A second run merges over the file it wrote: keys it does not produce stay.
     r = run(out, "--device", "NVIDIA H200", "--demo-right", "2/3")

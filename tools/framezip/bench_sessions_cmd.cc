@@ -1,8 +1,9 @@
 // framezip bench sessions: how many multi-turn video-chat sessions one KV budget holds per
 // compression policy, and what they see while it fills. Runs against the server's code started
 // in this process on a model (--model DIR: the real engine behind the real scheduler and gRPC
-// service on 127.0.0.1:0, with --kv-budget-mib and no session KV store, so nothing leaves engine
-// memory) or a running framezip-server (--server ADDR: its own budget; start it with
+// service on 127.0.0.1:0, with --kv-budget-mib, or --memory-budget-mib for weights and KV
+// together (so --weight-format int8 or fp8 leaves more KV), and no session KV store, so nothing
+// leaves engine memory) or a running framezip-server (--server ADDR: its own budget; start it with
 // `--kvstore none`, or idle sessions are evicted to the store instead of refused).
 //
 // For each frame count (--frames, default 64 and 256) and each policy (--policies), sessions
@@ -15,7 +16,9 @@
 // the next policy. `none` is what an uncompressed server (vLLM's prefix cache) holds in the same
 // budget.
 //
-// Reported per policy and frame count (suffix _<policy>_f<F>, the policy's non-alphanumerics as
+// Reported once, from the server's GetModelInfo: kv_budget_mib (what the KV pool was given) and
+// weights_mib (what the loaded weights take). Reported per policy and frame count (suffix
+// _<policy>_f<F>, the policy's non-alphanumerics as
 // '_'): sessions_resident, kv_resident_mib (engine KV the resident sessions hold, from
 // GetSession), kv_per_session_kib, budget_reached (1 when a turn was refused, 0 when
 // --max-sessions came first), turn-1 and turn-2 TTFT p50/p99 and inter-token latency p99 as the
@@ -281,17 +284,30 @@ StatusOr<RunResult> MeasureRun(v1::VideoChat::Stub& stub, const RunPlan& plan, d
 // framezip-server's code in this process on `model_dir`: loopback, port 0, no metrics, no session
 // KV store (so the budget refuses instead of evicting), no per-caller caps (all sessions are one
 // caller here), room for every session and frame count.
-StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::string& model_dir,
-                                                                  const std::string& device,
-                                                                  int64_t kv_budget_bytes,
+// The engine a --model run starts: where, its weights, and how its KV pool is sized (a KV
+// budget, or a memory budget the weights take their share of first).
+struct InProcessEngine {
+  std::string model_dir;
+  std::string device;
+  std::string weight_format;
+  int64_t kv_budget_bytes = 0;
+  int64_t memory_budget_bytes = 0;
+};
+
+StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const InProcessEngine& wanted,
                                                                   int max_running, int max_frames,
                                                                   int max_sessions) {
   server::ServerConfig config;
   config.listen = "127.0.0.1:0";
   config.metrics_listen = "";
-  config.model_dir = model_dir;
-  config.device = device;
-  config.kv_budget_bytes = kv_budget_bytes;
+  config.model_dir = wanted.model_dir;
+  config.device = wanted.device;
+  config.weight_format = wanted.weight_format;
+  if (wanted.memory_budget_bytes > 0) {
+    config.memory_budget_bytes = wanted.memory_budget_bytes;
+  } else {
+    config.kv_budget_bytes = wanted.kv_budget_bytes;
+  }
   config.kvstore = "none";
   config.max_running = max_running;
   config.max_waiting = std::max(4096, 2 * max_sessions);
@@ -305,6 +321,17 @@ StatusOr<std::unique_ptr<server::VideoChatServer>> StartInProcess(const std::str
   FZ_ASSIGN_OR_RETURN(std::unique_ptr<server::TurnEngine> engine,
                       server::CreateEngine(config, media));
   return server::VideoChatServer::Start(config, std::move(engine), media);
+}
+
+StatusOr<v1::ModelInfo> GetModelInfo(v1::VideoChat::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ModelInfo info;
+  const grpc::Status status = stub.GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) {
+    return Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  return info;
 }
 
 // "attentionpack:factors=int4" -> "attentionpack_factors_int4" (a result-name suffix).
@@ -341,6 +368,8 @@ int RunBenchSessions(const std::vector<std::string>& args) {
   std::string frames_list = "64,256";
   std::string policies_list = "none;kivi;zipvl;attentionpack:factors=int4;dynamic_llava";
   double kv_budget_mib = 32;
+  double memory_budget_mib = 0;
+  std::string weight_format = "bf16";
   double rate = 4;
   double think_seconds = 0;
   int max_sessions = 2000;
@@ -361,6 +390,13 @@ int RunBenchSessions(const std::vector<std::string>& args) {
   flags.String("model", &model_dir, "start the server in-process on this model directory", "DIR");
   flags.String("device", &device, "with --model: the engine's device (cpu, cuda, cuda:N)", "D");
   flags.Double("kv-budget-mib", &kv_budget_mib, "with --model: the engine's KV budget in MiB");
+  flags.Double("memory-budget-mib", &memory_budget_mib,
+               "with --model: weights and KV together in MiB, in place of --kv-budget-mib (the "
+               "KV pool gets what the weights leave); 0 = off");
+  flags.String("weight-format", &weight_format,
+               "with --model: the decoder's weights, bf16, int8 (CPU) or fp8 (GPU), as "
+               "framezip-server's --weight-format",
+               "FORMAT");
   flags.String("frames", &frames_list, "comma-separated frame counts per video", "LIST");
   flags.String("policies", &policies_list,
                "';'-separated policies, each NAME[:KEY=VALUE,...] as `framezip chat --policy` "
@@ -392,6 +428,9 @@ int RunBenchSessions(const std::vector<std::string>& args) {
   if (!(rate > 0)) return usage(fmt::format("--arrival-rate must be above 0, got {}", rate));
   if (!(kv_budget_mib > 0)) {
     return usage(fmt::format("--kv-budget-mib must be above 0, got {}", kv_budget_mib));
+  }
+  if (!(memory_budget_mib >= 0)) {
+    return usage(fmt::format("--memory-budget-mib must be >= 0, got {}", memory_budget_mib));
   }
   if (max_sessions < 1) return usage("--max-sessions must be at least 1");
   if (max_tokens < 1) return usage("--max-tokens must be at least 1");
@@ -426,9 +465,14 @@ int RunBenchSessions(const std::vector<std::string>& args) {
   bench::Machine machine = bench::DetectMachine();
   machine.threads = static_cast<int>(std::thread::hardware_concurrency());
   bench::Report report("sessions", machine);
-  const int64_t budget_bytes = static_cast<int64_t>(kv_budget_mib * 1024 * 1024);
-  if (!model_dir.empty()) report.Add("kv_budget_mib", kv_budget_mib, "MiB");
+  const InProcessEngine engine{model_dir, device, weight_format,
+                               static_cast<int64_t>(kv_budget_mib * 1024 * 1024),
+                               static_cast<int64_t>(memory_budget_mib * 1024 * 1024)};
+  if (!model_dir.empty() && memory_budget_mib > 0) {
+    report.Add("memory_budget_mib", memory_budget_mib, "MiB");
+  }
   report.Add("arrival_rate", rate, "sessions/s");
+  bool reported_model = false;
   const int most_frames = *std::max_element(frame_counts->begin(), frame_counts->end());
   for (const int frames : *frame_counts) {
     const Clip clip = video.empty() ? SyntheticClip(frames, frame_size) : Clip{video};
@@ -439,7 +483,7 @@ int RunBenchSessions(const std::vector<std::string>& args) {
       std::string address = server;
       if (!model_dir.empty()) {
         StatusOr<std::unique_ptr<server::VideoChatServer>> started =
-            StartInProcess(model_dir, device, budget_bytes, max_running, most_frames, max_sessions);
+            StartInProcess(engine, max_running, most_frames, max_sessions);
         if (!started.ok()) {
           std::fprintf(stderr, "framezip bench sessions: %s\n",
                        MessageOf(started.status()).c_str());
@@ -450,6 +494,20 @@ int RunBenchSessions(const std::vector<std::string>& args) {
       }
       auto stub =
           v1::VideoChat::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      if (!reported_model) {
+        // The budget the server really has (what a memory budget left the KV pool, or a running
+        // server's own), and its weights' share.
+        StatusOr<v1::ModelInfo> info = GetModelInfo(*stub);
+        if (!info.ok()) {
+          std::fprintf(stderr, "framezip bench sessions: GetModelInfo: %s\n",
+                       MessageOf(info.status()).c_str());
+          return 1;
+        }
+        report.Add("kv_budget_mib", static_cast<double>(info->kv_budget_bytes()) / (1 << 20),
+                   "MiB");
+        report.Add("weights_mib", static_cast<double>(info->weight_bytes()) / (1 << 20), "MiB");
+        reported_model = true;
+      }
       const RunPlan plan{&clip, frames, parsed[pi], max_tokens, ignore_eos, think_seconds};
       StatusOr<RunResult> run = MeasureRun(*stub, plan, rate, max_sessions);
       if (in_process) in_process->Drain(std::chrono::milliseconds(1000));

@@ -74,6 +74,28 @@ TEST_CASE("config errors name the key or flag", "[unit][server]") {
   REQUIRE(fp8_gpu.ok());
   CHECK(fp8_gpu->config.weight_format == "fp8");
 
+  // One way to size the KV pool at a time; a fraction of a device's memory needs a device.
+  auto budget = LoadServerConfig({"--memory-budget-bytes", "1073741824"});
+  REQUIRE(budget.ok());
+  CHECK(budget->config.memory_budget_bytes == 1073741824);
+  auto both = LoadServerConfig({"--memory-budget-bytes", "1000", "--kv-budget-bytes", "1000"});
+  REQUIRE_FALSE(both.ok());
+  CHECK_THAT(std::string(both.status().message()), Catch::Contains("give one of them"));
+  auto utilization = LoadServerConfig({"--gpu-memory-utilization", "0.9", "--device", "cuda:0"});
+  REQUIRE(utilization.ok());
+  CHECK(utilization->config.gpu_memory_utilization == 0.9);
+  auto utilization_cpu = LoadServerConfig({"--gpu-memory-utilization", "0.9"});
+  REQUIRE_FALSE(utilization_cpu.ok());
+  CHECK_THAT(std::string(utilization_cpu.status().message()),
+             Catch::Contains("--gpu-memory-utilization") && Catch::Contains("not a GPU"));
+  for (const char* out_of_range : {"1.5", "-0.1", "nan"}) {
+    INFO(out_of_range);
+    auto bad = LoadServerConfig({"--gpu-memory-utilization", out_of_range, "--device", "cuda"});
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(std::string(bad.status().message()), Catch::Contains("(0, 1]"));
+  }
+  CHECK_FALSE(LoadServerConfig({"--memory-budget-bytes", "-1"}).ok());
+
   auto tls = LoadServerConfig({"--tls-cert-file", "cert.pem"});
   REQUIRE_FALSE(tls.ok());
   CHECK_THAT(std::string(tls.status().message()), Catch::Contains("--tls-key-file"));
