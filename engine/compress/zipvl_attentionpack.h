@@ -2,7 +2,7 @@
 // tokens (probe scores, adaptive top-p) and runs its sparse prefill; the important VISUAL tokens
 // then leave the pages for an AttentionPack low-rank block, while the rest of the visual tokens
 // take ZipVL's low-bit pages (or are evicted with low_bits=evict) and the text keeps ZipVL's
-// classes. Decode reads pages and blocks in one softmax (llm/kv_backend_low_rank.cc); the blocks'
+// classes. Decode reads pages and blocks in one softmax (llm/low_rank_kv.h); the blocks'
 // value ranks follow the attention EMA, the residual window follows ZipVL.
 //
 // Options: ZipVlAttentionPackOptions (policy_config.h), every zipvl and attentionpack option

@@ -1,5 +1,6 @@
 // KvBackend (kv_backend.h): what it declares it supports, the checks against that, and a step's
-// page reservation. Its attention middles are in kv_backend_attend.cc and kv_backend_low_rank.cc.
+// page reservation. Its attention middles are in kv_backend_attend.cc; AttentionPack's blocks are
+// LowRankKv's (low_rank_kv.h).
 #include "engine/llm/kv_backend.h"
 #include "engine/llm/staging_cache.h"
 
@@ -11,7 +12,7 @@
 namespace framezip::engine::llm {
 
 KvBackend::KvBackend(const DecoderShape& shape, Device device, bool bf16_attention)
-    : shape_(shape), device_(device), bf16_attention_(bf16_attention) {}
+    : shape_(shape), device_(device), bf16_attention_(bf16_attention), low_rank_(shape, device) {}
 
 KvBackend::~KvBackend() = default;
 

@@ -8,7 +8,8 @@
 //   prefill chunk  the policy's plan (compress::PrefillLayerPlan); dense attention, or sparse
 //                  attention over the important rows with the rest local / attending / skipped
 //                  (ops::SparsePrefillAttention); the per-class, per-format append; AttentionPack's
-//                  low-rank block (kv_backend_attend.cc, kv_backend_low_rank.cc);
+//                  low-rank block (kv_backend_attend.cc; the blocks are LowRankKv's,
+//                  low_rank_kv.h);
 //   decode rows    the kFull write (or none, as the policy says); one mixed-format paged attention
 //                  over every sequence's pages (ops::PagedDecodeAttention); the residual window's
 //                  recompression (docs/methods.md §1.2).
@@ -33,8 +34,8 @@
 #include "engine/kv/kv_format.h"
 #include "engine/kv/page_pool.h"
 #include "engine/llm/decoder_shape.h"
+#include "engine/llm/low_rank_kv.h"
 #include "engine/llm/sequence.h"
-#include "engine/ops/low_rank.h"
 #include "engine/ops/sample.h"
 
 namespace framezip::engine::llm {
@@ -146,31 +147,6 @@ class KvBackend {
   Status AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
                               std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
                               const Tensor& v, Tensor& attn) const;
-  // AttentionPack: rows plan.low_rank_rows (chunk-local) of this chunk's k (post-RoPE) and v
-  // [t, G, d] become one low-rank block of layer l (built on the host from any device).
-  Status StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
-                           const compress::PrefillLayerPlan& plan, const Tensor& k,
-                           const Tensor& v) const;
-  // AttentionPack's recompression: layer l's full window (text and generated tokens) becomes one
-  // more low-rank block at `spec`, and its full pages are freed (built on the host). When the KV
-  // budget cannot hold the block the window stays as it is, for a later step.
-  Status StoreResidualLowRank(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
-  // Decode attention of one sequence whose layer l holds low-rank blocks: its pages (plus the
-  // unstored row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them,
-  // one softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).
-  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d], in the decoder's device memory.
-  // On a GPU the blocks are attended there (ops::LowRankBlockAttendCuda over the sequence's
-  // device_blocks); the pages' share, the merge and the policy's statistics run on the host: an
-  // AttentionPack layer's pages hold the text and generated tokens, a small part of its cache.
-  Status AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q, const float* k,
-                             const float* v, float* out) const;
-  // AttendDecodeLowRank's blocks on a GPU: each block's share (BlockAttention and its tokens'
-  // weights, as ops::LowRankBlockAttend gives them) from the fused kernel over device_q [nh·d]
-  // (device memory), copied to the host.
-  Status AttendLowRankBlocksOnDevice(Sequence& seq, int l, const ops::LowRankAttentionShape& shape,
-                                     float scale, const float* device_q,
-                                     std::vector<ops::BlockAttention>& parts,
-                                     std::vector<std::vector<float>>& weights) const;
   StatusOr<Tensor> Empty(Shape shape) const;
 
   DecoderShape shape_;
@@ -179,6 +155,8 @@ class KvBackend {
   // 16-bit projection weights: the activations already carry bf16-level error, so prefill
   // attention may take a GPU's bf16 tensor cores (ops::AttentionParams; no effect on the CPU).
   bool bf16_attention_ = false;
+  // AttentionPack's blocks: the layers that hold them are attended through it.
+  LowRankKv low_rank_;
   std::unique_ptr<StagingCache> staging_;
 };
 

@@ -129,7 +129,7 @@ Status KvBackend::AttendPrefillChunk(int l, Sequence& seq, std::span<const int32
   FZ_RETURN_IF_ERROR(
       seq.kv.Append(l, k.data<float>(), v.data<float>(), positions.data(), t, plan.classes.data()));
   if (plan.low_rank_rows.empty()) return absl::OkStatus();
-  const Status block = StoreLowRankBlock(l, seq, positions, plan, k, v);
+  const Status block = low_rank_.StoreChunkRows(l, seq, positions, plan, k, v);
   if (block.code() != absl::StatusCode::kResourceExhausted) return block;
   // The KV budget cannot hold the block (its bytes are known only once it is factorised, so the
   // step could not reserve them). Its rows go to full-precision pages instead: the step reserved
@@ -183,7 +183,7 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     auto attend_one = [&](int64_t i) -> Status {
       Sequence& s = *seqs[i];
       if (!s.kv.low_rank_blocks(l).empty()) {
-        return AttendDecodeLowRank(
+        return low_rank_.AttendDecode(
             l, s, stored[static_cast<size_t>(i)] != 0, q.data<float>() + i * nh * d,
             k.data<float>() + i * static_cast<int64_t>(row),
             v.data<float>() + i * static_cast<int64_t>(row), attn.data<float>() + i * nh * d);
@@ -241,7 +241,7 @@ Status KvBackend::RecompressResiduals(int l, std::span<Sequence* const> seqs,
     const int window = s.policy->ResidualWindow();
     if (window <= 0 || s.kv.residual_tokens(l) < window) continue;
     if (const std::optional<compress::LowRankSpec> spec = s.policy->ResidualLowRank(l)) {
-      FZ_RETURN_IF_ERROR(StoreResidualLowRank(l, s, *spec));
+      FZ_RETURN_IF_ERROR(low_rank_.StoreResidual(l, s, *spec));
       continue;
     }
     const int64_t n = s.kv.full_tokens(l);

@@ -1,8 +1,8 @@
-// AttentionPack's two places in the KV backend (compress/attentionpack.h): a prefill chunk's visual
-// rows becoming a low-rank block, and decode attention over pages plus blocks in one softmax,
-// reading the blocks through ops/low_rank.h (keys rebuilt a tile at a time, values never).
-// Blocks are built and kept on the host on every device (kv/low_rank_block.h); a GPU decoder reads
-// them through its device copies (device_low_rank_block.h) with the fused CUDA kernel.
+// LowRankKv (low_rank_kv.h): blocks built from a prefill chunk's rows and from the residual
+// window, and decode attention over pages plus blocks in one softmax, reading the blocks through
+// ops/low_rank.h (keys rebuilt a tile at a time, values never).
+#include "engine/llm/low_rank_kv.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,7 +12,6 @@
 
 #include "engine/core/device_memory.h"
 #include "engine/kv/low_rank_block.h"
-#include "engine/llm/kv_backend.h"
 #include "engine/ops/cpu_kernels.h"
 #include "engine/ops/low_rank.h"
 #include "engine/ops/low_rank_cuda.h"
@@ -34,9 +33,9 @@ Status ToHostFloats(Device device, const float* src, int64_t n, std::vector<floa
 
 }  // namespace
 
-Status KvBackend::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_t> positions,
-                                    const compress::PrefillLayerPlan& plan, const Tensor& dev_k,
-                                    const Tensor& dev_v) const {
+Status LowRankKv::StoreChunkRows(int l, Sequence& seq, std::span<const int32_t> positions,
+                                 const compress::PrefillLayerPlan& plan, const Tensor& dev_k,
+                                 const Tensor& dev_v) const {
   const auto start = std::chrono::steady_clock::now();
   // The SVD runs on the host: a GPU's chunk rows come over once.
   Tensor k = dev_k, v = dev_v;
@@ -71,8 +70,7 @@ Status KvBackend::StoreLowRankBlock(int l, Sequence& seq, std::span<const int32_
   return absl::OkStatus();
 }
 
-Status KvBackend::StoreResidualLowRank(int l, Sequence& seq,
-                                       const compress::LowRankSpec& spec) const {
+Status LowRankKv::StoreResidual(int l, Sequence& seq, const compress::LowRankSpec& spec) const {
   const auto start = std::chrono::steady_clock::now();
   const int64_t n = seq.kv.full_tokens(l), hd = shape_.kv_heads * shape_.head_dim;
   if (n == 0) return absl::OkStatus();
@@ -119,8 +117,8 @@ Status KvBackend::StoreResidualLowRank(int l, Sequence& seq,
   return absl::OkStatus();
 }
 
-Status KvBackend::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const float* q,
-                                      const float* k, const float* v, float* out) const {
+Status LowRankKv::AttendDecode(int l, Sequence& seq, bool stored, const float* q, const float* k,
+                               const float* v, float* out) const {
   const int nh = static_cast<int>(shape_.heads), g = static_cast<int>(shape_.kv_heads);
   const int d = static_cast<int>(shape_.head_dim), per_group = nh / g;
   const int64_t hd = static_cast<int64_t>(g) * d;
@@ -210,7 +208,7 @@ Status KvBackend::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const f
     }
   } else {
     FZ_RETURN_IF_ERROR(
-        AttendLowRankBlocksOnDevice(seq, l, attention_shape, scale, device_q, parts, weights));
+        AttendBlocksOnDevice(seq, l, attention_shape, scale, device_q, parts, weights));
   }
 
   // Merge per head: out = Σ_parts e^(m_p − M)·out_p / Σ_parts e^(m_p − M)·sum_p.
@@ -260,11 +258,11 @@ Status KvBackend::AttendDecodeLowRank(int l, Sequence& seq, bool stored, const f
   return absl::OkStatus();
 }
 
-Status KvBackend::AttendLowRankBlocksOnDevice(Sequence& seq, int l,
-                                              const ops::LowRankAttentionShape& shape, float scale,
-                                              const float* device_q,
-                                              std::vector<ops::BlockAttention>& parts,
-                                              std::vector<std::vector<float>>& weights) const {
+Status LowRankKv::AttendBlocksOnDevice(Sequence& seq, int l,
+                                       const ops::LowRankAttentionShape& shape, float scale,
+                                       const float* device_q,
+                                       std::vector<ops::BlockAttention>& parts,
+                                       std::vector<std::vector<float>>& weights) const {
   const std::vector<kv::LowRankBlock>& blocks = seq.kv.low_rank_blocks(l);
   const int64_t nh = shape.num_heads, d = shape.head_dim;
   FZ_ASSIGN_OR_RETURN(const std::span<const DeviceLowRankBlock> copies,
@@ -286,6 +284,10 @@ Status KvBackend::AttendLowRankBlocksOnDevice(Sequence& seq, int l,
     FZ_RETURN_IF_ERROR(ToHostFloats(device_, out.data<float>(), nh * d, parts[i].out));
   }
   return absl::OkStatus();
+}
+
+StatusOr<Tensor> LowRankKv::Empty(Shape shape) const {
+  return Tensor::Empty(std::move(shape), DType::kF32, device_);
 }
 
 }  // namespace framezip::engine::llm
