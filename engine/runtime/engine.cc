@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "engine/core/device_memory_info.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/quant_page.h"
 #include "engine/llm/quantized_projections.h"
@@ -196,6 +197,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::filesystem::path& dir,
         e->options_.kv_max_bytes,
         KvBudgetLeftByWeights(options.memory_budget_bytes, e->weight_bytes_, layout.PageBytes(),
                               WeightFormatName(e->options_.weight_format)));
+    if (!options.device.is_cpu()) {
+      // The pool takes its pages as sessions grow: a budget the device cannot supply now (other
+      // processes hold part of it) would fail turns later instead of the load now.
+      FZ_ASSIGN_OR_RETURN(const DeviceMemoryInfo memory, QueryDeviceMemoryInfo(options.device));
+      if (static_cast<uint64_t>(e->options_.kv_max_bytes) > memory.free_bytes) {
+        return ResourceExhaustedError(
+            "the memory budget leaves the KV pool {:.0f} MiB beside the weights, but {} has only "
+            "{:.0f} MiB free after loading them (of {:.0f} MiB): lower the budget "
+            "(--gpu-memory-utilization, --memory-budget-bytes) or free the device",
+            static_cast<double>(e->options_.kv_max_bytes) / (1 << 20),
+            DeviceName(options.device), static_cast<double>(memory.free_bytes) / (1 << 20),
+            static_cast<double>(memory.total_bytes) / (1 << 20));
+      }
+    }
   }
   FZ_ASSIGN_OR_RETURN(
       e->pools_, kv::KvPools::Create(layout, formats, e->options_.kv_max_bytes, options.device));

@@ -142,5 +142,33 @@ TEST_CASE("AttentionPack on the GPU scores like the CPU and moves conversations 
   }
 }
 
+// A memory budget on a GPU: the device copies of the weights are counted, the pool gets the
+// rest, and a budget past what the device has free is refused at load, not at a later turn.
+TEST_CASE("A memory budget on the GPU sizes the KV pool beside the device's weights",
+          "[cuda][engine][runtime]") {
+  if (test::SkipWithoutGpu()) return;
+  const auto dir = testing::SourceDir() / "models/framezip-tiny-video";
+  EngineOptions options;
+  options.device = Device::Cuda(0);
+  options.memory_budget_bytes = 64 << 20;
+  auto gpu = Engine::Load(dir, options);
+  FZ_REQUIRE_OK(gpu);
+  CHECK((*gpu)->weight_bytes() > 0);
+  CHECK((*gpu)->options().kv_max_bytes ==
+        (64 << 20) - static_cast<int64_t>((*gpu)->weight_bytes()));
+  auto conversation = (*gpu)->NewConversation();
+  FZ_REQUIRE_OK(conversation);
+  const Message question{"user", "What color is the circle?", {}};
+  TurnOptions turn;
+  turn.sampling.max_new_tokens = 4;
+  FZ_REQUIRE_OK((*gpu)->RunTurn(**conversation, std::span(&question, 1), turn));
+
+  options.memory_budget_bytes = int64_t{1} << 50;  // a petabyte: more than any device has free
+  auto refused = Engine::Load(dir, options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("free"));
+}
+
 }  // namespace
 }  // namespace framezip::engine::runtime
