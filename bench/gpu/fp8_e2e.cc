@@ -1,4 +1,5 @@
 #include "bench/gpu/fp8_e2e.h"
+#include "bench/gpu/model_e2e.h"
 
 #include <cuda_runtime.h>
 
@@ -26,12 +27,7 @@ namespace llm = engine::llm;
 constexpr int64_t kContext = 1024;
 constexpr int kSteps = 32;
 
-bool Ok(const Status& s, const char* what) {
-  if (s.ok()) return true;
-  std::fprintf(stderr, "framezip bench gpu: FP8 %s failed: %s\n", what,
-               std::string(s.message()).c_str());
-  return false;
-}
+bool Ok(const Status& s, const char* what) { return SectionStepOk(s, "FP8", what); }
 
 // Tokens/s of batch-1 decode after a kContext-token prompt, the median of 3 runs of kSteps steps
 // (forward pass and greedy pick on the device, the id back to the host), and the decoder's weight

@@ -50,12 +50,7 @@ Status Step(const llm::Decoder& d, std::span<llm::Sequence* const> seqs,
   return engine::ops::SampleTokens(logits, rows, tokens);
 }
 
-bool Ok(const Status& s, const char* what) {
-  if (s.ok()) return true;
-  std::fprintf(stderr, "framezip bench gpu: end-to-end %s failed: %s\n", what,
-               std::string(s.message()).c_str());
-  return false;
-}
+bool Ok(const Status& s, const char* what) { return SectionStepOk(s, "end-to-end", what); }
 
 // LLaVA-OneVision's tower: SigLIP-so400m-patch14-384 with OV's 26 layers (docs/models.md §1.1).
 engine::model::VisionConfig SiglipSo400m() {
@@ -236,6 +231,13 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
                     static_cast<double>(batch) * steps / s, "tokens/s"});
   }
   return rows;
+}
+
+bool SectionStepOk(const Status& s, const char* section, const char* what) {
+  if (s.ok()) return true;
+  std::fprintf(stderr, "framezip bench gpu: %s %s failed: %s\n", section, what,
+               std::string(s.message()).c_str());
+  return false;
 }
 
 }  // namespace framezip::benchgpu

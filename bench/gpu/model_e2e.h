@@ -10,7 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace framezip::benchgpu {
+
+// Whether `s` is OK; if not, prints "framezip bench gpu: <section> <what> failed: <message>" (a
+// section's rows are then left out, the others still run).
+bool SectionStepOk(const Status& s, const char* section, const char* what);
 
 struct E2eRow {
   std::string name;
