@@ -491,6 +491,7 @@ void ToF16Simd(const float* src, int64_t n, Float16* dst) {
 }
 
 void ToF32AnyType(const void* src, DType dtype, int64_t n, float* dst) {
+  if (n <= 0) return;  // an empty tensor may have no storage: memcpy must not see its null
   if (dtype == DType::kBF16) return ToF32Simd<DType::kBF16>(src, n, dst);
   if (dtype == DType::kF16) return ToF32Simd<DType::kF16>(src, n, dst);
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
