@@ -63,6 +63,10 @@ Ours alone (framezip bench gpu):
   fp8_over_bf16_decode_b1_05b, fp8_over_bf16_decode_b1_7b  decode tokens/s at batch 1 after 1024
                                       tokens with FP8 weights (--weight-format fp8) over the same
                                       random weights in bf16, Qwen2-0.5B / Qwen2-7B shape (sm_90)
+  fp8_over_bf16_sessions_capacity_05b, fp8_over_bf16_sessions_capacity_7b  sessions of 1024
+                                      tokens one memory budget for the decoder's weights and KV
+                                      holds with FP8 weights over bf16 (1.5 / 20 GiB; weight bytes
+                                      on the GPU and one sequence's KV pages, measured)
 From framezip-eval-frames --json reports (--eval-report, repeatable; JSON lines, one per policy,
 as scripts/gpu-check.sh's GPU eval writes them):
   eval_top1_agreement                 {policy: teacher-forced top-1 agreement with the reference}
@@ -116,6 +120,8 @@ OURS_ATTENTIONPACK = ("AttentionPack decode, one sequence, ctx {ctx} visual toke
                       "{format} factors speed vs dense f16 paged decode [tensor cores]")
 OURS_STEP_COUNT = "end-to-end decode batch 16 {what} per step"
 OURS_FP8_DECODE = "FP8 over bf16 decode batch 1 at 1024 context, {label} shape"
+OURS_FP8_SESSIONS = ("FP8 over bf16 sessions of 1024 tokens in one memory budget for decoder "
+                     "weights and KV, {label} shape")
 # torch_peer.py's rows.
 from peer_rows import (EAGER_DECODE_ROW, EAGER_PREFILL_ROW, GRAPH_DECODE_ROW, SDPA_ROW,
                        STATIC_PREFILL_ROW, VISION_ROW)
@@ -223,6 +229,9 @@ def gpu_keys():
     for key, label in (("fp8_over_bf16_decode_b1_05b", "Qwen2-0.5B"),
                        ("fp8_over_bf16_decode_b1_7b", "Qwen2-7B")):
         add(key, ("gpu",), lambda o, p, e, l=label: o.get(OURS_FP8_DECODE.format(label=l)))
+    for key, label in (("fp8_over_bf16_sessions_capacity_05b", "Qwen2-0.5B"),
+                       ("fp8_over_bf16_sessions_capacity_7b", "Qwen2-7B")):
+        add(key, ("gpu",), lambda o, p, e, l=label: o.get(OURS_FP8_SESSIONS.format(label=l)))
     add("eval_top1_agreement", ("eval",), lambda o, p, e: eval_agreement(e))
     add("eval_top1_agreement_min", ("eval",), lambda o, p, e: min(eval_agreement(e).values()))
     return keys

@@ -199,6 +199,12 @@ want = {
         ours["FP8 over bf16 decode batch 1 at 1024 context, Qwen2-0.5B shape"],
     "fp8_over_bf16_decode_b1_7b":
         ours["FP8 over bf16 decode batch 1 at 1024 context, Qwen2-7B shape"],
+    "fp8_over_bf16_sessions_capacity_05b":
+        ours["FP8 over bf16 sessions of 1024 tokens in one memory budget for decoder weights and "
+             "KV, Qwen2-0.5B shape"],
+    "fp8_over_bf16_sessions_capacity_7b":
+        ours["FP8 over bf16 sessions of 1024 tokens in one memory budget for decoder weights and "
+             "KV, Qwen2-7B shape"],
 }
 with open(EVAL) as f:
     evals = [json.loads(l) for l in f if l.startswith("{")]
