@@ -108,8 +108,6 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
   b->media_limits_.max_decode_s = std::max(b->media_limits_.max_decode_s, 120.0);
   FZ_ASSIGN_OR_RETURN(b->engine_, rt::Engine::Load(config.model_dir, options));
   const auto& c = b->engine_->config();
-  // What a memory budget left the pool, or kv_max_bytes as given.
-  b->kv_capacity_bytes_ = static_cast<uint64_t>(b->engine_->options().kv_max_bytes);
   ModelDescription& m = b->model_;
   m.name = std::filesystem::path(config.model_dir).lexically_normal().filename().string();
   if (m.name.empty()) m.name = std::filesystem::path(config.model_dir).parent_path().filename();
@@ -126,7 +124,8 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Load(
                         : std::string(rt::WeightFormatName(b->engine_->options().weight_format));
   m.device = config.device;
   m.weight_bytes = b->engine_->weight_bytes();
-  m.kv_budget_bytes = b->kv_capacity_bytes_;
+  // What a memory budget left the pool, or kv_max_bytes as given.
+  m.kv_budget_bytes = static_cast<uint64_t>(b->engine_->options().kv_max_bytes);
   // Every policy this model can run (dynamic_llava needs the model's predictors).
   for (PolicyKind kind : {PolicyKind::kNone, PolicyKind::kZipVl, PolicyKind::kAttentionPack,
                           PolicyKind::kDynamicLlava, PolicyKind::kFastV, PolicyKind::kKivi,

@@ -48,7 +48,7 @@ class EngineBackend final : public ModelBackend {
   Status Step(std::span<StepItem> batch) override;
   Status Commit(const std::string& session_key, BackendSequence& sequence) override;
   uint64_t KvUsedBytes() const override;
-  uint64_t KvCapacityBytes() const override { return kv_capacity_bytes_; }
+  uint64_t KvCapacityBytes() const override { return model_.kv_budget_bytes; }
 
   // The sessions' calls go to SessionKv.
   std::vector<KvBytes> ReleaseSession(const std::string& key) override {
@@ -96,7 +96,6 @@ class EngineBackend final : public ModelBackend {
   media::MediaLimits media_limits_;
   std::unique_ptr<engine::runtime::Engine> engine_;
   ModelDescription model_;
-  uint64_t kv_capacity_bytes_ = 0;
   int64_t prefill_chunk_tokens_ = 0;
   // (Qualified: SessionKv is also ModelBackend's method.) Reset before engine_ (~EngineBackend).
   std::unique_ptr<server::SessionKv> sessions_;

@@ -89,31 +89,9 @@ StatusOr<Tensor> OnDevice(const Tensor& t, Device device, size_t& copied) {
 }
 
 StatusOr<LayerWeights> LayerOnDevice(const LayerWeights& L, Device device, size_t& copied) {
-  LayerWeights D;
-  for (auto [from, to] : {std::pair{&L.input_layernorm, &D.input_layernorm},
-                          {&L.q_proj, &D.q_proj},
-                          {&L.q_bias, &D.q_bias},
-                          {&L.k_proj, &D.k_proj},
-                          {&L.k_bias, &D.k_bias},
-                          {&L.v_proj, &D.v_proj},
-                          {&L.v_bias, &D.v_bias},
-                          {&L.o_proj, &D.o_proj},
-                          {&L.o_bias, &D.o_bias},
-                          {&L.post_attention_layernorm, &D.post_attention_layernorm},
-                          {&L.gate_proj, &D.gate_proj},
-                          {&L.gate_bias, &D.gate_bias},
-                          {&L.up_proj, &D.up_proj},
-                          {&L.up_bias, &D.up_bias},
-                          {&L.down_proj, &D.down_proj},
-                          {&L.down_bias, &D.down_bias},
-                          {&L.q_scale, &D.q_scale},
-                          {&L.k_scale, &D.k_scale},
-                          {&L.v_scale, &D.v_scale},
-                          {&L.o_scale, &D.o_scale},
-                          {&L.gate_scale, &D.gate_scale},
-                          {&L.up_scale, &D.up_scale},
-                          {&L.down_scale, &D.down_scale}}) {
-    FZ_ASSIGN_OR_RETURN(*to, OnDevice(*from, device, copied));
+  LayerWeights D = L;
+  for (Tensor* t : LayerTensors(D)) {
+    FZ_ASSIGN_OR_RETURN(*t, OnDevice(*t, device, copied));
   }
   return D;
 }

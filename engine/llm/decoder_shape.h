@@ -73,6 +73,20 @@ auto LayerProjections(Layer& L) {
                                     {&L.down_proj, &L.down_scale, "down_proj"}}};
 }
 
+// Every tensor slot of a layer (weights, biases, norms, scales, the fused ones), for code that
+// treats them all alike (device copies, byte counts). Layer: LayerWeights or const LayerWeights.
+template <class Layer>
+auto LayerTensors(Layer& L) {
+  using T = std::conditional_t<std::is_const_v<Layer>, const Tensor, Tensor>;
+  return std::array<T*, 28>{
+      &L.input_layernorm, &L.q_proj,    &L.q_bias,       &L.k_proj,   &L.k_bias,
+      &L.v_proj,          &L.v_bias,    &L.o_proj,       &L.o_bias,   &L.post_attention_layernorm,
+      &L.gate_proj,       &L.gate_bias, &L.up_proj,      &L.up_bias,  &L.down_proj,
+      &L.down_bias,       &L.q_scale,   &L.k_scale,      &L.v_scale,  &L.o_scale,
+      &L.gate_scale,      &L.up_scale,  &L.down_scale,   &L.qkv_proj, &L.qkv_bias,
+      &L.gate_up_proj,    &L.qkv_scale, &L.gate_up_scale};
+}
+
 // Views: whoever made them keeps the storage alive (ModelWeights' mmaps, or the caller's
 // buffers). The decoder copies them to its device at Create when they are elsewhere.
 struct DecoderWeights {

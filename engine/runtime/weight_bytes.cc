@@ -25,26 +25,17 @@ class HeldBytes {
 void AddDecoder(const llm::DecoderWeights& w, HeldBytes& held) {
   held.Add({&w.embed_tokens, &w.norm, &w.lm_head, &w.lm_head_scale});
   for (const llm::LayerWeights& L : w.layers) {
-    for (const auto& p : llm::LayerProjections(L)) held.Add({p.weight, p.scale});
-    held.Add({&L.input_layernorm, &L.post_attention_layernorm, &L.q_bias, &L.k_bias, &L.v_bias,
-              &L.o_bias, &L.gate_bias, &L.up_bias, &L.down_bias, &L.qkv_proj, &L.qkv_bias,
-              &L.gate_up_proj, &L.qkv_scale, &L.gate_up_scale});
+    for (const Tensor* t : llm::LayerTensors(L)) held.Add(*t);
   }
 }
 
 void AddVision(const vision::LlavaVisionWeights& w, HeldBytes& held) {
-  const vision::VisionTowerWeights& t = w.tower;
-  held.Add({&t.patch_weight, &t.patch_bias, &t.class_embedding, &t.position_embedding,
-            &t.pre_ln_weight, &t.pre_ln_bias});
-  for (const vision::EncoderLayerWeights& L : t.layers) {
-    held.Add({&L.ln1_weight, &L.ln1_bias,  &L.q_weight,   &L.q_bias,   &L.k_weight,   &L.k_bias,
-              &L.v_weight,   &L.v_bias,    &L.out_weight, &L.out_bias, &L.ln2_weight, &L.ln2_bias,
-              &L.fc1_weight, &L.fc1_bias,  &L.fc2_weight, &L.fc2_bias, &L.q_scale,    &L.k_scale,
-              &L.v_scale,    &L.out_scale, &L.fc1_scale,  &L.fc2_scale});
+  for (const Tensor* t : vision::TowerEmbeddingTensors(w.tower)) held.Add(*t);
+  for (const vision::EncoderLayerWeights& L : w.tower.layers) {
+    for (const Tensor* t : vision::EncoderLayerTensors(L)) held.Add(*t);
   }
-  const vision::ProjectorWeights& p = w.projector;
-  held.Add(
-      {&p.linear1_weight, &p.linear1_bias, &p.linear2_weight, &p.linear2_bias, &w.image_newline});
+  for (const Tensor* t : vision::ProjectorTensors(w.projector)) held.Add(*t);
+  held.Add(w.image_newline);
 }
 
 }  // namespace

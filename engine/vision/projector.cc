@@ -35,13 +35,10 @@ StatusOr<Tensor> Project(const model::LlavaConfig& config, const ProjectorWeight
 }
 
 StatusOr<ProjectorWeights> ProjectorWeightsOn(const ProjectorWeights& weights, Device device) {
-  ProjectorWeights out;
-  for (auto [from, to] : {std::pair{&weights.linear1_weight, &out.linear1_weight},
-                          {&weights.linear1_bias, &out.linear1_bias},
-                          {&weights.linear2_weight, &out.linear2_weight},
-                          {&weights.linear2_bias, &out.linear2_bias}}) {
-    if (from->defined()) {
-      FZ_ASSIGN_OR_RETURN(*to, from->To(device));
+  ProjectorWeights out = weights;
+  for (Tensor* t : ProjectorTensors(out)) {
+    if (t->defined()) {
+      FZ_ASSIGN_OR_RETURN(*t, t->To(device));
     }
   }
   return out;

@@ -270,26 +270,13 @@ StatusOr<VisionTowerWeights> VisionTowerWeightsOn(const VisionTowerWeights& weig
     return UnimplementedError("vision tower: int8 weights run on the CPU only (not on {})",
                               DeviceName(device));
   }
-  VisionTowerWeights out;
-  FZ_ASSIGN_OR_RETURN(out.patch_weight, on(weights.patch_weight));
-  FZ_ASSIGN_OR_RETURN(out.patch_bias, on(weights.patch_bias));
-  FZ_ASSIGN_OR_RETURN(out.class_embedding, on(weights.class_embedding));
-  FZ_ASSIGN_OR_RETURN(out.position_embedding, on(weights.position_embedding));
-  FZ_ASSIGN_OR_RETURN(out.pre_ln_weight, on(weights.pre_ln_weight));
-  FZ_ASSIGN_OR_RETURN(out.pre_ln_bias, on(weights.pre_ln_bias));
-  for (const EncoderLayerWeights& l : weights.layers) {
-    EncoderLayerWeights& o = out.layers.emplace_back();
-    const std::pair<const Tensor*, Tensor*> pairs[] = {
-        {&l.ln1_weight, &o.ln1_weight}, {&l.ln1_bias, &o.ln1_bias},
-        {&l.q_weight, &o.q_weight},     {&l.q_bias, &o.q_bias},
-        {&l.k_weight, &o.k_weight},     {&l.k_bias, &o.k_bias},
-        {&l.v_weight, &o.v_weight},     {&l.v_bias, &o.v_bias},
-        {&l.out_weight, &o.out_weight}, {&l.out_bias, &o.out_bias},
-        {&l.ln2_weight, &o.ln2_weight}, {&l.ln2_bias, &o.ln2_bias},
-        {&l.fc1_weight, &o.fc1_weight}, {&l.fc1_bias, &o.fc1_bias},
-        {&l.fc2_weight, &o.fc2_weight}, {&l.fc2_bias, &o.fc2_bias}};
-    for (const auto& [from, to] : pairs) {
-      FZ_ASSIGN_OR_RETURN(*to, on(*from));
+  VisionTowerWeights out = weights;
+  for (Tensor* t : TowerEmbeddingTensors(out)) {
+    FZ_ASSIGN_OR_RETURN(*t, on(*t));
+  }
+  for (EncoderLayerWeights& l : out.layers) {
+    for (Tensor* t : EncoderLayerTensors(l)) {
+      FZ_ASSIGN_OR_RETURN(*t, on(*t));
     }
   }
   return out;

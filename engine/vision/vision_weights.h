@@ -18,8 +18,10 @@
 // post_layernorm and the SigLIP head are never bound: LLaVA does not use them (docs/models.md §3).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
@@ -62,6 +64,30 @@ struct ProjectorWeights {
   Tensor linear1_weight, linear1_bias;  // [H, D·nL], [H]
   Tensor linear2_weight, linear2_bias;  // [H, H], [H]
 };
+
+// Every tensor slot of each weight struct, for code that treats them all alike (device copies,
+// byte counts). W: the struct or its const.
+template <class W>
+auto EncoderLayerTensors(W& l) {
+  using T = std::conditional_t<std::is_const_v<W>, const Tensor, Tensor>;
+  return std::array<T*, 22>{&l.ln1_weight, &l.ln1_bias, &l.q_weight,   &l.q_bias,     &l.k_weight,
+                            &l.k_bias,     &l.v_weight, &l.v_bias,     &l.out_weight, &l.out_bias,
+                            &l.ln2_weight, &l.ln2_bias, &l.fc1_weight, &l.fc1_bias,   &l.fc2_weight,
+                            &l.fc2_bias,   &l.q_scale,  &l.k_scale,    &l.v_scale,    &l.out_scale,
+                            &l.fc1_scale,  &l.fc2_scale};
+}
+// The tower's tensors outside its layers.
+template <class W>
+auto TowerEmbeddingTensors(W& t) {
+  using T = std::conditional_t<std::is_const_v<W>, const Tensor, Tensor>;
+  return std::array<T*, 6>{&t.patch_weight,       &t.patch_bias,    &t.class_embedding,
+                           &t.position_embedding, &t.pre_ln_weight, &t.pre_ln_bias};
+}
+template <class W>
+auto ProjectorTensors(W& p) {
+  using T = std::conditional_t<std::is_const_v<W>, const Tensor, Tensor>;
+  return std::array<T*, 4>{&p.linear1_weight, &p.linear1_bias, &p.linear2_weight, &p.linear2_bias};
+}
 
 struct LlavaVisionWeights {
   VisionTowerWeights tower;

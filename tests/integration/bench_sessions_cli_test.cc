@@ -106,6 +106,16 @@ TEST_CASE("bench sessions refuses bad flags, naming them", "[integration][bench]
       testing::RunFramezipCli(BenchOnShippedModel() + " --memory-budget-mib -1");
   CHECK(budget.exit_code == 2);
   CHECK(budget.stderr_text.find("--memory-budget-mib must be >= 0") != std::string::npos);
+  // Past what an int64 of bytes holds: refused, not converted with undefined behaviour.
+  const testing::CliRun huge =
+      testing::RunFramezipCli(BenchOnShippedModel() + " --memory-budget-mib 1e300");
+  CHECK(huge.exit_code == 2);
+  CHECK(huge.stderr_text.find("--memory-budget-mib must be >= 0 and at most") != std::string::npos);
+  const testing::CliRun huge_kv = testing::RunFramezipCli(
+      "bench sessions --model " + (testing::SourceDir() / "models/framezip-tiny-video").string() +
+      " --kv-budget-mib inf");
+  CHECK(huge_kv.exit_code == 2);
+  CHECK(huge_kv.stderr_text.find("--kv-budget-mib must be above 0") != std::string::npos);
 }
 
 }  // namespace

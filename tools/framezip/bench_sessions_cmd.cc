@@ -426,11 +426,15 @@ int RunBenchSessions(const std::vector<std::string>& args) {
         "(start one in this process)");
   }
   if (!(rate > 0)) return usage(fmt::format("--arrival-rate must be above 0, got {}", rate));
-  if (!(kv_budget_mib > 0)) {
-    return usage(fmt::format("--kv-budget-mib must be above 0, got {}", kv_budget_mib));
+  // At most 1 PiB: the bytes must fit an int64 (and no machine has more).
+  constexpr double kMostMib = double(int64_t{1} << 30);
+  if (!(kv_budget_mib > 0 && kv_budget_mib <= kMostMib)) {
+    return usage(fmt::format("--kv-budget-mib must be above 0 and at most {}, got {}", kMostMib,
+                             kv_budget_mib));
   }
-  if (!(memory_budget_mib >= 0)) {
-    return usage(fmt::format("--memory-budget-mib must be >= 0, got {}", memory_budget_mib));
+  if (!(memory_budget_mib >= 0 && memory_budget_mib <= kMostMib)) {
+    return usage(fmt::format("--memory-budget-mib must be >= 0 and at most {}, got {}", kMostMib,
+                             memory_budget_mib));
   }
   if (max_sessions < 1) return usage("--max-sessions must be at least 1");
   if (max_tokens < 1) return usage("--max-tokens must be at least 1");
