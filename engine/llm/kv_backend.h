@@ -106,7 +106,8 @@ class KvBackend {
 
   // The middle of a decode layer for the batch `seqs` (row i of q/k/v/attn belongs to seqs[i]):
   // store (or not, as the policy says) each new token kFull, one paged attention over every
-  // sequence's pages, then the residual-window recompression. q [b, nh, d] post-RoPE,
+  // sequence's pages (where a sequence's layer holds AttentionPack blocks, their shares merge in:
+  // LowRankKv::AttendDecode), then the residual-window recompression. q [b, nh, d] post-RoPE,
   // k/v [b, G, d], positions [b] (host); writes attn [b, nh, d].
   Status AttendDecodeRows(int l, std::span<Sequence* const> seqs,
                           std::span<const int32_t> positions, const Tensor& q, const Tensor& k,
@@ -142,11 +143,6 @@ class KvBackend {
   Status RecompressResiduals(int l, std::span<Sequence* const> seqs, const Tensor& q) const;
   KvBackend(const DecoderShape& shape, Device device, bool bf16_attention);
 
-  // Decode attention per sequence over its gathered cache (plus the unstored row where stored[i]
-  // is 0): where the device has no paged decode kernel for this head size.
-  Status AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
-                              std::span<const uint8_t> stored, const Tensor& q, const Tensor& k,
-                              const Tensor& v, Tensor& attn) const;
   StatusOr<Tensor> Empty(Shape shape) const;
 
   DecoderShape shape_;

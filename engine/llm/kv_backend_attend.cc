@@ -151,14 +151,12 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   const size_t row = static_cast<size_t>(g * d);
   std::vector<ops::KvSpan> spans;
   std::vector<int32_t> offsets(1, 0);
-  std::vector<uint8_t> stored(static_cast<size_t>(b));
   for (int64_t i = 0; i < b; ++i) {
     Sequence& s = *seqs[i];
     const float* ki = k.data<float>() + i * row;
     const float* vi = v.data<float>() + i * row;
     const int32_t pos = positions[static_cast<size_t>(i)];
     const bool store = s.policy->OnDecodeWrite(l, pos);
-    stored[static_cast<size_t>(i)] = store ? 1 : 0;
     if (!store && l + 1 == shape_.layers) ++s.prefill_stats.decode_unstored;
     if (store) FZ_RETURN_IF_ERROR(s.kv.Append(l, ki, vi, &pos, 1));
     s.kv.AppendSpans(l, spans);
@@ -175,41 +173,40 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   }
   bool low_rank = false;
   for (const Sequence* s : seqs) low_rank = low_rank || !s->kv.low_rank_blocks(l).empty();
-  if (low_rank) {
-    // AttentionPack's blocks are read by their own kernels, each sequence on its own: the
-    // sequences in parallel (a batch of many short sessions would otherwise run one small
-    // attention after another; the kernels' own ParallelFor runs inline inside a task).
-    const int64_t nh = shape_.heads;
-    auto attend_one = [&](int64_t i) -> Status {
-      Sequence& s = *seqs[i];
-      if (!s.kv.low_rank_blocks(l).empty()) {
-        return low_rank_.AttendDecode(
-            l, s, stored[static_cast<size_t>(i)] != 0, q.data<float>() + i * nh * d,
-            k.data<float>() + i * static_cast<int64_t>(row),
-            v.data<float>() + i * static_cast<int64_t>(row), attn.data<float>() + i * nh * d);
-      }
-      FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
-      FZ_ASSIGN_OR_RETURN(const Tensor ki, k.Slice(i, i + 1));
-      FZ_ASSIGN_OR_RETURN(const Tensor vi, v.Slice(i, i + 1));
-      FZ_ASSIGN_OR_RETURN(Tensor oi, attn.Slice(i, i + 1));
-      return AttendDecodeGathered(l, seqs.subspan(static_cast<size_t>(i), 1),
-                                  std::span(stored).subspan(static_cast<size_t>(i), 1), qi, ki, vi,
-                                  oi);
-    };
-    if (b == 1 || !device_.is_cpu()) {  // a GPU's copies and kernels: one sequence at a time
-      for (int64_t i = 0; i < b; ++i) FZ_RETURN_IF_ERROR(attend_one(i));
-    } else {
-      std::vector<Status> results(static_cast<size_t>(b));
-      ComputePool().ParallelFor(b, 1, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) results[static_cast<size_t>(i)] = attend_one(i);
-      });
-      for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
-    }
-  } else {
-    // The head size was checked against the device's kernels when the decoder was made
-    // (ops::PagedDecodeSupports).
-    const ops::PagedKv paged_kv{spans, offsets, static_cast<int>(g), static_cast<int>(d)};
+  // The head size was checked against the device's kernels when the decoder was made
+  // (ops::PagedDecodeSupports).
+  const ops::PagedKv paged_kv{spans, offsets, static_cast<int>(g), static_cast<int>(d)};
+  if (!low_rank) {
     FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, paged_kv, attn));
+    return RecompressResiduals(l, seqs, q);
+  }
+  // AttentionPack: the pages' share of the whole batch in one paged attention, with each row's
+  // log-sum-exp; then each sequence that holds blocks merges their shares in (LowRankKv), on the
+  // decoder's device.
+  const int64_t nh = shape_.heads;
+  FZ_ASSIGN_OR_RETURN(Tensor lse, Empty({b, nh}));
+  FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, paged_kv, attn, 0, &lse));
+  auto merge_blocks = [&](int64_t i) -> Status {
+    Sequence& s = *seqs[i];
+    if (s.kv.low_rank_blocks(l).empty()) return absl::OkStatus();
+    FZ_ASSIGN_OR_RETURN(const Tensor qi, q.Slice(i, i + 1));
+    FZ_ASSIGN_OR_RETURN(const Tensor q_row, qi.Reshape({nh, d}));
+    FZ_ASSIGN_OR_RETURN(const Tensor lse_i, lse.Slice(i, i + 1));
+    FZ_ASSIGN_OR_RETURN(const Tensor lse_row, lse_i.Reshape({nh}));
+    FZ_ASSIGN_OR_RETURN(Tensor oi, attn.Slice(i, i + 1));
+    FZ_ASSIGN_OR_RETURN(Tensor out_row, oi.Reshape({nh, d}));
+    return low_rank_.AttendDecode(l, s, q_row, lse_row, out_row);
+  };
+  if (b == 1 || !device_.is_cpu()) {  // a GPU's kernels queue on one stream, in order
+    for (int64_t i = 0; i < b; ++i) FZ_RETURN_IF_ERROR(merge_blocks(i));
+  } else {
+    // The sequences in parallel (a batch of many short sessions would otherwise run one small
+    // block attention after another; the kernels' own ParallelFor runs inline inside a task).
+    std::vector<Status> results(static_cast<size_t>(b));
+    ComputePool().ParallelFor(b, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) results[static_cast<size_t>(i)] = merge_blocks(i);
+    });
+    for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
   }
   return RecompressResiduals(l, seqs, q);
 }
@@ -252,35 +249,6 @@ Status KvBackend::RecompressResiduals(int l, std::span<Sequence* const> seqs,
     classes.clear();
     FZ_RETURN_IF_ERROR(s.policy->ClassifyResidual(l, view.q, view.k, classes));
     FZ_RETURN_IF_ERROR(s.kv.CompressResidual(l, classes));
-  }
-  return absl::OkStatus();
-}
-
-Status KvBackend::AttendDecodeGathered(int l, std::span<Sequence* const> seqs,
-                                       std::span<const uint8_t> stored, const Tensor& q,
-                                       const Tensor& k, const Tensor& v, Tensor& attn) const {
-  const int64_t nh = shape_.heads, g = shape_.kv_heads, d = shape_.head_dim;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const Sequence& s = *seqs[i];
-    const int64_t cached = s.kv.num_tokens(l), n = cached + (stored[i] ? 0 : 1);
-    FZ_ASSIGN_OR_RETURN(Tensor keys, Empty({1, n, g, d}));
-    FZ_ASSIGN_OR_RETURN(Tensor values, Empty({1, n, g, d}));
-    FZ_RETURN_IF_ERROR(s.kv.Gather(l, keys.data<float>(), values.data<float>()));
-    if (!stored[i]) {
-      const int64_t at = static_cast<int64_t>(i);
-      FZ_RETURN_IF_ERROR(CopyBytes(keys.data<float>() + cached * g * d, device_,
-                                   k.data<float>() + at * g * d, device_,
-                                   static_cast<size_t>(g * d) * sizeof(float)));
-      FZ_RETURN_IF_ERROR(CopyBytes(values.data<float>() + cached * g * d, device_,
-                                   v.data<float>() + at * g * d, device_,
-                                   static_cast<size_t>(g * d) * sizeof(float)));
-    }
-    const int64_t at = static_cast<int64_t>(i);
-    FZ_ASSIGN_OR_RETURN(Tensor qi, q.Slice(at, at + 1));
-    FZ_ASSIGN_OR_RETURN(Tensor q4, qi.Reshape({1, 1, nh, d}));
-    FZ_ASSIGN_OR_RETURN(Tensor oi, attn.Slice(at, at + 1));
-    FZ_ASSIGN_OR_RETURN(Tensor o4, oi.Reshape({1, 1, nh, d}));
-    FZ_RETURN_IF_ERROR(ops::Attention(q4, keys, values, ops::AttentionParams{}, o4));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,6 @@
 // LowRankKv (low_rank_kv.h): blocks built from a prefill chunk's rows and from the residual
-// window, and decode attention over pages plus blocks in one softmax, reading the blocks through
-// ops/low_rank.h (keys rebuilt a tile at a time, values never).
+// window, and decode attention that merges the blocks' shares (read through ops/low_rank.h: keys
+// rebuilt a tile at a time, values never) with the pages' share by their maxima.
 #include "engine/llm/low_rank_kv.h"
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 
 #include "engine/core/device_memory.h"
 #include "engine/kv/low_rank_block.h"
-#include "engine/ops/cpu_kernels.h"
+#include "engine/ops/attention_merge.h"
 #include "engine/ops/low_rank.h"
 #include "engine/ops/low_rank_cuda.h"
 
@@ -117,172 +117,100 @@ Status LowRankKv::StoreResidual(int l, Sequence& seq, const compress::LowRankSpe
   return absl::OkStatus();
 }
 
-Status LowRankKv::AttendDecode(int l, Sequence& seq, bool stored, const float* q, const float* k,
-                               const float* v, float* out) const {
-  const int nh = static_cast<int>(shape_.heads), g = static_cast<int>(shape_.kv_heads);
-  const int d = static_cast<int>(shape_.head_dim), per_group = nh / g;
-  const int64_t hd = static_cast<int64_t>(g) * d;
+Status LowRankKv::AttendDecode(int l, Sequence& seq, const Tensor& q, const Tensor& pages_lse,
+                               Tensor& attn) const {
+  const int64_t nh = shape_.heads, d = shape_.head_dim;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   const auto start = std::chrono::steady_clock::now();
   std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(l);
-  const bool on_host = device_.is_cpu();
+  const int64_t parts = static_cast<int64_t>(blocks.size());
 
-  // On a GPU this step's rows come to the host, where the pages' share and the merge run, and
-  // the output goes back at the end.
-  thread_local std::vector<float> host_q, host_k, host_v, host_out;
-  const float* const device_q = q;
-  float* const device_out = out;
-  if (!on_host) {
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, q, nh * d, host_q));
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, k, hd, host_k));
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, v, hd, host_v));
-    host_out.resize(static_cast<size_t>(nh * d));
-    q = host_q.data();
-    k = host_k.data();
-    v = host_v.data();
-    out = host_out.data();
-  }
-
-  // The dense part: the pages, plus this step's row when it is not stored. Its share is formed
-  // as a block's is (ops::BlockAttention: maxima, sums, unnormalised outputs), so the parts merge
-  // in one place below.
-  const int64_t pages = seq.kv.page_tokens(l), dense = pages + (stored ? 0 : 1);
-  thread_local std::vector<float> dk, dv, dense_p;
-  dk.resize(static_cast<size_t>(dense * hd));
-  dv.resize(dk.size());
-  if (on_host) {
-    FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, dk.data(), dv.data()));
-  } else if (pages > 0) {
-    FZ_ASSIGN_OR_RETURN(Tensor pk, Empty({pages, hd}));
-    FZ_ASSIGN_OR_RETURN(Tensor pv, Empty({pages, hd}));
-    FZ_RETURN_IF_ERROR(seq.kv.GatherPages(l, pk.data<float>(), pv.data<float>()));
-    const size_t bytes = static_cast<size_t>(pages * hd) * sizeof(float);
-    FZ_RETURN_IF_ERROR(CopyBytes(dk.data(), Device::Cpu(), pk.raw_data(), device_, bytes));
-    FZ_RETURN_IF_ERROR(CopyBytes(dv.data(), Device::Cpu(), pv.raw_data(), device_, bytes));
-  }
-  if (!stored) {
-    std::copy_n(k, hd, dk.data() + pages * hd);
-    std::copy_n(v, hd, dv.data() + pages * hd);
-  }
-  ops::BlockAttention dense_part;
-  dense_part.max.assign(static_cast<size_t>(nh), -std::numeric_limits<float>::infinity());
-  dense_part.sum.assign(static_cast<size_t>(nh), 0.f);
-  dense_part.out.assign(static_cast<size_t>(nh * d), 0.f);
-  dense_p.resize(static_cast<size_t>(dense));
-  for (int h = 0; h < nh && dense > 0; ++h) {
-    const int64_t col = static_cast<int64_t>(h / per_group) * d;
-    for (int64_t j = 0; j < dense; ++j) {
-      dense_p[static_cast<size_t>(j)] =
-          scale * ops::cpu::Dot(q + h * d, dk.data() + j * hd + col, d);
-    }
-    dense_part.max[h] = ops::cpu::Max(dense_p.data(), dense);
-    dense_part.sum[h] = ops::cpu::ExpShiftSum(dense_p.data(), dense, dense_part.max[h]);
-    for (int64_t j = 0; j < dense; ++j) {
-      ops::cpu::Axpy(dense_p[static_cast<size_t>(j)], dv.data() + j * hd + col, d,
-                     dense_part.out.data() + h * d);
-    }
-  }
-
-  // Each block's share, and its tokens' e^(s − m_block) for the importance statistics.
-  thread_local std::vector<ops::BlockAttention> parts;
-  thread_local std::vector<std::vector<float>> weights;
-  thread_local std::vector<int32_t> positions;
-  parts.resize(blocks.size());
-  weights.resize(blocks.size());
+  // Each block's share, stacked: maxima and sums [P, nh], unnormalised outputs [P, nh, d], and
+  // its tokens' weights e^(s − max) [nh, T_i] one after another in one buffer.
+  std::vector<int64_t> first(static_cast<size_t>(parts) + 1, 0);
+  for (int64_t i = 0; i < parts; ++i) first[i + 1] = first[i] + blocks[i].tokens();
+  FZ_ASSIGN_OR_RETURN(Tensor part_max, Empty({parts, nh}));
+  FZ_ASSIGN_OR_RETURN(Tensor part_sum, Empty({parts, nh}));
+  FZ_ASSIGN_OR_RETURN(Tensor part_out, Empty({parts, nh, d}));
+  FZ_ASSIGN_OR_RETURN(Tensor weights, Empty({nh * first.back()}));
+  FZ_ASSIGN_OR_RETURN(Tensor probs, Empty({first.back()}));
+  const auto row_of = [&](Tensor& t, int64_t i, Shape shape) {
+    const int64_t n = NumElements(shape);
+    return Tensor::View(t.data<float>() + i * n, std::move(shape), DType::kF32, device_);
+  };
+  const auto weights_of = [&](int64_t i) {
+    return Tensor::View(weights.data<float>() + nh * first[i], {nh, blocks[i].tokens()},
+                        DType::kF32, device_);
+  };
   const ops::LowRankAttentionShape attention_shape{
-      .num_heads = nh, .num_kv_heads = g, .head_dim = d};
-  if (on_host) {
-    for (size_t i = 0; i < blocks.size(); ++i) {
+      .num_heads = static_cast<int>(nh),
+      .num_kv_heads = static_cast<int>(shape_.kv_heads),
+      .head_dim = static_cast<int>(d)};
+  if (device_.is_cpu()) {
+    thread_local std::vector<int32_t> positions;
+    thread_local ops::BlockAttention part;
+    for (int64_t i = 0; i < parts; ++i) {
       const kv::LowRankBlock& b = blocks[i];
       b.positions.ExpandInto(positions);
-      weights[i].resize(static_cast<size_t>(nh * b.tokens()));
       const ops::LowRankBlockView view{.key_us = b.keys.us.View(),
                                        .key_vt = b.keys.vt.View(),
                                        .value_us = b.values.us.View(),
                                        .value_vt = b.values.vt.View(),
                                        .positions = positions,
                                        .value_ranks = b.value_ranks};
-      FZ_RETURN_IF_ERROR(ops::LowRankBlockAttend({q, static_cast<size_t>(nh * d)}, view,
-                                                 attention_shape, b.rope, scale, weights[i],
-                                                 parts[i]));
+      Tensor w = weights_of(i);
+      FZ_RETURN_IF_ERROR(ops::LowRankBlockAttend(
+          {q.data<float>(), static_cast<size_t>(nh * d)}, view, attention_shape, b.rope, scale,
+          {w.data<float>(), static_cast<size_t>(w.numel())}, part));
+      std::copy(part.max.begin(), part.max.end(), part_max.data<float>() + i * nh);
+      std::copy(part.sum.begin(), part.sum.end(), part_sum.data<float>() + i * nh);
+      std::copy(part.out.begin(), part.out.end(), part_out.data<float>() + i * nh * d);
     }
   } else {
-    FZ_RETURN_IF_ERROR(
-        AttendBlocksOnDevice(seq, l, attention_shape, scale, device_q, parts, weights));
-  }
-
-  // Merge per head: out = Σ_parts e^(m_p − M)·out_p / Σ_parts e^(m_p − M)·sum_p.
-  std::vector<float> total_max(static_cast<size_t>(nh)), total_sum(static_cast<size_t>(nh), 0.f);
-  for (int h = 0; h < nh; ++h) {
-    float m = dense_part.max[h];
-    for (const ops::BlockAttention& p : parts) m = std::max(m, p.max[h]);
-    total_max[h] = m;
-    const auto add = [&](const ops::BlockAttention& p) {
-      if (p.sum[h] == 0.f) return 0.f;
-      const float f = std::exp(p.max[h] - m);
-      total_sum[h] += f * p.sum[h];
-      return f;
-    };
-    std::fill_n(out + h * d, d, 0.f);
-    const float fd = add(dense_part);
-    if (fd != 0.f) ops::cpu::Axpy(fd, dense_part.out.data() + h * d, d, out + h * d);
-    for (const ops::BlockAttention& p : parts) {
-      const float f = add(p);
-      if (f != 0.f) ops::cpu::Axpy(f, p.out.data() + h * d, d, out + h * d);
+    // The fused decompress-and-attend kernel over the blocks' device copies, each writing its
+    // rows of the stacked tensors.
+    FZ_ASSIGN_OR_RETURN(const std::span<const DeviceLowRankBlock> copies,
+                        seq.device_blocks.Sync(l, blocks, device_));
+    for (int64_t i = 0; i < parts; ++i) {
+      Tensor w = weights_of(i), m = row_of(part_max, i, {nh}), s = row_of(part_sum, i, {nh});
+      Tensor o = row_of(part_out, i, {nh, d});
+      FZ_RETURN_IF_ERROR(ops::LowRankBlockAttendCuda(q, copies[static_cast<size_t>(i)].view(),
+                                                     attention_shape, blocks[i].rope, scale, w, m,
+                                                     s, o));
     }
-    ops::cpu::Scale(1.f / total_sum[h], d, out + h * d);
   }
 
-  // Each block token's head-averaged probability, e^(s − M)/S averaged over the heads, drives its
-  // value rank (compress/attentionpack.h).
-  thread_local std::vector<float> mean_probs;
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  // The pages' share in attn merges with the blocks' in place; then each block token's
+  // head-averaged probability in the merged softmax, which drives its value rank
+  // (compress/attentionpack.h).
+  FZ_ASSIGN_OR_RETURN(Tensor total_max, Empty({nh}));
+  FZ_ASSIGN_OR_RETURN(Tensor total_sum, Empty({nh}));
+  FZ_RETURN_IF_ERROR(ops::MergeAttentionParts(attn, pages_lse, part_max, part_sum, part_out, attn,
+                                              total_max, total_sum));
+  for (int64_t i = 0; i < parts; ++i) {
+    Tensor shares =
+        Tensor::View(probs.data<float>() + first[i], {blocks[i].tokens()}, DType::kF32, device_);
+    FZ_RETURN_IF_ERROR(ops::AttentionTokenShares(weights_of(i), row_of(part_max, i, {nh}),
+                                                 total_max, total_sum, shares));
+  }
+  // The policy's statistics live on the host: on a GPU the probabilities are the one copy of a
+  // layer's attention (T floats; K and V stay on the device).
+  thread_local std::vector<float> host_probs;
+  const float* mean_probs = probs.data<float>();
+  if (!device_.is_cpu()) {
+    FZ_RETURN_IF_ERROR(ToHostFloats(device_, probs.data<float>(), first.back(), host_probs));
+    mean_probs = host_probs.data();
+  }
+  for (int64_t i = 0; i < parts; ++i) {
     kv::LowRankBlock& b = blocks[i];
-    const int64_t t = b.tokens();
-    mean_probs.assign(static_cast<size_t>(t), 0.f);
-    for (int h = 0; h < nh; ++h) {
-      const float f = std::exp(parts[i].max[h] - total_max[h]) / (total_sum[h] * nh);
-      ops::cpu::Axpy(f, weights[i].data() + h * t, t, mean_probs.data());
-    }
-    seq.policy->OnLowRankAttention(l, mean_probs,
-                                   {.importance = b.importance,
-                                    .value_ranks = b.value_ranks,
-                                    .full_rank = b.values.rank,
-                                    .decode_steps = &b.decode_steps});
-  }
-  if (!on_host) {
-    FZ_RETURN_IF_ERROR(CopyBytes(device_out, device_, out, Device::Cpu(),
-                                 static_cast<size_t>(nh * d) * sizeof(float)));
+    seq.policy->OnLowRankAttention(
+        l, std::span(mean_probs + first[i], static_cast<size_t>(b.tokens())),
+        {.importance = b.importance,
+         .value_ranks = b.value_ranks,
+         .full_rank = b.values.rank,
+         .decode_steps = &b.decode_steps});
   }
   seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
-  return absl::OkStatus();
-}
-
-Status LowRankKv::AttendBlocksOnDevice(Sequence& seq, int l,
-                                       const ops::LowRankAttentionShape& shape, float scale,
-                                       const float* device_q,
-                                       std::vector<ops::BlockAttention>& parts,
-                                       std::vector<std::vector<float>>& weights) const {
-  const std::vector<kv::LowRankBlock>& blocks = seq.kv.low_rank_blocks(l);
-  const int64_t nh = shape.num_heads, d = shape.head_dim;
-  FZ_ASSIGN_OR_RETURN(const std::span<const DeviceLowRankBlock> copies,
-                      seq.device_blocks.Sync(l, blocks, device_));
-  // This step's query row where the decoder left it (the kernel only reads it).
-  const Tensor q = Tensor::View(const_cast<float*>(device_q), {nh, d}, DType::kF32, device_);
-  FZ_ASSIGN_OR_RETURN(Tensor max, Empty({nh}));
-  FZ_ASSIGN_OR_RETURN(Tensor sum, Empty({nh}));
-  FZ_ASSIGN_OR_RETURN(Tensor out, Empty({nh, d}));
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const int64_t t = blocks[i].tokens();
-    FZ_ASSIGN_OR_RETURN(Tensor w, Empty({nh, t}));
-    FZ_RETURN_IF_ERROR(ops::LowRankBlockAttendCuda(q, copies[i].view(), shape, blocks[i].rope,
-                                                   scale, w, max, sum, out));
-    // The policy's importance statistics and the merge read the parts on the host.
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, w.data<float>(), nh * t, weights[i]));
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, max.data<float>(), nh, parts[i].max));
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, sum.data<float>(), nh, parts[i].sum));
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, out.data<float>(), nh * d, parts[i].out));
-  }
   return absl::OkStatus();
 }
 

@@ -1,9 +1,9 @@
 // LowRankKv: AttentionPack's low-rank KV (compress/attentionpack.h), the one KV kind of a
 // sequence that is not read as pages. A layer's blocks are stored from a prefill chunk's visual
-// rows and from the decode residual window, and attended at decode together with the layer's
-// pages in one softmax. KvBackend (kv_backend.h) owns one and hands it the layers that hold
-// blocks; the paged formats (f32/f16, int4/int2) stay with KvBackend's mixed-format paged
-// attention, which reads them in one pass.
+// rows and from the decode residual window, and attended at decode as shares of one softmax with
+// the layer's pages. KvBackend (kv_backend.h) owns one and hands it the layers that hold blocks;
+// the paged formats (f32/f16, int4/int2) stay with KvBackend's mixed-format paged attention, which
+// reads them in one pass and gives the pages' share with its log-sum-exp for the merge.
 //
 // Blocks are built and kept on the host on every device (kv/low_rank_block.h); a GPU decoder
 // reads them through its device copies (device_low_rank_block.h) with the fused CUDA kernel.
@@ -39,24 +39,19 @@ class LowRankKv {
   // hold the block the window stays as it is, for a later step.
   Status StoreResidual(int l, Sequence& seq, const compress::LowRankSpec& spec) const;
 
-  // Decode attention of one sequence whose layer l holds blocks: its pages (plus the unstored
-  // row when !stored) dense, the blocks through ops/low_rank.h without rebuilding them, one
-  // softmax over both; then the policy sees the blocks' attention (OnLowRankAttention).
-  // q [nh·d] post-RoPE, k/v [G·d] this step's rows, out [nh·d], in the decoder's device memory.
-  // On a GPU the blocks are attended there (ops::LowRankBlockAttendCuda over the sequence's
-  // device_blocks); the pages' share, the merge and the policy's statistics run on the host: an
-  // AttentionPack layer's pages hold the text and generated tokens, a small part of its cache.
-  Status AttendDecode(int l, Sequence& seq, bool stored, const float* q, const float* k,
-                      const float* v, float* out) const;
+  // Decode attention of one sequence whose layer l holds blocks, completed: `attn` [nh, d] holds
+  // the share of the layer's pages (and of this step's row when it was not stored), normalised,
+  // with its log-sum-exp `pages_lse` [nh] (ops::PagedDecodeAttention's, for the whole batch).
+  // Each block is attended without being rebuilt (ops::LowRankBlockAttend on the CPU, the fused
+  // kernel over the sequence's device_blocks on a GPU), the shares merge into `attn` in place
+  // (ops::MergeAttentionParts), and the policy sees each block token's head-averaged probability
+  // (ops::AttentionTokenShares, then OnLowRankAttention). q [nh, d] post-RoPE; all on the
+  // decoder's device. On a GPU nothing of K, V or the shares comes to the host: only the blocks'
+  // token probabilities (one copy per layer), which the policy's statistics read.
+  Status AttendDecode(int l, Sequence& seq, const Tensor& q, const Tensor& pages_lse,
+                      Tensor& attn) const;
 
  private:
-  // AttendDecode's blocks on a GPU: each block's share (BlockAttention and its tokens' weights,
-  // as ops::LowRankBlockAttend gives them) from the fused kernel over device_q [nh·d] (device
-  // memory), copied to the host.
-  Status AttendBlocksOnDevice(Sequence& seq, int l, const ops::LowRankAttentionShape& shape,
-                              float scale, const float* device_q,
-                              std::vector<ops::BlockAttention>& parts,
-                              std::vector<std::vector<float>>& weights) const;
   StatusOr<Tensor> Empty(Shape shape) const;
 
   DecoderShape shape_;

@@ -31,7 +31,15 @@ Status RopeSplitQkvCpu(const Tensor& qkv, const Tensor& positions, const RopePar
                        Tensor& q, Tensor& k, Tensor& v);
 Status AttentionCpu(const Tensor& q, const Tensor& k, const Tensor& v,
                     const AttentionParams& params, Tensor& out);
-Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);
+// lse: null, or [B, H] host floats for each row's log-sum-exp (PagedDecodeAttention).
+Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out,
+                               float* lse = nullptr);
+
+Status MergeAttentionPartsCpu(const Tensor& base, const Tensor& base_lse, const Tensor& part_max,
+                              const Tensor& part_sum, const Tensor& part_out, Tensor& out,
+                              Tensor& total_max, Tensor& total_sum);
+Status AttentionTokenSharesCpu(const Tensor& weights, const Tensor& part_max,
+                               const Tensor& total_max, const Tensor& total_sum, Tensor& probs);
 
 Status SampleTokensCpu(Tensor& logits, std::span<const RowSampling> rows,
                        std::span<int32_t> tokens);

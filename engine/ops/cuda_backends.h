@@ -50,13 +50,20 @@ Status RopeSplitQkvCuda(const Tensor& qkv, const Tensor& positions, const RopePa
                         bool positions_checked, Tensor& q, Tensor& k, Tensor& v);
 Status AttentionCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                      const AttentionParams& params, Tensor& out);
-Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out);
+// lse: null, or [B, H] device floats for each row's log-sum-exp (PagedDecodeAttention).
+Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out,
+                                float* lse = nullptr);
 // Fills plan.offset, num_items and workspace_floats, appending the kernel's descriptors to arena.
 Status PlanPagedDecodeCuda(Device device, const PagedKv& kv, int64_t heads,
                            std::vector<std::byte>& arena, PagedDecodePlan& plan);
 Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& plan,
                                        const std::byte* arena, float* workspace, float scale,
-                                       Tensor& out);
+                                       Tensor& out, float* lse = nullptr);
+Status MergeAttentionPartsCuda(const Tensor& base, const Tensor& base_lse, const Tensor& part_max,
+                               const Tensor& part_sum, const Tensor& part_out, Tensor& out,
+                               Tensor& total_max, Tensor& total_sum);
+Status AttentionTokenSharesCuda(const Tensor& weights, const Tensor& part_max,
+                                const Tensor& total_max, const Tensor& total_sum, Tensor& probs);
 Status WriteKvSlotsCuda(Device device, const KvSlot* slots, int64_t rows, int64_t channels,
                         const float* k, const float* v);
 // Sequence b's spans (checked, none low-rank) as dense f32 rows on the device.

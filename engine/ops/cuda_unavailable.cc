@@ -63,8 +63,16 @@ Status PlanPagedDecodeCuda(Device, const PagedKv&, int64_t, std::vector<std::byt
   return NoCuda("PagedDecodeAttention (planned)");
 }
 Status PagedDecodeAttentionPlannedCuda(const Tensor&, const PagedDecodePlan&, const std::byte*,
-                                       float*, float, Tensor&) {
+                                       float*, float, Tensor&, float*) {
   return NoCuda("PagedDecodeAttention (planned)");
+}
+Status MergeAttentionPartsCuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, Tensor&, Tensor&, Tensor&) {
+  return NoCuda("MergeAttentionParts");
+}
+Status AttentionTokenSharesCuda(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                Tensor&) {
+  return NoCuda("AttentionTokenShares");
 }
 Status WriteKvSlotsCuda(Device, const KvSlot*, int64_t, int64_t, const float*, const float*) {
   return NoCuda("WriteKvSlots");
@@ -76,7 +84,7 @@ Status WriteKvPageRunsCuda(Device, std::span<const KvPageRun>, int64_t, const fl
                            const float*) {
   return NoCuda("WriteKvPageRuns");
 }
-Status PagedDecodeAttentionCuda(const Tensor&, const PagedKv&, float, Tensor&) {
+Status PagedDecodeAttentionCuda(const Tensor&, const PagedKv&, float, Tensor&, float*) {
   return NoCuda("PagedDecodeAttention");
 }
 Status LocalWindowAttentionCuda(const Tensor&, const Tensor&, const Tensor&, const float*,

@@ -53,6 +53,15 @@ inline Status CheckSameShape(std::string_view op, std::string_view a_name, const
   return absl::OkStatus();
 }
 
+inline Status CheckShape(std::string_view op, std::string_view name, const Tensor& t,
+                         const Shape& want) {
+  if (t.shape() != want) {
+    return InvalidArgumentError("{}: {} has shape {}, want {}", op, name, ShapeString(t.shape()),
+                                ShapeString(want));
+  }
+  return absl::OkStatus();
+}
+
 // OK when every defined tensor in `tensors` lives on `device`: ops never move data between
 // devices, the caller does (Tensor::To).
 inline Status CheckOnDevice(std::string_view op, Device device,

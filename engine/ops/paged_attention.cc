@@ -25,9 +25,18 @@ Status CheckQueryAndOut(std::string_view op, const Tensor& q, const Tensor& out)
 
 }  // namespace
 
-Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, float scale) {
+Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, float scale,
+                            Tensor* lse) {
   constexpr std::string_view kOp = "PagedDecodeAttention";
   FZ_RETURN_IF_ERROR(CheckQueryAndOut(kOp, q, out));
+  float* lse_data = nullptr;
+  if (lse != nullptr) {
+    FZ_RETURN_IF_ERROR(CheckDefined(kOp, "lse", *lse));
+    FZ_RETURN_IF_ERROR(CheckDType(kOp, "lse", *lse, DType::kF32));
+    FZ_RETURN_IF_ERROR(CheckShape(kOp, "lse", *lse, {q.dim(0), q.dim(1)}));
+    FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {lse}));
+    lse_data = lse->data<float>();
+  }
   FZ_RETURN_IF_ERROR(CheckPagedKv(kOp, kv, q.dim(0)));
   if (q.dim(1) % kv.num_kv_heads != 0 || q.dim(2) != kv.head_dim) {
     return InvalidArgumentError("PagedDecodeAttention: q has {} heads × {} dims, the KV {} × {}",
@@ -35,11 +44,11 @@ Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, flo
   }
   if (q.device().is_cpu()) {
     CountLaunches(1);  // counted as the GPU's launch is, so planned and eager steps compare
-    return PagedDecodeAttentionCpu(q, kv, scale, out);
+    return PagedDecodeAttentionCpu(q, kv, scale, out, lse_data);
   }
   // CUDA: q and out on the GPU, every span's pointers device pointers (the GPU page pool's).
   FZ_RETURN_IF_ERROR(CheckDeviceUsable(q.device()));
-  return PagedDecodeAttentionCuda(q, kv, scale, out);
+  return PagedDecodeAttentionCuda(q, kv, scale, out, lse_data);
 }
 
 Status PagedDecodeSupports(Device device, int64_t head_dim) {

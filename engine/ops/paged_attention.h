@@ -12,10 +12,15 @@
 // Shapes: q [B, H, d] f32 with d = kv.head_dim and H % kv.num_kv_heads == 0; out [B, H, d] f32
 // (must not alias q). Sequence b attends over kv's sequence b. A sequence with no tokens gets a
 // zero output. `scale` 0 means 1/sqrt(d).
+// lse: null, or f32 [B, H] on q's device receiving each row's log-sum-exp of its scaled scores,
+// ln Σ_t e^(scale·q·k_t) (-inf for a sequence with no tokens): with it the normalised output is
+// one share of a larger softmax that other parts (AttentionPack's low-rank blocks) merge with
+// (ops/attention_merge.h).
 // Errors: INVALID_ARGUMENT naming the mismatch (CheckPagedKv's, or a shape); UNIMPLEMENTED for a
 // span format no kernel reads (low-rank).
 // CUDA: q and out on the GPU and every span pointer a device pointer, pages 16-byte aligned;
-// head_dim 32, 64 or 128 (else UNIMPLEMENTED). Split-K kernel: engine/kernels/cuda/paged_attention.cuh.
+// head_dim 32, 64 or 128 (else UNIMPLEMENTED). Split-K kernel:
+// engine/kernels/cuda/paged_attention.cuh.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +34,8 @@
 
 namespace framezip::engine::ops {
 
-Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, float scale = 0);
+Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, float scale = 0,
+                            Tensor* lse = nullptr);
 
 // Whether decode attention over paged KV is built for `head_dim` on `device`: OK, or UNIMPLEMENTED
 // naming the head size and what the device takes. CPU: any head_dim (quantised pages also need

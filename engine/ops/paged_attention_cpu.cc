@@ -252,7 +252,8 @@ void AttendSpan(const KvSpan& span, const Geom& geo, const float* qg, Scratch& s
 
 }  // namespace
 
-Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out) {
+Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, Tensor& out,
+                               float* lse) {
   const int64_t batch = q.dim(0), heads = q.dim(1), d = q.dim(2);
   const int64_t groups = kv.num_kv_heads, rep = heads / groups;
   if (scale <= 0) scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -278,6 +279,9 @@ Status PagedDecodeAttentionCpu(const Tensor& q, const PagedKv& kv, float scale, 
         float* o = op + (b * heads + geo.g * rep + r) * d;
         const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;
         for (int64_t i = 0; i < d; ++i) o[i] = acc[r * d + i] * inv;
+        if (lse != nullptr) {
+          lse[b * heads + geo.g * rep + r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
+        }
       }
     }
   });

@@ -100,7 +100,7 @@ Status PlanPagedDecodeCuda(Device device, const PagedKv& kv, int64_t heads,
 
 Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& plan,
                                        const std::byte* arena, float* workspace, float scale,
-                                       Tensor& out) {
+                                       Tensor& out, float* lse) {
   const int64_t d = plan.head_dim;
   const size_t desc_bytes =
       AlignUp(static_cast<size_t>(plan.num_spans) * sizeof(cuda::PagedSpanDesc));
@@ -111,6 +111,7 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
   cuda::PagedDecodeLaunch p;
   p.q = static_cast<const float*>(q.raw_data());
   p.out = static_cast<float*>(out.raw_data());
+  p.lse = lse;
   p.spans = reinterpret_cast<const cuda::PagedSpanDesc*>(at);
   p.items = reinterpret_cast<const cuda::PagedWorkItem*>(at + desc_bytes);
   p.item_offsets = reinterpret_cast<const int32_t*>(at + desc_bytes + item_bytes);
@@ -127,7 +128,8 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
 
 // Unplanned: the same plan built into a temporary arena, staged with the workspace in one device
 // buffer per call (a pageable copy: the step plan's path avoids it).
-Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out) {
+Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out,
+                                float* lse) {
   std::vector<std::byte> host;
   PagedDecodePlan plan;
   plan.batch = q.dim(0);
@@ -144,7 +146,7 @@ Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale,
   auto* dev = static_cast<std::byte*>(scratch.raw_data());
   FZ_RETURN_IF_ERROR(CopyBytes(dev, q.device(), host.data(), Device::Cpu(), host.size()));
   return PagedDecodeAttentionPlannedCuda(q, plan, dev, reinterpret_cast<float*>(dev + staged),
-                                         scale, out);
+                                         scale, out, lse);
 }
 
 }  // namespace framezip::engine::ops

@@ -238,7 +238,85 @@ int GridFor(int64_t n, int threads) {
       std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 4096)));
 }
 
+// The merged maximum M and sum S of one head over the base share (lse, sum 1) and the parts; a
+// share of no weight (sum 0, or lse −inf) takes no part in M.
+__device__ void MergedTotals(const AttentionMergeLaunch& p, int h, float& m, float& s) {
+  const float lse = p.base_lse[h];
+  m = lse;
+  for (int i = 0; i < p.parts; ++i) {
+    const size_t at = static_cast<size_t>(i) * p.heads + h;
+    if (p.part_sum[at] > 0.f) m = fmaxf(m, p.part_max[at]);
+  }
+  s = 0.f;
+  if (m == -INFINITY) return;
+  if (lse != -INFINITY) s = expf(lse - m);
+  for (int i = 0; i < p.parts; ++i) {
+    const size_t at = static_cast<size_t>(i) * p.heads + h;
+    if (p.part_sum[at] > 0.f) s = fmaf(expf(p.part_max[at] - m), p.part_sum[at], s);
+  }
+}
+
+__global__ void AttentionMergeKernel(AttentionMergeLaunch p) {
+  const int h = blockIdx.x;
+  float m, s;
+  MergedTotals(p, h, m, s);
+  const float inv = s > 0.f ? 1.f / s : 0.f;
+  const float base_weight =
+      (m == -INFINITY || p.base_lse[h] == -INFINITY) ? 0.f : expf(p.base_lse[h] - m);
+  for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
+    const size_t at = static_cast<size_t>(h) * p.head_dim + c;
+    float acc = base_weight * p.base[at];
+    for (int i = 0; i < p.parts; ++i) {
+      const size_t ph = static_cast<size_t>(i) * p.heads + h;
+      if (p.part_sum[ph] > 0.f) {
+        acc = fmaf(expf(p.part_max[ph] - m),
+                   p.part_out[static_cast<size_t>(i) * p.heads * p.head_dim + at], acc);
+      }
+    }
+    p.out[at] = acc * inv;
+  }
+  if (threadIdx.x == 0) {
+    p.total_max[h] = m;
+    p.total_sum[h] = s;
+  }
+}
+
+__global__ void TokenSharesKernel(TokenSharesLaunch p) {
+  const float inv_heads = 1.f / static_cast<float>(p.heads);
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < p.tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int h = 0; h < p.heads; ++h) {
+      const float s = p.total_sum[h];
+      if (!(s > 0.f)) continue;
+      const float f = expf(p.part_max[h] - p.total_max[h]) / s * inv_heads;
+      acc = fmaf(f, p.weights[static_cast<size_t>(h) * p.tokens + t], acc);
+    }
+    p.probs[t] = acc;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchAttentionMerge(const AttentionMergeLaunch& p, cudaStream_t stream) {
+  if (p.base == nullptr || p.base_lse == nullptr || p.out == nullptr || p.total_max == nullptr ||
+      p.total_sum == nullptr || p.parts < 0 || p.heads < 1 || p.head_dim < 1 ||
+      (p.parts > 0 && (p.part_max == nullptr || p.part_sum == nullptr || p.part_out == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  AttentionMergeKernel<<<p.heads, 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTokenShares(const TokenSharesLaunch& p, cudaStream_t stream) {
+  if (p.weights == nullptr || p.part_max == nullptr || p.total_max == nullptr ||
+      p.total_sum == nullptr || p.probs == nullptr || p.heads < 1 || p.tokens < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.tokens == 0) return cudaSuccess;
+  TokenSharesKernel<<<GridFor(p.tokens, 256), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchCountNonFinite(const float* x, int64_t n, int* count, cudaStream_t stream) {
   if (x == nullptr || count == nullptr || n < 0) return cudaErrorInvalidValue;

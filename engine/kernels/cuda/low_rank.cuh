@@ -105,4 +105,41 @@ inline size_t LowRankAttendSharedBytes(int heads, int head_dim, int64_t rank_k, 
 // match, shared memory beyond the device's opt-in limit).
 cudaError_t LaunchLowRankAttend(const LowRankAttendLaunch& params, cudaStream_t stream);
 
+// Merging shares of one decode row's softmax (ops/attention_merge.h, whose CPU code is the
+// reference): a base share given normalised with its log-sum-exp (the paged attention's), and
+// `parts` shares given as (max, sum, unnormalised out) (the blocks' pass 2 above). One thread block
+// per head; every thread finds the head's merged maximum and sum over the parts (few: a layer's
+// blocks), then writes its channels. `out` may be `base`: each element is read, then written, by
+// one thread.
+struct AttentionMergeLaunch {
+  const float* base = nullptr;      // [heads, head_dim], normalised
+  const float* base_lse = nullptr;  // [heads]
+  const float* part_max = nullptr;  // [parts, heads]
+  const float* part_sum = nullptr;  // [parts, heads]
+  const float* part_out = nullptr;  // [parts, heads, head_dim]
+  float* out = nullptr;             // [heads, head_dim]
+  float* total_max = nullptr;       // [heads]
+  float* total_sum = nullptr;       // [heads]
+  int parts = 0;
+  int heads = 0;
+  int head_dim = 0;
+};
+
+cudaError_t LaunchAttentionMerge(const AttentionMergeLaunch& params, cudaStream_t stream);
+
+// Each token's head-averaged probability within the merged softmax, from one part's weights
+// (e^(s − max) per head and token): probs[t] = Σ_h e^(max_h − M_h) / (S_h · heads) · w[h, t]. One
+// thread per token, reading the heads' weights of a token column (coalesced across the warp).
+struct TokenSharesLaunch {
+  const float* weights = nullptr;    // [heads, tokens]
+  const float* part_max = nullptr;   // [heads]
+  const float* total_max = nullptr;  // [heads]
+  const float* total_sum = nullptr;  // [heads]
+  float* probs = nullptr;            // [tokens]
+  int heads = 0;
+  int64_t tokens = 0;
+};
+
+cudaError_t LaunchTokenShares(const TokenSharesLaunch& params, cudaStream_t stream);
+
 }  // namespace framezip::engine::cuda

@@ -406,6 +406,11 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   float* o = p.out + (static_cast<int64_t>(b) * p.heads + h) * D;
 #pragma unroll
   for (int c = 0; c < kCpl; ++c) o[lane + 32 * c] = out[c] * inv;
+  if (p.lse != nullptr && lane == 0) {
+    // The maxima are in log2 units (scale·log2 e folded into the scores).
+    p.lse[static_cast<int64_t>(b) * p.heads + h] =
+        total > 0.f ? (m_all + log2f(total)) * 0.69314718055994531f : -INFINITY;
+  }
 }
 
 // Merges the items' partials (params.workspace) into params.out.

@@ -61,6 +61,9 @@ inline constexpr int kPagedMaxRep = 8;  // query heads one warp serves (more: se
 struct PagedDecodeLaunch {
   const float* q = nullptr;              // [batch, heads, head_dim]
   float* out = nullptr;                  // [batch, heads, head_dim]; must not alias q
+  // Null, or [batch, heads]: each row's log-sum-exp of its scaled scores, ln Σ_t e^(scale·q·k_t)
+  // (-inf for a sequence without tokens), so a caller can merge this share with other parts.
+  float* lse = nullptr;
   const PagedSpanDesc* spans = nullptr;  // device
   const PagedWorkItem* items = nullptr;  // device, sequence by sequence in order
   const int32_t* item_offsets =

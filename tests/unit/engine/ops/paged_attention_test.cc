@@ -25,12 +25,15 @@ namespace {
 constexpr testing::Tolerance kDecode{2e-5, 1e-4};
 
 // out[b, h] = softmax(q[b, h] · K_bᵀ / sqrt(d)) V_b over sequence b's spans, in f64 (zeros for a
-// sequence without tokens).
+// sequence without tokens); lse (when given) [b, h] = ln Σ_t e^(q·k_t / sqrt(d)) (−inf without
+// tokens).
 std::vector<double> Reference(const PagedCase& c, const std::vector<double>& q,
-                              const SpanArena& arena, const std::vector<int32_t>& offsets) {
+                              const SpanArena& arena, const std::vector<int32_t>& offsets,
+                              std::vector<double>* lse = nullptr) {
   const int64_t H = c.heads, G = c.kv_heads, d = c.d;
   const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
   std::vector<double> out(static_cast<size_t>(batch * H * d), 0.0);
+  if (lse != nullptr) lse->assign(static_cast<size_t>(batch * H), -INFINITY);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / (H / G);
@@ -52,6 +55,7 @@ std::vector<double> Reference(const PagedCase& c, const std::vector<double>& q,
       double mx = -INFINITY, sum = 0;
       for (double x : scores) mx = std::max(mx, x);
       for (double& x : scores) sum += (x = std::exp(x - mx));
+      if (lse != nullptr) (*lse)[static_cast<size_t>(b * H + h)] = mx + std::log(sum);
       for (size_t j = 0; j < scores.size(); ++j) {
         for (int64_t e = 0; e < d; ++e)
           out[(b * H + h) * d + e] += scores[j] / sum * value_rows[j][e];
@@ -82,6 +86,61 @@ TEST_CASE("Paged decode attention matches f64 over every page format on every de
       });
     }
   }
+}
+
+// The log-sum-exp a caller merges the pages' share with (AttentionPack's blocks): scores are of
+// order sqrt(d)·|q||k|/sqrt(d) ~ a few units, so f32's exp and log leave ~1e-6; a sequence
+// without tokens gets −inf, which the comparison below checks exactly.
+TEST_CASE("Paged decode attention's log-sum-exp matches f64 on every device",
+          "[unit][engine][ops][devices]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (const PagedCase& c : PagedDecodeCases()) {
+    DYNAMIC_SECTION(c.name) {
+      SpanArena arena;
+      const std::vector<int32_t> offsets = FillArena(c, arena, rng);
+      const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+      const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
+      std::vector<double> want_lse;
+      const auto want = Reference(c, q.values, arena, offsets, &want_lse);
+      ForEachDevice([&](const Device& device) {
+        Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
+        Tensor lse = PoisonedOn({batch, c.heads}, device);
+        const std::vector<ops::KvSpan> spans = arena.Spans(device);
+        const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
+        const Status st = ops::PagedDecodeAttention(On(q.tensor, device), kv, out, 0, &lse);
+        INFO(st.ToString());
+        REQUIRE(st.ok());
+        CheckCloseTo(out, want, kDecode);
+        const Tensor host_lse = lse.To(Device::Cpu()).value();
+        for (size_t i = 0; i < want_lse.size(); ++i) {
+          const double got = host_lse.data<float>()[i];
+          INFO("row " << i << ": lse " << got << ", want " << want_lse[i]);
+          if (std::isinf(want_lse[i])) {
+            CHECK(got == want_lse[i]);
+          } else {
+            CHECK(std::abs(got - want_lse[i]) <= 2e-5 + 1e-5 * std::abs(want_lse[i]));
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("Paged decode attention refuses a log-sum-exp of the wrong shape",
+          "[unit][engine][ops]") {
+  std::mt19937_64 rng(testing::TestSeed());
+  const PagedCase c = PagedDecodeCases().front();
+  SpanArena arena;
+  const std::vector<int32_t> offsets = FillArena(c, arena, rng);
+  const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
+  const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
+  Tensor out = MakeEmpty({batch, c.heads, c.d});
+  Tensor lse = MakeEmpty({batch, c.heads + 1});
+  const std::vector<ops::KvSpan> spans = arena.Spans(Device::Cpu());
+  const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
+  const Status st = ops::PagedDecodeAttention(q.tensor, kv, out, 0, &lse);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("lse"));
 }
 
 // The same cases through a plan (what a step plan does for every layer): the descriptors built
