@@ -74,7 +74,8 @@ StatusOr<engine::vision::VisionTowerWeights> RandomTower(const engine::model::Vi
   const int64_t D = c.hidden_size, I = c.intermediate_size, K = 3 * c.patch_size * c.patch_size;
   FZ_ASSIGN_OR_RETURN(w.patch_weight, llm::RandomTensor({D, K}, bf16, seed++, 0.02f));
   FZ_ASSIGN_OR_RETURN(w.patch_bias, llm::RandomTensor({D}, bf16, seed++, 0.02f));
-  FZ_ASSIGN_OR_RETURN(w.position_embedding, llm::RandomTensor({c.num_positions(), D}, bf16, seed++, 0.02f));
+  FZ_ASSIGN_OR_RETURN(w.position_embedding,
+                      llm::RandomTensor({c.num_positions(), D}, bf16, seed++, 0.02f));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     engine::vision::EncoderLayerWeights e;
     FZ_ASSIGN_OR_RETURN(e.ln1_weight, llm::RandomTensor({D}, bf16, seed++, 0.02f, 1.f));
@@ -106,7 +107,8 @@ std::vector<E2eRow> VisionEndToEnd(bool quick) {
   // Video frames as the server sends them: preprocessed pixels on the host, 8 per batch (the
   // default VisionRunOptions), the last hidden state back on the host.
   const int64_t frames = quick ? 8 : 32;
-  auto pixels = llm::RandomTensor({frames, 3, config.image_size, config.image_size}, DType::kF32, 7, 0.5f);
+  auto pixels =
+      llm::RandomTensor({frames, 3, config.image_size, config.image_size}, DType::kF32, 7, 0.5f);
   if (!Ok(pixels.status(), "pixels")) return {};
   const std::vector<int64_t> last = {config.num_hidden_layers};
   Status st;
@@ -132,7 +134,8 @@ std::vector<E2eRow> VisionEndToEnd(bool quick) {
 }
 
 // A prompt's token embeddings on the decoder's device, fed through Prefill.
-static Status PrefillIds(const llm::Decoder& d, llm::Sequence& seq, const std::vector<int32_t>& ids) {
+static Status PrefillIds(const llm::Decoder& d, llm::Sequence& seq,
+                         const std::vector<int32_t>& ids) {
   FZ_ASSIGN_OR_RETURN(const Tensor embeds, d.Embed(ids));
   return d.Prefill(seq, embeds).status();
 }
@@ -220,7 +223,8 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
       rows.push_back({tag + " kernel launches per step", static_cast<double>(c.launches), "count"});
       rows.push_back(
           {tag + " host synchronisations per step", static_cast<double>(c.host_syncs), "count"});
-      rows.push_back({tag + " host-device copies per step", static_cast<double>(c.copies()), "count"});
+      rows.push_back(
+          {tag + " host-device copies per step", static_cast<double>(c.copies()), "count"});
       rows.push_back({tag + " step plans per step", static_cast<double>(c.plan_uploads), "count"});
     }
     const double s = Seconds([&] {
@@ -229,6 +233,43 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
     if (!Ok(st, "batch decode")) return rows;
     rows.push_back({tag + " at " + std::to_string(prompt) + " context (aggregate)",
                     static_cast<double>(batch) * steps / s, "tokens/s"});
+  }
+
+  // Last, so that a failure here costs no other row: AttentionPack at batch 1 over the same prompt,
+  // most of it visual rows stored as low-rank blocks: the engine's decode path for a block-holding
+  // layer (the pages' share in the batch's paged attention, the fused block kernel, the merge on
+  // the device) against the dense batch-1 row above; its step counted too (the blocks' token
+  // probabilities come to the host per layer).
+  {
+    auto pack = d.NewSequence(**pools, format, "attentionpack");
+    if (!Ok(pack.status(), "attentionpack sequence")) return rows;
+    const int64_t text = 64;  // a system prompt before the frames, a question after them
+    std::vector<uint8_t> visual(static_cast<size_t>(prompt), 0);
+    std::fill(visual.begin() + text, visual.end() - text, uint8_t{1});
+    auto embeds = d.Embed(Ids(prompt, shape.vocab, 1));
+    if (!Ok(embeds.status(), "attentionpack embeddings")) return rows;
+    if (!Ok(d.Prefill(**pack, *embeds, {.visual = visual}).status(), "attentionpack prefill")) {
+      return rows;
+    }
+    llm::Sequence* one[] = {pack->get()};
+    std::vector<int32_t> token = {42};
+    if (!Ok(Step(d, one, token), "attentionpack decode warm-up")) return rows;
+    const std::string tag = "end-to-end decode batch 1, attentionpack (" +
+                            std::to_string(prompt - 2 * text) + " visual tokens in blocks), at " +
+                            std::to_string(prompt) + " context";
+    {
+      const engine::StepCountScope scope;
+      if (!Ok(Step(d, one, token), "counted attentionpack step")) return rows;
+      const engine::StepCounts c = scope.Elapsed();
+      rows.push_back({tag + " kernel launches per step", static_cast<double>(c.launches), "count"});
+      rows.push_back(
+          {tag + " host synchronisations per step", static_cast<double>(c.host_syncs), "count"});
+    }
+    const double s = Seconds([&] {
+      for (int i = 0; i < steps && st.ok(); ++i) st = Step(d, one, token);
+    });
+    if (!Ok(st, "attentionpack decode")) return rows;
+    rows.push_back({tag, steps / s, "tokens/s"});
   }
   return rows;
 }

@@ -58,6 +58,10 @@ Ours alone (framezip bench gpu):
   attentionpack_over_dense_decode_32k AttentionPack's fused decode over 32k visual tokens, f16
                                       factors (the policy's default), speed over dense f16 paged
                                       decode of the same context
+  attentionpack_e2e_decode_b1_4k_over_dense  the engine's decode at batch 1 over a 4k prompt whose
+                                      3968 visual rows are AttentionPack blocks, tokens/s over the
+                                      dense batch-1 row's
+  attentionpack_host_syncs_per_decode_step  that AttentionPack step's host synchronisations
   host_syncs_per_decode_step, kernel_launches_per_decode_step, host_device_copies_per_decode_step,
   step_plans_per_decode_step          one end-to-end decode step at batch 16, counted
   fp8_over_bf16_decode_b1_05b, fp8_over_bf16_decode_b1_7b  decode tokens/s at batch 1 after 1024
@@ -119,6 +123,8 @@ OURS_PAGED_DECODE = "decode attention {label} batch {batch} ctx {ctx} {format} [
 OURS_ATTENTIONPACK = ("AttentionPack decode, one sequence, ctx {ctx} visual tokens, rank 32 "
                       "{format} factors speed vs dense f16 paged decode [tensor cores]")
 OURS_STEP_COUNT = "end-to-end decode batch 16 {what} per step"
+OURS_ATTENTIONPACK_E2E = ("end-to-end decode batch 1, attentionpack ({visual} visual tokens in "
+                          "blocks), at {ctx} context")
 OURS_FP8_DECODE = "FP8 over bf16 decode batch 1 at 1024 context, {label} shape"
 OURS_FP8_SESSIONS = ("FP8 over bf16 sessions of 1024 tokens in one memory budget for decoder "
                      "weights and KV, {label} shape")
@@ -220,6 +226,12 @@ def gpu_keys():
         o.get(OURS_PAGED_DECODE.format(**paged, format="int4", what="time")))
     add("attentionpack_over_dense_decode_32k", ("gpu",),
         lambda o, p, e: o.get(OURS_ATTENTIONPACK.format(ctx=32768, format="f16")))
+    attentionpack_e2e = OURS_ATTENTIONPACK_E2E.format(visual=4096 - 128, ctx=4096)
+    add("attentionpack_e2e_decode_b1_4k_over_dense", ("gpu",),
+        lambda o, p, e: o.get(attentionpack_e2e) / o.get(OURS_DECODE.format(batch=1, ctx=4096)))
+    add("attentionpack_host_syncs_per_decode_step", ("gpu",),
+        lambda o, p, e: round(o.get(attentionpack_e2e + " host synchronisations per step",
+                                    zero_ok=True)))
     for key, what in (("host_syncs_per_decode_step", "host synchronisations"),
                       ("kernel_launches_per_decode_step", "kernel launches"),
                       ("host_device_copies_per_decode_step", "host-device copies"),

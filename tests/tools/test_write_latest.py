@@ -193,6 +193,12 @@ want = {
              "speed vs dense f16 paged decode [tensor cores]"],
     "host_syncs_per_decode_step":
         ours["end-to-end decode batch 16 host synchronisations per step"],
+    "attentionpack_e2e_decode_b1_4k_over_dense":
+        ours["end-to-end decode batch 1, attentionpack (3968 visual tokens in blocks), at 4096 "
+             "context"] / ours["end-to-end decode batch 1 at 4096 context"],
+    "attentionpack_host_syncs_per_decode_step":
+        ours["end-to-end decode batch 1, attentionpack (3968 visual tokens in blocks), at 4096 "
+             "context host synchronisations per step"],
     "kernel_launches_per_decode_step": ours["end-to-end decode batch 16 kernel launches per step"],
     "step_plans_per_decode_step": ours["end-to-end decode batch 16 step plans per step"],
     "fp8_over_bf16_decode_b1_05b":
