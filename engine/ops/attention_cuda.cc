@@ -17,16 +17,17 @@
 namespace framezip::engine::ops {
 namespace {
 
-// The head size the tensor-core kernel runs for `d` (it is built for 64 and 128), or 0 when the
-// f32 kernel must run. Other sizes up to 128 (SigLIP's 72) are zero-padded: zero channels add
-// nothing to q·k, and the output's extra channels are dropped.
+// The head size the tensor-core kernel runs for `d` (it is built for 64, 80 and 128), or 0 when
+// the f32 kernel must run. Other sizes up to 128 are zero-padded to the next of them (SigLIP's 72
+// to 80): zero channels add nothing to q·k, and the output's extra channels are dropped.
 int64_t TensorCoreHeadDim(const Tensor& q, const AttentionParams& params) {
   const int64_t d = q.dim(3);
   if (!params.allow_bf16_tensor_cores || params.key_limit != nullptr ||
       q.dim(1) < kTensorCoreMinQueries || d > 128) {
     return 0;
   }
-  return d <= 64 ? 64 : 128;
+  if (d <= 64) return 64;
+  return d <= 80 ? 80 : 128;
 }
 
 // x [B, T, H, d] f32 as a bf16 [B, T, H, padded] tensor, zero beyond channel d.

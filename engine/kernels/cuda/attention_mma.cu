@@ -35,6 +35,15 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
                : "r"(s));
 }
 
+// The first two matrices of LdMatrixX4 (lanes 0-15 give the addresses; the others' are unused):
+// the B fragment of one k-step, for a head size whose k-steps are odd in number (80).
+__device__ __forceinline__ void LdMatrixX2(uint32_t (&r)[2], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(s));
+}
+
 // The A fragments of this lane's two query rows (row_lo, row_hi) straight from global memory;
 // rows past tq are zero (and never written).
 template <int kSteps>
@@ -74,13 +83,13 @@ __device__ __forceinline__ bool TileFullyVisible(const AttentionMmaParams& p, in
 
 // S = Q·Kᵀ for the kKeys keys of a shared-memory tile (rows kPitch bytes apart, key j0 first),
 // 8 blocks of 8 keys, scaled to log2 units; unless `full`, keys past tk or (causal) after the
-// query are -inf. K's B fragments come two k-steps at a time through ldmatrix.
+// query are -inf. K's B fragments come two k-steps at a time through ldmatrix (an odd last one
+// alone).
 template <int kSteps>
 __device__ __forceinline__ void ScoreTile(float (&s)[kKeys / 8][4], const uint32_t (&qa)[kSteps][4],
                                           const unsigned char* tile, int kPitch, int lane,
                                           bool full, int64_t j0, int64_t row_lo, int64_t row_hi,
                                           const AttentionMmaParams& p, float scale) {
-  static_assert(kSteps % 2 == 0, "k-steps are loaded in pairs");
   const int tig = lane & 3, mat = lane >> 3;
 #pragma unroll
   for (int nb = 0; nb < kKeys / 8; ++nb) {
@@ -88,11 +97,16 @@ __device__ __forceinline__ void ScoreTile(float (&s)[kKeys / 8][4], const uint32
     // Matrix m of the x4 load: channels (kk + m/2)·16 + (m%2)·8 of the block's 8 keys.
     const unsigned char* lane_row = tile + (nb * 8 + (lane & 7)) * kPitch + mat * 16;
 #pragma unroll
-    for (int kk = 0; kk < kSteps; kk += 2) {
+    for (int kk = 0; kk + 1 < kSteps; kk += 2) {
       uint32_t kb[4];
       LdMatrixX4(kb, lane_row + kk * 32);
       MmaBf16(s[nb], qa[kk], kb[0], kb[1]);
       MmaBf16(s[nb], qa[kk + 1], kb[2], kb[3]);
+    }
+    if constexpr (kSteps % 2 == 1) {
+      uint32_t kb[2];
+      LdMatrixX2(kb, lane_row + (kSteps - 1) * 32);
+      MmaBf16(s[nb], qa[kSteps - 1], kb[0], kb[1]);
     }
     if (full) {
 #pragma unroll
@@ -327,7 +341,8 @@ cudaError_t LaunchPipelined(const AttentionMmaParams& p, const dim3& grid, cudaS
 }  // namespace
 
 cudaError_t LaunchAttentionMma(const AttentionMmaParams& p, cudaStream_t stream) {
-  if ((p.head_dim != 64 && p.head_dim != 128) || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
+  if ((p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 128) || p.kv_heads <= 0 ||
+      p.heads % p.kv_heads != 0 ||
       p.heads > 65535 || p.batch > 65535) {
     return cudaErrorInvalidValue;
   }
@@ -345,13 +360,25 @@ cudaError_t LaunchAttentionMma(const AttentionMmaParams& p, cudaStream_t stream)
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.batch));
   if (p.pipelined) {
-    return p.head_dim == 64 ? LaunchPipelined<64>(p, grid, stream)
-                            : LaunchPipelined<128>(p, grid, stream);
+    switch (p.head_dim) {
+      case 64:
+        return LaunchPipelined<64>(p, grid, stream);
+      case 80:
+        return LaunchPipelined<80>(p, grid, stream);
+      default:
+        return LaunchPipelined<128>(p, grid, stream);
+    }
   }
-  if (p.head_dim == 64) {
-    AttentionMmaKernel<64><<<grid, kWarps * 32, 0, stream>>>(p);
-  } else {
-    AttentionMmaKernel<128><<<grid, kWarps * 32, 0, stream>>>(p);
+  switch (p.head_dim) {
+    case 64:
+      AttentionMmaKernel<64><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 80:
+      AttentionMmaKernel<80><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    default:
+      AttentionMmaKernel<128><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
   }
   return cudaGetLastError();
 }

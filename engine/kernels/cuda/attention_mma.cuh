@@ -25,7 +25,9 @@ struct AttentionMmaParams {
   int64_t tk = 0;
   int heads = 0;
   int kv_heads = 0;
-  int head_dim = 0;  // 64 or 128
+  // 64, 80 or 128. 80 serves SigLIP's 72 (zero-padded by the caller): S = Q·Kᵀ runs in k-steps of
+  // 16 channels, so 80 is the smallest size that holds 72, where 128 would nearly double the work.
+  int head_dim = 0;
   float scale = 0;   // already resolved (not 0)
   bool causal = false;
   int64_t q_offset = 0;  // causal: key position of query 0
@@ -34,7 +36,7 @@ struct AttentionMmaParams {
   bool pipelined = false;
 };
 
-// Never allocates; cudaErrorInvalidValue for other head dims, bad head counts, or k/v not 16-byte
+// Never allocates; cudaErrorInvalidValue for other head dims (not 64, 80 or 128), bad head counts, or k/v not 16-byte
 // aligned (q 4-byte, out 8-byte).
 cudaError_t LaunchAttentionMma(const AttentionMmaParams& params, cudaStream_t stream);
 

@@ -60,7 +60,7 @@ constexpr TensorCoreCase kCases[] = {
     {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true},
     {"causal GQA 28/4 d128", 1, 150, 150, 28, 4, 128, true},
     {"bidirectional 4/4 d128", 1, 130, 130, 4, 4, 128, false},
-    {"bidirectional ViT d72 (zero-padded to 128)", 2, 100, 100, 3, 3, 72, false},
+    {"bidirectional ViT d72 (zero-padded to 80)", 2, 100, 100, 3, 3, 72, false},
     {"causal d40 (zero-padded to 64)", 1, 90, 90, 4, 2, 40, true},
     {"19 queries: below one block", 1, 19, 70, 4, 2, 64, true},
 };

@@ -2,13 +2,13 @@
 // against the CPU Attention op (itself checked against naive f64 attention on every device:
 // tests/unit/engine/ops/attention_test.cc) on the same bf16-rounded inputs. Not a device case: the
 // kernel and its two variants exist only on the GPU. The cases: causal prefill with GQA, a causal
-// chunk after earlier keys, bidirectional, head dims 64 and 128, lengths that leave partial tiles,
-// and values beyond f16's range (bf16 activations reach them). Both variants (the pipelined one
-// adds cp.async and ldmatrix) round P to bf16 for P·V, as FlashAttention-2 does for bf16 inputs,
-// and accumulate in f32. That rounding is at most 2^-8 relative per weight; with one dominant key
-// the output inherits it whole (3.9e-3 · |v|), otherwise it averages out. Tolerance, in units of
-// the values' scale: abs 4e-3 + rel 1.6e-2, and a relative L2 error under 8e-3 (about 3x the RMS
-// rounding error u/sqrt(3) of a single dominant key).
+// chunk after earlier keys, bidirectional, head dims 64, 80 and 128, lengths that leave partial
+// tiles, and values beyond f16's range (bf16 activations reach them). Both variants (the pipelined
+// one adds cp.async and ldmatrix) round P to bf16 for P·V, as FlashAttention-2 does for bf16
+// inputs, and accumulate in f32. That rounding is at most 2^-8 relative per weight; with one
+// dominant key the output inherits it whole (3.9e-3 · |v|), otherwise it averages out. Tolerance,
+// in units of the values' scale: abs 4e-3 + rel 1.6e-2, and a relative L2 error under 8e-3 (about
+// 3x the RMS rounding error u/sqrt(3) of a single dominant key).
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -41,6 +41,9 @@ TEST_CASE("Tensor-core prefill attention matches the CPU op", "[cuda][ops]") {
       {"causal prefill GQA 14/2 d64, 300 tokens", 1, 300, 300, 14, 2, 64, true},
       {"causal chunk of 70 after 130 keys d128", 2, 70, 200, 4, 2, 128, true},
       {"bidirectional 4/4 d128, 130 tokens", 1, 130, 130, 4, 4, 128, false},
+      // 80: SigLIP's 72 padded to the next k-step; an odd number of k-steps (5).
+      {"bidirectional ViT 3/3 d80, 200 tokens", 2, 200, 200, 3, 3, 80, false},
+      {"causal 8/2 d80, 97 tokens", 1, 97, 97, 8, 2, 80, true},
       {"causal 8/1 d64, 33 tokens", 1, 33, 33, 8, 1, 64, true},
       // 2^17: most |v| above f16's largest finite 65504, where an f16 copy of V would be inf.
       {"causal 4/2 d128, 100 tokens, values beyond f16's range", 1, 100, 100, 4, 2, 128, true,
