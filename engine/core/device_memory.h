@@ -33,6 +33,12 @@ StatusOr<std::shared_ptr<void>> AllocateStagingHost(Device device, size_t bytes)
 // change until the copy is done (RecordStepFence after it, WaitStepFence before reuse).
 Status UploadAsync(void* dst, Device device, const void* src, size_t bytes);
 
+// `bytes` from `src` on `device` to page-locked `dst` (AllocateStagingHost's), queued on
+// framezip's stream after the work that wrote `src`; no host wait, so `dst` holds the bytes only
+// once a fence recorded after it has passed (RecordStepFence, WaitStepFence). A memcpy on the CPU.
+// Counted as one device-to-host copy.
+Status DownloadAsync(void* dst, const void* src, Device device, size_t bytes);
+
 // A step's one upload: UploadAsync, counted as a plan upload too. On the CPU a memcpy into the
 // step's device-side copy, so the CPU runs exactly the code a GPU does. The step plan keeps `src`
 // until a fence after the upload has passed (engine/llm/staging_cache.h).

@@ -171,6 +171,18 @@ Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
                   "cudaMemcpyAsync (upload)");
 }
 
+Status DownloadAsync(void* dst, const void* src, Device device, size_t bytes) {
+  CountCopy(CopyDirection::kDeviceToHost);
+  if (device.is_cpu()) {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));
+  DeviceGuard guard(device.index);
+  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream),
+                  "cudaMemcpyAsync (download)");
+}
+
 StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {
   if (device.is_cpu()) return std::shared_ptr<void>();
   FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));

@@ -41,6 +41,13 @@ Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
   return absl::OkStatus();
 }
 
+Status DownloadAsync(void* dst, const void* src, Device device, size_t bytes) {
+  if (!device.is_cpu()) return absl::UnimplementedError("device downloads need CUDA");
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+  CountCopy(CopyDirection::kDeviceToHost);
+  return absl::OkStatus();
+}
+
 Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
   FZ_RETURN_IF_ERROR(UploadAsync(dst, device, src, bytes));
   CountPlanUpload();

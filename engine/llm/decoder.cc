@@ -378,16 +378,25 @@ Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserv
   std::vector<int64_t>& map = row_map != nullptr ? *row_map : local_map;
   map.resize(static_cast<size_t>(t));
   std::iota(map.begin(), map.end(), int64_t{0});
-  for (int64_t l = 0; l < shape_.layers; ++l) {
-    const int64_t before = x.dim(0);
-    FZ_RETURN_IF_ERROR(SelectRows(static_cast<int>(l), rows, x, positions, remaining, map));
-    if (observer && x.dim(0) != before) {
-      return FailedPreconditionError(
-          "hidden states per layer are not available when the policy removes rows");
+  const auto run_layers = [&]() -> Status {
+    for (int64_t l = 0; l < shape_.layers; ++l) {
+      const int64_t before = x.dim(0);
+      FZ_RETURN_IF_ERROR(SelectRows(static_cast<int>(l), rows, x, positions, remaining, map));
+      if (observer && x.dim(0) != before) {
+        return FailedPreconditionError(
+            "hidden states per layer are not available when the policy removes rows");
+      }
+      FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), rows, positions, x, plan));
+      if (observer && l + 1 < shape_.layers) FZ_RETURN_IF_ERROR(observer(l + 1, x));
     }
-    FZ_RETURN_IF_ERROR(RunLayer(static_cast<int>(l), rows, positions, x, plan));
-    if (observer && l + 1 < shape_.layers) FZ_RETURN_IF_ERROR(observer(l + 1, x));
-  }
+    return absl::OkStatus();
+  };
+  const Status ran = run_layers();
+  // AttentionPack's statistics of the layers that ran reach the policy now, also when a layer
+  // failed, so no later reader of the blocks sees them half applied (the layer's error first).
+  const Status settled = kv_->SettleStatistics(input_rows.decode);
+  FZ_RETURN_IF_ERROR(ran);
+  FZ_RETURN_IF_ERROR(settled);
   // Positions consumed: every input row, removed or not.
   for (Sequence* s : input_rows.decode) ++s->length;
   for (const PrefillPart& part : input_rows.parts) {

@@ -73,6 +73,7 @@ StatusOr<DeviceLowRankBlock> DeviceLowRankBlock::Upload(const kv::LowRankBlock& 
                                         block.value_ranks.size() * sizeof(uint16_t), device));
   d.view_.value_ranks = {static_cast<const uint16_t*>(d.ranks_.raw_data()),
                          block.value_ranks.size()};
+  d.sent_ranks_ = block.value_ranks;
   return d;
 }
 
@@ -89,8 +90,12 @@ Status DeviceLowRankBlock::UpdateRanks(const kv::LowRankBlock& block) {
     return InternalError("low-rank block of {} ranks mirrored with {}", block.value_ranks.size(),
                          view_.value_ranks.size());
   }
-  return CopyBytes(ranks_.raw_data(), ranks_.device(), block.value_ranks.data(), Device::Cpu(),
-                   block.value_ranks.size() * sizeof(uint16_t));
+  // The policy regroups every few steps (compress/attentionpack.h): most steps send nothing.
+  if (block.value_ranks == sent_ranks_) return absl::OkStatus();
+  FZ_RETURN_IF_ERROR(CopyBytes(ranks_.raw_data(), ranks_.device(), block.value_ranks.data(),
+                               Device::Cpu(), block.value_ranks.size() * sizeof(uint16_t)));
+  sent_ranks_ = block.value_ranks;
+  return absl::OkStatus();
 }
 
 StatusOr<std::span<const DeviceLowRankBlock>> DeviceLowRankBlocks::Sync(

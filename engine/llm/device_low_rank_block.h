@@ -3,8 +3,8 @@
 // ops::LowRankBlockView for the fused decompress-and-attend kernel (ops/low_rank_cuda.h).
 //
 // The host block stays the source of truth (the page codec and the KV store read it there, and
-// the policy updates its ranks), so a copy is made once per block and only the ranks, which
-// change every decode step, are sent again per step. A copy knows which host block it was made
+// the policy updates its ranks), so a copy is made once per block and only the ranks are sent
+// again, at the steps where the policy changed them. A copy knows which host block it was made
 // from (the address of the key factor's bytes, which a moved block keeps, with its token count,
 // ranks and first position), so a sequence whose blocks were replaced or restored gets fresh
 // copies.
@@ -28,7 +28,8 @@ class DeviceLowRankBlock {
   // Whether this is the copy of `block` (made from it and of its size).
   bool Mirrors(const kv::LowRankBlock& block) const;
 
-  // Sends the block's current value ranks (the policy changes them as importance moves).
+  // Sends the block's current value ranks when they differ from those last sent (the policy
+  // changes them as importance moves, at its regroup steps).
   Status UpdateRanks(const kv::LowRankBlock& block);
 
   // The view of the device memory, for ops::LowRankBlockAttendCuda.
@@ -48,6 +49,7 @@ class DeviceLowRankBlock {
   int32_t first_position_ = 0;
   DeviceFactor key_us_, key_vt_, value_us_, value_vt_;
   Tensor positions_, ranks_;
+  std::vector<uint16_t> sent_ranks_;  // what ranks_ holds
   ops::LowRankBlockView view_;
 };
 

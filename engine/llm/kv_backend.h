@@ -127,6 +127,10 @@ class KvBackend {
   Status PlanDecode(std::span<Sequence* const> seqs, std::span<const int32_t> positions,
                     std::span<const int32_t> token_ids, std::span<const ops::RowSampling> sampling,
                     DecodeStepPlan& plan) const;
+  // Hands each sequence's policy the AttentionPack statistics its layers gathered this step
+  // (LowRankKv::SettleStatistics): the decoder calls it once a step's layers are done.
+  Status SettleStatistics(std::span<Sequence* const> seqs) const;
+
   // AttendDecodeRows for a planned step: the batch's KV write (one launch into the planned
   // slots), one paged attention from the plan's descriptors, then the residual window's
   // recompression as AttendDecodeRows does it.

@@ -211,6 +211,11 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   return RecompressResiduals(l, seqs, q);
 }
 
+Status KvBackend::SettleStatistics(std::span<Sequence* const> seqs) const {
+  for (Sequence* s : seqs) FZ_RETURN_IF_ERROR(low_rank_.SettleStatistics(*s));
+  return absl::OkStatus();
+}
+
 Status KvBackend::AttendDecodePlanned(int l, std::span<Sequence* const> seqs,
                                       const DecodeStepPlan& plan, const Tensor& q,
                                       const Tensor& k, const Tensor& v, Tensor& attn) const {

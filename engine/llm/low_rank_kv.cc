@@ -193,24 +193,88 @@ Status LowRankKv::AttendDecode(int l, Sequence& seq, const Tensor& q, const Tens
     FZ_RETURN_IF_ERROR(ops::AttentionTokenShares(weights_of(i), row_of(part_max, i, {nh}),
                                                  total_max, total_sum, shares));
   }
-  // The policy's statistics live on the host: on a GPU the probabilities are the one copy of a
-  // layer's attention (T floats; K and V stay on the device).
-  thread_local std::vector<float> host_probs;
-  const float* mean_probs = probs.data<float>();
-  if (!device_.is_cpu()) {
-    FZ_RETURN_IF_ERROR(ToHostFloats(device_, probs.data<float>(), first.back(), host_probs));
-    mean_probs = host_probs.data();
-  }
-  for (int64_t i = 0; i < parts; ++i) {
-    kv::LowRankBlock& b = blocks[i];
-    seq.policy->OnLowRankAttention(
-        l, std::span(mean_probs + first[i], static_cast<size_t>(b.tokens())),
-        {.importance = b.importance,
-         .value_ranks = b.value_ranks,
-         .full_rank = b.values.rank,
-         .decode_steps = &b.decode_steps});
-  }
+  // The policy's statistics live on the host: the probabilities (T floats; K and V stay on the
+  // device) go there without a wait and reach the policy when the step's layers are done.
+  const size_t floats = static_cast<size_t>(first.back());
+  FZ_ASSIGN_OR_RETURN(float* host, StageFloats(seq, floats));
+  LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
+  pending.layers.push_back(
+      {.layer = l,
+       .blocks = static_cast<size_t>(parts),
+       .offset = static_cast<size_t>(host - static_cast<float*>(pending.staging.get()))});
+  FZ_RETURN_IF_ERROR(DownloadAsync(host, probs.data<float>(), device_, floats * sizeof(float)));
   seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
+  return absl::OkStatus();
+}
+
+StatusOr<float*> LowRankKv::StageFloats(Sequence& seq, size_t floats) const {
+  LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
+  if (pending.staging != nullptr && pending.used + floats > pending.capacity) {
+    FZ_RETURN_IF_ERROR(SettleStatistics(seq));  // blocks added since the buffer was sized
+  }
+  if (pending.staging == nullptr) {
+    // Sized for every layer's blocks as they are now: a step attends each layer once.
+    size_t need = floats;
+    for (int l = 0; l < seq.kv.num_layers(); ++l) {
+      for (const kv::LowRankBlock& b : seq.kv.low_rank_blocks(l)) {
+        need += static_cast<size_t>(b.tokens());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      for (size_t i = 0; i < pool_.size(); ++i) {
+        if (pool_[i].second >= need) {
+          pending.staging = std::move(pool_[i].first);
+          pending.capacity = pool_[i].second;
+          pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
+    if (pending.staging == nullptr) {
+      size_t capacity = 4096;  // floats; powers of two, so a few buffers serve every sequence
+      while (capacity < need) capacity *= 2;
+      FZ_ASSIGN_OR_RETURN(pending.staging, AllocateStagingHost(device_, capacity * sizeof(float)));
+      pending.capacity = capacity;
+    }
+    pending.used = 0;
+  }
+  float* at = static_cast<float*>(pending.staging.get()) + pending.used;
+  pending.used += floats;
+  return at;
+}
+
+Status LowRankKv::SettleStatistics(Sequence& seq) const {
+  LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
+  if (pending.staging == nullptr) return absl::OkStatus();
+  if (!pending.empty()) {
+    // Every download was queued before this fence: one wait covers the step's layers.
+    FZ_ASSIGN_OR_RETURN(const std::shared_ptr<void> fence, RecordStepFence(device_));
+    FZ_RETURN_IF_ERROR(WaitStepFence(device_, fence));
+  }
+  const float* host = static_cast<const float*>(pending.staging.get());
+  for (const LowRankStatisticsInFlight::Layer& layer : pending.layers) {
+    std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(layer.layer);
+    const float* probs = host + layer.offset;
+    for (size_t i = 0; i < layer.blocks && i < blocks.size(); ++i) {
+      kv::LowRankBlock& b = blocks[i];
+      const size_t tokens = static_cast<size_t>(b.tokens());
+      seq.policy->OnLowRankAttention(layer.layer, std::span(probs, tokens),
+                                     {.importance = b.importance,
+                                      .value_ranks = b.value_ranks,
+                                      .full_rank = b.values.rank,
+                                      .decode_steps = &b.decode_steps});
+      probs += tokens;
+    }
+  }
+  pending.layers.clear();
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (pool_.size() < 8) pool_.emplace_back(std::move(pending.staging), pending.capacity);
+  }
+  pending.staging.reset();
+  pending.capacity = 0;
+  pending.used = 0;
   return absl::OkStatus();
 }
 

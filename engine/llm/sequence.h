@@ -8,6 +8,7 @@
 #include "engine/compress/policy.h"
 #include "engine/kv/sequence_kv.h"
 #include "engine/llm/device_low_rank_block.h"
+#include "engine/llm/low_rank_statistics.h"
 
 namespace framezip::engine::llm {
 
@@ -20,6 +21,8 @@ struct Sequence {
   compress::PrefillStats prefill_stats;
   // A GPU decoder's copies of kv's AttentionPack blocks (made on first use, per layer).
   DeviceLowRankBlocks device_blocks;
+  // This step's AttentionPack statistics not yet handed to the policy.
+  LowRankStatisticsInFlight low_rank_statistics;
 };
 
 }  // namespace framezip::engine::llm

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/core/step_counters.h"
 #include "engine/core/thread_pool.h"
 #include "engine/kv/page_codec.h"
 #include "engine/runtime/engine.h"
@@ -310,6 +311,42 @@ TEST_CASE("attentionpack sequences decoded in one batch match each decoded alone
       CAPTURE(step, i);
       // A batch of rows goes through the GEMM, one row through the GEMV: rounding differs.
       CHECK(testing::MaxAbsDiff(*row, *single) < 1e-4 * MaxAbs(*single));
+    }
+  }
+}
+
+// A decode step hands the policy each block's statistics once, when its layers are done: the
+// probabilities are downloaded per layer without a wait (here, on the CPU, a copy into the
+// staging buffer) and settled at the end of the step.
+TEST_CASE("attentionpack's decode statistics reach the policy once per block and step",
+          "[unit][engine][compress]") {
+  const llm::Decoder& dec = testing::ShippedEngine().decoder();
+  const auto seq = PrefilledSequence("attentionpack:regroup=2", 31);
+  const int layers = seq->kv.num_layers();
+  for (int l = 0; l < layers; ++l) REQUIRE(seq->kv.low_rank_blocks(l).size() == 1);
+  llm::Sequence* const one[] = {seq.get()};
+  for (uint32_t step = 1; step <= 5; ++step) {
+    const int32_t token = static_cast<int32_t>(40 + step);
+    const StepCountScope scope;
+    auto logits = dec.DecodeStep(one, std::span(&token, 1));
+    REQUIRE(logits.ok());
+    const StepCounts counts = scope.Elapsed();
+    CAPTURE(step);
+    CHECK(counts.device_to_host == layers);  // one download of probabilities per layer
+    CHECK(counts.host_syncs == 0);
+    CHECK(seq->low_rank_statistics.empty());  // settled before DecodeStep returned
+    for (int l = 0; l < layers; ++l) {
+      const kv::LowRankBlock& b = seq->kv.low_rank_blocks(l)[0];
+      CAPTURE(l);
+      CHECK(b.decode_steps == step);
+      // An EMA of probabilities from 0: a positive total of at most 1.
+      const double total = std::accumulate(b.importance.begin(), b.importance.end(), 0.0);
+      CHECK(total > 0);
+      CHECK(total <= 1 + 1e-5);
+      // Regrouped at steps 0, 2, 4: a quarter of the tokens (rounded up) at full rank.
+      const auto full = std::count(b.value_ranks.begin(), b.value_ranks.end(),
+                                   static_cast<uint16_t>(b.values.rank));
+      CHECK(full == static_cast<int64_t>(std::ceil(0.25 * static_cast<double>(b.tokens()))));
     }
   }
 }
