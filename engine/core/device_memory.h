@@ -41,12 +41,14 @@ Status DownloadAsync(void* dst, const void* src, Device device, size_t bytes);
 
 // A step's one upload: UploadAsync, counted as a plan upload too. On the CPU a memcpy into the
 // step's device-side copy, so the CPU runs exactly the code a GPU does. The step plan keeps `src`
-// until a fence after the upload has passed (engine/llm/staging_cache.h).
+// until a fence after the upload has passed (engine/core/staging_pool.h).
 Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes);
 
 // A point in framezip's step stream for `device`: it has passed once the device has done what was
 // queued there before it (the step plans' uploads). Null, and always passed, on the CPU.
 StatusOr<std::shared_ptr<void>> RecordStepFence(Device device);
+// Whether `fence` has passed, without waiting (always on the CPU and for a null fence).
+StatusOr<bool> StepFencePassed(Device device, const std::shared_ptr<void>& fence);
 // Returns once `fence` has passed: at once (no synchronisation) when it already has, else after a
 // host wait, counted as a host synchronisation.
 Status WaitStepFence(Device device, const std::shared_ptr<void>& fence);

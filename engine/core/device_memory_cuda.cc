@@ -199,6 +199,15 @@ StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {
                                [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
 
+StatusOr<bool> StepFencePassed(Device device, const std::shared_ptr<void>& fence) {
+  if (device.is_cpu() || fence == nullptr) return true;
+  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(fence.get()));
+  if (state == cudaSuccess) return true;
+  if (state == cudaErrorNotReady) return false;
+  FZ_RETURN_IF_ERROR(FromCuda(state, "cudaEventQuery (step fence)"));
+  return false;
+}
+
 Status WaitStepFence(Device device, const std::shared_ptr<void>& fence) {
   if (device.is_cpu() || fence == nullptr) return absl::OkStatus();
   auto* event = static_cast<cudaEvent_t>(fence.get());

@@ -2,7 +2,6 @@
 // page reservation. Its attention middles are in kv_backend_attend.cc; AttentionPack's blocks are
 // LowRankKv's (low_rank_kv.h).
 #include "engine/llm/kv_backend.h"
-#include "engine/llm/staging_cache.h"
 
 #include <algorithm>
 #include <string>
@@ -24,7 +23,7 @@ StatusOr<std::unique_ptr<KvBackend>> KvBackend::Create(const DecoderShape& shape
                                                        bool bf16_attention) {
   FZ_RETURN_IF_ERROR(ops::PagedDecodeSupports(device, shape.head_dim));
   std::unique_ptr<KvBackend> backend(new KvBackend(shape, device, bf16_attention));
-  backend->staging_ = std::make_unique<StagingCache>(device);
+  backend->staging_ = std::make_unique<StagingPool>(device);
   Capabilities& c = backend->capabilities_;
   c.device = device;
   c.head_dim = shape.head_dim;

@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "engine/compress/policy.h"
 #include "engine/core/device.h"
+#include "engine/core/staging_pool.h"
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_format.h"
 #include "engine/kv/page_pool.h"
@@ -139,7 +140,6 @@ class KvBackend {
                              Tensor& attn) const;
 
   // Upload buffers of step plans, reused: page-locked memory takes milliseconds to get.
-  class StagingCache;
 
  private:
   // The residual window's recompression of layer l, for each sequence whose window is full
@@ -157,7 +157,7 @@ class KvBackend {
   bool bf16_attention_ = false;
   // AttentionPack's blocks: the layers that hold them are attended through it.
   LowRankKv low_rank_;
-  std::unique_ptr<StagingCache> staging_;
+  std::unique_ptr<StagingPool> staging_;  // the step plans' upload buffers
 };
 
 }  // namespace framezip::engine::llm

@@ -7,7 +7,6 @@
 
 #include "engine/core/device_memory.h"
 #include "engine/core/step_counters.h"
-#include "engine/llm/staging_cache.h"
 
 namespace framezip::engine::llm {
 namespace {
@@ -26,14 +25,11 @@ size_t AppendAligned(std::vector<std::byte>& arena, std::span<const T> items) {
 
 DecodeStepPlan::~DecodeStepPlan() {
   if (staging_owner_ == nullptr || staging_ == nullptr) return;
-  KvBackend::StagingCache::Entry entry;
+  StagingPool::Entry entry;
   entry.memory = std::move(staging_);
   entry.bytes = staging_bytes_;
-  // The fence after this plan's upload (null on the CPU); without one the buffer is dropped.
-  StatusOr<std::shared_ptr<void>> fence = RecordStepFence(device_.device());
-  if (!fence.ok()) return;
-  entry.fence = std::move(*fence);
-  staging_owner_->Give(std::move(entry));
+  // After this plan's upload (no fence on the CPU; without one the buffer is dropped).
+  staging_owner_->GiveAfterQueuedWork(std::move(entry));
 }
 
 const ops::KvSlot* DecodeStepPlan::slots(int layer) const {
@@ -121,7 +117,7 @@ Status KvBackend::PlanDecode(std::span<Sequence* const> seqs, std::span<const in
   if (staging_ == nullptr) {
     return InternalError("PlanDecode: the backend has no staging cache");
   }
-  FZ_ASSIGN_OR_RETURN(StagingCache::Entry staging, staging_->Take(arena.size()));
+  FZ_ASSIGN_OR_RETURN(StagingPool::Entry staging, staging_->Take(arena.size()));
   plan.staging_ = std::move(staging.memory);
   plan.staging_bytes_ = staging.bytes;
   plan.staging_owner_ = staging_.get();

@@ -73,7 +73,7 @@ class DecodeStepPlan {
   std::vector<std::byte> host_;    // the arena as built on the host
   std::shared_ptr<void> staging_;  // host memory it is uploaded from (page-locked for a GPU)
   size_t staging_bytes_ = 0;
-  KvBackend::StagingCache* staging_owner_ = nullptr;  // takes staging_ back
+  StagingPool* staging_owner_ = nullptr;              // takes staging_ back
   Tensor device_;                                     // the arena on the device, then the workspace
   float* workspace_ = nullptr;
   Tensor positions_, token_ids_;

@@ -3,6 +3,8 @@
 #include "engine/ops/low_rank_cuda.h"
 
 #include <cmath>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/device_memory.h"
@@ -62,6 +64,26 @@ Status CheckBytes(std::string_view op, std::string_view name, const Tensor& t, i
                                 DeviceName(t.device()), bytes, DeviceName(device));
   }
   return absl::OkStatus();
+}
+
+// The RoPE inverse frequencies of `rope` on `device`, uploaded once per (device, parameters) and
+// kept for the process: a decode step attends every block of every layer with the same few, and a
+// copy per call would wait for the device each time. Never freed (no device memory is released
+// during the process's exit, after the CUDA runtime may be gone).
+StatusOr<const float*> DeviceInverseFrequencies(const RopeParams& rope, Device device) {
+  static std::mutex mu;
+  static auto& cached = *new std::vector<std::tuple<int, RopeParams, Tensor>>();
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [index, params, table] : cached) {
+    if (index == device.index && params == rope) return table.data<float>();
+  }
+  const std::vector<float> inv_freq = RopeInverseFrequencies(rope);
+  FZ_ASSIGN_OR_RETURN(Tensor table,
+                      Tensor::Empty({static_cast<int64_t>(inv_freq.size())}, DType::kF32, device));
+  FZ_RETURN_IF_ERROR(CopyBytes(table.raw_data(), device, inv_freq.data(), Device::Cpu(),
+                               inv_freq.size() * sizeof(float)));
+  cached.emplace_back(device.index, rope, table);
+  return std::get<2>(cached.back()).data<float>();
 }
 
 }  // namespace
@@ -131,11 +153,7 @@ Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
   const size_t shared =
       cuda::LowRankAttendSharedBytes(static_cast<int>(heads), static_cast<int>(d), rank_k, rank_v);
   ScopedCudaDevice scope(q.device());
-  const std::vector<float> inv_freq = RopeInverseFrequencies(rope);
-  FZ_ASSIGN_OR_RETURN(
-      Tensor freq, Tensor::Empty({static_cast<int64_t>(inv_freq.size())}, DType::kF32, q.device()));
-  FZ_RETURN_IF_ERROR(CopyBytes(freq.raw_data(), q.device(), inv_freq.data(), Device::Cpu(),
-                               inv_freq.size() * sizeof(float)));
+  FZ_ASSIGN_OR_RETURN(const float* inv_freq, DeviceInverseFrequencies(rope, q.device()));
   FZ_ASSIGN_OR_RETURN(Tensor scratch,
                       Tensor::Empty({static_cast<int64_t>(cuda::LowRankAttendScratchFloats(
                                         tokens, static_cast<int>(heads), rank_v))},
@@ -148,7 +166,7 @@ Status LowRankBlockAttendCuda(const Tensor& q, const LowRankBlockView& block,
   p.value_vt = ToDevice(block.value_vt);
   p.positions = block.positions.data();
   p.value_ranks = block.value_ranks.data();
-  p.inv_freq = freq.data<float>();
+  p.inv_freq = inv_freq;
   p.tokens = tokens;
   p.heads = static_cast<int>(heads);
   p.kv_heads = shape.num_kv_heads;

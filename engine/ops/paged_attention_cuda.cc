@@ -1,15 +1,18 @@
 // PagedDecodeAttention on the GPU: adapter to engine/kernels/cuda/paged_attention.cuh. The spans'
 // pointers (pages, scales) are device pointers. The kernel reads its span descriptors and split-K
 // work items from device memory: a step plan serialises them for every layer into its one upload
-// (PlanPagedDecodeCuda, PagedDecodeAttentionPlannedCuda); the unplanned op stages its own in a
-// temporary device buffer per call.
+// (PlanPagedDecodeCuda, PagedDecodeAttentionPlannedCuda); the unplanned op (the eager steps:
+// AttentionPack's, Dynamic-LLaVA's) builds its own and sends them from page-locked memory of a
+// per-device StagingPool, without waiting for the device.
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "engine/core/device_memory.h"
+#include "engine/core/staging_pool.h"
 #include "engine/kernels/cuda/paged_attention.cuh"
 #include "engine/ops/cuda_backends.h"
 #include "engine/ops/cuda_op_util_cuda.h"
@@ -126,8 +129,24 @@ Status PagedDecodeAttentionPlannedCuda(const Tensor& q, const PagedDecodePlan& p
                       "PagedDecodeAttention", 2);
 }
 
-// Unplanned: the same plan built into a temporary arena, staged with the workspace in one device
-// buffer per call (a pageable copy: the step plan's path avoids it).
+namespace {
+
+// The unplanned op's upload buffers, one pool per device for the process (never destroyed: no
+// page-locked memory is released during the process's exit, after the CUDA runtime may be gone).
+StagingPool& DescriptorStaging(Device device) {
+  static std::mutex mu;
+  static auto& pools = *new std::map<int, std::unique_ptr<StagingPool>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<StagingPool>& pool = pools[device.index];
+  if (pool == nullptr) pool = std::make_unique<StagingPool>(device);
+  return *pool;
+}
+
+}  // namespace
+
+// Unplanned: the same plan built into a host arena, sent from page-locked memory in one
+// asynchronous copy into a device buffer that also holds the workspace (the caching allocator
+// frees it after the launch, in stream order).
 Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale, Tensor& out,
                                 float* lse) {
   std::vector<std::byte> host;
@@ -144,7 +163,12 @@ Status PagedDecodeAttentionCuda(const Tensor& q, const PagedKv& kv, float scale,
       Tensor::Empty({static_cast<int64_t>(staged + plan.workspace_floats * sizeof(float))},
                     DType::kU8, q.device()));
   auto* dev = static_cast<std::byte*>(scratch.raw_data());
-  FZ_RETURN_IF_ERROR(CopyBytes(dev, q.device(), host.data(), Device::Cpu(), host.size()));
+  StagingPool& pool = DescriptorStaging(q.device());
+  FZ_ASSIGN_OR_RETURN(StagingPool::Entry entry, pool.Take(host.size()));
+  std::memcpy(entry.memory.get(), host.data(), host.size());
+  const Status sent = UploadAsync(dev, q.device(), entry.memory.get(), host.size());
+  pool.GiveAfterQueuedWork(std::move(entry));  // reused once the copy has read it
+  FZ_RETURN_IF_ERROR(sent);
   return PagedDecodeAttentionPlannedCuda(q, plan, dev, reinterpret_cast<float*>(dev + staged),
                                          scale, out, lse);
 }
