@@ -328,11 +328,19 @@ StatusOr<Tensor> Decoder::Empty(Shape shape, DType dtype) const {
 
 Status Decoder::Embed(const Tensor& ids, Tensor& out) const {
   if (ids.device() == device_) return ops::Embedding(weights_.embed_tokens, ids, out);
-  // Host ids going to a GPU: checked here, so they go up once and never come back to be checked.
-  FZ_ASSIGN_OR_RETURN(const Tensor here, ids.To(device_));
-  if (!ids.device().is_cpu()) return ops::Embedding(weights_.embed_tokens, here, out);
-  return ops::Embedding(weights_.embed_tokens, here,
-                        std::span(ids.data<int32_t>(), static_cast<size_t>(ids.numel())), out);
+  if (!ids.device().is_cpu()) {
+    FZ_ASSIGN_OR_RETURN(const Tensor here, ids.To(device_));
+    return ops::Embedding(weights_.embed_tokens, here, out);
+  }
+  // Host ids going to a GPU: checked here, so they go up once, without a wait, and never come
+  // back to be checked.
+  if (ids.dtype() != DType::kI32) {
+    return InvalidArgumentError("Embed: ids have dtype {}, want i32", DTypeName(ids.dtype()));
+  }
+  const std::span<const int32_t> host(ids.data<int32_t>(), static_cast<size_t>(ids.numel()));
+  FZ_ASSIGN_OR_RETURN(const Tensor here, kv_->UploadInts(host));
+  FZ_ASSIGN_OR_RETURN(const Tensor shaped, here.Reshape(ids.shape()));
+  return ops::Embedding(weights_.embed_tokens, shaped, host, out);
 }
 
 StatusOr<Tensor> Decoder::Embed(std::span<const int32_t> ids) const {
@@ -364,13 +372,8 @@ Status Decoder::Forward(const StepRows& input_rows, Tensor& x, const LayerObserv
   } else {
     FZ_RETURN_IF_ERROR(
         kv_->Reserve(StepDemands(input_rows.decode, input_rows.parts), reservation));
-    FZ_ASSIGN_OR_RETURN(Tensor host_positions, Tensor::Empty({t}, DType::kI32));
-    std::copy(input_rows.host_positions.begin(), input_rows.host_positions.end(),
-              host_positions.data<int32_t>());
-    positions = host_positions;  // on the CPU the host tensor is the device's
-    if (!device_.is_cpu()) {
-      FZ_ASSIGN_OR_RETURN(positions, host_positions.To(device_));
-    }
+    FZ_ASSIGN_OR_RETURN(positions,
+                        kv_->UploadInts(input_rows.host_positions.first(static_cast<size_t>(t))));
   }
   StepRows rows = input_rows;
   RemainingRows remaining;

@@ -4,8 +4,10 @@
 #include "engine/llm/kv_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
+#include "engine/core/device_memory.h"
 #include "engine/ops/paged_attention.h"
 
 namespace framezip::engine::llm {
@@ -34,6 +36,22 @@ StatusOr<std::unique_ptr<KvBackend>> KvBackend::Create(const DecoderShape& shape
     c.page_formats.push_back(kv::KvFormat::kInt2);
   }
   return backend;
+}
+
+StatusOr<Tensor> KvBackend::UploadInts(std::span<const int32_t> values) const {
+  const int64_t n = static_cast<int64_t>(values.size());
+  FZ_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({n}, DType::kI32, device_));
+  if (n == 0) return out;
+  if (device_.is_cpu()) {
+    std::copy(values.begin(), values.end(), out.data<int32_t>());
+    return out;
+  }
+  FZ_ASSIGN_OR_RETURN(StagingPool::Entry entry, staging_->Take(values.size_bytes()));
+  std::memcpy(entry.memory.get(), values.data(), values.size_bytes());
+  const Status sent = UploadAsync(out.raw_data(), device_, entry.memory.get(), values.size_bytes());
+  staging_->GiveAfterQueuedWork(std::move(entry));  // reused once the copy has read it
+  FZ_RETURN_IF_ERROR(sent);
+  return out;
 }
 
 Status KvBackend::CheckPool(const kv::PageLayout& layout, Device pool_device) const {

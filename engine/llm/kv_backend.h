@@ -86,6 +86,11 @@ class KvBackend {
   const Capabilities& capabilities() const { return capabilities_; }
   Device device() const { return device_; }
 
+  // `values` as an i32 tensor on the device: on a GPU sent from page-locked memory in one
+  // asynchronous copy on framezip's stream (no host wait; later ops on the stream see it), on
+  // the CPU a copy in host memory. An eager step's positions and token ids go up this way.
+  StatusOr<Tensor> UploadInts(std::span<const int32_t> values) const;
+
   // Whether a pool of `layout` on `pool_device` can hold this model's pages for these kernels:
   // INVALID_ARGUMENT naming the mismatch (heads × dims, device, or a format not in capabilities).
   Status CheckPool(const kv::PageLayout& layout, Device pool_device) const;
