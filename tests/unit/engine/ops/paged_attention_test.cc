@@ -65,33 +65,10 @@ std::vector<double> Reference(const PagedCase& c, const std::vector<double>& q,
   return out;
 }
 
+// With the log-sum-exp too (what a caller merges the pages' share with: AttentionPack's blocks):
+// scores are of order |q||k|/sqrt(d) ~ a few units, so f32's exp and log leave ~1e-6; a sequence
+// without tokens gets −inf, checked exactly.
 TEST_CASE("Paged decode attention matches f64 over every page format on every device",
-          "[unit][engine][ops][devices]") {
-  std::mt19937_64 rng(testing::TestSeed());
-  for (const PagedCase& c : PagedDecodeCases()) {
-    DYNAMIC_SECTION(c.name) {
-      SpanArena arena;
-      const std::vector<int32_t> offsets = FillArena(c, arena, rng);
-      const int64_t batch = static_cast<int64_t>(c.seq_spans.size());
-      const auto q = MakeRandom({batch, c.heads, c.d}, DType::kF32, rng);
-      const auto want = Reference(c, q.values, arena, offsets);
-      ForEachDevice([&](const Device& device) {
-        Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
-        const std::vector<ops::KvSpan> spans = arena.Spans(device);
-        const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
-        const Status st = ops::PagedDecodeAttention(On(q.tensor, device), kv, out);
-        INFO(st.ToString());
-        REQUIRE(st.ok());
-        CheckCloseTo(out, want, kDecode);
-      });
-    }
-  }
-}
-
-// The log-sum-exp a caller merges the pages' share with (AttentionPack's blocks): scores are of
-// order sqrt(d)·|q||k|/sqrt(d) ~ a few units, so f32's exp and log leave ~1e-6; a sequence
-// without tokens gets −inf, which the comparison below checks exactly.
-TEST_CASE("Paged decode attention's log-sum-exp matches f64 on every device",
           "[unit][engine][ops][devices]") {
   std::mt19937_64 rng(testing::TestSeed());
   for (const PagedCase& c : PagedDecodeCases()) {
@@ -103,22 +80,27 @@ TEST_CASE("Paged decode attention's log-sum-exp matches f64 on every device",
       std::vector<double> want_lse;
       const auto want = Reference(c, q.values, arena, offsets, &want_lse);
       ForEachDevice([&](const Device& device) {
-        Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
-        Tensor lse = PoisonedOn({batch, c.heads}, device);
         const std::vector<ops::KvSpan> spans = arena.Spans(device);
         const ops::PagedKv kv{spans, offsets, static_cast<int>(c.kv_heads), static_cast<int>(c.d)};
-        const Status st = ops::PagedDecodeAttention(On(q.tensor, device), kv, out, 0, &lse);
-        INFO(st.ToString());
-        REQUIRE(st.ok());
-        CheckCloseTo(out, want, kDecode);
-        const Tensor host_lse = lse.To(Device::Cpu()).value();
-        for (size_t i = 0; i < want_lse.size(); ++i) {
-          const double got = host_lse.data<float>()[i];
-          INFO("row " << i << ": lse " << got << ", want " << want_lse[i]);
-          if (std::isinf(want_lse[i])) {
-            CHECK(got == want_lse[i]);
-          } else {
-            CHECK(std::abs(got - want_lse[i]) <= 2e-5 + 1e-5 * std::abs(want_lse[i]));
+        for (const bool with_lse : {false, true}) {
+          INFO((with_lse ? "with" : "without") << " the log-sum-exp");
+          Tensor out = PoisonedOn({batch, c.heads, c.d}, device);
+          Tensor lse = PoisonedOn({batch, c.heads}, device);
+          const Status st = ops::PagedDecodeAttention(On(q.tensor, device), kv, out, 0,
+                                                      with_lse ? &lse : nullptr);
+          INFO(st.ToString());
+          REQUIRE(st.ok());
+          CheckCloseTo(out, want, kDecode);
+          if (!with_lse) continue;
+          const Tensor host_lse = lse.To(Device::Cpu()).value();
+          for (size_t i = 0; i < want_lse.size(); ++i) {
+            const double got = host_lse.data<float>()[i];
+            INFO("row " << i << ": lse " << got << ", want " << want_lse[i]);
+            if (std::isinf(want_lse[i])) {
+              CHECK(got == want_lse[i]);
+            } else {
+              CHECK(std::abs(got - want_lse[i]) <= 2e-5 + 1e-5 * std::abs(want_lse[i]));
+            }
           }
         }
       });
