@@ -239,8 +239,8 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
   // most of it visual rows stored as low-rank blocks: the engine's decode path for a block-holding
   // layer (the pages' share in the batch's paged attention, the fused block kernel, the merge on
   // the device) against the dense batch-1 row above; its step counted too (the blocks' token
-  // probabilities are downloaded per layer without a wait and read once the layers are done, so
-  // the step should wait for the device twice: there and for the sampled id).
+  // probabilities of every layer come to the host in one copy once the layers are done, so the
+  // step should wait for the device twice: there and for the sampled id).
   {
     auto pack = d.NewSequence(**pools, format, "attentionpack");
     if (!Ok(pack.status(), "attentionpack sequence")) return rows;

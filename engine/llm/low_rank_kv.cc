@@ -133,7 +133,6 @@ Status LowRankKv::AttendDecode(int l, Sequence& seq, const Tensor& q, const Tens
   FZ_ASSIGN_OR_RETURN(Tensor part_sum, Empty({parts, nh}));
   FZ_ASSIGN_OR_RETURN(Tensor part_out, Empty({parts, nh, d}));
   FZ_ASSIGN_OR_RETURN(Tensor weights, Empty({nh * first.back()}));
-  FZ_ASSIGN_OR_RETURN(Tensor probs, Empty({first.back()}));
   const auto row_of = [&](Tensor& t, int64_t i, Shape shape) {
     const int64_t n = NumElements(shape);
     return Tensor::View(t.data<float>() + i * n, std::move(shape), DType::kF32, device_);
@@ -187,32 +186,28 @@ Status LowRankKv::AttendDecode(int l, Sequence& seq, const Tensor& q, const Tens
   FZ_ASSIGN_OR_RETURN(Tensor total_sum, Empty({nh}));
   FZ_RETURN_IF_ERROR(ops::MergeAttentionParts(attn, pages_lse, part_max, part_sum, part_out, attn,
                                               total_max, total_sum));
+  // They go to the step's statistics buffer, which comes to the host once the layers are done.
+  FZ_ASSIGN_OR_RETURN(float* probs, StageFloats(seq, static_cast<size_t>(first.back())));
+  LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
+  pending.layers.push_back({.layer = l,
+                            .blocks = static_cast<size_t>(parts),
+                            .offset = static_cast<size_t>(probs - pending.probs.data<float>())});
   for (int64_t i = 0; i < parts; ++i) {
-    Tensor shares =
-        Tensor::View(probs.data<float>() + first[i], {blocks[i].tokens()}, DType::kF32, device_);
+    Tensor shares = Tensor::View(probs + first[i], {blocks[i].tokens()}, DType::kF32, device_);
     FZ_RETURN_IF_ERROR(ops::AttentionTokenShares(weights_of(i), row_of(part_max, i, {nh}),
                                                  total_max, total_sum, shares));
   }
-  // The policy's statistics live on the host: the probabilities (T floats; K and V stay on the
-  // device) go there without a wait and reach the policy when the step's layers are done.
-  const size_t floats = static_cast<size_t>(first.back());
-  FZ_ASSIGN_OR_RETURN(float* host, StageFloats(seq, floats));
-  LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
-  pending.layers.push_back(
-      {.layer = l,
-       .blocks = static_cast<size_t>(parts),
-       .offset = static_cast<size_t>(host - static_cast<float*>(pending.staging.get()))});
-  FZ_RETURN_IF_ERROR(DownloadAsync(host, probs.data<float>(), device_, floats * sizeof(float)));
   seq.prefill_stats.low_rank_attend_ms += MillisecondsSince(start);
   return absl::OkStatus();
 }
 
 StatusOr<float*> LowRankKv::StageFloats(Sequence& seq, size_t floats) const {
   LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
-  if (pending.staging != nullptr && pending.used + floats > pending.capacity) {
+  if (pending.probs.defined() &&
+      pending.used + floats > static_cast<size_t>(pending.probs.numel())) {
     FZ_RETURN_IF_ERROR(SettleStatistics(seq));  // blocks added since the buffer was sized
   }
-  if (pending.staging == nullptr) {
+  if (!pending.probs.defined()) {
     // Sized for every layer's blocks as they are now: a step attends each layer once.
     size_t need = floats;
     for (int l = 0; l < seq.kv.num_layers(); ++l) {
@@ -220,39 +215,47 @@ StatusOr<float*> LowRankKv::StageFloats(Sequence& seq, size_t floats) const {
         need += static_cast<size_t>(b.tokens());
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(pool_mu_);
-      for (size_t i = 0; i < pool_.size(); ++i) {
-        if (pool_[i].second >= need) {
-          pending.staging = std::move(pool_[i].first);
-          pending.capacity = pool_[i].second;
-          pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
-          break;
-        }
-      }
-    }
-    if (pending.staging == nullptr) {
-      size_t capacity = 4096;  // floats; powers of two, so a few buffers serve every sequence
-      while (capacity < need) capacity *= 2;
-      FZ_ASSIGN_OR_RETURN(pending.staging, AllocateStagingHost(device_, capacity * sizeof(float)));
-      pending.capacity = capacity;
-    }
+    FZ_ASSIGN_OR_RETURN(pending.probs, Empty({static_cast<int64_t>(need)}));
     pending.used = 0;
   }
-  float* at = static_cast<float*>(pending.staging.get()) + pending.used;
+  float* at = pending.probs.data<float>() + pending.used;
   pending.used += floats;
   return at;
 }
 
 Status LowRankKv::SettleStatistics(Sequence& seq) const {
   LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
-  if (pending.staging == nullptr) return absl::OkStatus();
-  if (!pending.empty()) {
-    // Every download was queued before this fence: one wait covers the step's layers.
-    FZ_ASSIGN_OR_RETURN(const std::shared_ptr<void> fence, RecordStepFence(device_));
-    FZ_RETURN_IF_ERROR(WaitStepFence(device_, fence));
+  if (pending.empty()) {
+    pending.probs = Tensor();
+    pending.used = 0;
+    return absl::OkStatus();
   }
-  const float* host = static_cast<const float*>(pending.staging.get());
+  // The step's probabilities in one copy; the wait covers the kernels that wrote them.
+  const size_t floats = pending.used;
+  size_t capacity = 0;
+  std::shared_ptr<void> staging;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    for (size_t i = 0; i < pool_.size(); ++i) {
+      if (pool_[i].second >= floats) {
+        staging = std::move(pool_[i].first);
+        capacity = pool_[i].second;
+        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+  }
+  if (staging == nullptr) {
+    capacity = 4096;  // floats; powers of two, so a few buffers serve every sequence
+    while (capacity < floats) capacity *= 2;
+    FZ_ASSIGN_OR_RETURN(staging, AllocateStagingHost(device_, capacity * sizeof(float)));
+  }
+  FZ_RETURN_IF_ERROR(
+      DownloadAsync(staging.get(), pending.probs.data<float>(), device_, floats * sizeof(float)));
+  FZ_ASSIGN_OR_RETURN(const std::shared_ptr<void> fence, RecordStepFence(device_));
+  FZ_RETURN_IF_ERROR(WaitStepFence(device_, fence));
+
+  const float* host = static_cast<const float*>(staging.get());
   for (const LowRankStatisticsInFlight::Layer& layer : pending.layers) {
     std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(layer.layer);
     const float* probs = host + layer.offset;
@@ -268,13 +271,10 @@ Status LowRankKv::SettleStatistics(Sequence& seq) const {
     }
   }
   pending.layers.clear();
-  {
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    if (pool_.size() < 8) pool_.emplace_back(std::move(pending.staging), pending.capacity);
-  }
-  pending.staging.reset();
-  pending.capacity = 0;
+  pending.probs = Tensor();
   pending.used = 0;
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_.size() < 8) pool_.emplace_back(std::move(staging), capacity);
   return absl::OkStatus();
 }
 

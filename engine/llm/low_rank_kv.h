@@ -49,27 +49,27 @@ class LowRankKv {
   // kernel over the sequence's device_blocks on a GPU), the shares merge into `attn` in place
   // (ops::MergeAttentionParts), and the policy sees each block token's head-averaged probability
   // (ops::AttentionTokenShares). q [nh, d] post-RoPE; all on the decoder's device. Nothing of K,
-  // V or the shares comes to the host: the blocks' token probabilities are downloaded without a
-  // wait (low_rank_statistics.h) and reach the policy at SettleStatistics.
+  // V or the shares comes to the host: the blocks' token probabilities stay in the step's buffer
+  // on the device (low_rank_statistics.h) until SettleStatistics.
   Status AttendDecode(int l, Sequence& seq, const Tensor& q, const Tensor& pages_lse,
                       Tensor& attn) const;
 
   // Hands the policy the statistics of every layer AttendDecode attended since the last call
-  // (OnLowRankAttention, in layer order), after at most one wait for the device. The decoder calls
-  // it when a step's layers are done, and before a step starts (for a step that failed midway).
+  // (OnLowRankAttention, in layer order): one copy to page-locked host memory and one wait for
+  // the device. The decoder calls it when a step's layers are done (also after a failed layer).
   Status SettleStatistics(Sequence& seq) const;
 
  private:
-  // Page-locked host floats for `floats` more probabilities of this step, in seq's staging buffer
-  // (taken from the pool, sized for every layer's blocks, at the step's first block-holding
-  // layer; one that cannot hold them is settled first).
+  // Device floats for `floats` more probabilities of this step in seq's statistics buffer (made,
+  // sized for every layer's blocks, at the step's first block-holding layer; one that cannot
+  // hold them is settled first).
   StatusOr<float*> StageFloats(Sequence& seq, size_t floats) const;
   StatusOr<Tensor> Empty(Shape shape) const;
 
   DecoderShape shape_;
   Device device_;
-  // Staging buffers of settled steps, for the next ones (page-locked memory takes milliseconds to
-  // get).
+  // Page-locked buffers the statistics come down into, kept for the next steps (page-locked
+  // memory takes milliseconds to get).
   mutable std::mutex pool_mu_;
   mutable std::vector<std::pair<std::shared_ptr<void>, size_t>> pool_;
 };
