@@ -212,8 +212,7 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
 }
 
 Status KvBackend::SettleStatistics(std::span<Sequence* const> seqs) const {
-  for (Sequence* s : seqs) FZ_RETURN_IF_ERROR(low_rank_.SettleStatistics(*s));
-  return absl::OkStatus();
+  return low_rank_.SettleStatistics(seqs);
 }
 
 Status KvBackend::AttendDecodePlanned(int l, std::span<Sequence* const> seqs,

@@ -224,58 +224,89 @@ StatusOr<float*> LowRankKv::StageFloats(Sequence& seq, size_t floats) const {
 }
 
 Status LowRankKv::SettleStatistics(Sequence& seq) const {
-  LowRankStatisticsInFlight& pending = seq.low_rank_statistics;
-  if (pending.empty()) {
-    pending.probs = Tensor();
-    pending.used = 0;
-    return absl::OkStatus();
-  }
-  // The step's probabilities in one copy; the wait covers the kernels that wrote them.
-  const size_t floats = pending.used;
-  size_t capacity = 0;
-  std::shared_ptr<void> staging;
-  {
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    for (size_t i = 0; i < pool_.size(); ++i) {
-      if (pool_[i].second >= floats) {
-        staging = std::move(pool_[i].first);
-        capacity = pool_[i].second;
-        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
+  Sequence* const one[] = {&seq};
+  return SettleStatistics(one);
+}
+
+Status LowRankKv::SettleStatistics(std::span<Sequence* const> seqs) const {
+  // Every sequence's probabilities are queued to come down first; then one wait covers them all.
+  struct Download {
+    Sequence* seq = nullptr;
+    std::shared_ptr<void> staging;
+    size_t capacity = 0;
+  };
+  std::vector<Download> downloads;
+  Status status = absl::OkStatus();
+  for (Sequence* seq : seqs) {
+    LowRankStatisticsInFlight& pending = seq->low_rank_statistics;
+    if (pending.empty()) {
+      pending.probs = Tensor();
+      pending.used = 0;
+      continue;
+    }
+    const size_t floats = pending.used;
+    Download d;
+    d.seq = seq;
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      for (size_t i = 0; i < pool_.size(); ++i) {
+        if (pool_[i].second >= floats) {
+          d.staging = std::move(pool_[i].first);
+          d.capacity = pool_[i].second;
+          pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
       }
     }
+    if (d.staging == nullptr) {
+      d.capacity = 4096;  // floats; powers of two, so a few buffers serve every sequence
+      while (d.capacity < floats) d.capacity *= 2;
+      StatusOr<std::shared_ptr<void>> memory =
+          AllocateStagingHost(device_, d.capacity * sizeof(float));
+      if (!memory.ok()) {
+        status = memory.status();
+        break;
+      }
+      d.staging = *std::move(memory);
+    }
+    status = DownloadAsync(d.staging.get(), pending.probs.data<float>(), device_,
+                           floats * sizeof(float));
+    if (!status.ok()) break;
+    downloads.push_back(std::move(d));
   }
-  if (staging == nullptr) {
-    capacity = 4096;  // floats; powers of two, so a few buffers serve every sequence
-    while (capacity < floats) capacity *= 2;
-    FZ_ASSIGN_OR_RETURN(staging, AllocateStagingHost(device_, capacity * sizeof(float)));
+  if (status.ok() && !downloads.empty()) {
+    StatusOr<std::shared_ptr<void>> fence = RecordStepFence(device_);
+    status = fence.ok() ? WaitStepFence(device_, *fence) : fence.status();
   }
-  FZ_RETURN_IF_ERROR(
-      DownloadAsync(staging.get(), pending.probs.data<float>(), device_, floats * sizeof(float)));
-  FZ_ASSIGN_OR_RETURN(const std::shared_ptr<void> fence, RecordStepFence(device_));
-  FZ_RETURN_IF_ERROR(WaitStepFence(device_, fence));
-
-  const float* host = static_cast<const float*>(staging.get());
-  for (const LowRankStatisticsInFlight::Layer& layer : pending.layers) {
-    std::vector<kv::LowRankBlock>& blocks = seq.kv.mutable_low_rank_blocks(layer.layer);
-    const float* probs = host + layer.offset;
-    for (size_t i = 0; i < layer.blocks && i < blocks.size(); ++i) {
-      kv::LowRankBlock& b = blocks[i];
-      const size_t tokens = static_cast<size_t>(b.tokens());
-      seq.policy->OnLowRankAttention(layer.layer, std::span(probs, tokens),
-                                     {.importance = b.importance,
-                                      .value_ranks = b.value_ranks,
-                                      .full_rank = b.values.rank,
-                                      .decode_steps = &b.decode_steps});
-      probs += tokens;
+  for (Download& d : downloads) {
+    LowRankStatisticsInFlight& pending = d.seq->low_rank_statistics;
+    if (status.ok()) {
+      const float* host = static_cast<const float*>(d.staging.get());
+      for (const LowRankStatisticsInFlight::Layer& layer : pending.layers) {
+        std::vector<kv::LowRankBlock>& blocks = d.seq->kv.mutable_low_rank_blocks(layer.layer);
+        const float* probs = host + layer.offset;
+        for (size_t i = 0; i < layer.blocks && i < blocks.size(); ++i) {
+          kv::LowRankBlock& b = blocks[i];
+          const size_t tokens = static_cast<size_t>(b.tokens());
+          d.seq->policy->OnLowRankAttention(layer.layer, std::span(probs, tokens),
+                                            {.importance = b.importance,
+                                             .value_ranks = b.value_ranks,
+                                             .full_rank = b.values.rank,
+                                             .decode_steps = &b.decode_steps});
+          probs += tokens;
+        }
+      }
+    }
+    // On a failure the step's statistics are dropped: the blocks keep their last ranks.
+    pending.layers.clear();
+    pending.probs = Tensor();
+    pending.used = 0;
+    if (status.ok()) {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      if (pool_.size() < 8) pool_.emplace_back(std::move(d.staging), d.capacity);
     }
   }
-  pending.layers.clear();
-  pending.probs = Tensor();
-  pending.used = 0;
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  if (pool_.size() < 8) pool_.emplace_back(std::move(staging), capacity);
-  return absl::OkStatus();
+  return status;
 }
 
 StatusOr<Tensor> LowRankKv::Empty(Shape shape) const {

@@ -54,9 +54,11 @@ class LowRankKv {
   Status AttendDecode(int l, Sequence& seq, const Tensor& q, const Tensor& pages_lse,
                       Tensor& attn) const;
 
-  // Hands the policy the statistics of every layer AttendDecode attended since the last call
-  // (OnLowRankAttention, in layer order): one copy to page-locked host memory and one wait for
-  // the device. The decoder calls it when a step's layers are done (also after a failed layer).
+  // Hands each sequence's policy the statistics of every layer AttendDecode attended since the
+  // last call (OnLowRankAttention, in layer order): one copy per sequence to page-locked host
+  // memory and one wait for the device for them all. The decoder calls it when a step's layers
+  // are done (also after a failed layer). On an error the statistics are dropped, not kept.
+  Status SettleStatistics(std::span<Sequence* const> seqs) const;
   Status SettleStatistics(Sequence& seq) const;
 
  private:

@@ -349,6 +349,20 @@ TEST_CASE("attentionpack's decode statistics reach the policy once per block and
       CHECK(full == static_cast<int64_t>(std::ceil(0.25 * static_cast<double>(b.tokens()))));
     }
   }
+
+  // A batch: one copy per sequence that holds blocks, every one settled in the same step.
+  const auto other = PrefilledSequence("attentionpack:factors=int4", 32);
+  const auto plain = PrefilledSequence("none", 33);
+  llm::Sequence* const batch[] = {seq.get(), plain.get(), other.get()};
+  const std::vector<int32_t> tokens = {50, 51, 52};
+  const StepCountScope scope;
+  auto logits = dec.DecodeStep(batch, tokens);
+  REQUIRE(logits.ok());
+  CHECK(scope.Elapsed().device_to_host == 2);
+  for (const llm::Sequence* s : {seq.get(), other.get()}) {
+    CHECK(s->low_rank_statistics.empty());
+    CHECK(s->kv.low_rank_blocks(0)[0].decode_steps == (s == seq.get() ? 6u : 1u));
+  }
 }
 
 TEST_CASE("attentionpack turn stats report low-rank bytes, ranks and time",
