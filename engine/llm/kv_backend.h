@@ -120,8 +120,8 @@ class KvBackend {
                           const Tensor& v, Tensor& attn) const;
 
   // Step plans (step_plan.h). Whether the decode rows of `seqs` can be planned ahead: every
-  // sequence's policy stores each decode token in every layer, its full format is dense, and no
-  // layer holds low-rank blocks.
+  // sequence's policy stores each decode token in every layer and its full format is dense.
+  // (AttentionPack's blocks are attended beside the planned pages' share and merged with it.)
   bool CanPlanDecode(std::span<Sequence* const> seqs) const;
   // After Reserve(every demand of the step, plan.reservation()): takes each decode token's slot
   // in every layer (positions[i] is seqs[i]'s), serialises the slots, every layer's paged decode
@@ -152,6 +152,12 @@ class KvBackend {
   Status RecompressResiduals(int l, std::span<Sequence* const> seqs, const Tensor& q) const;
   KvBackend(const DecoderShape& shape, Device device, bool bf16_attention);
 
+  // Whether any of `seqs` holds AttentionPack blocks in layer l.
+  static bool HoldsLowRankBlocks(int l, std::span<Sequence* const> seqs);
+  // attn [b, nh, d] holds the pages' share of every row with its log-sum-exp lse [b, nh]; each
+  // sequence that holds blocks in layer l merges their shares in (LowRankKv::AttendDecode).
+  Status MergeLowRankShares(int l, std::span<Sequence* const> seqs, const Tensor& q,
+                            const Tensor& lse, Tensor& attn) const;
   StatusOr<Tensor> Empty(Shape shape) const;
 
   DecoderShape shape_;

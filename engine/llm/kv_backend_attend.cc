@@ -171,21 +171,31 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
     }
     offsets.push_back(static_cast<int32_t>(spans.size()));
   }
-  bool low_rank = false;
-  for (const Sequence* s : seqs) low_rank = low_rank || !s->kv.low_rank_blocks(l).empty();
   // The head size was checked against the device's kernels when the decoder was made
   // (ops::PagedDecodeSupports).
   const ops::PagedKv paged_kv{spans, offsets, static_cast<int>(g), static_cast<int>(d)};
-  if (!low_rank) {
+  if (!HoldsLowRankBlocks(l, seqs)) {
     FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, paged_kv, attn));
     return RecompressResiduals(l, seqs, q);
   }
   // AttentionPack: the pages' share of the whole batch in one paged attention, with each row's
-  // log-sum-exp; then each sequence that holds blocks merges their shares in (LowRankKv), on the
-  // decoder's device.
-  const int64_t nh = shape_.heads;
-  FZ_ASSIGN_OR_RETURN(Tensor lse, Empty({b, nh}));
+  // log-sum-exp; then each sequence's blocks merge in.
+  FZ_ASSIGN_OR_RETURN(Tensor lse, Empty({b, shape_.heads}));
   FZ_RETURN_IF_ERROR(ops::PagedDecodeAttention(q, paged_kv, attn, 0, &lse));
+  FZ_RETURN_IF_ERROR(MergeLowRankShares(l, seqs, q, lse, attn));
+  return RecompressResiduals(l, seqs, q);
+}
+
+bool KvBackend::HoldsLowRankBlocks(int l, std::span<Sequence* const> seqs) {
+  for (const Sequence* s : seqs) {
+    if (!s->kv.low_rank_blocks(l).empty()) return true;
+  }
+  return false;
+}
+
+Status KvBackend::MergeLowRankShares(int l, std::span<Sequence* const> seqs, const Tensor& q,
+                                     const Tensor& lse, Tensor& attn) const {
+  const int64_t b = static_cast<int64_t>(seqs.size()), nh = shape_.heads, d = shape_.head_dim;
   auto merge_blocks = [&](int64_t i) -> Status {
     Sequence& s = *seqs[i];
     if (s.kv.low_rank_blocks(l).empty()) return absl::OkStatus();
@@ -199,16 +209,16 @@ Status KvBackend::AttendDecodeRows(int l, std::span<Sequence* const> seqs,
   };
   if (b == 1 || !device_.is_cpu()) {  // a GPU's kernels queue on one stream, in order
     for (int64_t i = 0; i < b; ++i) FZ_RETURN_IF_ERROR(merge_blocks(i));
-  } else {
-    // The sequences in parallel (a batch of many short sessions would otherwise run one small
-    // block attention after another; the kernels' own ParallelFor runs inline inside a task).
-    std::vector<Status> results(static_cast<size_t>(b));
-    ComputePool().ParallelFor(b, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) results[static_cast<size_t>(i)] = merge_blocks(i);
-    });
-    for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
+    return absl::OkStatus();
   }
-  return RecompressResiduals(l, seqs, q);
+  // The sequences in parallel (a batch of many short sessions would otherwise run one small
+  // block attention after another; the kernels' own ParallelFor runs inline inside a task).
+  std::vector<Status> results(static_cast<size_t>(b));
+  ComputePool().ParallelFor(b, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) results[static_cast<size_t>(i)] = merge_blocks(i);
+  });
+  for (const Status& st : results) FZ_RETURN_IF_ERROR(st);
+  return absl::OkStatus();
 }
 
 Status KvBackend::SettleStatistics(std::span<Sequence* const> seqs) const {
@@ -225,8 +235,16 @@ Status KvBackend::AttendDecodePlanned(int l, std::span<Sequence* const> seqs,
   }
   FZ_RETURN_IF_ERROR(ops::WriteKvSlots(device_, plan.slots(l), b, shape_.kv_heads * shape_.head_dim,
                                        k.data<float>(), v.data<float>()));
+  if (!HoldsLowRankBlocks(l, seqs)) {
+    FZ_RETURN_IF_ERROR(ops::PagedDecodeAttentionPlanned(q, plan.attention(l), plan.device_arena(),
+                                                        plan.workspace(), attn));
+    return RecompressResiduals(l, seqs, q);
+  }
+  // AttentionPack: the planned pages' share with each row's log-sum-exp, then the blocks'.
+  FZ_ASSIGN_OR_RETURN(Tensor lse, Empty({b, shape_.heads}));
   FZ_RETURN_IF_ERROR(ops::PagedDecodeAttentionPlanned(q, plan.attention(l), plan.device_arena(),
-                                                      plan.workspace(), attn));
+                                                      plan.workspace(), attn, 0, &lse));
+  FZ_RETURN_IF_ERROR(MergeLowRankShares(l, seqs, q, lse, attn));
   return RecompressResiduals(l, seqs, q);
 }
 

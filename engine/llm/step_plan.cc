@@ -46,9 +46,6 @@ bool KvBackend::CanPlanDecode(std::span<Sequence* const> seqs) const {
   for (const Sequence* s : seqs) {
     if (!s->policy->StoresEveryDecodeToken() || s->policy->RowSelectionLayer() >= 0) return false;
     if (kv::IsQuantized(s->kv.precision().full) || s->kv.pool() == nullptr) return false;
-    for (int l = 0; l < shape_.layers; ++l) {
-      if (!s->kv.low_rank_blocks(l).empty()) return false;
-    }
   }
   return true;
 }

@@ -20,10 +20,11 @@
 // a GPU step runs and count its copies and synchronisations (engine/core/step_counters.h).
 //
 // Which steps are planned: a step whose decode rows all belong to sequences whose policy stores
-// every decode token in every layer (CompressionPolicy::StoresEveryDecodeToken) and whose layers
-// hold no AttentionPack low-rank blocks. The others run eagerly, layer by layer (a policy that
-// decides per layer during the step — Dynamic-LLaVA's decode-token predictor — or attends
-// low-rank blocks through its own kernels); docs/runtime.md names them.
+// every decode token in every layer (CompressionPolicy::StoresEveryDecodeToken) in a dense full
+// format. AttentionPack's low-rank blocks do not stop a plan: the planned paged attention gives
+// the pages' share with its log-sum-exp and the blocks' shares merge into it. The others run
+// eagerly, layer by layer (a policy that decides per layer during the step: Dynamic-LLaVA's
+// decode-token predictor); docs/architecture.md names them.
 #pragma once
 
 #include <cstddef>

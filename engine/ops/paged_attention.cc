@@ -23,20 +23,24 @@ Status CheckQueryAndOut(std::string_view op, const Tensor& q, const Tensor& out)
   return absl::OkStatus();
 }
 
+// The log-sum-exp output's data: null when none is asked, else checked as f32 [B, H] on q's
+// device.
+StatusOr<float*> LseOutput(std::string_view op, const Tensor& q, Tensor* lse) {
+  if (lse == nullptr) return nullptr;
+  FZ_RETURN_IF_ERROR(CheckDefined(op, "lse", *lse));
+  FZ_RETURN_IF_ERROR(CheckDType(op, "lse", *lse, DType::kF32));
+  FZ_RETURN_IF_ERROR(CheckShape(op, "lse", *lse, {q.dim(0), q.dim(1)}));
+  FZ_RETURN_IF_ERROR(CheckOnDevice(op, q.device(), {lse}));
+  return lse->data<float>();
+}
+
 }  // namespace
 
 Status PagedDecodeAttention(const Tensor& q, const PagedKv& kv, Tensor& out, float scale,
                             Tensor* lse) {
   constexpr std::string_view kOp = "PagedDecodeAttention";
   FZ_RETURN_IF_ERROR(CheckQueryAndOut(kOp, q, out));
-  float* lse_data = nullptr;
-  if (lse != nullptr) {
-    FZ_RETURN_IF_ERROR(CheckDefined(kOp, "lse", *lse));
-    FZ_RETURN_IF_ERROR(CheckDType(kOp, "lse", *lse, DType::kF32));
-    FZ_RETURN_IF_ERROR(CheckShape(kOp, "lse", *lse, {q.dim(0), q.dim(1)}));
-    FZ_RETURN_IF_ERROR(CheckOnDevice(kOp, q.device(), {lse}));
-    lse_data = lse->data<float>();
-  }
+  FZ_ASSIGN_OR_RETURN(float* const lse_data, LseOutput(kOp, q, lse));
   FZ_RETURN_IF_ERROR(CheckPagedKv(kOp, kv, q.dim(0)));
   if (q.dim(1) % kv.num_kv_heads != 0 || q.dim(2) != kv.head_dim) {
     return InvalidArgumentError("PagedDecodeAttention: q has {} heads × {} dims, the KV {} × {}",
@@ -105,9 +109,10 @@ StatusOr<PagedDecodePlan> PlanPagedDecode(Device device, const PagedKv& kv, int6
 
 Status PagedDecodeAttentionPlanned(const Tensor& q, const PagedDecodePlan& plan,
                                    const std::byte* arena, float* workspace, Tensor& out,
-                                   float scale) {
+                                   float scale, Tensor* lse) {
   constexpr std::string_view kOp = "PagedDecodeAttention (planned)";
   FZ_RETURN_IF_ERROR(CheckQueryAndOut(kOp, q, out));
+  FZ_ASSIGN_OR_RETURN(float* const lse_data, LseOutput(kOp, q, lse));
   if (q.dim(0) != plan.batch || q.dim(1) != plan.heads || q.dim(2) != plan.head_dim) {
     return InvalidArgumentError("{}: q is {}, the plan was made for [{}, {}, {}]", kOp,
                                 ShapeString(q.shape()), plan.batch, plan.heads, plan.head_dim);
@@ -121,14 +126,14 @@ Status PagedDecodeAttentionPlanned(const Tensor& q, const PagedDecodePlan& plan,
                      std::span(offsets, static_cast<size_t>(plan.batch + 1)), plan.num_kv_heads,
                      plan.head_dim};
     CountLaunches(1);  // the CPU's one call stands for the GPU's launch
-    return PagedDecodeAttentionCpu(q, kv, scale, out);
+    return PagedDecodeAttentionCpu(q, kv, scale, out, lse_data);
   }
   if (plan.workspace_floats > 0 && workspace == nullptr) {
     return InvalidArgumentError("{}: the plan needs a workspace of {} floats", kOp,
                                 plan.workspace_floats);
   }
   FZ_RETURN_IF_ERROR(CheckDeviceUsable(q.device()));
-  return PagedDecodeAttentionPlannedCuda(q, plan, arena, workspace, scale, out);
+  return PagedDecodeAttentionPlannedCuda(q, plan, arena, workspace, scale, out, lse_data);
 }
 
 }  // namespace framezip::engine::ops

@@ -67,9 +67,9 @@ StatusOr<PagedDecodePlan> PlanPagedDecode(Device device, const PagedKv& kv, int6
 
 // Runs a planned attention: q, out [plan.batch, plan.heads, d] on the device; `arena` the device
 // copy of the arena the plan was built in; `workspace` at least plan.workspace_floats floats of
-// device memory (may be null when that is 0, always on the CPU).
+// device memory (may be null when that is 0, always on the CPU); `lse` as PagedDecodeAttention's.
 Status PagedDecodeAttentionPlanned(const Tensor& q, const PagedDecodePlan& plan,
                                    const std::byte* arena, float* workspace, Tensor& out,
-                                   float scale = 0);
+                                   float scale = 0, Tensor* lse = nullptr);
 
 }  // namespace framezip::engine::ops

@@ -1,6 +1,7 @@
 // Decode steps planned ahead (engine/llm/step_plan.h) on the CPU, through the same plan code a GPU
 // step runs: a planned step gives the eager step's logits and KV bit for bit (none, kivi with its
-// residual window recompressing mid-run, zipvl; f32 and f16 pages), policies that decide during a
+// residual window recompressing mid-run, zipvl, attentionpack with and without its window
+// recompressed into blocks; f32 and f16 pages), policies that decide during a
 // step stay eager, and a decode step's uploads, copies and synchronisations stay the same whatever
 // the number of layers or sequences, with one KV write and one attention per layer for the batch;
 // a step that samples its decode rows sends their parameters with the plan.
@@ -69,21 +70,31 @@ TEST_CASE("A planned decode step gives the eager step's logits and KV bit for bi
   std::mt19937_64 rng(testing::TestSeed());
   const model::TextConfig config = testing::TinyQwen2Config();
   const auto weights = *runtime::MakeRandomDecoderWeights(config, DType::kBF16, rng(), 0.3f);
-  const auto [policy, full] =
-      GENERATE(std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF16},
-               std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF32},
-               std::pair<const char*, kv::KvFormat>{"kivi:window=4", kv::KvFormat::kF16},
-               std::pair<const char*, kv::KvFormat>{"zipvl", kv::KvFormat::kF16});
+  const auto [policy, full] = GENERATE(
+      std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF16},
+      std::pair<const char*, kv::KvFormat>{"none", kv::KvFormat::kF32},
+      std::pair<const char*, kv::KvFormat>{"kivi:window=4", kv::KvFormat::kF16},
+      std::pair<const char*, kv::KvFormat>{"zipvl", kv::KvFormat::kF16},
+      // Low-rank blocks of the visual rows beside the pages, the window recompressed
+      // into more blocks mid-run.
+      std::pair<const char*, kv::KvFormat>{"attentionpack", kv::KvFormat::kF16},
+      std::pair<const char*, kv::KvFormat>{"attentionpack:recompress=6", kv::KvFormat::kF16});
   CAPTURE(policy, kv::KvFormatName(full));
   Twin planned = MakeTwin(config, weights, full, true);
   Twin eager = MakeTwin(config, weights, full, false);
-  // Three sequences with different pasts, so their pages and page boundaries differ.
-  for (const int64_t past : {5, 8, 13}) {
+  // Three sequences with different pasts, so their pages and page boundaries differ; all but
+  // the first two rows visual (AttentionPack packs those into blocks).
+  for (const int64_t past : {21, 26, 35}) {
     const Tensor embeds = RandomEmbeds(past, config.hidden_size, rng);
+    std::vector<uint8_t> visual(static_cast<size_t>(past), 1);
+    visual[0] = visual[1] = 0;
     for (Twin* t : {&planned, &eager}) {
       t->seqs.push_back(*t->decoder->NewSequence(*t->pools, full, policy));
-      REQUIRE(t->decoder->Prefill(*t->seqs.back(), embeds).ok());
+      REQUIRE(t->decoder->Prefill(*t->seqs.back(), embeds, {.visual = visual}).ok());
     }
+  }
+  if (std::string(policy).starts_with("attentionpack")) {
+    REQUIRE_FALSE(planned.seqs[2]->kv.low_rank_blocks(0).empty());
   }
   REQUIRE(planned.decoder->kv_backend().CanPlanDecode(planned.Pointers()));
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
