@@ -52,6 +52,17 @@ Status Step(const llm::Decoder& d, std::span<llm::Sequence* const> seqs,
 
 bool Ok(const Status& s, const char* what) { return SectionStepOk(s, "end-to-end", what); }
 
+// What one counted step handed the device (engine/core/step_counters.h): launches, host waits
+// and copies (the sampler's read-back of the ids included), and step plans.
+void AddStepCountRows(const std::string& tag, const engine::StepCounts& c,
+                      std::vector<E2eRow>& rows) {
+  rows.push_back({tag + " kernel launches per step", static_cast<double>(c.launches), "count"});
+  rows.push_back(
+      {tag + " host synchronisations per step", static_cast<double>(c.host_syncs), "count"});
+  rows.push_back({tag + " host-device copies per step", static_cast<double>(c.copies()), "count"});
+  rows.push_back({tag + " step plans per step", static_cast<double>(c.plan_uploads), "count"});
+}
+
 // LLaVA-OneVision's tower: SigLIP-so400m-patch14-384 with OV's 26 layers (docs/models.md §1.1).
 engine::model::VisionConfig SiglipSo400m() {
   engine::model::VisionConfig c;
@@ -219,13 +230,7 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
       // copies, the sampler's read-back of the ids included.
       const engine::StepCountScope scope;
       if (!Ok(Step(d, ptrs, tokens), "counted batch decode step")) return rows;
-      const engine::StepCounts c = scope.Elapsed();
-      rows.push_back({tag + " kernel launches per step", static_cast<double>(c.launches), "count"});
-      rows.push_back(
-          {tag + " host synchronisations per step", static_cast<double>(c.host_syncs), "count"});
-      rows.push_back(
-          {tag + " host-device copies per step", static_cast<double>(c.copies()), "count"});
-      rows.push_back({tag + " step plans per step", static_cast<double>(c.plan_uploads), "count"});
+      AddStepCountRows(tag, scope.Elapsed(), rows);
     }
     const double s = Seconds([&] {
       for (int i = 0; i < steps && st.ok(); ++i) st = Step(d, ptrs, tokens);
@@ -261,10 +266,7 @@ std::vector<E2eRow> ModelEndToEnd(double copy_gbps, bool quick) {
     {
       const engine::StepCountScope scope;
       if (!Ok(Step(d, one, token), "counted attentionpack step")) return rows;
-      const engine::StepCounts c = scope.Elapsed();
-      rows.push_back({tag + " kernel launches per step", static_cast<double>(c.launches), "count"});
-      rows.push_back(
-          {tag + " host synchronisations per step", static_cast<double>(c.host_syncs), "count"});
+      AddStepCountRows(tag, scope.Elapsed(), rows);
     }
     const double s = Seconds([&] {
       for (int i = 0; i < steps && st.ok(); ++i) st = Step(d, one, token);

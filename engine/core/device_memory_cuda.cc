@@ -159,28 +159,33 @@ Status UploadStepPlan(void* dst, Device device, const void* src, size_t bytes) {
   return UploadAsync(dst, device, src, bytes);
 }
 
-Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
-  CountCopy(CopyDirection::kHostToDevice);
+namespace {
+
+// A copy between page-locked host memory and `device`, queued on framezip's stream of the device
+// (a memcpy on the CPU), counted in `direction`.
+Status CopyAsyncOnStep(void* dst, const void* src, size_t bytes, Device device,
+                       CopyDirection direction) {
+  CountCopy(direction);
   if (device.is_cpu()) {
     if (bytes != 0) std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
   FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));
   DeviceGuard guard(device.index);
-  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
-                  "cudaMemcpyAsync (upload)");
+  const bool up = direction == CopyDirection::kHostToDevice;
+  return FromCuda(cudaMemcpyAsync(dst, src, bytes,
+                                  up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream),
+                  up ? "cudaMemcpyAsync (upload)" : "cudaMemcpyAsync (download)");
+}
+
+}  // namespace
+
+Status UploadAsync(void* dst, Device device, const void* src, size_t bytes) {
+  return CopyAsyncOnStep(dst, src, bytes, device, CopyDirection::kHostToDevice);
 }
 
 Status DownloadAsync(void* dst, const void* src, Device device, size_t bytes) {
-  CountCopy(CopyDirection::kDeviceToHost);
-  if (device.is_cpu()) {
-    if (bytes != 0) std::memcpy(dst, src, bytes);
-    return absl::OkStatus();
-  }
-  FZ_ASSIGN_OR_RETURN(cudaStream_t stream, FramezipStream(device.index));
-  DeviceGuard guard(device.index);
-  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream),
-                  "cudaMemcpyAsync (download)");
+  return CopyAsyncOnStep(dst, src, bytes, device, CopyDirection::kDeviceToHost);
 }
 
 StatusOr<std::shared_ptr<void>> RecordStepFence(Device device) {

@@ -232,8 +232,7 @@ Status LowRankKv::SettleStatistics(std::span<Sequence* const> seqs) const {
   // Every sequence's probabilities are queued to come down first; then one wait covers them all.
   struct Download {
     Sequence* seq = nullptr;
-    std::shared_ptr<void> staging;
-    size_t capacity = 0;
+    StagingPool::Entry staging;
   };
   std::vector<Download> downloads;
   Status status = absl::OkStatus();
@@ -244,35 +243,15 @@ Status LowRankKv::SettleStatistics(std::span<Sequence* const> seqs) const {
       pending.used = 0;
       continue;
     }
-    const size_t floats = pending.used;
-    Download d;
-    d.seq = seq;
-    {
-      std::lock_guard<std::mutex> lock(pool_mu_);
-      for (size_t i = 0; i < pool_.size(); ++i) {
-        if (pool_[i].second >= floats) {
-          d.staging = std::move(pool_[i].first);
-          d.capacity = pool_[i].second;
-          pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
-          break;
-        }
-      }
+    const size_t bytes = pending.used * sizeof(float);
+    StatusOr<StagingPool::Entry> staging = staging_.Take(bytes);
+    if (!staging.ok()) {
+      status = staging.status();
+      break;
     }
-    if (d.staging == nullptr) {
-      d.capacity = 4096;  // floats; powers of two, so a few buffers serve every sequence
-      while (d.capacity < floats) d.capacity *= 2;
-      StatusOr<std::shared_ptr<void>> memory =
-          AllocateStagingHost(device_, d.capacity * sizeof(float));
-      if (!memory.ok()) {
-        status = memory.status();
-        break;
-      }
-      d.staging = *std::move(memory);
-    }
-    status = DownloadAsync(d.staging.get(), pending.probs.data<float>(), device_,
-                           floats * sizeof(float));
+    status = DownloadAsync(staging->memory.get(), pending.probs.data<float>(), device_, bytes);
+    downloads.push_back({.seq = seq, .staging = *std::move(staging)});
     if (!status.ok()) break;
-    downloads.push_back(std::move(d));
   }
   if (status.ok() && !downloads.empty()) {
     StatusOr<std::shared_ptr<void>> fence = RecordStepFence(device_);
@@ -281,7 +260,7 @@ Status LowRankKv::SettleStatistics(std::span<Sequence* const> seqs) const {
   for (Download& d : downloads) {
     LowRankStatisticsInFlight& pending = d.seq->low_rank_statistics;
     if (status.ok()) {
-      const float* host = static_cast<const float*>(d.staging.get());
+      const float* host = static_cast<const float*>(d.staging.memory.get());
       for (const LowRankStatisticsInFlight::Layer& layer : pending.layers) {
         std::vector<kv::LowRankBlock>& blocks = d.seq->kv.mutable_low_rank_blocks(layer.layer);
         const float* probs = host + layer.offset;
@@ -301,10 +280,8 @@ Status LowRankKv::SettleStatistics(std::span<Sequence* const> seqs) const {
     pending.layers.clear();
     pending.probs = Tensor();
     pending.used = 0;
-    if (status.ok()) {
-      std::lock_guard<std::mutex> lock(pool_mu_);
-      if (pool_.size() < 8) pool_.emplace_back(std::move(d.staging), d.capacity);
-    }
+    // Back with a fence after its copy (passed already when the wait above succeeded).
+    staging_.GiveAfterQueuedWork(std::move(d.staging));
   }
   return status;
 }

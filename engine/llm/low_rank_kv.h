@@ -10,15 +10,13 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "engine/compress/policy.h"
 #include "engine/core/device.h"
+#include "engine/core/staging_pool.h"
 #include "engine/core/tensor.h"
 #include "engine/llm/decoder_shape.h"
 #include "engine/llm/sequence.h"
@@ -28,7 +26,8 @@ namespace framezip::engine::llm {
 
 class LowRankKv {
  public:
-  LowRankKv(const DecoderShape& shape, Device device) : shape_(shape), device_(device) {}
+  LowRankKv(const DecoderShape& shape, Device device)
+      : shape_(shape), device_(device), staging_(device) {}
 
   // Rows plan.low_rank_rows (chunk-local) of this chunk's k (post-RoPE) and v [t, G, d], on the
   // decoder's device, become one low-rank block of layer l (factorised on the host).
@@ -72,8 +71,7 @@ class LowRankKv {
   Device device_;
   // Page-locked buffers the statistics come down into, kept for the next steps (page-locked
   // memory takes milliseconds to get).
-  mutable std::mutex pool_mu_;
-  mutable std::vector<std::pair<std::shared_ptr<void>, size_t>> pool_;
+  mutable StagingPool staging_;
 };
 
 }  // namespace framezip::engine::llm

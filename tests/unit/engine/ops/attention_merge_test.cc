@@ -187,6 +187,15 @@ TEST_CASE("Attention merge refuses tensors of the wrong shape, naming them",
   st = ops::MergeAttentionParts(base, lse, max, sum, part_out, bad_out, total_max, total_sum);
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(st.message()), Catch::Contains("out"));
+  // Shares whose maxima are not a [P, H] matrix, and a base with no channel dimension.
+  Tensor flat_max = MakeEmpty({8});
+  st = ops::MergeAttentionParts(base, lse, flat_max, sum, part_out, out, total_max, total_sum);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("part_max"));
+  Tensor flat_base = MakeEmpty({32});
+  st = ops::MergeAttentionParts(flat_base, lse, max, sum, part_out, out, total_max, total_sum);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("base"));
   Tensor weights = MakeEmpty({4, 6}), probs = MakeEmpty({5});
   st = ops::AttentionTokenShares(weights, lse, total_max, total_sum, probs);
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
